@@ -1,0 +1,80 @@
+"""Command-line plumbing shared by the scripts in experiments/.
+
+User mistakes end as one line on stderr and exit status 2, before any
+worker starts; argparse's own errors are made to follow the same rule.
+"""
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+
+from orchestrator.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and still exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def exits_2_on_user_error(main: Callable[..., int]) -> Callable[..., int]:
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USER_ERROR
+    return wrapper
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--address", default=None,
+                       help="Ray cluster to attach to (host:port or auto); default: "
+                            "$RAY_ADDRESS, else an embedded local Ray")
+    group.add_argument("--dashboard-host", default="127.0.0.1",
+                       help="interface of the embedded Ray's dashboard (default loopback only)")
+    group.add_argument("--storage", default=None, metavar="PATH_OR_URI",
+                       help="where Ray keeps checkpoints and results; a multi-node cluster "
+                            "needs a path every node sees (NFS) or a bucket URI")
+    group.add_argument("--max-failures", type=int, default=2,
+                       help="worker-group restarts allowed per run before it is marked failed")
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """Options of one run that are not swept: the model and how it trains."""
+    group = parser.add_argument_group("training")
+    group.add_argument("--model", default="lenet", help="lenet (13.5) or resnet18 (13.6)")
+    group.add_argument("--sync", default="scratch",
+                       help="gradient sync: scratch (per-tensor allreduce), bucketed, ddp")
+    group.add_argument("--epochs", type=int, default=10)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--use-gpu", choices=("auto", "yes", "no"), default="auto",
+                       help="each worker owns a GPU (auto: when the cluster has GPUs)")
+    group.add_argument("--threads-per-worker", type=int, default=1,
+                       help="torch threads per worker, and CPUs reserved for it")
+    group.add_argument("--sync-batchnorm", action="store_true",
+                       help="synchronise BatchNorm statistics across workers")
+    group.add_argument("--warmup-epochs", type=int, default=0,
+                       help="linear learning-rate warm-up epochs")
+    group.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                       help="gradient bucket size for bucketed and ddp")
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", default=None,
+                      help="folder with the four Fashion-MNIST files (default: "
+                           "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
+    data.add_argument("--train-limit", type=int, default=None,
+                      help="train on the first N images only (quick runs)")
+    data.add_argument("--test-limit", type=int, default=None,
+                      help="test on the first N images only")
+
+
+def resolve_use_gpu(choice: str, num_gpus: float) -> bool:
+    if choice == "auto":
+        return num_gpus >= 1
+    return choice == "yes"

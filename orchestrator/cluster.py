@@ -1,0 +1,109 @@
+"""Attach to a Ray cluster or start an embedded one, and say what it can hold.
+
+No address (neither `--address` nor RAY_ADDRESS): an embedded local Ray with
+its dashboard on 127.0.0.1. An address: attach, after a quick reachability
+check, because `ray.init` to an address that does not answer waits minutes.
+"""
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import ray
+
+from orchestrator.errors import UserError
+
+REACHABILITY_TIMEOUT_S = 5.0
+LOCAL_DASHBOARD_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster this process is connected to."""
+
+    address: str | None
+    """What the user asked to attach to; None for the embedded cluster."""
+    dashboard_url: str | None
+    node_resources: tuple[dict[str, float], ...]
+    """Total resources of each alive node."""
+
+    @property
+    def num_cpus(self) -> float:
+        return sum(node.get("CPU", 0.0) for node in self.node_resources)
+
+    @property
+    def num_gpus(self) -> float:
+        return sum(node.get("GPU", 0.0) for node in self.node_resources)
+
+    def describe(self) -> str:
+        where = f"Ray cluster at {self.address}" if self.address else "embedded local Ray"
+        return (f"{where}: {len(self.node_resources)} node(s), {self.num_cpus:g} CPUs, "
+                f"{self.num_gpus:g} GPUs")
+
+    def max_workers(self, resources_per_worker: dict[str, float]) -> int:
+        """How many such workers fit at once: each must fit on one node."""
+        return sum(min((math.floor(node.get(name, 0.0) / amount)
+                        for name, amount in resources_per_worker.items() if amount > 0),
+                       default=0)
+                   for node in self.node_resources)
+
+    def require_room(self, num_workers: int, resources_per_worker: dict[str, float],
+                     what: str = "the run") -> None:
+        """A clear error when `num_workers` such workers can never run at once."""
+        capacity = self.max_workers(resources_per_worker)
+        if num_workers > capacity:
+            need = ", ".join(f"{amount:g} {name}" for name, amount in resources_per_worker.items())
+            raise UserError(
+                f"{what} needs {num_workers} workers of {{{need}}} each, but the "
+                f"{self.describe()} can hold at most {capacity} such workers")
+
+
+def requested_address(address: str | None) -> str | None:
+    """The address to attach to: the argument, else RAY_ADDRESS, else None (embedded)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> None:
+    """Fail within seconds if nothing listens at a host:port address.
+
+    `auto` and `local` name the cluster started on this machine; ray.init
+    itself fails fast when there is none, so they are left to it.
+    """
+    if address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise UserError(f"cluster address {address!r} is not host:port (or auto)")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise UserError(
+            f"no Ray cluster answers at {address} ({error}); start one with "
+            f"`ray start --head` or leave out --address/RAY_ADDRESS for an embedded one")
+
+
+def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
+            num_cpus: int | None = None) -> Cluster:
+    """Attach to `address`, or start an embedded Ray when it is None."""
+    if address is None:
+        # Loopback only by default: the dashboard can submit jobs, which run code.
+        context = ray.init(address="local", include_dashboard=True,
+                           dashboard_host=dashboard_host, num_cpus=num_cpus)
+    else:
+        check_reachable(address)
+        try:
+            context = ray.init(address=address)
+        except ConnectionError as error:
+            raise UserError(f"cannot attach to the Ray cluster at {address}: {error}")
+    dashboard = context.dashboard_url
+    return Cluster(
+        address=address,
+        dashboard_url=f"http://{dashboard}" if dashboard else None,
+        node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]))

@@ -1,0 +1,34 @@
+"""What a person reads while and after a run: the epoch line and the book's line."""
+
+import statistics
+
+from ray.train import UserCallback
+
+
+def epoch_line(metrics: dict, num_epochs: int) -> str:
+    return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
+            f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
+            f"{metrics['epoch_time_s']:.2f} s ({metrics['samples_per_s']:.0f} samples/s, "
+            f"sync {metrics['sync_time_s']:.2f} s)"
+            + ("  DIVERGED: non-finite gradients" if metrics["status"] == "diverged" else ""))
+
+
+def book_line(history: list[dict]) -> str:
+    """The line the book prints after training, e.g.
+    `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
+    last = history[-1]
+    seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
+    workers = "worker" if last["num_workers"] == 1 else "workers"
+    return (f"test acc: {last['test_acc']:.2f}, {seconds_per_epoch:.1f} sec/epoch "
+            f"on {last['num_workers']} {workers} {last['devices']}")
+
+
+class EpochPrinter(UserCallback):
+    """Prints one line per epoch. Runs in the Ray Train controller, whose
+    output Ray forwards to the driver's terminal."""
+
+    def __init__(self, num_epochs: int):
+        self.num_epochs = num_epochs
+
+    def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
+        print(epoch_line(metrics[0], self.num_epochs), flush=True)
