@@ -81,7 +81,8 @@ class DDPSync(GradientSync):
     def synchronize(self) -> None:
         pass  # the reduction already happened inside backward
 
-    def _timed_sum_hook(self, _state, bucket: dist.GradBucket) -> torch.futures.Future:
+    def _timed_sum_hook(self, _state, bucket: dist.GradBucket
+                        ) -> torch.futures.Future[torch.Tensor]:
         start = time.perf_counter()
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
 

@@ -1,0 +1,46 @@
+import math
+
+import pytest
+
+from orchestrator.config import TrainConfig
+from orchestrator.data import shard_bounds
+from orchestrator.errors import UserError
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"model": "vgg"}, "unknown model 'vgg'"),
+    ({"sync": "ring"}, "unknown sync 'ring'"),
+    ({"num_workers": 0}, "number of workers must be >= 1"),
+    ({"num_workers": 4, "global_batch_size": 3}, "smaller than the 4 workers"),
+    ({"lr": 0.0}, "finite number > 0"),
+    ({"lr": -0.1}, "finite number > 0"),
+    ({"lr": math.inf}, "finite number > 0"),
+    ({"lr": math.nan}, "finite number > 0"),
+    ({"num_epochs": 0}, "epochs must be >= 1"),
+    ({"train_limit": 60_001}, "larger than the 60000 training images"),
+    ({"train_limit": 100, "global_batch_size": 256}, "smaller than one global batch"),
+    ({"test_limit": 0}, "test limit must be >= 1"),
+    ({"warmup_epochs": 3, "num_epochs": 2}, "exceed the 2 epochs"),
+    ({"threads_per_worker": 1.5}, "must be an integer"),
+])
+def test_bad_config_is_one_clear_line(kwargs, fragment):
+    with pytest.raises(UserError, match=fragment) as raised:
+        TrainConfig(**kwargs)
+    assert "\n" not in str(raised.value)
+
+
+def test_derived_values_are_computed_once_from_the_config():
+    config = TrainConfig(num_workers=2, global_batch_size=255, train_limit=1000)
+    assert config.batch_sizes_per_worker == (128, 127)
+    assert config.batch_size_per_worker == 128
+    assert config.steps_per_epoch == 3  # the partial last batch is dropped
+    assert TrainConfig(**config.to_dict()) == config
+
+
+@pytest.mark.parametrize("total, shards", [(255, 2), (256, 2), (10, 3), (7, 7), (1000, 16)])
+def test_shards_cover_everything_once_and_differ_by_at_most_one(total, shards):
+    bounds = [shard_bounds(total, shards, rank) for rank in range(shards)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == total
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [stop - start for start, stop in bounds]
+    assert max(sizes) - min(sizes) <= 1

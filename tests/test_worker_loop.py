@@ -1,0 +1,61 @@
+"""The worker loop in one process (world size 1): no Ray, real data."""
+
+import math
+
+import pytest
+import torch
+
+from orchestrator.config import TrainConfig
+from orchestrator.worker import STATUS_DIVERGED, run_training
+
+CPU = torch.device("cpu")
+
+
+def _train(config, dataset, resume_from=None):
+    reports = []
+    history = run_training(config, dataset, device=CPU, resume_from=resume_from,
+                           report=lambda metrics, state, hist: reports.append((metrics, state, list(hist))))
+    return history, reports
+
+
+def test_learns_on_real_data(fashion_mnist_small):
+    config = TrainConfig(global_batch_size=64, lr=0.5, num_epochs=2, train_limit=8192, test_limit=1000)
+    history, _ = _train(config, fashion_mnist_small)
+    assert [row["epoch"] for row in history] == [1, 2]
+    assert history[-1]["test_acc"] > 0.5  # chance is 0.1
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    row = history[-1]
+    assert row["steps_per_epoch"] == 128 and row["global_batch_size"] == 64
+    assert row["samples_per_s"] == pytest.approx(128 * 64 / row["epoch_time_s"])
+
+
+def test_divergence_stops_at_once_and_says_so(fashion_mnist_small):
+    config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048, test_limit=100)
+    history, reports = _train(config, fashion_mnist_small)
+    assert len(history) == 1 and history[0]["status"] == STATUS_DIVERGED
+    assert math.isnan(history[0]["train_loss"])
+    assert len(reports) == 1
+
+
+def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(fashion_mnist_small):
+    config = TrainConfig(global_batch_size=128, lr=0.3, num_epochs=2, train_limit=1024, test_limit=100)
+    _, full = _train(config, fashion_mnist_small)
+    first_only = TrainConfig(**{**config.to_dict(), "num_epochs": 1})
+    _, partial = _train(first_only, fashion_mnist_small)
+    _, state_after_1, history_after_1 = partial[-1]
+    _, resumed = _train(config, fashion_mnist_small, resume_from=(state_after_1, history_after_1))
+    assert len(resumed) == 1  # only epoch 2 ran again
+    metrics, state, history = resumed[-1]
+    assert metrics["epoch"] == 2 and [row["epoch"] for row in history] == [1, 2]
+    for name, tensor in full[-1][1]["model"].items():
+        assert torch.equal(tensor, state["model"][name]), name
+
+
+def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
+    seen = []
+    config = TrainConfig(global_batch_size=256, lr=0.4, num_epochs=3, warmup_epochs=2,
+                         train_limit=1024, test_limit=100)
+    run_training(config, fashion_mnist_small, device=CPU,
+                 report=lambda metrics, state, hist: seen.append(state["optimizer"]["param_groups"][0]["lr"]))
+    # 4 steps per epoch, 8 warm-up steps: the lr after step s is 0.4 * s / 8.
+    assert seen == [pytest.approx(0.2), pytest.approx(0.4), pytest.approx(0.4)]
