@@ -8,6 +8,7 @@ Prints one line per epoch and ends with the book's line, for example
 
 import dataclasses
 import sys
+import time
 
 import ray
 import ray.train
@@ -28,7 +29,9 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--batch-size", type=int, default=256,
                         help="global batch size, split across the workers")
     parser.add_argument("--lr", type=float, default=0.2, help="learning rate")
-    parser.add_argument("--name", default="train", help="run name in the Ray storage")
+    parser.add_argument("--name", default=None,
+                        help="run name in the Ray storage (default: model, workers and time); "
+                             "the name of an earlier run resumes it from its last checkpoint")
     add_training_args(parser)
     add_cluster_args(parser)
     return parser.parse_args(argv)
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
               f"per worker, lr {config.lr}, {config.steps_per_epoch} steps/epoch, "
               f"{config.num_train_examples} train / {config.num_test_examples} test images")
         try:
-            result = run_trial(config, ray.put(dataset), name=args.name,
+            name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
+            result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=args.storage, max_failures=args.max_failures,
                                callbacks=[EpochPrinter(config.num_epochs)])
         except ray.train.TrainingFailedError as error:

@@ -140,3 +140,114 @@ def require_int(value, what: str, *, minimum: int) -> None:
         raise UserError(f"{what} must be an integer, got {value!r}")
     if value < minimum:
         raise UserError(f"{what} must be >= {minimum}, got {value}")
+
+
+BATCH_SCALINGS = ("global", "per-worker")
+LR_SCALINGS = ("none", "linear")
+SCHEDULERS = ("fifo", "asha")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """A grid over workers x batch size x learning rate, the book's exercises."""
+
+    model: str = "lenet"
+    sync: str = "scratch"
+    workers: tuple[int, ...] = (1, 2)
+    """Worker counts to try (the book's `num_gpus`)."""
+    batch_sizes: tuple[int, ...] = (256,)
+    """Batch sizes b; what b means is set by `batch_scaling`."""
+    lrs: tuple[float, ...] = (0.2,)
+    """Base learning rates; the effective one is set by `lr_scaling`."""
+    batch_scaling: str = "global"
+    """`global`: the global batch is b whatever k (13.5's experiment).
+    `per-worker`: each worker gets b, the global batch is k*b (13.5, exercise 1)."""
+    lr_scaling: str = "none"
+    """`linear`: lr = base_lr * global_batch / b (Goyal et al., 2017); `none`: lr = base_lr."""
+    warmup_epochs: int = 0
+    num_epochs: int = 10
+    seed: int = 0
+    train_limit: int | None = None
+    test_limit: int | None = None
+    threads_per_worker: int = 1
+    use_gpu: bool = False
+    scheduler: str = "fifo"
+    """`asha` stops trials early whose test accuracy lags (by epoch)."""
+    max_failures: int = 2
+    """Worker-group restarts per trial before it is marked failed."""
+
+    def __post_init__(self):
+        for name, values in (("workers", self.workers), ("batch sizes", self.batch_sizes),
+                             ("learning rates", self.lrs)):
+            if not values:
+                raise UserError(f"the list of {name} is empty")
+            if len(set(values)) != len(values):
+                raise UserError(f"the list of {name} repeats a value: {list(values)}")
+        if self.batch_scaling not in BATCH_SCALINGS:
+            raise UserError(f"unknown batch scaling {self.batch_scaling!r}; choose one of "
+                            f"{', '.join(BATCH_SCALINGS)}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise UserError(f"unknown lr scaling {self.lr_scaling!r}; choose one of "
+                            f"{', '.join(LR_SCALINGS)}")
+        if self.scheduler not in SCHEDULERS:
+            raise UserError(f"unknown scheduler {self.scheduler!r}; choose one of "
+                            f"{', '.join(SCHEDULERS)}")
+        require_int(self.max_failures, "max failures", minimum=0)
+        self.grid()  # every grid point is a valid TrainConfig, or this raises
+
+    def grid(self) -> list["GridPoint"]:
+        """One point per (workers, batch size, lr), with its derived values."""
+        points = []
+        for num_workers in self.workers:
+            for batch_size in self.batch_sizes:
+                for base_lr in self.lrs:
+                    global_batch_size = (batch_size if self.batch_scaling == "global"
+                                         else num_workers * batch_size)
+                    lr = (base_lr * global_batch_size / batch_size if self.lr_scaling == "linear"
+                          else base_lr)
+                    points.append(GridPoint(batch_size=batch_size, base_lr=base_lr,
+                                            train=TrainConfig(
+                        model=self.model, sync=self.sync, num_workers=num_workers,
+                        global_batch_size=global_batch_size, lr=lr, num_epochs=self.num_epochs,
+                        seed=self.seed, train_limit=self.train_limit, test_limit=self.test_limit,
+                        threads_per_worker=self.threads_per_worker, use_gpu=self.use_gpu,
+                        warmup_epochs=self.warmup_epochs)))
+        return points
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "SweepConfig":
+        """The inverse of `to_dict` (JSON turns tuples into lists); unknown keys are an error."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"unknown sweep option(s): {', '.join(unknown)}")
+        return cls(**{key: tuple(value) if isinstance(value, list) else value
+                      for key, value in values.items()})
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One trial of a sweep: the run's config and the grid values it came from."""
+
+    batch_size: int
+    """The grid's b (global or per worker, as the sweep's batch scaling says)."""
+    base_lr: float
+    train: TrainConfig
+
+
+PRESETS: dict[str, dict] = {
+    # 13.5's experiment: LeNet, batch 256 and lr 0.2 kept as the workers go 1 -> 2.
+    "d2l-13.5": dict(model="lenet", workers=(1, 2), batch_sizes=(256,), lrs=(0.2,),
+                     batch_scaling="global", num_epochs=10),
+    # 13.5's exercises 1 and 2: the batch per worker fixed (global k*b), an lr grid
+    # per worker count. workers=None: 1, 2, 4, ... up to what the cluster holds.
+    "scaling": dict(model="lenet", workers=None, batch_sizes=(64, 256), lrs=(0.05, 0.1, 0.2, 0.4),
+                    batch_scaling="per-worker", num_epochs=5),
+    # 13.6: ResNet-18, batch 256 per GPU, lr 0.1 on one GPU scaled linearly (0.2 on two).
+    "d2l-13.6": dict(model="resnet18", workers=(1, 2), batch_sizes=(256,), lrs=(0.1,),
+                     batch_scaling="per-worker", lr_scaling="linear", num_epochs=10),
+}
+DEFAULT_PRESET = "d2l-13.5"

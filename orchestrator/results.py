@@ -1,0 +1,222 @@
+"""Aggregate a sweep's trials into tables, files and plots.
+
+Input: one row per (trial, epoch) as reported by the workers, and one row per
+trial with its grid values and how it ended. Output: `trials.csv`,
+`epochs.csv`, `report.md` and three PNG plots, each written atomically.
+"""
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.progress import book_line
+
+FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
+
+# Trials that share these differ only in the number of workers: the 1-worker
+# one is the baseline of the others' speedup. `batch_size` is the grid's b,
+# global or per worker as `batch_scaling` says.
+SCALING_GROUP = ["model", "sync", "batch_scaling", "batch_size", "base_lr"]
+# The tuning playbook's method: within each cell of the studied parameters,
+# the learning rate is the nuisance parameter to optimise over.
+ISOLATION_CELL = ["model", "sync", "batch_scaling", "num_workers", "batch_size"]
+
+PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png")
+
+
+def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial: its grid values, derived values, outcome and speed.
+
+    `trials` holds the grid values and derived values of each trial plus
+    `status` and `error`; `epochs` holds what the workers reported.
+    """
+    per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
+        epochs_run=("epoch", "max"),
+        final_test_acc=("test_acc", "last"),
+        best_test_acc=("test_acc", "max"),
+        final_train_loss=("train_loss", "last"),
+        mean_epoch_time_s=("epoch_time_s", "mean"),
+        # The median ignores a first epoch slowed by warm-up effects.
+        samples_per_s=("samples_per_s", "median"),
+        total_sync_time_s=("sync_time_s", "sum"),
+        total_epoch_time_s=("epoch_time_s", "sum"),
+        last_status=("status", "last"),
+    )
+    per_trial["sync_share"] = per_trial.pop("total_sync_time_s") / per_trial.pop("total_epoch_time_s")
+    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left")
+    summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
+    summary["status"] = [_status(row) for row in summary.itertuples()]
+    return _with_speedup(summary).sort_values(
+        [*SCALING_GROUP, "num_workers"]).reset_index(drop=True)
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Workers against time per epoch, throughput, speedup and efficiency."""
+    columns = [*SCALING_GROUP, "num_workers", "global_batch_size", "mean_epoch_time_s",
+               "samples_per_s", "sync_share", "speedup", "efficiency"]
+    return summary[summary["status"] != FAILED][columns].reset_index(drop=True)
+
+
+def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """For each (workers, batch) cell, the best learning rate and whether it
+    sits on the edge of the range searched (then the range was too narrow)."""
+    rows = []
+    for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
+        searched = sorted(group["base_lr"].unique())
+        usable = group[group["status"].isin([FINISHED, STOPPED_EARLY])].dropna(
+            subset=["final_test_acc"])
+        row = dict(zip(ISOLATION_CELL, cell))
+        row["lrs_searched"] = " ".join(f"{lr:g}" for lr in searched)
+        if usable.empty:
+            row.update(best_base_lr=math.nan, best_lr=math.nan, best_final_test_acc=math.nan,
+                       on_edge="no usable trial")
+        else:
+            best = usable.loc[usable["final_test_acc"].idxmax()]
+            row.update(best_base_lr=best["base_lr"], best_lr=best["lr"],
+                       best_final_test_acc=best["final_test_acc"],
+                       on_edge=_edge_flag(best["base_lr"], searched))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame, *,
+                  title_lines: list[str]) -> dict[str, Path]:
+    """Write every result file into `out_dir`; returns their paths by name.
+
+    `summary` is what `summarize_trials` made of the trials and `epochs`.
+    """
+    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "report.md", *PLOT_FILES)}
+    write_atomically(paths["trials.csv"], lambda path: summary.to_csv(path, index=False))
+    write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
+    report = render_report(summary, epochs, title_lines=title_lines)
+    write_atomically(paths["report.md"], lambda path: path.write_text(report))
+    _plot_all(summary, epochs, paths)
+    return paths
+
+
+def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str]) -> str:
+    lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
+             "The book's line for each trial (time per epoch is training only).", ""]
+    for row in summary.itertuples():
+        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
+                 f"({row.batch_scaling}), lr {row.lr:g}")
+        outcome = (book_line(history.to_dict("records")) if len(history)
+                   else f"no epoch finished: {row.error}")
+        lines.append(f"- {label}: {outcome} [{row.status}]")
+    lines += ["", "## Scaling", "",
+              "Speedup is throughput (samples/s) against the 1-worker trial with the same "
+              "model, sync, batch and lr; efficiency is speedup / workers.", "",
+              markdown_table(scaling_table(summary)), "",
+              "## Learning rate per (workers, batch)", "",
+              "The best base lr of each cell by final test accuracy; `on_edge` flags a best "
+              "value at the end of the range searched, where a wider range may do better.", "",
+              markdown_table(isolation_table(summary)), "",
+              "## Files", "", *[f"- `{name}`" for name in
+                                ("trials.csv", "epochs.csv", *PLOT_FILES)], ""]
+    return "\n".join(lines)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(no rows)"
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            if math.isnan(value):
+                return ""
+            return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+        return str(value)
+
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = ["| " + " | ".join(cell(value) for value in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Write to a temporary sibling, then rename: a reader never sees half a file."""
+    temporary = path.with_name(f".{path.name}.partial{path.suffix}")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def _status(row) -> str:
+    if isinstance(row.error, str) and row.error:
+        return FAILED
+    if row.last_status == DIVERGED:
+        return DIVERGED
+    if row.epochs_run < row.num_epochs:
+        return STOPPED_EARLY
+    return FINISHED
+
+
+def _with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    baselines = (summary[(summary["num_workers"] == 1) & (summary["status"] != FAILED)]
+                 .set_index(SCALING_GROUP)["samples_per_s"])
+    keys = pd.MultiIndex.from_frame(summary[SCALING_GROUP])
+    summary = summary.copy()
+    summary["speedup"] = summary["samples_per_s"].to_numpy() / baselines.reindex(keys).to_numpy()
+    summary["efficiency"] = summary["speedup"] / summary["num_workers"]
+    return summary
+
+
+def _edge_flag(best: float, searched: list[float]) -> str:
+    if len(searched) == 1:
+        return "only one lr searched"
+    if best == searched[0]:
+        return "yes (lowest)"
+    if best == searched[-1]:
+        return "yes (highest)"
+    return "no"
+
+
+def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path]) -> None:
+    # Imported here: matplotlib is slow to import and only needed for the files.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    def save(figure, name: str) -> None:
+        figure.tight_layout()
+        write_atomically(paths[name], lambda path: figure.savefig(path, dpi=120, format="png"))
+        plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for row in summary.itertuples():
+        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        axes.plot(history["epoch"], history["test_acc"], marker="o",
+                  label=f"{row.num_workers}w b={row.batch_size} lr={row.lr:g}")
+    axes.set(xlabel="epoch", ylabel="test acc", title="Test accuracy per epoch (the book's animator)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    save(figure, "test_acc_by_epoch.png")
+
+    figure, axes = plt.subplots(figsize=(6, 4.5))
+    measured = summary.dropna(subset=["speedup"])
+    for key, group in measured.groupby(SCALING_GROUP):
+        group = group.sort_values("num_workers")
+        axes.plot(group["num_workers"], group["speedup"], marker="o",
+                  label=f"b={key[3]} ({key[2]}) lr={key[4]:g}")
+    max_workers = int(summary["num_workers"].max())
+    axes.plot([1, max_workers], [1, max_workers], "k--", label="ideal (linear)")
+    axes.set(xlabel="workers", ylabel="speedup (throughput)", title="Speedup against 1 worker")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    save(figure, "speedup.png")
+
+    figure, axes = plt.subplots(figsize=(6, 4.5))
+    for (num_workers, batch_size), group in summary.groupby(["num_workers", "batch_size"]):
+        group = group.sort_values("base_lr")
+        axes.plot(group["base_lr"], group["final_test_acc"], marker="o",
+                  label=f"{num_workers} workers, b={batch_size}")
+    axes.set(xscale="log", xlabel="base learning rate", ylabel="final test acc",
+             title="Test accuracy against learning rate")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    save(figure, "test_acc_vs_lr.png")

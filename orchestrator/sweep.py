@@ -1,0 +1,159 @@
+"""The sweep: one Ray Tune trial per grid point, each fitting a TorchTrainer.
+
+Two levels, named for where they run: `tune_trial` is the per-trial driver
+(a Tune function that builds and fits a TorchTrainer, forwarding every epoch
+to Tune with `TuneReportCallback`); the workers run `worker.train_loop_per_worker`.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import ray
+from ray import tune
+from ray.tune.integration.ray_train import TuneReportCallback
+from ray.tune.schedulers import ASHAScheduler
+
+from orchestrator.cluster import Cluster
+from orchestrator.config import GridPoint, SweepConfig, TrainConfig
+from orchestrator.progress import book_line
+from orchestrator.trial import resources_per_worker, run_trial
+
+EXPERIMENT_NAME = "sweep"
+# What each epoch row of epochs.csv keeps of a worker's report.
+EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
+                 "samples_per_s", "sync_time_s", "num_workers", "global_batch_size",
+                 "batch_size_per_worker", "lr", "sync", "model", "device", "devices", "status"]
+TRAIN_RUNS_DIR = "train-runs"
+# The per-trial driver only waits on its TorchTrainer: it reserves memory but no
+# CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
+# request, and any CPU fraction would leave 1.99 CPUs for two 1-CPU workers.)
+TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
+
+
+def max_concurrent_trials(sweep: SweepConfig, cluster: Cluster) -> int:
+    """How many trials run at once: as many of the largest as the cluster holds.
+
+    Each trial's workers reserve their CPUs (and GPUs) through Ray Train; the
+    Tune trial itself reserves nothing, so no trial waits on a slot that its
+    own driver holds.
+    """
+    largest = max(point.train.num_workers for point in sweep.grid())
+    capacity = cluster.max_workers(resources_per_worker(sweep.grid()[0].train))
+    return max(1, capacity // largest)
+
+
+def require_room(sweep: SweepConfig, cluster: Cluster) -> None:
+    """Reject, before anything runs, a grid point the cluster can never hold."""
+    for point in sweep.grid():
+        cluster.require_room(point.train.num_workers, resources_per_worker(point.train),
+                             what=f"the grid point with {point.train.num_workers} workers")
+
+
+def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
+    """One Tune trial: fit the TorchTrainer of one grid point."""
+    point = config["point"]
+    context = tune.get_context()
+    run_trial(TrainConfig(**point["train"]), data_refs[0],
+              # The Train run is named after the trial: when a resumed sweep
+              # re-runs an unfinished trial, Ray Train resumes it from its
+              # last epoch checkpoint instead of starting over.
+              name=context.get_trial_id(),
+              storage_path=str(Path(config["storage"]) / TRAIN_RUNS_DIR),
+              max_failures=config["max_failures"], callbacks=[TuneReportCallback()])
+
+
+class TrialLinePrinter(tune.Callback):
+    """One line as each trial ends: the book's line, or why it did not finish."""
+
+    def __init__(self):
+        self.histories: dict[str, list[dict]] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.histories.setdefault(trial.trial_id, []).append(result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        history = self.histories.get(trial.trial_id)
+        if history:
+            status = history[-1].get("status")
+            print(f"trial {trial.trial_id} done: {book_line(history)}"
+                  + (" (diverged)" if status == "diverged" else ""), flush=True)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        print(f"trial {trial.trial_id} failed: see {trial.path}", flush=True)
+
+
+def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path,
+              max_concurrent: int, resume: bool) -> tune.ResultGrid:
+    """Run (or resume) the sweep's Tune experiment and return its results."""
+    # The data goes to the trials as a ref inside a list, so that Tune ships
+    # the ref, not a second copy of the data set, to every trial.
+    trainable = tune.with_resources(tune.with_parameters(tune_trial, data_refs=[data_ref]),
+                                    TRIAL_DRIVER_RESOURCES)
+    experiment_path = storage_path / EXPERIMENT_NAME
+    if resume:
+        # Finished trials are kept; unfinished and errored ones run again, and
+        # each resumes from its own last checkpoint.
+        tuner = tune.Tuner.restore(str(experiment_path), trainable,
+                                   resume_unfinished=True, resume_errored=True)
+    else:
+        scheduler = (ASHAScheduler(time_attr="epoch", metric="test_acc", mode="max",
+                                   max_t=sweep.num_epochs, grace_period=1)
+                     if sweep.scheduler == "asha" else None)
+        tuner = tune.Tuner(
+            trainable,
+            param_space={
+                "point": tune.grid_search([_point_to_dict(point, sweep.batch_scaling)
+                                           for point in sweep.grid()]),
+                "storage": str(storage_path),
+                "max_failures": sweep.max_failures,
+            },
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=max_concurrent, scheduler=scheduler,
+                # Trial folders named by trial id alone: short paths, and the id
+                # is what the result files use to name a trial.
+                trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
+            run_config=tune.RunConfig(
+                name=EXPERIMENT_NAME, storage_path=str(storage_path),
+                # Retries happen inside a trial (Ray Train restarts its workers
+                # from the last checkpoint); a trial that still fails stays failed.
+                failure_config=tune.FailureConfig(max_failures=0),
+                callbacks=[TrialLinePrinter()]))
+    return tuner.fit()
+
+
+def _trial_id(trial) -> str:
+    return trial.trial_id
+
+
+def _point_to_dict(point: GridPoint, batch_scaling: str) -> dict:
+    return {"batch_size": point.batch_size, "base_lr": point.base_lr,
+            "batch_scaling": batch_scaling, "train": point.train.to_dict()}
+
+
+def collect(result_grid: tune.ResultGrid) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
+    trial_rows, epoch_frames = [], []
+    for result in result_grid:
+        point = result.config["point"]
+        train = TrainConfig(**point["train"])
+        trial_id = Path(result.path).name  # see trial_dirname_creator below
+        trial_rows.append({
+            "trial_id": trial_id, "model": train.model, "sync": train.sync,
+            "num_workers": train.num_workers, "batch_size": point["batch_size"],
+            "batch_scaling": point["batch_scaling"], "base_lr": point["base_lr"], "lr": train.lr,
+            "global_batch_size": train.global_batch_size,
+            "batch_size_per_worker": train.batch_size_per_worker,
+            "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
+            "error": _one_line(result.error) if result.error else "",
+        })
+        history = result.metrics_dataframe
+        if history is not None and "epoch" in history:
+            epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
+    epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
+              else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
+    return pd.DataFrame(trial_rows), epochs
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up everything the project needs, idempotently: Fashion-MNIST from
+# Debian's package where apt is available, and a virtual environment in .venv
+# with the project installed in editable mode (with its test dependencies).
+# Re-running it is cheap: the environment is rebuilt only when pyproject.toml changes.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's dataset-fashion-mnist"
+    apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null
+  else
+    echo "setup: no Debian data package (needs apt and root); the first run downloads" \
+         "Fashion-MNIST with torchvision, or pass --data-dir"
+  fi
+fi
+
+stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -e "$stamp" ]; then
+  if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c "import ensurepip" 2>/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+  fi
+  echo "setup: creating $VENV and installing the project (torch is large: minutes on first run)"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e '.[test]'
+  rm -f "$VENV"/.installed-*
+  touch "$stamp"
+fi
