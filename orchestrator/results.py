@@ -141,8 +141,11 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     """Write to a temporary sibling, then rename: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.partial{path.suffix}")
-    write(temporary)
-    os.replace(temporary, path)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _status(row) -> str:

@@ -1,0 +1,44 @@
+"""What every benchmark shares: its one result line, and where results are kept.
+
+A benchmark prints `BENCH {json}` once, and appends the same record to
+bench/results/<name>.jsonl; `bench/report.py` builds docs/BENCHMARKS.md from
+those files, so the table is regenerated, never typed.
+"""
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores, {cpu}"
+
+
+def emit(name: str, command: str, figures: dict) -> dict:
+    record = {"benchmark": name, "date": datetime.date.today().isoformat(), "machine": machine(),
+              "command": command, **figures}
+    print("BENCH " + json.dumps(record), flush=True)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    with open(RESULTS_DIR / f"{name}.jsonl", "a") as results:
+        results.write(json.dumps(record) + "\n")
+    return record
+
+
+def command_line() -> str:
+    return " ".join(["python", *sys.argv])
+
+
+def median(values) -> float:
+    return statistics.median(values)

@@ -1,0 +1,68 @@
+"""Benchmark 1: time per epoch of one of our 2-worker trials against plain torchrun.
+
+The same LeNet training (data, epochs, batch, one thread per process, DDP)
+as `torchrun --nproc-per-node 2 bench/torchrun_lenet.py` and as a trial of
+ours, run alternately so that both see the same machine; figure: the ratio of
+median epoch times, ours / torchrun (target <= 1.03).
+
+    python bench/ray_overhead.py [--rounds 3 --epochs 3]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ray
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import command_line, emit, median  # noqa: E402
+
+from orchestrator import data  # noqa: E402
+from orchestrator.config import TrainConfig  # noqa: E402
+from orchestrator.trial import run_trial  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def torchrun_epoch_times(epochs: int, batch_size: int, train_limit: int | None) -> list[float]:
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    limit = ["--train-limit", str(train_limit)] if train_limit else []
+    run = subprocess.run([torchrun, "--nproc-per-node", "2", os.path.join(HERE, "torchrun_lenet.py"),
+                          "--epochs", str(epochs), "--batch-size", str(batch_size), *limit],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = next(l for l in run.stdout.splitlines() if l.startswith("EPOCH_TIMES "))
+    return json.loads(line.split(" ", 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--train-limit", type=int, default=None)
+    args = parser.parse_args()
+    config = TrainConfig(model="lenet", num_workers=2, global_batch_size=args.batch_size, lr=0.2,
+                         num_epochs=args.epochs, sync="ddp", train_limit=args.train_limit,
+                         test_limit=1000)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
+    ours, theirs = [], []
+    with tempfile.TemporaryDirectory() as storage:
+        for round_index in range(args.rounds):
+            theirs += torchrun_epoch_times(args.epochs, args.batch_size, args.train_limit)
+            result = run_trial(config, data_ref, name=f"overhead-{round_index}", storage_path=storage)
+            ours += [row["epoch_time_s"] for row in result.return_value]
+    ray.shutdown()
+    emit("ray_overhead", command_line(), {
+        "epochs_measured_each": len(ours),
+        "torchrun_epoch_s": median(theirs), "ours_epoch_s": median(ours),
+        "ratio_ours_over_torchrun": median(ours) / median(theirs), "target": "<= 1.03",
+    })
+
+
+if __name__ == "__main__":
+    main()

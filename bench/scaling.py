@@ -1,0 +1,63 @@
+"""Benchmark 2: throughput of 1 against 2 workers (one thread each), weak and strong scaling.
+
+Weak: the per-worker batch is fixed (128), so 2 workers step on 256.
+Strong: the global batch is fixed (256), so 2 workers get 128 each.
+Figure: throughput speedup (samples/s, 2 workers / 1 worker) and efficiency
+(speedup / 2). The limit is 2.0 on two cores; targets: weak >= 1.85,
+strong >= 1.7. Trials run one at a time, alternating, so both see the same machine.
+
+    python bench/scaling.py [--rounds 2 --epochs 2 --sync bucketed]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+import ray
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import command_line, emit, median  # noqa: E402
+
+from orchestrator import data  # noqa: E402
+from orchestrator.config import TrainConfig  # noqa: E402
+from orchestrator.trial import run_trial  # noqa: E402
+
+PER_WORKER_BATCH = 128
+GLOBAL_BATCH = 256
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--sync", default="bucketed")
+    parser.add_argument("--train-limit", type=int, default=30_720)
+    args = parser.parse_args()
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
+    runs = {  # (name, workers, global batch)
+        "weak_1": (1, PER_WORKER_BATCH), "weak_2": (2, 2 * PER_WORKER_BATCH),
+        "strong_1": (1, GLOBAL_BATCH), "strong_2": (2, GLOBAL_BATCH),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    with tempfile.TemporaryDirectory() as storage:
+        for round_index in range(args.rounds):
+            for name, (workers, batch) in runs.items():
+                config = TrainConfig(model="lenet", num_workers=workers, global_batch_size=batch,
+                                     lr=0.2, num_epochs=args.epochs, sync=args.sync,
+                                     train_limit=args.train_limit, test_limit=1000)
+                result = run_trial(config, data_ref, name=f"{name}-{round_index}", storage_path=storage)
+                rates[name] += [row["samples_per_s"] for row in result.return_value]
+    ray.shutdown()
+    figures = {"sync": args.sync}
+    for kind, target in (("weak", 1.85), ("strong", 1.7)):
+        one, two = median(rates[f"{kind}_1"]), median(rates[f"{kind}_2"])
+        figures.update({f"{kind}_1w_samples_per_s": one, f"{kind}_2w_samples_per_s": two,
+                        f"{kind}_speedup": two / one, f"{kind}_efficiency": two / one / 2,
+                        f"{kind}_target": f">= {target}"})
+    emit("scaling", command_line(), figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Faults injected for real: a training worker killed mid-epoch, a sweep
+driver interrupted and resumed, a learning rate that diverges."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+
+from conftest import REPO
+
+SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
+
+
+def _popen(script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-u", str(REPO / "experiments" / script), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            start_new_session=True)
+
+
+def _read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: list[str]) -> str:
+    """Read the process's output line by line until a line matches `pattern`."""
+    deadline = time.monotonic() + timeout_s
+    for line in process.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
+        assert time.monotonic() < deadline, f"no line matched {pattern!r}:\n{''.join(seen[-40:])}"
+    raise AssertionError(f"output ended before {pattern!r}:\n{''.join(seen[-40:])}")
+
+
+def _training_worker_pids() -> list[int]:
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in listing.splitlines() if "ray::RayTrainWorker" in line]
+
+
+def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
+    process = _popen("train.py", "--workers", "2", "--epochs", "3", "--lr", "0.2",
+                     "--max-failures", "2", "--storage", str(tmp_path), *SMALL)
+    seen: list[str] = []
+    try:
+        _read_until(process, r"epoch 1/3:", 240, seen)
+        time.sleep(0.5)  # into epoch 2
+        victims = _training_worker_pids()
+        assert victims, "no Ray Train worker process found"
+        os.kill(victims[-1], signal.SIGKILL)
+        final = _read_until(process, r"^test acc: ", 300, seen)
+        assert process.wait(timeout=60) == 0, "".join(seen[-40:])
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = "".join(seen)
+    # Each epoch is reported exactly once, across the restart.
+    assert [int(n) for n in re.findall(r"epoch (\d)/3:", output)] == [1, 2, 3], output[-3000:]
+    assert "on 2 workers [cpu, cpu]" in final
+    checkpoints = sorted(tmp_path.glob("*/checkpoint_*"))
+    history = json.loads((checkpoints[-1] / "history.json").read_text())
+    assert [row["epoch"] for row in history] == [1, 2, 3]
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+    out_dir = tmp_path / "out"
+    args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--out", str(out_dir)]
+    process = _popen("sweep.py", *args)
+    seen: list[str] = []
+    try:
+        first_done = _read_until(process, r"trial (\S+) done: test acc", 300, seen)
+        finished_trial = re.search(r"trial (\S+) done", first_done).group(1)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+    resumed = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), *args, "--resume"],
+                             capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert f"trial {finished_trial} done" not in output  # kept, not re-run
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert len(trials) == 2 and (trials["status"] == "finished").all()
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert sorted(epochs.groupby("trial_id")["epoch"].apply(list).tolist()) == [[1, 2], [1, 2]]
+    assert not list(out_dir.glob(".*partial*"))

@@ -1,0 +1,120 @@
+"""experiments/sweep.py as a user runs it: embedded Ray, an attached head, bad input."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import free_port, run_script
+from orchestrator.results import PLOT_FILES
+
+SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
+
+
+def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFrame:
+    for name in ("trials.csv", "epochs.csv", "report.md", "sweep.json", *PLOT_FILES):
+        assert (out_dir / name).stat().st_size > 0, name
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert len(trials) == num_trials and trials["trial_id"].is_unique
+    assert (trials["status"] == "finished").all(), trials[["trial_id", "status", "error"]]
+    one_worker = trials[trials["num_workers"] == 1]
+    assert len(one_worker) and (one_worker["speedup"] == 1.0).all()
+    assert trials["speedup"].notna().all()
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert len(epochs) == num_trials * trials["num_epochs"].iloc[0]
+    report = (out_dir / "report.md").read_text()
+    assert len(re.findall(r"test acc: \d\.\d\d, [\d.]+ sec/epoch on \d workers?", report)) == num_trials
+    assert "## Scaling" in report and "## Learning rate per (workers, batch)" in report
+    assert str(out_dir / "report.md") in stdout
+    return trials
+
+
+def test_small_sweep_on_an_embedded_ray(tmp_path):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--workers", "1,2", "--lr", "0.1,0.2", *SMALL,
+                     "--out", str(out_dir))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Ray dashboard: http://127.0.0.1:" in run.stdout
+    trials = _assert_complete_results(out_dir, 4, run.stdout)
+    assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
+    assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
+
+
+def test_sweep_attached_to_a_running_head(tmp_path):
+    port = free_port()
+    env = {**os.environ}
+    env.pop("RAY_ADDRESS", None)
+    # --block keeps the head in the foreground: stopping this one process
+    # stops that cluster, and only it (`ray stop` would stop every Ray here).
+    head = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
+         f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}",
+         f"--temp-dir={tmp_path / 'ray-tmp'}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                             capture_output=True).returncode != 0:
+            assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+            time.sleep(1)
+        out_dir = tmp_path / "out"
+        run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
+                         "--lr", "0.2", *SMALL, "--out", str(out_dir), env=env)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert f"Ray cluster at 127.0.0.1:{port}: 1 node(s), 2 CPUs" in run.stdout
+        _assert_complete_results(out_dir, 2, run.stdout)
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--lr", "0.1,,x"], "--lr: '' is not a number"),
+    (["--workers", "1,two"], "--workers: 'two' is not an integer"),
+    (["--lr", "0.1,inf"], "--lr: 'inf' is not a finite number"),
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--model", "vgg"], "unknown model 'vgg'"),
+    (["--sync", "ring"], "unknown sync 'ring'"),
+    (["--scheduler", "pbt"], "invalid choice: 'pbt'"),
+    (["--workers", "0,1"], "number of workers must be >= 1"),
+    (["--workers", "4", "--batch-size", "2"], "smaller than the 4 workers"),
+    (["--lr", "-0.1"], "learning rate must be a finite number > 0"),
+    (["--epochs", "0"], "epochs must be >= 1"),
+    (["--train-limit", "70000"], "larger than the 60000 training images"),
+    (["--train-limit", "100"], "smaller than one global batch (256)"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", *args, "--out", str(out_dir), timeout_s=60)
+    assert run.returncode == 2, run.stderr
+    assert fragment in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not out_dir.exists()  # nothing written, nothing started
+
+
+def test_out_folders_are_never_mixed(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("someone else's")
+    run = run_script("sweep.py", "--out", str(foreign), timeout_s=60)
+    assert run.returncode == 2 and "not empty and holds no sweep of ours" in run.stderr
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+    run = run_script("sweep.py", "--out", str(tmp_path / "nothing"), "--resume", timeout_s=60)
+    assert run.returncode == 2 and "nothing to resume in" in run.stderr
+
+
+def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
+    started = time.monotonic()
+    run = run_script("sweep.py", "--workers", "1,64", "--out", str(tmp_path / "out"), timeout_s=120)
+    assert run.returncode == 2, run.stderr
+    assert re.search(r"the grid point with 64 workers needs 64 workers of \{1 CPU\} each, but the "
+                     r"embedded local Ray: 1 node\(s\), \d+ CPUs, 0 GPUs can hold at most \d+",
+                     run.stderr), run.stderr
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "out").exists()
