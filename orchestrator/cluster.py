@@ -101,7 +101,13 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
         try:
             context = ray.init(address=address)
         except ConnectionError as error:
-            raise UserError(f"cannot attach to the Ray cluster at {address}: {error}")
+            hint = ""
+            if not os.environ.get("RAY_AUTH_MODE"):
+                # Ray sends its token only to a cluster it found by itself
+                # (`auto`), never to an address it was given, unless told to.
+                hint = ("; if the cluster uses token authentication (Ray's default), set "
+                        "RAY_AUTH_MODE=token with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
+            raise UserError(f"cannot attach to the Ray cluster at {address}: {error}{hint}")
     dashboard = context.dashboard_url
     return Cluster(
         address=address,

@@ -57,7 +57,7 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     # Each epoch is reported exactly once, across the restart.
     assert [int(n) for n in re.findall(r"epoch (\d)/3:", output)] == [1, 2, 3], output[-3000:]
     assert "on 2 workers [cpu, cpu]" in final
-    checkpoints = sorted(tmp_path.glob("*/checkpoint_*"))
+    checkpoints = sorted(path for path in tmp_path.glob("*/checkpoint_*") if path.is_dir())
     history = json.loads((checkpoints[-1] / "history.json").read_text())
     assert [row["epoch"] for row in history] == [1, 2, 3]
 

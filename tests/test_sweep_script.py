@@ -48,13 +48,14 @@ def test_sweep_attached_to_a_running_head(tmp_path):
     port = free_port()
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
+    # Ray sends its auth token to an address it was given only when told to.
+    env["RAY_AUTH_MODE"] = "token"
     # --block keeps the head in the foreground: stopping this one process
     # stops that cluster, and only it (`ray stop` would stop every Ray here).
     head = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
          f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}",
-         f"--temp-dir={tmp_path / 'ray-tmp'}"],
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -1,0 +1,58 @@
+"""Benchmark 4: the fixed cost of a sweep trial, and where it goes.
+
+A sweep of N tiny trials (1 worker, one short epoch each, one trial at a
+time): wall time minus the trials' training time, per trial (target <= 8 s).
+The cost is split into what happens inside a trial but outside training
+(worker group start, process group, data, checkpoints: the trial function's
+own time minus its epochs) and what Tune adds around the trials.
+
+    python bench/sweep_overhead.py [--trials 4]
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import command_line, emit, median  # noqa: E402
+
+from orchestrator import cluster as ray_cluster  # noqa: E402
+from orchestrator import data  # noqa: E402
+from orchestrator.config import SweepConfig  # noqa: E402
+from orchestrator.sweep import collect, run_sweep  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=4)
+    args = parser.parse_args()
+    lrs = tuple(0.1 * (index + 1) for index in range(args.trials))
+    sweep = SweepConfig(workers=(1,), batch_sizes=(64,), lrs=lrs, num_epochs=1,
+                        train_limit=640, test_limit=100)
+    ray_cluster.connect(None)
+    data_ref = ray.put(data.load(train_limit=640, test_limit=100))
+    with tempfile.TemporaryDirectory() as storage:
+        started = time.monotonic()
+        result_grid = run_sweep(sweep, data_ref, storage_path=Path(storage), max_concurrent=1,
+                                resume=False)
+        wall_s = time.monotonic() - started
+        trials, epochs = collect(result_grid)
+        trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
+    ray.shutdown()
+    training_s = epochs["epoch_time_s"].sum()
+    emit("sweep_overhead", command_line(), {
+        "trials": len(trials), "wall_s": wall_s, "training_s": training_s,
+        "fixed_cost_per_trial_s": (wall_s - training_s) / len(trials),
+        "inside_trial_outside_training_s": median(trial_function_s) - median(epochs["epoch_time_s"]),
+        "tune_around_trials_per_trial_s": (wall_s - sum(trial_function_s)) / len(trials),
+        "target": "<= 8 s per trial",
+    })
+
+
+if __name__ == "__main__":
+    main()
