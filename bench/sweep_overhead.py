@@ -41,7 +41,7 @@ def main() -> None:
         result_grid = run_sweep(sweep, data_ref, storage_path=Path(storage), max_concurrent=1,
                                 resume=False)
         wall_s = time.monotonic() - started
-        trials, epochs = collect(result_grid)
+        trials, epochs = collect(result_grid, sweep)
         trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
     ray.shutdown()
     training_s = epochs["epoch_time_s"].sum()

@@ -26,8 +26,10 @@ from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PR
 from orchestrator.errors import UserError
 from orchestrator.results import isolation_table, markdown_table, scaling_table, summarize_trials, write_results
 from orchestrator.rundir import check_out_dir, claim_out_dir
-from orchestrator.sweep import collect, max_concurrent_trials, require_room, run_sweep
+from orchestrator.sweep import collect, is_complete, max_concurrent_trials, require_room, run_sweep
 from orchestrator.trial import resources_per_worker
+
+EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
 
 
 def parse_args(argv: list[str] | None):
@@ -93,7 +95,10 @@ def sweep_from_args(args) -> SweepConfig:
         **options, sync=args.sync, seed=args.seed, train_limit=args.train_limit,
         test_limit=args.test_limit, threads_per_worker=args.threads_per_worker,
         warmup_epochs=args.warmup_epochs, scheduler=args.scheduler,
-        max_failures=args.max_failures)
+        max_failures=args.max_failures, sync_batchnorm=args.sync_batchnorm,
+        bucket_cap_mb=args.bucket_cap_mb,
+        # Checked optimistically here and again once the cluster says whether it has GPUs.
+        use_gpu=args.use_gpu != "no")
 
 
 def workers_up_to(capacity: int) -> tuple[int, ...]:
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         result_grid = run_sweep(sweep, ray.put(dataset), storage_path=storage,
                                 max_concurrent=concurrent, resume=args.resume)
-        trials, epochs = collect(result_grid)
+        trials, epochs = collect(result_grid, sweep)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
@@ -154,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\nScaling\n" + markdown_table(scaling_table(summary)))
         print("\nLearning rate per (workers, batch)\n" + markdown_table(isolation_table(summary)))
         print("\nResults:\n" + "\n".join(f"  {path}" for path in paths.values()))
+        if not is_complete(result_grid, sweep):
+            print("\nThe sweep was interrupted: run the same command with --resume to "
+                  "finish it (finished trials are kept).", file=sys.stderr)
+            return EXIT_INTERRUPTED
         return 0
     finally:
         ray.shutdown()

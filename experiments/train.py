@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         model=args.model, num_workers=args.workers, global_batch_size=args.batch_size,
         lr=args.lr, num_epochs=args.epochs, sync=args.sync, seed=args.seed,
         train_limit=args.train_limit, test_limit=args.test_limit,
-        threads_per_worker=args.threads_per_worker, use_gpu=args.use_gpu == "yes",
+        threads_per_worker=args.threads_per_worker,
+        # Checked optimistically here and again once the cluster says whether it has GPUs.
+        use_gpu=args.use_gpu != "no",
         sync_batchnorm=args.sync_batchnorm, warmup_epochs=args.warmup_epochs,
         bucket_cap_mb=args.bucket_cap_mb)
     require_int(args.max_failures, "--max-failures", minimum=0)

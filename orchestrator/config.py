@@ -105,6 +105,9 @@ class TrainConfig:
                 )
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
+        if self.sync_batchnorm and not self.use_gpu:
+            raise UserError("synchronised BatchNorm needs GPU workers: torch's SyncBatchNorm "
+                            "does not run on CPUs")
 
     @property
     def num_train_examples(self) -> int:
@@ -171,6 +174,8 @@ class SweepConfig:
     test_limit: int | None = None
     threads_per_worker: int = 1
     use_gpu: bool = False
+    sync_batchnorm: bool = False
+    bucket_cap_mb: float = 25.0
     scheduler: str = "fifo"
     """`asha` stops trials early whose test accuracy lags (by epoch)."""
     max_failures: int = 2
@@ -211,6 +216,7 @@ class SweepConfig:
                         global_batch_size=global_batch_size, lr=lr, num_epochs=self.num_epochs,
                         seed=self.seed, train_limit=self.train_limit, test_limit=self.test_limit,
                         threads_per_worker=self.threads_per_worker, use_gpu=self.use_gpu,
+                        sync_batchnorm=self.sync_batchnorm, bucket_cap_mb=self.bucket_cap_mb,
                         warmup_epochs=self.warmup_epochs)))
         return points
 

@@ -15,6 +15,7 @@ import pandas as pd
 from orchestrator.progress import book_line
 
 FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
+INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
 
 # Trials that share these differ only in the number of workers: the 1-worker
 # one is the baseline of the others' speedup. `batch_size` is the grid's b,
@@ -30,8 +31,9 @@ PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png")
 def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     """One row per trial: its grid values, derived values, outcome and speed.
 
-    `trials` holds the grid values and derived values of each trial plus
-    `status` and `error`; `epochs` holds what the workers reported.
+    `trials` holds the grid values and derived values of each trial, its
+    `error` (empty if none) and `early_stopping` (whether a scheduler may have
+    stopped it); `epochs` holds what the workers reported.
     """
     per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
         epochs_run=("epoch", "max"),
@@ -154,7 +156,7 @@ def _status(row) -> str:
     if row.last_status == DIVERGED:
         return DIVERGED
     if row.epochs_run < row.num_epochs:
-        return STOPPED_EARLY
+        return STOPPED_EARLY if row.early_stopping else INTERRUPTED
     return FINISHED
 
 

@@ -130,21 +130,26 @@ def _point_to_dict(point: GridPoint, batch_scaling: str) -> dict:
             "batch_scaling": batch_scaling, "train": point.train.to_dict()}
 
 
-def collect(result_grid: tune.ResultGrid) -> tuple[pd.DataFrame, pd.DataFrame]:
+def collect(result_grid: tune.ResultGrid, sweep: SweepConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
+    grid = sweep.grid()
     trial_rows, epoch_frames = [], []
     for result in result_grid:
-        point = result.config["point"]
-        train = TrainConfig(**point["train"])
         trial_id = Path(result.path).name  # see trial_dirname_creator below
+        # A grid search numbers its trials in grid order (`<experiment>_00003`);
+        # the point comes from there because a trial that never started (the
+        # sweep was interrupted first) has no config in its result.
+        point = grid[int(trial_id.rsplit("_", 1)[1])]
+        train = point.train
         trial_rows.append({
             "trial_id": trial_id, "model": train.model, "sync": train.sync,
-            "num_workers": train.num_workers, "batch_size": point["batch_size"],
-            "batch_scaling": point["batch_scaling"], "base_lr": point["base_lr"], "lr": train.lr,
+            "num_workers": train.num_workers, "batch_size": point.batch_size,
+            "batch_scaling": sweep.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
             "global_batch_size": train.global_batch_size,
             "batch_size_per_worker": train.batch_size_per_worker,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
             "error": _one_line(result.error) if result.error else "",
+            "early_stopping": sweep.scheduler != "fifo",
         })
         history = result.metrics_dataframe
         if history is not None and "epoch" in history:
@@ -152,6 +157,15 @@ def collect(result_grid: tune.ResultGrid) -> tuple[pd.DataFrame, pd.DataFrame]:
     epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
               else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
     return pd.DataFrame(trial_rows), epochs
+
+
+def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
+    """Whether every grid point's trial ended (finished, stopped or failed).
+
+    Tune creates trials as slots free up, so an interrupted sweep may hold
+    fewer trials than the grid has points.
+    """
+    return result_grid.num_terminated + result_grid.num_errors == len(sweep.grid())
 
 
 def _one_line(error: BaseException) -> str:

@@ -22,6 +22,7 @@ from orchestrator.errors import UserError
     ({"test_limit": 0}, "test limit must be >= 1"),
     ({"warmup_epochs": 3, "num_epochs": 2}, "exceed the 2 epochs"),
     ({"threads_per_worker": 1.5}, "must be an integer"),
+    ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:

@@ -71,7 +71,10 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path
         first_done = _read_until(process, r"trial (\S+) done: test acc", 300, seen)
         finished_trial = re.search(r"trial (\S+) done", first_done).group(1)
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        code = process.wait(timeout=120)
+        rest = process.stdout.read()
+        assert code == 130, "".join(seen[-30:]) + rest[-3000:]  # interrupted, and says how to resume
+        assert "--resume" in rest
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)

@@ -37,6 +37,7 @@ def _recorded() -> tuple[pd.DataFrame, pd.DataFrame]:
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 3, "error": error,
+        "early_stopping": True,
     } for trial_id, workers, batch, lr, error in TRIALS])
     epochs = pd.DataFrame([{
         "trial_id": trial_id, "epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": acc,
@@ -58,6 +59,13 @@ def test_statuses(summary):
     assert summary.loc["t4-lr0.2", "status"] == "failed"
     assert summary.loc["t4-lr0.2", "epochs_run"] == 0
     assert summary.loc["t2-b512", "status"] == "stopped early"
+
+
+def test_without_early_stopping_an_unfinished_trial_was_interrupted():
+    trials, epochs = _recorded()
+    summary = summarize_trials(trials.assign(early_stopping=False), epochs).set_index("trial_id")
+    assert summary.loc["t2-b512", "status"] == "interrupted"
+    assert summary.loc["t1-lr0.2", "status"] == "finished"
 
 
 def test_speedup_is_throughput_against_the_matching_one_worker_trial(summary):
