@@ -23,6 +23,7 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit  # noqa: E402
 
+from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
@@ -55,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    ray_cluster.connect(None)
     dataset = data.load()
     dataset_mb = sum(array.nbytes for array in vars(dataset).values()) / MB
     data_ref = ray.put(dataset)

@@ -20,6 +20,7 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
+from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
@@ -48,7 +49,7 @@ def main() -> None:
     config = TrainConfig(model="lenet", num_workers=2, global_batch_size=args.batch_size, lr=0.2,
                          num_epochs=args.epochs, sync="ddp", train_limit=args.train_limit,
                          test_limit=1000)
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    ray_cluster.connect(None)
     data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
     ours, theirs = [], []
     with tempfile.TemporaryDirectory() as storage:

@@ -19,6 +19,7 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
+from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--sync", default="bucketed")
     parser.add_argument("--train-limit", type=int, default=30_720)
     args = parser.parse_args()
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    ray_cluster.connect(None)
     data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
     runs = {  # (name, workers, global batch)
         "weak_1": (1, PER_WORKER_BATCH), "weak_2": (2, 2 * PER_WORKER_BATCH),

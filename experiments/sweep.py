@@ -10,6 +10,7 @@ Writes trials.csv, epochs.csv, report.md and plots into --out.
 
 import dataclasses
 import datetime
+import json
 import math
 import sys
 import time
@@ -34,6 +35,9 @@ EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
 
 def parse_args(argv: list[str] | None):
     parser = OneLineParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", metavar="FILE",
+                        help="a JSON file of sweep options instead of a preset and the grid and "
+                             "training options (a previous sweep's sweep.json works too)")
     parser.add_argument("--preset", default=DEFAULT_PRESET,
                         help=f"starting point for the grid: {', '.join(PRESETS)} "
                              f"(default {DEFAULT_PRESET}); the options below override it")
@@ -57,7 +61,32 @@ def parse_args(argv: list[str] | None):
     add_cluster_args(parser)
     # Presets decide these unless given: None means "not given".
     parser.set_defaults(model=None, epochs=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.config:
+        # The file is the whole sweep: an option given beside it would be ignored.
+        clashes = [action.option_strings[0] for action in parser._actions
+                   if action.dest in SWEEP_OPTION_DESTS
+                   and getattr(args, action.dest) != parser.get_default(action.dest)]
+        if clashes:
+            parser.error(f"--config holds the whole sweep; put {', '.join(clashes)} in the file")
+    return args
+
+
+# Command-line options that --config replaces (cluster, output and data location stay).
+SWEEP_OPTION_DESTS = {"preset", "workers", "batch_size", "lr", "batch_scaling", "lr_scaling",
+                      "scheduler", "model", "sync", "epochs", "seed", "use_gpu",
+                      "threads_per_worker", "sync_batchnorm", "warmup_epochs", "bucket_cap_mb",
+                      "train_limit", "test_limit", "max_failures"}
+
+
+def sweep_from_file(path: str) -> SweepConfig:
+    try:
+        values = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"--config {path}: unreadable or not JSON ({error})")
+    if isinstance(values, dict) and set(values) == {"sweep", "storage"}:
+        values = values["sweep"]  # a previous sweep's sweep.json
+    return SweepConfig.from_dict(values, source=path)
 
 
 def parse_list(text: str, option: str, kind: type) -> tuple:
@@ -115,8 +144,9 @@ def workers_up_to(capacity: int) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Everything the user typed is checked before the cluster is touched.
-    sweep = sweep_from_args(args)
-    workers_from_cluster = args.workers is None and PRESETS[args.preset]["workers"] is None
+    sweep = sweep_from_file(args.config) if args.config else sweep_from_args(args)
+    workers_from_cluster = (not args.config and args.workers is None
+                            and PRESETS[args.preset]["workers"] is None)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UserError(f"--max-concurrent-trials must be >= 1, got {args.max_concurrent_trials}")
     out_dir = Path(args.out or f"results/{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -134,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(cluster.describe())
         if cluster.dashboard_url:
             print(f"Ray dashboard: {cluster.dashboard_url}")
-        if stored is None:
+        if stored is None and not args.config:
             sweep = dataclasses.replace(sweep, use_gpu=resolve_use_gpu(args.use_gpu, cluster.num_gpus))
             if workers_from_cluster:
                 capacity = cluster.max_workers(resources_per_worker(sweep.grid()[0].train))

@@ -30,24 +30,6 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def allreduce_bucketed_(tensors: list[torch.Tensor], *, bucket_cap_bytes: int) -> None:
-    """Sum each tensor over all workers, a few large messages instead of one per tensor.
-
-    Tensors are packed into flat buffers of at most `bucket_cap_bytes` (a
-    tensor larger than the cap gets a bucket of its own), each buffer is
-    reduced in one call, and the sums are copied back. Fewer, larger
-    messages pay the per-call latency once per bucket rather than once per
-    tensor: the book's exercise 3 of 13.5.
-    """
-    if get_world_size() == 1:
-        return
-    for bucket in _buckets(tensors, bucket_cap_bytes):
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        for tensor, reduced in zip(bucket, flat.split([t.numel() for t in bucket])):
-            tensor.copy_(reduced.view_as(tensor))
-
-
 def broadcast_(tensors: Iterable[torch.Tensor], *, src: int = 0) -> None:
     """Overwrite each tensor on every worker with worker `src`'s values."""
     if get_world_size() == 1:
@@ -66,12 +48,16 @@ def gather_strings(value: str) -> list[str]:
     return gathered
 
 
-def _buckets(tensors: Iterable[torch.Tensor], cap_bytes: int) -> Iterator[list[torch.Tensor]]:
+def flat_buckets(tensors: Iterable[torch.Tensor], cap_bytes: int) -> Iterator[list[torch.Tensor]]:
+    """Consecutive groups of tensors of one dtype and at most `cap_bytes` together.
+
+    A tensor larger than the cap gets a group of its own.
+    """
     bucket: list[torch.Tensor] = []
     size = 0
     for tensor in tensors:
         nbytes = tensor.numel() * tensor.element_size()
-        # A new bucket also starts at a dtype change: torch.cat needs one dtype.
+        # A new bucket also starts at a dtype change: a flat buffer has one dtype.
         if bucket and (size + nbytes > cap_bytes or tensor.dtype != bucket[0].dtype):
             yield bucket
             bucket, size = [], 0

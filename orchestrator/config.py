@@ -6,6 +6,8 @@ cluster, so a typo costs a one-line error rather than a started trial.
 
 import dataclasses
 import math
+import types
+import typing
 from dataclasses import dataclass
 
 from orchestrator.data import TEST_SIZE, TRAIN_SIZE, shard_bounds
@@ -224,14 +226,41 @@ class SweepConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "SweepConfig":
-        """The inverse of `to_dict` (JSON turns tuples into lists); unknown keys are an error."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+    def from_dict(cls, values: dict, *, source: str = "sweep options") -> "SweepConfig":
+        """Build from JSON values (lists for tuples), as `to_dict` writes them.
+
+        Unknown keys and values of the wrong type are a `UserError` naming them.
+        """
+        if not isinstance(values, dict):
+            raise UserError(f"{source}: expected an object of sweep options, "
+                            f"got {type(values).__name__}")
+        fields = {field.name: field.type for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise UserError(f"unknown sweep option(s): {', '.join(unknown)}")
-        return cls(**{key: tuple(value) if isinstance(value, list) else value
-                      for key, value in values.items()})
+            raise UserError(f"{source}: unknown option(s) {', '.join(unknown)}; the known ones "
+                            f"are {', '.join(fields)}")
+        typed = {key: _typed(value, fields[key], f"{source}: {key}") for key, value in values.items()}
+        try:
+            return cls(**typed)
+        except UserError as error:
+            raise UserError(f"{source}: {error}") from None
+
+
+def _typed(value, annotation, what: str):
+    """`value` checked against a field's annotation; JSON lists become tuples."""
+    if typing.get_origin(annotation) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{what} must be a list, got {value!r}")
+        item_type = typing.get_args(annotation)[0]
+        return tuple(_typed(item, item_type, what) for item in value)
+    if isinstance(annotation, types.UnionType):  # `int | None`
+        if value is None:
+            return None
+        (annotation,) = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    accepted = (int, float) if annotation is float else annotation
+    if isinstance(value, bool) and annotation is not bool or not isinstance(value, accepted):
+        raise UserError(f"{what} must be {annotation.__name__}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

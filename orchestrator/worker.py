@@ -133,7 +133,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
             status = STATUS_DIVERGED
             break
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        sync.zero_grad()
         loss_sum += losses.detach().sum()
         num_correct += (logits.detach().argmax(dim=1) == y).sum()
         num_steps += 1

@@ -5,8 +5,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import free_port
-from orchestrator.collectives import (allreduce_, allreduce_bucketed_, broadcast_, gather_strings,
-                                      get_rank, get_world_size)
+from torch import nn
+
+from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
+                                      get_world_size)
+from orchestrator.sync import BucketedSync, ScratchSync
 
 
 def _tensors_of(rank: int) -> list[torch.Tensor]:
@@ -21,15 +24,30 @@ def _two_process_body(rank: int, port: int, results) -> None:
         plain = _tensors_of(rank)
         for tensor in plain:
             allreduce_(tensor)
-        bucketed = _tensors_of(rank)
-        allreduce_bucketed_(bucketed, bucket_cap_bytes=64)  # forces several buckets
+        # A model whose gradients are 1 (rank 0) and 2 (rank 1) everywhere;
+        # a 64-byte cap forces several buckets.
+        bucketed_model = _model_with_gradient(rank, BucketedSync, bucket_cap_mb=64 / 2**20)
+        bucketed = [p.grad.clone() for p in bucketed_model.parameters()]
+        scratch = [p.grad.clone() for p in _model_with_gradient(rank, ScratchSync).parameters()]
         weights = [torch.full((5,), float(rank)), torch.full((2, 2), 10.0 + rank)]
         broadcast_(weights)
         results[rank] = {"rank": get_rank(), "world": get_world_size(), "plain": plain,
-                         "bucketed": bucketed, "broadcast": weights,
+                         "bucketed": bucketed, "scratch": scratch, "broadcast": weights,
                          "devices": gather_strings(f"dev{rank}")}
     finally:
         dist.destroy_process_group()
+
+
+def _model_with_gradient(rank: int, strategy, **options) -> nn.Module:
+    """A small model after backward and `strategy`'s sync: every gradient was rank + 1."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    sync = strategy(model, torch.device("cpu"), **options)
+    for step in range(2):  # the second step checks that zero_grad keeps the sync working
+        sync.zero_grad()
+        # d(sum(w * c))/dw = c for every parameter w
+        sum((p * (rank + 1.0)).sum() for p in model.parameters()).backward()
+        sync.synchronize()
+    return model
 
 
 def test_helpers_on_two_gloo_processes():
@@ -41,10 +59,12 @@ def test_helpers_on_two_gloo_processes():
     for rank in (0, 1):
         got = results[rank]
         assert (got["rank"], got["world"]) == (rank, 2)
-        for name in ("plain", "bucketed"):
-            for tensor, expected in zip(got[name], expected_sums):
-                assert tensor.dtype == expected.dtype
-                assert torch.equal(tensor, expected), (name, tensor, expected)
+        for tensor, expected in zip(got["plain"], expected_sums):
+            assert tensor.dtype == expected.dtype
+            assert torch.equal(tensor, expected), (tensor, expected)
+        for name in ("bucketed", "scratch"):
+            assert len(got[name]) == 4
+            assert all(torch.equal(grad, torch.full_like(grad, 3.0)) for grad in got[name]), name
         assert torch.equal(got["broadcast"][0], torch.zeros(5))
         assert torch.equal(got["broadcast"][1], torch.full((2, 2), 10.0))
         assert got["devices"] == ["dev0", "dev1"]
@@ -56,7 +76,15 @@ def test_helpers_are_the_identity_without_a_process_group():
     tensors = _tensors_of(0)
     originals = [t.clone() for t in tensors]
     assert allreduce_(tensors[0]) is tensors[0]
-    allreduce_bucketed_(tensors, bucket_cap_bytes=64)
     broadcast_(tensors)
     assert all(torch.equal(a, b) for a, b in zip(tensors, originals))
     assert gather_strings("cpu") == ["cpu"]
+
+
+def test_flat_buckets_respect_the_cap_and_the_dtype():
+    tensors = _tensors_of(0)  # 48, 40, 16 (float64) and 4000 bytes
+    assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=100)] == [2, 1, 1]
+    assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=10_000)] == [2, 1, 1]
+    assert [len(bucket) for bucket in flat_buckets(tensors[:2], cap_bytes=10_000)] == [2]
+    # A tensor larger than the cap gets a bucket of its own.
+    assert [len(bucket) for bucket in flat_buckets(tensors[3:], cap_bytes=8)] == [1]

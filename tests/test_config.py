@@ -7,6 +7,7 @@ from orchestrator.data import shard_bounds
 from orchestrator.errors import UserError
 
 
+@pytest.mark.reliability(fault="invalid run config", lost="nothing")
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"model": "vgg"}, "unknown model 'vgg'"),
     ({"sync": "ring"}, "unknown sync 'ring'"),

@@ -40,6 +40,7 @@ def _gz(folder, name):
     return path
 
 
+@pytest.mark.reliability(fault="a truncated data file", lost="nothing")
 def test_truncated_file_names_the_file_and_the_fix(data_copy):
     path = _gz(data_copy, "train-labels-idx1-ubyte")
     path.write_bytes(path.read_bytes()[:1000])
@@ -49,6 +50,7 @@ def test_truncated_file_names_the_file_and_the_fix(data_copy):
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.reliability(fault="a data file with wrong contents", lost="nothing")
 def test_wrong_contents_fail_the_checksum(data_copy):
     path = _gz(data_copy, "t10k-labels-idx1-ubyte")
     payload = bytearray(gzip.decompress(path.read_bytes()))
@@ -58,6 +60,7 @@ def test_wrong_contents_fail_the_checksum(data_copy):
         data.load(data_copy)
 
 
+@pytest.mark.reliability(fault="a missing data file", lost="nothing")
 def test_missing_file_in_a_named_folder_is_named(data_copy):
     _gz(data_copy, "t10k-images-idx3-ubyte").unlink()
     with pytest.raises(UserError, match=r"missing t10k-images-idx3-ubyte\.gz"):

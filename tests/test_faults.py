@@ -1,5 +1,5 @@
 """Faults injected for real: a training worker killed mid-epoch, a sweep
-driver interrupted and resumed, a learning rate that diverges."""
+driver interrupted and resumed. (Divergence: tests/test_worker_loop.py.)"""
 
 import json
 import os
@@ -10,6 +10,7 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 
 from conftest import REPO
 
@@ -38,6 +39,9 @@ def _training_worker_pids() -> list[int]:
     return [int(line.split()[0]) for line in listing.splitlines() if "ray::RayTrainWorker" in line]
 
 
+@pytest.mark.reliability(
+    fault="a training worker SIGKILLed in the middle of an epoch",
+    lost="the partial epoch, recomputed from the last epoch checkpoint; each epoch is reported once")
 def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     process = _popen("train.py", "--workers", "2", "--epochs", "3", "--lr", "0.2",
                      "--max-failures", "2", "--storage", str(tmp_path), *SMALL)
@@ -62,6 +66,9 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     assert [row["epoch"] for row in history] == [1, 2, 3]
 
 
+@pytest.mark.reliability(
+    fault="the sweep driver interrupted (SIGINT) mid-sweep, then --resume",
+    lost="nothing finished; unfinished trials continue from their last epoch checkpoint")
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     out_dir = tmp_path / "out"
     args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--out", str(out_dir)]

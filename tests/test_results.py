@@ -116,6 +116,9 @@ def test_every_file_is_written_with_the_books_lines(tmp_path, summary):
     assert not list(tmp_path.glob(".*partial*"))
 
 
+@pytest.mark.reliability(
+    fault="a result file write interrupted half way",
+    lost="nothing: the previous complete file stays")
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
     target = tmp_path / "trials.csv"
     target.write_text("old, complete\n")

@@ -74,6 +74,7 @@ def test_sweep_attached_to_a_running_head(tmp_path):
         head.wait(timeout=60)
 
 
+@pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
 @pytest.mark.parametrize("args, fragment", [
     (["--lr", "0.1,,x"], "--lr: '' is not a number"),
     (["--workers", "1,two"], "--workers: 'two' is not an integer"),
@@ -98,6 +99,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     assert not out_dir.exists()  # nothing written, nothing started
 
 
+@pytest.mark.reliability(
+    fault="sweep.py: --out holding someone else's files; --resume with nothing to resume",
+    lost="nothing")
 def test_out_folders_are_never_mixed(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -110,6 +114,7 @@ def test_out_folders_are_never_mixed(tmp_path):
     assert run.returncode == 2 and "nothing to resume in" in run.stderr
 
 
+@pytest.mark.reliability(fault="sweep.py: a grid point the cluster can never hold", lost="nothing")
 def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     started = time.monotonic()
     run = run_script("sweep.py", "--workers", "1,64", "--out", str(tmp_path / "out"), timeout_s=120)
@@ -119,3 +124,31 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
                      run.stderr), run.stderr
     assert time.monotonic() - started < 60
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.reliability(fault="sweep.py: a config file with unknown keys or wrong types")
+@pytest.mark.parametrize("contents, fragment", [
+    ('{"workers": [1, 2], "learning_rate": [0.1]}', "unknown option(s) learning_rate"),
+    ('{"workers": "1,2"}', "workers must be a list, got '1,2'"),
+    ('{"lrs": [0.1, "fast"]}', "lrs must be float, got 'fast'"),
+    ('{"num_epochs": 2.5}', "num_epochs must be int, got 2.5"),
+    ('{"workers": [1, 2]', "unreadable or not JSON"),
+    ('{"lrs": [0.1, -1.0]}', "learning rate must be a finite number > 0"),
+])
+def test_bad_config_file_is_one_line_and_exit_2(tmp_path, contents, fragment):
+    config = tmp_path / "sweep-options.json"
+    config.write_text(contents)
+    run = run_script("sweep.py", "--config", str(config), "--out", str(tmp_path / "out"),
+                     timeout_s=60)
+    assert run.returncode == 2, run.stderr
+    assert fragment in run.stderr and str(config) in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_file_is_the_whole_sweep(tmp_path):
+    config = tmp_path / "sweep-options.json"
+    config.write_text('{"workers": [1]}')
+    run = run_script("sweep.py", "--config", str(config), "--lr", "0.1", timeout_s=60)
+    assert run.returncode == 2
+    assert "--config holds the whole sweep; put --lr in the file" in run.stderr

@@ -21,6 +21,7 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     assert float(match.group(1)) > 0.4  # chance is 0.1
 
 
+@pytest.mark.reliability(fault="train.py bad input", lost="nothing")
 @pytest.mark.parametrize("args, fragment", [
     (["--model", "alexnet"], "unknown model 'alexnet'"),
     (["--sync", "ring"], "unknown sync 'ring'"),
@@ -41,6 +42,9 @@ def test_bad_input_is_one_line_and_exit_2_before_any_worker(args, fragment):
     assert run.stdout == ""
 
 
+@pytest.mark.reliability(
+    fault="train.py: more workers than the cluster can ever hold",
+    lost="nothing")
 def test_more_workers_than_the_cluster_can_ever_hold():
     run = run_script("train.py", "--workers", "64", "--epochs", "1", timeout_s=120)
     assert run.returncode == 2

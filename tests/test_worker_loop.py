@@ -29,6 +29,9 @@ def test_learns_on_real_data(fashion_mnist_small):
     assert row["samples_per_s"] == pytest.approx(256 * 32 / row["epoch_time_s"])
 
 
+@pytest.mark.reliability(
+    fault="a learning rate that diverges (lr 50)",
+    lost="nothing: the run stops at the first non-finite gradient, marked diverged")
 def test_divergence_stops_at_once_and_says_so(fashion_mnist_small):
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048, test_limit=100)
     history, reports = _train(config, fashion_mnist_small)
