@@ -64,6 +64,10 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
         local_step(model)
         grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
         scratch, bucketed = ScratchSync(model, cpu), BucketedSync(model, cpu, bucket_cap_mb=25)
+        flat = torch.zeros(grad_bytes // 4)
+        # gloo's own time for one message of this size: its latency floor,
+        # which small gradient sets like LeNet's cannot beat.
+        gloo_same_size_s = _timed(lambda: dist.all_reduce(flat), repeats)
         scratch_s = _timed(scratch.synchronize, repeats)
         bucketed_s = _timed(bucketed.synchronize, repeats)
         step_repeats = max(3, repeats // (4 if name == "resnet18" else 1))
@@ -74,6 +78,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
         results[name] = {
             "num_params": sum(p.numel() for p in model.parameters()),
             "grad_MB": grad_bytes / 1e6,
+            "gloo_same_size_ms": gloo_same_size_s * 1e3,
             "scratch_ms": scratch_s * 1e3, "bucketed_ms": bucketed_s * 1e3,
             "scratch_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, scratch_s),
             "bucketed_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, bucketed_s),
