@@ -18,10 +18,9 @@ from pathlib import Path
 
 import ray
 
-from orchestrator import cluster as ray_cluster
 from orchestrator import data
 from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args,
-                              exits_2_on_user_error, resolve_use_gpu)
+                              connect_and_describe, exits_2_on_user_error, resolve_use_gpu)
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
                                  SweepConfig)
 from orchestrator.errors import UserError
@@ -158,12 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         storage = Path(args.storage).resolve() if args.storage else out_dir / "ray"
     dataset = data.load(args.data_dir, train_limit=sweep.train_limit, test_limit=sweep.test_limit)
 
-    cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
-                                  dashboard_host=args.dashboard_host)
+    cluster = connect_and_describe(args)
     try:
-        print(cluster.describe())
-        if cluster.dashboard_url:
-            print(f"Ray dashboard: {cluster.dashboard_url}")
         if stored is None and not args.config:
             sweep = dataclasses.replace(sweep, use_gpu=resolve_use_gpu(args.use_gpu, cluster.num_gpus))
             if workers_from_cluster:

@@ -13,10 +13,9 @@ import time
 import ray
 import ray.train
 
-from orchestrator import cluster as ray_cluster
 from orchestrator import data
 from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args,
-                              exits_2_on_user_error, resolve_use_gpu)
+                              connect_and_describe, exits_2_on_user_error, resolve_use_gpu)
 from orchestrator.config import TrainConfig, require_int
 from orchestrator.progress import EpochPrinter, book_line
 from orchestrator.trial import resources_per_worker, run_trial
@@ -53,12 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     require_int(args.max_failures, "--max-failures", minimum=0)
     dataset = data.load(args.data_dir, train_limit=args.train_limit, test_limit=args.test_limit)
 
-    cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
-                                  dashboard_host=args.dashboard_host)
+    cluster = connect_and_describe(args)
     try:
-        print(cluster.describe())
-        if cluster.dashboard_url:
-            print(f"Ray dashboard: {cluster.dashboard_url}")
         config = dataclasses.replace(config, use_gpu=resolve_use_gpu(args.use_gpu, cluster.num_gpus))
         cluster.require_room(config.num_workers, resources_per_worker(config))
         print(f"{config.model}, {config.num_workers} worker(s) on "

@@ -9,6 +9,7 @@ import functools
 import sys
 from collections.abc import Callable
 
+from orchestrator import cluster as ray_cluster
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -78,3 +79,13 @@ def resolve_use_gpu(choice: str, num_gpus: float) -> bool:
     if choice == "auto":
         return num_gpus >= 1
     return choice == "yes"
+
+
+def connect_and_describe(args: argparse.Namespace) -> ray_cluster.Cluster:
+    """Attach to `--address` / RAY_ADDRESS or start an embedded Ray, and say which."""
+    cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
+                                  dashboard_host=args.dashboard_host)
+    print(cluster.describe())
+    if cluster.dashboard_url:
+        print(f"Ray dashboard: {cluster.dashboard_url}")
+    return cluster
