@@ -17,6 +17,7 @@ from orchestrator.errors import UserError
 
 REACHABILITY_TIMEOUT_S = 5.0
 LOCAL_DASHBOARD_HOST = "127.0.0.1"
+DEFAULT_DASHBOARD_PORT = 8265
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,7 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
             num_cpus: int | None = None) -> Cluster:
     """Attach to `address`, or start an embedded Ray when it is None."""
     if address is None:
-        # Loopback only by default: the dashboard can submit jobs, which run code.
-        context = ray.init(address="local", include_dashboard=True,
-                           dashboard_host=dashboard_host, num_cpus=num_cpus)
+        context = _start_embedded(dashboard_host, num_cpus)
     else:
         check_reachable(address)
         try:
@@ -113,3 +112,33 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
         address=address,
         dashboard_url=f"http://{dashboard}" if dashboard else None,
         node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]))
+
+
+def _start_embedded(dashboard_host: str, num_cpus: int | None):
+    """Start a local Ray whose processes know which dashboard is theirs.
+
+    Ray Train's placement-group cleaner asks the State API, every second,
+    whether the Train controller is alive. Unless told otherwise, Ray finds
+    the State API through /tmp/ray/ray_current_cluster, which names the last
+    cluster `ray start` made on this machine, not this one. When that cluster
+    is gone, every fit waits 12 s for a timeout at the end; when it is alive,
+    it answers "no such actor" and the cleaner removes the placement group of
+    healthy workers. So the dashboard's port is chosen here and every process
+    of this job is told it (RAY_API_SERVER_ADDRESS).
+    """
+    dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
+    api_server_url = f"http://127.0.0.1:{dashboard_port}"
+    # Loopback only by default: the dashboard can submit jobs, which run code.
+    return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host,
+                    dashboard_port=dashboard_port, num_cpus=num_cpus,
+                    runtime_env={"env_vars": {"RAY_API_SERVER_ADDRESS": api_server_url}})
+
+
+def free_local_port(preferred: int | None = None) -> int:
+    """`preferred` if nothing listens on it on this machine, else a free port."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", preferred or 0))
+        except OSError:
+            probe.bind(("", 0))
+        return probe.getsockname()[1]

@@ -109,6 +109,9 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
+                # A trial's driver process outlives its trial and runs the next
+                # one: the process start and the torch import are paid once.
+                reuse_actors=True,
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),

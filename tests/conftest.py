@@ -1,6 +1,5 @@
 """Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -8,21 +7,16 @@ from pathlib import Path
 import pytest
 import ray
 
-from orchestrator import data
+from orchestrator import cluster, data
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray, started once and stopped by its own handle.
-
-    With its dashboard: Ray Train's clean-up actor asks the State API, which
-    the dashboard serves, for the controller's state.
-    """
-    context = ray.init(address="local", num_cpus=2, include_dashboard=True,
-                       dashboard_host="127.0.0.1", dashboard_port=free_port())
-    yield context
+    """A real local Ray, started once, the way the scripts start their embedded
+    one, and stopped by its own handle."""
+    yield cluster.connect(None, num_cpus=2)
     ray.shutdown()
 
 
@@ -30,12 +24,6 @@ def ray_session():
 def fashion_mnist_small() -> data.FashionMNIST:
     """The first 8,192 training and 1,000 test images of the real data set."""
     return data.load(train_limit=8192, test_limit=1000)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:

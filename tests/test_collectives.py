@@ -3,10 +3,9 @@
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from conftest import free_port
 from torch import nn
 
+from orchestrator.cluster import free_local_port
 from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
                                       get_world_size)
 from orchestrator.sync import BucketedSync, ScratchSync
@@ -53,7 +52,7 @@ def _model_with_gradient(rank: int, strategy, **options) -> nn.Module:
 def test_helpers_on_two_gloo_processes():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_two_process_body, args=(free_port(), results), nprocs=2)
+        mp.spawn(_two_process_body, args=(free_local_port(), results), nprocs=2)
         results = dict(results)
     expected_sums = [a + b for a, b in zip(_tensors_of(0), _tensors_of(1))]
     for rank in (0, 1):

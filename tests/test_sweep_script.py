@@ -4,12 +4,15 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import free_port, run_script
+from conftest import run_script
+from orchestrator.cluster import free_local_port
 from orchestrator.results import PLOT_FILES
 
 SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
@@ -45,7 +48,7 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
 
 
 def test_sweep_attached_to_a_running_head(tmp_path):
-    port = free_port()
+    port = free_local_port()
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
     # Ray sends its auth token to an address it was given only when told to.
@@ -55,7 +58,7 @@ def test_sweep_attached_to_a_running_head(tmp_path):
     head = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
          f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}"],
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_local_port()}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -72,6 +75,11 @@ def test_sweep_attached_to_a_running_head(tmp_path):
     finally:
         head.terminate()
         head.wait(timeout=60)
+        # `ray start` wrote this head's address where Ray looks for "the"
+        # cluster of this machine; a head stopped by its handle leaves it.
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
 
 
 @pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
