@@ -24,12 +24,14 @@ from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
                                  SweepConfig)
 from orchestrator.errors import UserError
-from orchestrator.results import isolation_table, markdown_table, scaling_table, summarize_trials, write_results
+from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
+                                  summarize_trials, write_results)
 from orchestrator.rundir import check_out_dir, claim_out_dir
 from orchestrator.sweep import collect, is_complete, max_concurrent_trials, require_room, run_sweep
 from orchestrator.trial import resources_per_worker
 
 EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
+EXIT_TRIALS_FAILED = 1
 
 
 def parse_args(argv: list[str] | None):
@@ -188,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\nThe sweep was interrupted: run the same command with --resume to "
                   "finish it (finished trials are kept).", file=sys.stderr)
             return EXIT_INTERRUPTED
+        failed = summary[summary["status"] == FAILED]
+        if len(failed):
+            # The other trials' results are written; the exit status still
+            # tells a script (or `ray job submit`) that the sweep is not whole.
+            print(f"\n{len(failed)} trial(s) failed: {', '.join(failed['trial_id'])} "
+                  f"(the error column of trials.csv says why)", file=sys.stderr)
+            return EXIT_TRIALS_FAILED
         return 0
     finally:
         ray.shutdown()

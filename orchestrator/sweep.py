@@ -5,6 +5,7 @@ Two levels, named for where they run: `tune_trial` is the per-trial driver
 to Tune with `TuneReportCallback`); the workers run `worker.train_loop_per_worker`.
 """
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,7 @@ TRAIN_RUNS_DIR = "train-runs"
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
 # request, and any CPU fraction would leave 1.99 CPUs for two 1-CPU workers.)
 TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
+EXPERIMENT_STATE_PERIOD_S = "2"
 
 
 def max_concurrent_trials(sweep: SweepConfig, cluster: Cluster) -> int:
@@ -89,6 +91,10 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path
     # the ref, not a second copy of the data set, to every trial.
     trainable = tune.with_resources(tune.with_parameters(tune_trial, data_refs=[data_ref]),
                                     TRIAL_DRIVER_RESOURCES)
+    # Tune saves which trials ended at most this often (by default every 10 s
+    # or more): a driver killed outright re-runs, from its last checkpoint, a
+    # trial that ended after the last save.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     experiment_path = storage_path / EXPERIMENT_NAME
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and

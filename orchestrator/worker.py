@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds, to_model_input
-from orchestrator.models import build_model
+from orchestrator.models import NUM_CLASSES, build_model
 from orchestrator.sync import GradientSync, make_sync
 
 EVAL_BATCH_SIZE = 1024
@@ -30,6 +30,11 @@ STATE_FILE = "state.pt"
 HISTORY_FILE = "history.json"
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
+# A run has blown up when its epoch's training loss is this many times that of
+# guessing uniformly (ln 10 = 2.3): a too-large learning rate can throw the loss
+# to 1e20 and then, its ReLUs dead, settle at a finite constant that no
+# non-finite check would ever catch.
+DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
 
 # Called once per epoch on every worker with (metrics, training state, history).
 Reporter = Callable[[dict, dict, list[dict]], None]
@@ -142,8 +147,11 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     epoch_time_s = time.perf_counter() - start
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
+    train_loss = totals[0].item() / num_examples if status == STATUS_OK else math.nan
+    if train_loss > DIVERGED_LOSS:  # the same all-reduced value, so the same verdict everywhere
+        status = STATUS_DIVERGED
     return {
-        "train_loss": totals[0].item() / num_examples if status == STATUS_OK else math.nan,
+        "train_loss": train_loss,
         "train_acc": totals[1].item() / num_examples,
         "epoch_time_s": epoch_time_s,
         "samples_per_s": num_steps * batch_size / epoch_time_s,

@@ -1,5 +1,6 @@
 """Faults injected for real: a training worker killed mid-epoch, a sweep
-driver interrupted and resumed. (Divergence: tests/test_worker_loop.py.)"""
+driver interrupted or killed and resumed, trials that fail or diverge beside
+healthy ones."""
 
 import json
 import os
@@ -17,9 +18,9 @@ from conftest import REPO
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
 
 
-def _popen(script: str, *args: str) -> subprocess.Popen:
+def _popen(script: str, *args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-u", str(REPO / "experiments" / script), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            stdout=stdout, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             start_new_session=True)
 
 
@@ -67,9 +68,11 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
 
 
 @pytest.mark.reliability(
-    fault="the sweep driver interrupted (SIGINT) mid-sweep, then --resume",
+    fault="the sweep driver stopped mid-sweep (Ctrl-C: SIGINT; or SIGKILL of it and its embedded "
+          "Ray), then --resume",
     lost="nothing finished; unfinished trials continue from their last epoch checkpoint")
-def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGKILL"])
+def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, stop):
     out_dir = tmp_path / "out"
     args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--out", str(out_dir)]
     process = _popen("sweep.py", *args)
@@ -77,11 +80,18 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path
     try:
         first_done = _read_until(process, r"trial (\S+) done: test acc", 300, seen)
         finished_trial = re.search(r"trial (\S+) done", first_done).group(1)
-        process.send_signal(signal.SIGINT)
-        code = process.wait(timeout=120)
-        rest = process.stdout.read()
-        assert code == 130, "".join(seen[-30:]) + rest[-3000:]  # interrupted, and says how to resume
-        assert "--resume" in rest
+        if stop == "SIGINT":
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=120)
+            rest = process.stdout.read()
+            assert code == 130, "".join(seen[-30:]) + rest[-3000:]  # interrupted, and says how to resume
+            assert "--resume" in rest
+        else:
+            # Past Tune's save of which trials ended (every 2 s), then the
+            # driver and every Ray process it started die at once.
+            time.sleep(4)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -96,3 +106,40 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert sorted(epochs.groupby("trial_id")["epoch"].apply(list).tolist()) == [[1, 2], [1, 2]]
     assert not list(out_dir.glob(".*partial*"))
+
+
+@pytest.mark.reliability(
+    fault="in one sweep: a trial whose workers die with no retries left (--max-failures 0), and a "
+          "trial whose learning rate diverges (lr 50)",
+    lost="the failed trial's unfinished epochs; the other trials run to the end and every result "
+         "file is written, the failed trial marked failed with its error, the diverging one diverged")
+def test_failed_and_diverged_trials_leave_the_rest_of_the_sweep_whole(tmp_path):
+    out_dir = tmp_path / "out"
+    # Two workers per trial: one trial at a time on 2 CPUs, so the first
+    # workers to appear are the first trial's.
+    log = tmp_path / "sweep.log"  # a file, not a pipe: nothing reads while we wait
+    with log.open("w") as log_file:
+        process = _popen("sweep.py", "--workers", "2", "--lr", "0.3,50,0.5", "--epochs", "3",
+                         "--max-failures", "0", *SMALL, "--out", str(out_dir), stdout=log_file)
+    try:
+        # The first trial's first epoch checkpoint: it is now in epoch 2.
+        deadline = time.monotonic() + 180
+        while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        victims = _training_worker_pids()
+        assert victims, "no Ray Train worker process found"
+        os.kill(victims[-1], signal.SIGKILL)
+        process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert process.returncode == 1, output[-3000:]  # results written, but the sweep is not whole
+    assert re.search(r"1 trial\(s\) failed: \S+_00000", output), output[-3000:]
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
+    assert trials.loc[0.3, "status"] == "failed" and trials.loc[0.3, "error"]
+    assert trials.loc[0.3, "epochs_run"] == 1
+    assert trials.loc[50.0, "status"] == "diverged" and trials.loc[50.0, "epochs_run"] == 1
+    assert trials.loc[0.5, "status"] == "finished" and trials.loc[0.5, "epochs_run"] == 3
+    assert (out_dir / "report.md").is_file() and (out_dir / "epochs.csv").is_file()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from orchestrator.config import TrainConfig
-from orchestrator.worker import STATUS_DIVERGED, run_training
+from orchestrator.worker import DIVERGED_LOSS, STATUS_DIVERGED, run_training
 
 CPU = torch.device("cpu")
 
@@ -37,6 +37,17 @@ def test_divergence_stops_at_once_and_says_so(fashion_mnist_small):
     history, reports = _train(config, fashion_mnist_small)
     assert len(history) == 1 and history[0]["status"] == STATUS_DIVERGED
     assert math.isnan(history[0]["train_loss"])
+    assert len(reports) == 1
+
+
+@pytest.mark.reliability(
+    fault="a learning rate that blows the loss up to 1e22 and then leaves it finite (lr 50)",
+    lost="nothing: the run stops after the epoch whose loss exceeded 100 x ln 10, marked diverged")
+def test_a_loss_blown_up_but_finite_is_divergence_too(fashion_mnist_small):
+    config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=4096, test_limit=100)
+    history, reports = _train(config, fashion_mnist_small)
+    assert len(history) == 1 and history[0]["status"] == STATUS_DIVERGED
+    assert DIVERGED_LOSS < history[0]["train_loss"] < math.inf
     assert len(reports) == 1
 
 
