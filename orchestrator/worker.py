@@ -5,6 +5,7 @@ itself and needs no Ray, so it also runs in a single process (world size 1).
 """
 
 import json
+import logging
 import math
 import tempfile
 import time
@@ -44,6 +45,7 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
     """Ray Train entry point: config and data come from the driver via the object store."""
     config = TrainConfig(**loop_config["train_config"])
     torch.set_num_threads(config.threads_per_worker)
+    _quiet_report_lines()
     data: FashionMNIST = ray.get(loop_config["data"])
     checkpoint = ray.train.get_checkpoint()
     resume_from = None
@@ -52,6 +54,20 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
             resume_from = load_checkpoint(Path(folder))
     return run_training(config, data, device=ray.train.torch.get_device(),
                         report=report_to_ray, resume_from=resume_from)
+
+
+def _quiet_report_lines() -> None:
+    """Keep Ray Train's "Reporting training result ..." lines off the console.
+
+    Ray 2.60 names that logger by its file path (`getLogger(__file__)`), so
+    the WARNING level of our LoggingConfig, which applies to `ray.train.*`
+    loggers, misses it and every worker prints every report, metrics and all.
+    """
+    try:
+        from ray.train.v2._internal.execution import context as train_context
+    except ImportError:  # a Ray whose layout differs: nothing to correct
+        return
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
 def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
