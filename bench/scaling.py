@@ -5,16 +5,20 @@ Strong: the global batch is fixed (256), so 2 workers get 128 each.
 Figure: throughput speedup (samples/s, 2 workers / 1 worker) and efficiency
 (speedup / 2). The limit is 2.0 on two cores; targets: weak >= 1.85,
 strong >= 1.7. Trials run one at a time, alternating, so both see the same machine.
+Beside them, the ceiling this machine sets: the same loop (batch 128) in two
+independent processes at once, no Ray and no communication, against one alone.
 
     python bench/scaling.py [--rounds 2 --epochs 2 --sync bucketed]
 """
 
 import argparse
+import multiprocessing
 import os
 import sys
 import tempfile
 
 import ray
+import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
@@ -23,9 +27,34 @@ from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
+from orchestrator.worker import run_training  # noqa: E402
 
 PER_WORKER_BATCH = 128
 GLOBAL_BATCH = 256
+
+
+def _alone(train_limit: int, epochs: int, rates) -> None:
+    """One plain process: the training loop without Ray or a process group."""
+    torch.set_num_threads(1)
+    config = TrainConfig(model="lenet", global_batch_size=PER_WORKER_BATCH, lr=0.2,
+                         num_epochs=epochs, train_limit=train_limit, test_limit=1000)
+    history = run_training(config, data.load(train_limit=train_limit, test_limit=1000),
+                           device=torch.device("cpu"), report=lambda *_: None)
+    rates.put(median([row["samples_per_s"] for row in history]))
+
+
+def independent_processes_rate(num_processes: int, train_limit: int, epochs: int) -> float:
+    """Total samples/s of `num_processes` plain loops running at once."""
+    context = multiprocessing.get_context("spawn")
+    rates = context.Queue()
+    processes = [context.Process(target=_alone, args=(train_limit, epochs, rates))
+                 for _ in range(num_processes)]
+    for process in processes:
+        process.start()
+    total = sum(rates.get() for _ in processes)
+    for process in processes:
+        process.join()
+    return total
 
 
 def main() -> None:
@@ -42,6 +71,7 @@ def main() -> None:
         "strong_1": (1, GLOBAL_BATCH), "strong_2": (2, GLOBAL_BATCH),
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
+    ceiling: dict[int, list[float]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as storage:
         for round_index in range(args.rounds):
             for name, (workers, batch) in runs.items():
@@ -50,8 +80,12 @@ def main() -> None:
                                      train_limit=args.train_limit, test_limit=1000)
                 result = run_trial(config, data_ref, name=f"{name}-{round_index}", storage_path=storage)
                 rates[name] += [row["samples_per_s"] for row in result.return_value]
+            for num_processes in (1, 2):
+                ceiling[num_processes].append(
+                    independent_processes_rate(num_processes, args.train_limit, args.epochs))
     ray.shutdown()
-    figures = {"sync": args.sync}
+    figures = {"sync": args.sync,
+               "no_communication_speedup": median(ceiling[2]) / median(ceiling[1])}
     for kind, target in (("weak", 1.85), ("strong", 1.7)):
         one, two = median(rates[f"{kind}_1"]), median(rates[f"{kind}_2"])
         figures.update({f"{kind}_1w_samples_per_s": one, f"{kind}_2w_samples_per_s": two,
