@@ -121,10 +121,10 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
     whether the Train controller is alive. Unless told otherwise, Ray finds
     the State API through /tmp/ray/ray_current_cluster, which names the last
     cluster `ray start` made on this machine, not this one. When that cluster
-    is gone, every fit waits 12 s for a timeout at the end; when it is alive,
-    it answers "no such actor" and the cleaner removes the placement group of
-    healthy workers. So the dashboard's port is chosen here and every process
-    of this job is told it (RAY_API_SERVER_ADDRESS).
+    is gone, every fit waits 12 s for a timeout at the end; were it alive, it
+    would answer "no such actor" and the cleaner would remove the placement
+    group of healthy workers. So the dashboard's port is chosen here and
+    every process of this job is told it (RAY_API_SERVER_ADDRESS).
     """
     dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
     api_server_url = f"http://127.0.0.1:{dashboard_port}"

@@ -18,7 +18,8 @@ from orchestrator.worker import train_loop_per_worker
 DEFAULT_MAX_FAILURES = 2
 # How often Ray Train's controller polls its workers (Ray's default: 2 s). The
 # poll is what notices that training ended or a worker died, so every run
-# waited a second on average for it at its end; a poll costs microseconds.
+# waited a second on average for it at its end; a poll is one small remote
+# call per worker.
 HEALTH_CHECK_INTERVAL_S = "0.5"
 
 
