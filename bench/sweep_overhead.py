@@ -14,7 +14,6 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import ray
 
@@ -38,10 +37,10 @@ def main() -> None:
     data_ref = ray.put(data.load(train_limit=640, test_limit=100))
     with tempfile.TemporaryDirectory() as storage:
         started = time.monotonic()
-        result_grid = run_sweep(sweep, data_ref, storage_path=Path(storage), max_concurrent=1,
+        result_grid = run_sweep(sweep, data_ref, storage_path=storage, max_concurrent=1,
                                 resume=False)
         wall_s = time.monotonic() - started
-        trials, epochs = collect(result_grid, sweep)
+        trials, epochs = collect(result_grid, sweep, storage)
         trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
     ray.shutdown()
     training_s = epochs["epoch_time_s"].sum()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import ray
 
-from orchestrator import data
+from orchestrator import data, storage
 from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args,
                               connect_and_describe, exits_2_on_user_error, resolve_use_gpu)
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out or f"results/{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     stored = check_out_dir(out_dir, resume=args.resume)
     if stored is not None:
-        sweep, storage = stored
+        sweep, storage_location = stored
         print(f"resuming the sweep in {out_dir} with the options it was started with")
     else:
-        storage = Path(args.storage).resolve() if args.storage else out_dir / "ray"
+        storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
     dataset = data.load(args.data_dir, train_limit=sweep.train_limit, test_limit=sweep.test_limit)
 
     cluster = connect_and_describe(args)
@@ -168,13 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                 sweep = dataclasses.replace(sweep, workers=workers_up_to(max(capacity, 1)))
         require_room(sweep, cluster)
         if stored is None:
-            claim_out_dir(out_dir, sweep, storage)
+            claim_out_dir(out_dir, sweep, storage_location)
         concurrent = args.max_concurrent_trials or max_concurrent_trials(sweep, cluster)
         _print_plan(sweep, concurrent)
         started = time.monotonic()
-        result_grid = run_sweep(sweep, ray.put(dataset), storage_path=storage,
+        result_grid = run_sweep(sweep, ray.put(dataset), storage_path=storage_location,
                                 max_concurrent=concurrent, resume=args.resume)
-        trials, epochs = collect(result_grid, sweep)
+        trials, epochs = collect(result_grid, sweep, storage_location)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "

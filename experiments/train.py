@@ -13,7 +13,7 @@ import time
 import ray
 import ray.train
 
-from orchestrator import data
+from orchestrator import data, storage
 from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args,
                               connect_and_describe, exits_2_on_user_error, resolve_use_gpu)
 from orchestrator.config import TrainConfig, require_int
@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{config.num_train_examples} train / {config.num_test_examples} test images")
         try:
             name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
-            result = run_trial(config, ray.put(dataset), name=name,
-                               storage_path=args.storage, max_failures=args.max_failures,
+            storage_location = storage.resolve(args.storage) if args.storage else None
+            result = run_trial(config, ray.put(dataset), name=name, storage_path=storage_location,
+                               max_failures=args.max_failures,
                                callbacks=[EpochPrinter(config.num_epochs)])
         except ray.train.TrainingFailedError as error:
             print(f"training failed: {error}", file=sys.stderr)

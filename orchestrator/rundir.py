@@ -15,7 +15,7 @@ from orchestrator.results import write_atomically
 SWEEP_FILE = "sweep.json"
 
 
-def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, Path] | None:
+def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str] | None:
     """Refuse a folder that this sweep must not write; on resume, what to continue.
 
     Returns the stored (sweep, storage path) when resuming, else None.
@@ -29,7 +29,7 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, Path] | 
                             f"(start the sweep without --resume)")
         try:
             stored = json.loads(marker.read_text())
-            return SweepConfig.from_dict(stored["sweep"]), Path(stored["storage"])
+            return SweepConfig.from_dict(stored["sweep"]), str(stored["storage"])
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserError(f"{marker} is unreadable or not a sweep's ({error})")
     if marker.exists():
@@ -45,7 +45,7 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, Path] | 
     return None
 
 
-def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: Path) -> None:
+def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"sweep": sweep.to_dict(), "storage": str(storage)}, indent=2)
+    text = json.dumps({"sweep": sweep.to_dict(), "storage": storage}, indent=2)
     write_atomically(out_dir / SWEEP_FILE, lambda path: path.write_text(text))

@@ -5,6 +5,7 @@ Two levels, named for where they run: `tune_trial` is the per-trial driver
 to Tune with `TuneReportCallback`); the workers run `worker.train_loop_per_worker`.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler
 
+from orchestrator import storage
 from orchestrator.cluster import Cluster
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.trial import resources_per_worker, run_trial
+from orchestrator.worker import HISTORY_FILE
 
 EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
@@ -60,7 +63,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # re-runs an unfinished trial, Ray Train resumes it from its
               # last epoch checkpoint instead of starting over.
               name=context.get_trial_id(),
-              storage_path=str(Path(config["storage"]) / TRAIN_RUNS_DIR),
+              storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
               max_failures=config["max_failures"], callbacks=[TuneReportCallback()])
 
 
@@ -84,7 +87,7 @@ class TrialLinePrinter(tune.Callback):
         print(f"trial {trial.trial_id} failed: see {trial.path}", flush=True)
 
 
-def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path,
+def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
               max_concurrent: int, resume: bool) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
     # The data goes to the trials as a ref inside a list, so that Tune ships
@@ -95,11 +98,11 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path
     # or more): a driver killed outright re-runs, from its last checkpoint, a
     # trial that ended after the last save.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
-    experiment_path = storage_path / EXPERIMENT_NAME
+    experiment_path = storage.join(storage_path, EXPERIMENT_NAME)
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
         # each resumes from its own last checkpoint.
-        tuner = tune.Tuner.restore(str(experiment_path), trainable,
+        tuner = tune.Tuner.restore(experiment_path, trainable,
                                    resume_unfinished=True, resume_errored=True)
     else:
         scheduler = (ASHAScheduler(time_attr="epoch", metric="test_acc", mode="max",
@@ -110,7 +113,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path
             param_space={
                 "point": tune.grid_search([_point_to_dict(point, sweep.batch_scaling)
                                            for point in sweep.grid()]),
-                "storage": str(storage_path),
+                "storage": storage_path,
                 "max_failures": sweep.max_failures,
             },
             tune_config=tune.TuneConfig(
@@ -122,7 +125,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: Path
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
-                name=EXPERIMENT_NAME, storage_path=str(storage_path),
+                name=EXPERIMENT_NAME, storage_path=storage_path,
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
@@ -139,7 +142,8 @@ def _point_to_dict(point: GridPoint, batch_scaling: str) -> dict:
             "batch_scaling": batch_scaling, "train": point.train.to_dict()}
 
 
-def collect(result_grid: tune.ResultGrid, sweep: SweepConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
+            storage_path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
     grid = sweep.grid()
     trial_rows, epoch_frames = [], []
@@ -160,12 +164,31 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig) -> tuple[pd.DataFr
             "error": _one_line(result.error) if result.error else "",
             "early_stopping": sweep.scheduler != "fifo",
         })
-        history = result.metrics_dataframe
+        history = checkpointed_history(storage.join(storage_path, TRAIN_RUNS_DIR, trial_id))
+        if history is None and result.metrics_dataframe is not None:
+            history = result.metrics_dataframe
         if history is not None and "epoch" in history:
             epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
     epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
               else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
     return pd.DataFrame(trial_rows), epochs
+
+
+def checkpointed_history(train_run: str) -> pd.DataFrame | None:
+    """The epoch history in a Train run's newest checkpoint, if it has one.
+
+    This, not Tune's record, is what a trial's epochs are taken from: a
+    report reaches Tune only after its checkpoint is stored, so a trial whose
+    workers died (or whose driver was killed) between the two would
+    otherwise lose an epoch that was trained and kept.
+    """
+    text = storage.read_newest_text(train_run, "checkpoint_", HISTORY_FILE)
+    if text is None:
+        return None
+    try:
+        return pd.DataFrame(json.loads(text))
+    except ValueError:
+        return None
 
 
 def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:

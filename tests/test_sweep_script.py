@@ -38,11 +38,15 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
 
 def test_small_sweep_on_an_embedded_ray(tmp_path):
     out_dir = tmp_path / "out"
+    # Storage given as a URI, the form a bucket takes on a multi-node cluster.
+    store = tmp_path / "store"
     run = run_script("sweep.py", "--workers", "1,2", "--lr", "0.1,0.2", *SMALL,
-                     "--out", str(out_dir))
+                     "--out", str(out_dir), "--storage", f"file://{store}")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     trials = _assert_complete_results(out_dir, 4, run.stdout)
+    assert len(list((store / "train-runs").glob("*/checkpoint_*/history.json"))) == 4
+    assert not (out_dir / "ray").exists()
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
 
