@@ -1,12 +1,15 @@
-"""The worker loop in one process (world size 1): no Ray, real data."""
+"""The training loop in one process (world size 1): no Ray, real data."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from orchestrator.config import TrainConfig
-from orchestrator.worker import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from orchestrator.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from conftest import REPO
 
 CPU = torch.device("cpu")
 
@@ -71,3 +74,12 @@ def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
                  report=lambda metrics, state, hist: seen.append(state["optimizer"]["param_groups"][0]["lr"]))
     # 4 steps per epoch, 8 warm-up steps: the lr after step s is 0.4 * s / 8.
     assert seen == [pytest.approx(0.2), pytest.approx(0.4), pytest.approx(0.4)]
+
+
+def test_the_loop_imports_no_ray():
+    # The GPU benchmark runs the loop on machines where Ray is not installed.
+    modules = "orchestrator.loop, orchestrator.config, orchestrator.data, orchestrator.models, " \
+              "orchestrator.sync, orchestrator.collectives"
+    subprocess.run([sys.executable, "-c", f"import sys, {modules}; "
+                    "assert not [m for m in sys.modules if m.split('.')[0] == 'ray']"],
+                   check=True, cwd=REPO)
