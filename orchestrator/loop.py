@@ -46,7 +46,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(device)
+    model.to(device, memory_format=_memory_format(config))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     history: list[dict] = []
     if resume_from is not None:
@@ -64,10 +64,11 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
                                 epoch=epoch, device=device)
         broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
-        test_acc = evaluate(model, test_images, test_labels, device=device)
+        test_acc = evaluate(model, test_images, test_labels, config, device=device)
         metrics = {
             "epoch": epoch + 1, **stats, "test_acc": test_acc,
             "model": config.model, "sync": config.sync, "lr": config.lr,
+            "precision": config.precision, "channels_last": config.channels_last,
             "num_workers": num_workers, "global_batch_size": config.global_batch_size,
             "batch_size_per_worker": config.batch_size_per_worker,
             "steps_per_epoch": config.steps_per_epoch,
@@ -107,9 +108,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
-        x = to_model_input(images[index]).to(device, non_blocking=True)
         y = labels[index].to(device, non_blocking=True).long()
-        logits = sync.module(x)
+        logits = _forward(sync.module, images[index], config, device=device)
         losses = F.cross_entropy(logits, y, reduction="none")
         # Dividing by the *global* batch makes the summed gradients over workers
         # the single-device mean gradient, even when shards differ in size.
@@ -143,8 +143,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     }
 
 
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
-             device: torch.device) -> float:
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+             config: TrainConfig, *, device: torch.device) -> float:
     """Test accuracy with every worker scoring its own shard (13.5, exercise 4)."""
     start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
     counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
@@ -152,12 +152,30 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
     with torch.no_grad():
         for first in range(start, stop, EVAL_BATCH_SIZE):
             last = min(first + EVAL_BATCH_SIZE, stop)
-            x = to_model_input(images[first:last]).to(device, non_blocking=True)
             y = labels[first:last].to(device, non_blocking=True).long()
-            counts[0] += (model(x).argmax(dim=1) == y).sum()
+            logits = _forward(model, images[first:last], config, device=device)
+            counts[0] += (logits.argmax(dim=1) == y).sum()
             counts[1] += last - first
     allreduce_(counts)
     return (counts[0] / counts[1]).item()
+
+
+def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig, *,
+             device: torch.device) -> torch.Tensor:
+    """Logits of a uint8 image batch, in fp32 whatever the precision of the forward."""
+    x = to_model_input(images).to(device, non_blocking=True)
+    if config.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    # Autocast runs the convolutions and matrix products in bfloat16 and keeps
+    # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
+    # mantissa is too coarse for the loss and its sum over a batch.
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        logits = model(x)
+    return logits.float()
+
+
+def _memory_format(config: TrainConfig) -> torch.memory_format:
+    return torch.channels_last if config.channels_last else torch.preserve_format
 
 
 def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:

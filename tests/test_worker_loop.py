@@ -32,6 +32,21 @@ def test_learns_on_real_data(fashion_mnist_small):
     assert row["samples_per_s"] == pytest.approx(256 * 32 / row["epoch_time_s"])
 
 
+@pytest.mark.parametrize("options", [{"precision": "bf16"}, {"channels_last": True}])
+def test_bf16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
+    # test_learns_on_real_data's run: fp32 reaches about 0.70, and so do these.
+    config = TrainConfig(global_batch_size=32, lr=0.2, num_epochs=2, train_limit=8192,
+                         test_limit=1000, **options)
+    history, reports = _train(config, fashion_mnist_small)
+    assert history[-1]["test_acc"] > 0.5  # chance is 0.1
+    assert history[-1]["precision"] == config.precision
+    weights = reports[-1][1]["model"]
+    # Autocast computes in bfloat16 but the weights it updates stay fp32.
+    assert all(tensor.dtype == torch.float32 for tensor in weights.values())
+    conv_weight = weights["3.weight"]  # 50 x 20 x 5 x 5 (the first conv's one channel has no layout)
+    assert conv_weight.is_contiguous(memory_format=torch.channels_last) == config.channels_last
+
+
 @pytest.mark.parametrize("train_limit, loss_is_as_expected", [
     pytest.param(2048, math.isnan, marks=pytest.mark.reliability(
         fault="a learning rate that diverges (lr 50)",
