@@ -32,6 +32,12 @@ STATUS_DIVERGED = "diverged"
 # to 1e20 and then, its ReLUs dead, settle at a finite constant that no
 # non-finite check would ever catch.
 DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
+# Reading a value off a GPU makes Python wait until every step queued so far
+# has run, and the GPU then idles while Python queues the next one. So on a GPU
+# the loop reads its non-finite-gradient count only every this many steps: a
+# diverged run takes up to that many more (already non-finite) steps before it
+# stops. On a CPU the value is at hand and is read every step.
+FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
 
 # Called once per epoch on every worker with (metrics, training state, history).
 Reporter = Callable[[dict, dict, list[dict]], None]
@@ -57,8 +63,16 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
-    train_images, train_labels = _as_tensors(data.train_images, data.train_labels)
-    test_images, test_labels = _as_tensors(data.test_images, data.test_labels)
+    # The whole data set goes to the device once, as uint8 (52 MB), and each
+    # batch is gathered there: copying every batch from host memory would
+    # stall a GPU on a transfer each step. On a CPU `.to` returns the same tensors.
+    train_images, train_labels, test_images, test_labels = (
+        tensor.to(device) for tensor in _as_tensors(
+            data.train_images, data.train_labels, data.test_images, data.test_labels))
+    if device.type == "cuda":
+        # Every training step has the same shapes (the partial last batch is
+        # dropped), so cuDNN's search for its fastest convolutions pays once.
+        torch.backends.cudnn.benchmark = True
 
     for epoch in range(len(history), config.num_epochs):
         stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
@@ -92,12 +106,15 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     # Every worker draws the same permutation, then takes its own slice of
     # each global batch: together they see exactly one device's minibatch.
     order = torch.randperm(config.num_train_examples,
-                           generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch))
+                           generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
+                           ).to(device)
+    check_interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
     warmup_steps = config.warmup_epochs * config.steps_per_epoch
     sync.module.train()
     sync.sync_time_s = 0.0
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
+    num_nonfinite_steps = torch.zeros((), dtype=torch.int64, device=device)
     status = STATUS_OK
     num_steps = 0
     start = time.perf_counter()
@@ -108,8 +125,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
-        y = labels[index].to(device, non_blocking=True).long()
-        logits = _forward(sync.module, images[index], config, device=device)
+        y = labels[index].long()
+        logits = _forward(sync.module, images[index], config)
         losses = F.cross_entropy(logits, y, reduction="none")
         # Dividing by the *global* batch makes the summed gradients over workers
         # the single-device mean gradient, even when shards differ in size.
@@ -117,7 +134,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         sync.synchronize()
         # Gradients are identical on every worker after the sync, so every
         # worker reaches the same verdict without an extra collective.
-        if not _gradients_finite(sync.model):
+        num_nonfinite_steps += ~_gradients_finite(sync.model)
+        if (step + 1) % check_interval_steps == 0 and num_nonfinite_steps.item():
             status = STATUS_DIVERGED
             break
         optimizer.step()
@@ -128,6 +146,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
     epoch_time_s = time.perf_counter() - start
+    if num_nonfinite_steps.item():  # steps after the last check
+        status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
     train_loss = totals[0].item() / num_examples if status == STATUS_OK else math.nan
@@ -152,24 +172,24 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
     with torch.no_grad():
         for first in range(start, stop, EVAL_BATCH_SIZE):
             last = min(first + EVAL_BATCH_SIZE, stop)
-            y = labels[first:last].to(device, non_blocking=True).long()
-            logits = _forward(model, images[first:last], config, device=device)
+            y = labels[first:last].long()
+            logits = _forward(model, images[first:last], config)
             counts[0] += (logits.argmax(dim=1) == y).sum()
             counts[1] += last - first
     allreduce_(counts)
     return (counts[0] / counts[1]).item()
 
 
-def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig, *,
-             device: torch.device) -> torch.Tensor:
-    """Logits of a uint8 image batch, in fp32 whatever the precision of the forward."""
-    x = to_model_input(images).to(device, non_blocking=True)
+def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """Logits of a uint8 image batch on the model's device, in fp32 whatever the
+    precision of the forward pass."""
+    x = to_model_input(images)
     if config.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     # Autocast runs the convolutions and matrix products in bfloat16 and keeps
     # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
     # mantissa is too coarse for the loss and its sum over a batch.
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
         logits = model(x)
     return logits.float()
 
@@ -197,9 +217,10 @@ def _as_tensors(*arrays) -> list[torch.Tensor]:
         return [torch.from_numpy(array) for array in arrays]
 
 
-def _gradients_finite(model: nn.Module) -> bool:
+def _gradients_finite(model: nn.Module) -> torch.Tensor:
+    """A bool tensor on the gradients' device: reading it is left to the caller."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+    return torch.isfinite(torch.nn.utils.get_total_norm(grads))
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
