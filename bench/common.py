@@ -26,10 +26,14 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {cpu}"
 
 
-def emit(name: str, command: str, figures: dict) -> dict:
+def emit(name: str, command: str, figures: dict, *, append: bool = True) -> dict:
+    """Print the BENCH line and append it to the results, unless `append` is
+    false: a smoke run of a script, whose figures must not become the newest."""
     record = {"benchmark": name, "date": datetime.date.today().isoformat(), "machine": machine(),
               "command": command, **figures}
     print("BENCH " + json.dumps(record), flush=True)
+    if not append:
+        return record
     RESULTS_DIR.mkdir(exist_ok=True)
     with open(RESULTS_DIR / f"{name}.jsonl", "a") as results:
         results.write(json.dumps(record) + "\n")

@@ -15,6 +15,7 @@ from orchestrator.errors import UserError
 
 MODELS = ("lenet", "resnet18")
 SYNC_STRATEGIES = ("scratch", "bucketed", "ddp")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,14 @@ class TrainConfig:
     bucket_cap_mb: float = 25.0
     """Size cap of one gradient bucket for `bucketed` and `ddp`."""
 
+    precision: str = "fp32"
+    """`fp32`, or `bf16`: the forward pass under bfloat16 autocast; the loss,
+    weights, gradients, their sync and the optimizer stay fp32."""
+
+    channels_last: bool = False
+    """Model and inputs in channels-last memory format: the same network laid
+    out the way GPU tensor cores convolve fastest."""
+
     def __post_init__(self):
         if self.model not in MODELS:
             raise UserError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
@@ -107,6 +116,12 @@ class TrainConfig:
                 )
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
+        if self.precision not in PRECISIONS:
+            raise UserError(
+                f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}"
+            )
+        if not isinstance(self.channels_last, bool):
+            raise UserError(f"channels_last must be true or false, got {self.channels_last!r}")
         if self.sync_batchnorm and not self.use_gpu:
             raise UserError("synchronised BatchNorm needs GPU workers: torch's SyncBatchNorm "
                             "does not run on CPUs")
@@ -178,6 +193,8 @@ class SweepConfig:
     use_gpu: bool = False
     sync_batchnorm: bool = False
     bucket_cap_mb: float = 25.0
+    precision: str = "fp32"
+    channels_last: bool = False
     scheduler: str = "fifo"
     """`asha` stops trials early whose test accuracy lags (by epoch)."""
     max_failures: int = 2
@@ -219,7 +236,8 @@ class SweepConfig:
                         seed=self.seed, train_limit=self.train_limit, test_limit=self.test_limit,
                         threads_per_worker=self.threads_per_worker, use_gpu=self.use_gpu,
                         sync_batchnorm=self.sync_batchnorm, bucket_cap_mb=self.bucket_cap_mb,
-                        warmup_epochs=self.warmup_epochs)))
+                        warmup_epochs=self.warmup_epochs, precision=self.precision,
+                        channels_last=self.channels_last)))
         return points
 
     def to_dict(self) -> dict:

@@ -1,44 +1,26 @@
-"""The loop that runs on each Ray Train worker: the book's `train` and `train_batch`.
+"""The Ray Train entry point: what runs on each worker around the loop of loop.py.
 
-`train_loop_per_worker` is the Ray entry point; `run_training` is the loop
-itself and needs no Ray, so it also runs in a single process (world size 1).
+`train_loop_per_worker` takes the config and the data from the driver,
+resumes from Ray's checkpoint, and reports each epoch to Ray Train with a
+checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
-import json
 import logging
-import math
 import tempfile
-import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import ray
 import ray.train
 import ray.train.torch
 import torch
-from torch import nn
-from torch.nn import functional as F
 
-from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
+from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
-from orchestrator.data import FashionMNIST, shard_bounds, to_model_input
-from orchestrator.models import NUM_CLASSES, build_model
-from orchestrator.sync import GradientSync, make_sync
-
-EVAL_BATCH_SIZE = 1024
-STATE_FILE = "state.pt"
-HISTORY_FILE = "history.json"
-STATUS_OK = "ok"
-STATUS_DIVERGED = "diverged"
-# A run has blown up when its epoch's training loss is this many times that of
-# guessing uniformly (ln 10 = 2.3): a too-large learning rate can throw the loss
-# to 1e20 and then, its ReLUs dead, settle at a finite constant that no
-# non-finite check would ever catch.
-DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
-
-# Called once per epoch on every worker with (metrics, training state, history).
-Reporter = Callable[[dict, dict, list[dict]], None]
+from orchestrator.data import FashionMNIST
+# run_training and HISTORY_FILE are also imported from this module by
+# orchestrator/sweep.py and bench/scaling.py (being changed on main); they can
+# import them from orchestrator.loop once that work lands.
+from orchestrator.loop import HISTORY_FILE, load_checkpoint, run_training, save_checkpoint  # noqa: F401
 
 
 def train_loop_per_worker(loop_config: dict) -> list[dict]:
@@ -70,129 +52,6 @@ def _quiet_report_lines() -> None:
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
-def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
-                 report: Reporter, resume_from: tuple[dict, list[dict]] | None = None
-                 ) -> list[dict]:
-    """Train for `config.num_epochs`, reporting after each; returns the epoch history."""
-    rank, num_workers = get_rank(), get_world_size()
-    assert num_workers == config.num_workers, (num_workers, config.num_workers)
-    model = build_model(config.model, seed=config.seed)
-    if config.sync_batchnorm:
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    history: list[dict] = []
-    if resume_from is not None:
-        state, history = resume_from
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-    # Identical replicas come from rank 0's weights, not from trusting seeds.
-    broadcast_([*model.parameters(), *model.buffers()])
-    sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb)
-    devices = "[" + ", ".join(gather_strings(str(device))) + "]"
-    train_images, train_labels = _as_tensors(data.train_images, data.train_labels)
-    test_images, test_labels = _as_tensors(data.test_images, data.test_labels)
-
-    for epoch in range(len(history), config.num_epochs):
-        stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
-                                epoch=epoch, device=device)
-        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
-        test_acc = evaluate(model, test_images, test_labels, device=device)
-        metrics = {
-            "epoch": epoch + 1, **stats, "test_acc": test_acc,
-            "model": config.model, "sync": config.sync, "lr": config.lr,
-            "num_workers": num_workers, "global_batch_size": config.global_batch_size,
-            "batch_size_per_worker": config.batch_size_per_worker,
-            "steps_per_epoch": config.steps_per_epoch,
-            "device": str(device), "devices": devices,
-        }
-        history.append(metrics)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-        report(metrics, state, history)
-        if metrics["status"] == STATUS_DIVERGED:
-            break
-    return history
-
-
-def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
-                    images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
-                    epoch: int, device: torch.device) -> dict:
-    """One pass over the training set; returns the epoch's training statistics."""
-    rank, num_workers = get_rank(), get_world_size()
-    batch_size = config.global_batch_size
-    shard_start, shard_stop = shard_bounds(batch_size, num_workers, rank)
-    # Every worker draws the same permutation, then takes its own slice of
-    # each global batch: together they see exactly one device's minibatch.
-    order = torch.randperm(config.num_train_examples,
-                           generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch))
-    warmup_steps = config.warmup_epochs * config.steps_per_epoch
-    sync.module.train()
-    sync.sync_time_s = 0.0
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    num_correct = torch.zeros((), dtype=torch.float64, device=device)
-    status = STATUS_OK
-    num_steps = 0
-    start = time.perf_counter()
-    for step in range(config.steps_per_epoch):
-        global_step = epoch * config.steps_per_epoch + step
-        if global_step < warmup_steps:
-            _set_lr(optimizer, config.lr * (global_step + 1) / warmup_steps)
-        elif global_step == warmup_steps:
-            _set_lr(optimizer, config.lr)
-        index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
-        x = to_model_input(images[index]).to(device, non_blocking=True)
-        y = labels[index].to(device, non_blocking=True).long()
-        logits = sync.module(x)
-        losses = F.cross_entropy(logits, y, reduction="none")
-        # Dividing by the *global* batch makes the summed gradients over workers
-        # the single-device mean gradient, even when shards differ in size.
-        (losses.sum() / batch_size).backward()
-        sync.synchronize()
-        # Gradients are identical on every worker after the sync, so every
-        # worker reaches the same verdict without an extra collective.
-        if not _gradients_finite(sync.model):
-            status = STATUS_DIVERGED
-            break
-        optimizer.step()
-        sync.zero_grad()
-        loss_sum += losses.detach().sum()
-        num_correct += (logits.detach().argmax(dim=1) == y).sum()
-        num_steps += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
-    epoch_time_s = time.perf_counter() - start
-    totals = allreduce_(torch.stack([loss_sum, num_correct]))
-    num_examples = max(num_steps, 1) * batch_size
-    train_loss = totals[0].item() / num_examples if status == STATUS_OK else math.nan
-    if train_loss > DIVERGED_LOSS:  # the same all-reduced value, so the same verdict everywhere
-        status = STATUS_DIVERGED
-    return {
-        "train_loss": train_loss,
-        "train_acc": totals[1].item() / num_examples,
-        "epoch_time_s": epoch_time_s,
-        "samples_per_s": num_steps * batch_size / epoch_time_s,
-        "sync_time_s": sync.sync_time_s,
-        "status": status,
-    }
-
-
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
-             device: torch.device) -> float:
-    """Test accuracy with every worker scoring its own shard (13.5, exercise 4)."""
-    start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
-    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
-    model.eval()
-    with torch.no_grad():
-        for first in range(start, stop, EVAL_BATCH_SIZE):
-            last = min(first + EVAL_BATCH_SIZE, stop)
-            x = to_model_input(images[first:last]).to(device, non_blocking=True)
-            y = labels[first:last].to(device, non_blocking=True).long()
-            counts[0] += (model(x).argmax(dim=1) == y).sum()
-            counts[1] += last - first
-    allreduce_(counts)
-    return (counts[0] / counts[1]).item()
-
-
 def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
     """Report to Ray Train with an epoch checkpoint from rank 0.
 
@@ -205,32 +64,3 @@ def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
             save_checkpoint(Path(folder), state, history)
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)
-
-
-def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:
-    torch.save(state, folder / STATE_FILE)
-    (folder / HISTORY_FILE).write_text(json.dumps(history))
-
-
-def load_checkpoint(folder: Path) -> tuple[dict, list[dict]]:
-    # weights_only: a checkpoint holds tensors and plain containers, never code.
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    return state, json.loads((folder / HISTORY_FILE).read_text())
-
-
-def _as_tensors(*arrays) -> list[torch.Tensor]:
-    # Arrays from Ray's object store are read-only views of shared memory;
-    # torch warns about that, but the loop only ever reads them.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return [torch.from_numpy(array) for array in arrays]
-
-
-def _gradients_finite(model: nn.Module) -> bool:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
-
-
-def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr

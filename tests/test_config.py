@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from orchestrator.config import TrainConfig
+from orchestrator.config import SweepConfig, TrainConfig
 from orchestrator.data import shard_bounds
 from orchestrator.errors import UserError
 
@@ -24,6 +24,8 @@ from orchestrator.errors import UserError
     ({"warmup_epochs": 3, "num_epochs": 2}, "exceed the 2 epochs"),
     ({"threads_per_worker": 1.5}, "must be an integer"),
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
+    ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16"),
+    ({"channels_last": "yes"}, "channels_last must be true or false"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:
@@ -37,6 +39,14 @@ def test_derived_values_are_computed_once_from_the_config():
     assert config.batch_size_per_worker == 128
     assert config.steps_per_epoch == 3  # the partial last batch is dropped
     assert TrainConfig(**config.to_dict()) == config
+
+
+def test_precision_and_memory_format_reach_every_trial_of_a_sweep():
+    sweep = SweepConfig.from_dict({"workers": [1, 2], "precision": "bf16", "channels_last": True})
+    assert {(point.train.precision, point.train.channels_last) for point in sweep.grid()} == {
+        ("bf16", True)}
+    with pytest.raises(UserError, match="unknown precision 'half'"):
+        SweepConfig(precision="half")
 
 
 @pytest.mark.parametrize("total, shards", [(255, 2), (256, 2), (10, 3), (7, 7), (1000, 16)])

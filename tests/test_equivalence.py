@@ -14,7 +14,7 @@ import torch
 from orchestrator.config import SYNC_STRATEGIES, TrainConfig
 from orchestrator.models import build_model
 from orchestrator.trial import run_trial
-from orchestrator.worker import load_checkpoint, run_training
+from orchestrator.loop import load_checkpoint, run_training
 
 # Two epochs of three steps: several updates, and a reshuffle in between.
 STEPS_PER_EPOCH = 3

@@ -1,0 +1,228 @@
+"""The training loop itself, the book's `train` and `train_batch`, without Ray.
+
+It runs on each Ray Train worker (worker.py) and equally in a single process
+(world size 1): the tests, the benchmarks and a machine without Ray (the GPU
+benchmark) call `run_training` directly. Nothing here may import ray.
+"""
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
+from orchestrator.config import TrainConfig
+from orchestrator.data import FashionMNIST, shard_bounds, to_model_input
+from orchestrator.models import NUM_CLASSES, build_model
+from orchestrator.sync import GradientSync, make_sync
+
+EVAL_BATCH_SIZE = 1024
+STATE_FILE = "state.pt"
+HISTORY_FILE = "history.json"
+STATUS_OK = "ok"
+STATUS_DIVERGED = "diverged"
+# A run has blown up when its epoch's training loss is this many times that of
+# guessing uniformly (ln 10 = 2.3): a too-large learning rate can throw the loss
+# to 1e20 and then, its ReLUs dead, settle at a finite constant that no
+# non-finite check would ever catch.
+DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
+# Reading a value off a GPU makes Python wait until every step queued so far
+# has run, and the GPU then idles while Python queues the next one. So on a GPU
+# the loop reads its non-finite-gradient count only every this many steps: a
+# diverged run takes up to that many more (already non-finite) steps before it
+# stops. On a CPU the value is at hand and is read every step.
+FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
+
+# Called once per epoch on every worker with (metrics, training state, history).
+Reporter = Callable[[dict, dict, list[dict]], None]
+
+
+def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
+                 report: Reporter, resume_from: tuple[dict, list[dict]] | None = None
+                 ) -> list[dict]:
+    """Train for `config.num_epochs`, reporting after each; returns the epoch history."""
+    rank, num_workers = get_rank(), get_world_size()
+    assert num_workers == config.num_workers, (num_workers, config.num_workers)
+    model = build_model(config.model, seed=config.seed)
+    if config.sync_batchnorm:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(device, memory_format=_memory_format(config))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    history: list[dict] = []
+    if resume_from is not None:
+        state, history = resume_from
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    # Identical replicas come from rank 0's weights, not from trusting seeds.
+    broadcast_([*model.parameters(), *model.buffers()])
+    sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb)
+    devices = "[" + ", ".join(gather_strings(str(device))) + "]"
+    # The whole data set goes to the device once, as uint8 (52 MB), and each
+    # batch is gathered there: copying every batch from host memory would
+    # stall a GPU on a transfer each step. On a CPU `.to` returns the same tensors.
+    train_images, train_labels, test_images, test_labels = (
+        tensor.to(device) for tensor in _as_tensors(
+            data.train_images, data.train_labels, data.test_images, data.test_labels))
+    if device.type == "cuda":
+        # Every training step has the same shapes (the partial last batch is
+        # dropped), so cuDNN's search for its fastest convolutions pays once.
+        torch.backends.cudnn.benchmark = True
+
+    for epoch in range(len(history), config.num_epochs):
+        stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
+                                epoch=epoch, device=device)
+        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
+        test_acc = evaluate(model, test_images, test_labels, config, device=device)
+        metrics = {
+            "epoch": epoch + 1, **stats, "test_acc": test_acc,
+            "model": config.model, "sync": config.sync, "lr": config.lr,
+            "precision": config.precision, "channels_last": config.channels_last,
+            "num_workers": num_workers, "global_batch_size": config.global_batch_size,
+            "batch_size_per_worker": config.batch_size_per_worker,
+            "steps_per_epoch": config.steps_per_epoch,
+            "device": str(device), "devices": devices,
+        }
+        history.append(metrics)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        report(metrics, state, history)
+        if metrics["status"] == STATUS_DIVERGED:
+            break
+    return history
+
+
+def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
+                    images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
+                    epoch: int, device: torch.device) -> dict:
+    """One pass over the training set; returns the epoch's training statistics."""
+    rank, num_workers = get_rank(), get_world_size()
+    batch_size = config.global_batch_size
+    shard_start, shard_stop = shard_bounds(batch_size, num_workers, rank)
+    # Every worker draws the same permutation, then takes its own slice of
+    # each global batch: together they see exactly one device's minibatch.
+    order = torch.randperm(config.num_train_examples,
+                           generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
+                           ).to(device)
+    check_interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
+    warmup_steps = config.warmup_epochs * config.steps_per_epoch
+    sync.module.train()
+    sync.sync_time_s = 0.0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    num_correct = torch.zeros((), dtype=torch.float64, device=device)
+    num_nonfinite_steps = torch.zeros((), dtype=torch.int64, device=device)
+    status = STATUS_OK
+    num_steps = 0
+    start = time.perf_counter()
+    for step in range(config.steps_per_epoch):
+        global_step = epoch * config.steps_per_epoch + step
+        if global_step < warmup_steps:
+            _set_lr(optimizer, config.lr * (global_step + 1) / warmup_steps)
+        elif global_step == warmup_steps:
+            _set_lr(optimizer, config.lr)
+        index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
+        y = labels[index].long()
+        logits = _forward(sync.module, images[index], config)
+        losses = F.cross_entropy(logits, y, reduction="none")
+        # Dividing by the *global* batch makes the summed gradients over workers
+        # the single-device mean gradient, even when shards differ in size.
+        (losses.sum() / batch_size).backward()
+        sync.synchronize()
+        # Gradients are identical on every worker after the sync, so every
+        # worker reaches the same verdict without an extra collective.
+        num_nonfinite_steps += ~_gradients_finite(sync.model)
+        if (step + 1) % check_interval_steps == 0 and num_nonfinite_steps.item():
+            status = STATUS_DIVERGED
+            break
+        optimizer.step()
+        sync.zero_grad()
+        loss_sum += losses.detach().sum()
+        num_correct += (logits.detach().argmax(dim=1) == y).sum()
+        num_steps += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
+    epoch_time_s = time.perf_counter() - start
+    if num_nonfinite_steps.item():  # steps after the last check
+        status = STATUS_DIVERGED
+    totals = allreduce_(torch.stack([loss_sum, num_correct]))
+    num_examples = max(num_steps, 1) * batch_size
+    train_loss = totals[0].item() / num_examples if status == STATUS_OK else math.nan
+    if train_loss > DIVERGED_LOSS:  # the same all-reduced value, so the same verdict everywhere
+        status = STATUS_DIVERGED
+    return {
+        "train_loss": train_loss,
+        "train_acc": totals[1].item() / num_examples,
+        "epoch_time_s": epoch_time_s,
+        "samples_per_s": num_steps * batch_size / epoch_time_s,
+        "sync_time_s": sync.sync_time_s,
+        "status": status,
+    }
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+             config: TrainConfig, *, device: torch.device) -> float:
+    """Test accuracy with every worker scoring its own shard (13.5, exercise 4)."""
+    start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
+    model.eval()
+    with torch.no_grad():
+        for first in range(start, stop, EVAL_BATCH_SIZE):
+            last = min(first + EVAL_BATCH_SIZE, stop)
+            y = labels[first:last].long()
+            logits = _forward(model, images[first:last], config)
+            counts[0] += (logits.argmax(dim=1) == y).sum()
+            counts[1] += last - first
+    allreduce_(counts)
+    return (counts[0] / counts[1]).item()
+
+
+def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """Logits of a uint8 image batch on the model's device, in fp32 whatever the
+    precision of the forward pass."""
+    x = to_model_input(images)
+    if config.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    # Autocast runs the convolutions and matrix products in bfloat16 and keeps
+    # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
+    # mantissa is too coarse for the loss and its sum over a batch.
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        logits = model(x)
+    return logits.float()
+
+
+def _memory_format(config: TrainConfig) -> torch.memory_format:
+    return torch.channels_last if config.channels_last else torch.preserve_format
+
+
+def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:
+    torch.save(state, folder / STATE_FILE)
+    (folder / HISTORY_FILE).write_text(json.dumps(history))
+
+
+def load_checkpoint(folder: Path) -> tuple[dict, list[dict]]:
+    # weights_only: a checkpoint holds tensors and plain containers, never code.
+    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    return state, json.loads((folder / HISTORY_FILE).read_text())
+
+
+def _as_tensors(*arrays) -> list[torch.Tensor]:
+    # Arrays from Ray's object store are read-only views of shared memory;
+    # torch warns about that, but the loop only ever reads them.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return [torch.from_numpy(array) for array in arrays]
+
+
+def _gradients_finite(model: nn.Module) -> torch.Tensor:
+    """A bool tensor on the gradients' device: reading it is left to the caller."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return torch.isfinite(torch.nn.utils.get_total_norm(grads))
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,41 @@
+"""bench/gpu.py as a script: a CPU smoke run, and the record of a machine without a GPU.
+
+Neither may touch bench/results: a smoke run's figures are not a measurement.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+
+SCRIPT = REPO / "bench" / "gpu.py"
+RESULTS = REPO / "bench" / "results" / "gpu.jsonl"
+
+
+def _bench_record(*args: str) -> dict:
+    before = RESULTS.read_bytes() if RESULTS.exists() else None
+    finished = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                              text=True, timeout=120, cwd=REPO, check=True)
+    assert (RESULTS.read_bytes() if RESULTS.exists() else None) == before
+    (line,) = [line for line in finished.stdout.splitlines() if line.startswith("BENCH ")]
+    return json.loads(line.removeprefix("BENCH "))
+
+
+def test_a_cpu_smoke_run_prints_its_figures_and_records_nothing():
+    record = _bench_record("--device", "cpu", "--models", "lenet", "--epochs", "2",
+                           "--train-limit", "512", "--test-limit", "200")
+    assert record["ran"] and record["device_name"].startswith("cpu (smoke run")
+    assert record["lenet_epochs_run"] == 2 and record["lenet_epoch_s"] > 0
+    assert 0 <= record["lenet_test_acc"] <= 1
+    assert record["target_met"] == "not judged: ResNet-18 was not run"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_it_says_it_did_not_run():
+    record = _bench_record("--no-append")
+    assert record["ran"] is False and "no CUDA device" in record["reason"]
+    assert record["target_met"] == "not measured: no GPU on this machine"
