@@ -27,7 +27,7 @@ from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
-from orchestrator.worker import run_training  # noqa: E402
+from orchestrator.loop import run_training  # noqa: E402
 
 PER_WORKER_BATCH = 128
 GLOBAL_BATCH = 256

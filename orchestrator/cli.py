@@ -66,8 +66,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bucket-cap-mb", type=float, default=25.0,
                        help="gradient bucket size for bucketed and ddp")
     group.add_argument("--precision", default="fp32",
-                       help="fp32, or bf16: the forward pass under bfloat16 autocast "
-                            "(loss, weights, gradients and optimizer stay fp32)")
+                       help="fp32; bf16: the forward pass under bfloat16 autocast (loss, weights, "
+                            "gradients and optimizer stay fp32); fp64: all in double precision")
     group.add_argument("--channels-last", action="store_true",
                        help="model and inputs in channels-last memory format (faster on GPUs)")
     data = parser.add_argument_group("data")

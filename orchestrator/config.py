@@ -15,7 +15,7 @@ from orchestrator.errors import UserError
 
 MODELS = ("lenet", "resnet18")
 SYNC_STRATEGIES = ("scratch", "bucketed", "ddp")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp64")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +65,10 @@ class TrainConfig:
     """Size cap of one gradient bucket for `bucketed` and `ddp`."""
 
     precision: str = "fp32"
-    """`fp32`, or `bf16`: the forward pass under bfloat16 autocast; the loss,
-    weights, gradients, their sync and the optimizer stay fp32."""
+    """`fp32`; `bf16`: the forward pass under bfloat16 autocast, while the loss,
+    weights, gradients, their sync and the optimizer stay fp32; `fp64`: all of
+    it in double precision, slow but free of float32 rounding (what the
+    1-vs-k equivalence test compares)."""
 
     channels_last: bool = False
     """Model and inputs in channels-last memory format: the same network laid

@@ -38,6 +38,9 @@ DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
 # diverged run takes up to that many more (already non-finite) steps before it
 # stops. On a CPU the value is at hand and is read every step.
 FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
+# The dtype of the weights, the gradients and their sync, by precision: bf16
+# lowers only the forward pass (under autocast), the weights stay fp32.
+PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
 
 # Called once per epoch on every worker with (metrics, training state, history).
 Reporter = Callable[[dict, dict, list[dict]], None]
@@ -52,7 +55,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(device, memory_format=_memory_format(config))
+    model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     history: list[dict] = []
     if resume_from is not None:
@@ -181,9 +184,10 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 
 def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
-    """Logits of a uint8 image batch on the model's device, in fp32 whatever the
-    precision of the forward pass."""
-    x = to_model_input(images)
+    """Logits of a uint8 image batch on the model's device, in the weights' dtype
+    whatever the precision of the forward pass."""
+    dtype = PARAMETER_DTYPES[config.precision]
+    x = to_model_input(images).to(dtype)
     if config.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     # Autocast runs the convolutions and matrix products in bfloat16 and keeps
@@ -191,7 +195,7 @@ def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> tor
     # mantissa is too coarse for the loss and its sum over a batch.
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
         logits = model(x)
-    return logits.float()
+    return logits.to(dtype)
 
 
 def _memory_format(config: TrainConfig) -> torch.memory_format:

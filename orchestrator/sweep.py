@@ -20,7 +20,7 @@ from orchestrator.cluster import Cluster
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.trial import resources_per_worker, run_trial
-from orchestrator.worker import HISTORY_FILE
+from orchestrator.loop import HISTORY_FILE
 
 EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.

@@ -17,10 +17,7 @@ import torch
 from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST
-# run_training and HISTORY_FILE are also imported from this module by
-# orchestrator/sweep.py and bench/scaling.py (being changed on main); they can
-# import them from orchestrator.loop once that work lands.
-from orchestrator.loop import HISTORY_FILE, load_checkpoint, run_training, save_checkpoint  # noqa: F401
+from orchestrator.loop import load_checkpoint, run_training, save_checkpoint
 
 
 def train_loop_per_worker(loop_config: dict) -> list[dict]:

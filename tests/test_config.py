@@ -24,7 +24,7 @@ from orchestrator.errors import UserError
     ({"warmup_epochs": 3, "num_epochs": 2}, "exceed the 2 epochs"),
     ({"threads_per_worker": 1.5}, "must be an integer"),
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
-    ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16"),
+    ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
     ({"channels_last": "yes"}, "channels_last must be true or false"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
