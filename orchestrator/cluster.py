@@ -18,6 +18,9 @@ from orchestrator.errors import UserError
 REACHABILITY_TIMEOUT_S = 5.0
 LOCAL_DASHBOARD_HOST = "127.0.0.1"
 DEFAULT_DASHBOARD_PORT = 8265
+# Actors Ray Train starts beside the workers of every run: the synchronization
+# actor and the placement-group cleaner.
+TRAIN_HELPER_ACTORS_PER_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -134,10 +137,17 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
         # taking CPU beside the workers, and no error line about its restarts.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
     }
+    # Ray lets only as many worker processes start at once as there are CPUs,
+    # but every fit starts its synchronization actor and placement-group
+    # cleaner together with its workers, and on 2 CPUs the workers, the ones
+    # training waits for, queued behind the two helpers (0.7 s a trial).
+    # Room for both helpers beside one start per CPU.
+    startup_concurrency = (num_cpus or os.cpu_count() or 1) + TRAIN_HELPER_ACTORS_PER_RUN
     # Loopback only by default: the dashboard can submit jobs, which run code.
     return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host,
                     dashboard_port=dashboard_port, num_cpus=num_cpus,
-                    runtime_env={"env_vars": env_vars})
+                    runtime_env={"env_vars": env_vars},
+                    _system_config={"worker_maximum_startup_concurrency": startup_concurrency})
 
 
 def free_local_port(preferred: int | None = None) -> int:

@@ -28,7 +28,7 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     (["--workers", "4", "--batch-size", "2"], "smaller than the 4 workers"),
     (["--lr", "0"], "learning rate must be a finite number > 0"),
     (["--epochs", "0"], "epochs must be >= 1"),
-    (["--precision", "fp16"], "unknown precision 'fp16'; choose one of fp32, bf16"),
+    (["--precision", "fp16"], "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
     (["--lr", "abc"], "invalid float value: 'abc'"),
     (["--data-dir", "/nonexistent"], "/nonexistent: missing train-images-idx3-ubyte.gz"),
     (["--address", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
