@@ -7,6 +7,7 @@ global batch, the one a single device would compute, whatever the shard
 sizes are. Each strategy also counts the seconds it spends communicating.
 """
 
+import inspect
 import time
 
 import torch
@@ -100,10 +101,8 @@ class DDPSync(GradientSync):
         if dist.is_available() and dist.is_initialized():
             self.module = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None,
-                bucket_cap_mb=bucket_cap_mb,
-                # Buffers (BatchNorm statistics) stay per worker as in the other
-                # strategies; the loop broadcasts them before evaluation.
-                broadcast_buffers=False, gradient_as_bucket_view=True)
+                bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True,
+                **_no_forward_buffer_sync())
             self.module.register_comm_hook(state=None, hook=self._timed_sum_hook)
 
     def synchronize(self) -> None:
@@ -119,6 +118,19 @@ class DDPSync(GradientSync):
             return future.value()[0]
 
         return work.get_future().then(finished)
+
+
+def _no_forward_buffer_sync() -> dict:
+    """DDP's option to leave buffers (BatchNorm statistics) per worker in forward,
+    as the other strategies do; the loop broadcasts them before evaluation.
+
+    torch 2.15 renamed it and warns at every use of the old name; the new one
+    still syncs buffers once at construction, which changes nothing here since
+    the loop has already broadcast rank 0's.
+    """
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
 
 
 def make_sync(name: str, model: nn.Module, device: torch.device, *,
