@@ -35,13 +35,24 @@ def bus_bandwidth_mb_s(num_bytes: int, seconds: float) -> float:
 
 
 def _timed(function, repeats: int) -> float:
-    times = []
+    return _timed_side_by_side({"only": function}, repeats)["only"]
+
+
+def _timed_side_by_side(functions: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, taking turns each repeat.
+
+    On this benchmark's 2-core VM a small allreduce takes either about 0.4 ms
+    or about 4 ms, in stretches; timed one after the other, two functions can
+    land in different stretches and their ratio says nothing.
+    """
+    times: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return median(times)
+        for name, function in functions.items():
+            dist.barrier()
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {name: median(values) for name, values in times.items()}
 
 
 def _worker(rank: int, port: int, repeats: int, queue) -> None:
@@ -67,13 +78,16 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
         flat = torch.zeros(grad_bytes // 4)
         # gloo's own time for one message of this size: its latency floor,
         # which small gradient sets like LeNet's cannot beat.
-        gloo_same_size_s = _timed(lambda: dist.all_reduce(flat), repeats)
-        scratch_s = _timed(scratch.synchronize, repeats)
-        bucketed_s = _timed(bucketed.synchronize, repeats)
+        reductions = _timed_side_by_side({"gloo_same_size": lambda: dist.all_reduce(flat),
+                                          "scratch": scratch.synchronize,
+                                          "bucketed": bucketed.synchronize}, repeats)
+        gloo_same_size_s, scratch_s, bucketed_s = (
+            reductions["gloo_same_size"], reductions["scratch"], reductions["bucketed"])
         step_repeats = max(3, repeats // (4 if name == "resnet18" else 1))
-        local_s = _timed(lambda: local_step(model), step_repeats)
         ddp = DDPSync(model, cpu, bucket_cap_mb=25)
-        ddp_s = _timed(lambda: local_step(ddp.module), step_repeats)
+        steps = _timed_side_by_side({"local": lambda: local_step(model),
+                                     "ddp": lambda: local_step(ddp.module)}, step_repeats)
+        local_s, ddp_s = steps["local"], steps["ddp"]
         exposed_s = max(ddp_s - local_s, 0.0)
         results[name] = {
             "num_params": sum(p.numel() for p in model.parameters()),
@@ -84,6 +98,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
             "bucketed_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, bucketed_s),
             "bucketed_time_over_bound": bucketed_s / (grad_bytes * 2 * (WORLD_SIZE - 1) / WORLD_SIZE
                                                       / (results["gloo_busbw_MB_s"] * 1e6)),
+            "bucketed_time_over_gloo_same_size": bucketed_s / gloo_same_size_s,
             "local_step_ms": local_s * 1e3, "ddp_step_ms": ddp_s * 1e3,
             "ddp_exposed_ms": exposed_s * 1e3,
             "ddp_hidden_share": 1 - min(exposed_s / bucketed_s, 1.0),
