@@ -40,6 +40,14 @@ def _training_worker_pids() -> list[int]:
     return [int(line.split()[0]) for line in listing.splitlines() if "ray::RayTrainWorker" in line]
 
 
+def _wait_for_first_checkpoint(process: subprocess.Popen, out_dir, log) -> None:
+    """Until the sweep's first trial has its first epoch checkpoint: it is now in epoch 2."""
+    deadline = time.monotonic() + 180
+    while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
 @pytest.mark.reliability(
     fault="a training worker SIGKILLed in the middle of an epoch",
     lost="the partial epoch, recomputed from the last epoch checkpoint; each epoch is reported once")
@@ -65,6 +73,34 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     checkpoints = sorted(path for path in tmp_path.glob("*/checkpoint_*") if path.is_dir())
     history = json.loads((checkpoints[-1] / "history.json").read_text())
     assert [row["epoch"] for row in history] == [1, 2, 3]
+
+
+@pytest.mark.reliability(
+    fault="a sweep trial's training worker SIGKILLed in the middle of an epoch (--max-failures 1)",
+    lost="the partial epoch: the trial restarts its workers from its last epoch checkpoint, in "
+         "the trial's own process (where a sweep runs Ray Train's controller), and finishes")
+def test_a_killed_worker_in_a_sweep_trial_restarts_and_the_trial_finishes(tmp_path):
+    out_dir = tmp_path / "out"
+    log = tmp_path / "sweep.log"
+    with log.open("w") as log_file:
+        process = _popen("sweep.py", "--workers", "2", "--lr", "0.2", "--epochs", "3",
+                         "--max-failures", "1", *SMALL, "--out", str(out_dir), stdout=log_file)
+    try:
+        _wait_for_first_checkpoint(process, out_dir, log)
+        victims = _training_worker_pids()
+        assert victims, "no Ray Train worker process found"
+        os.kill(victims[-1], signal.SIGKILL)
+        process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert process.returncode == 0, output[-3000:]
+    assert f"Worker PID: {victims[-1]}" in output  # Ray saw the death: the restart was real
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert trials["status"].tolist() == ["finished"]
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert epochs["epoch"].tolist() == [1, 2, 3]  # each epoch once, across the restart
 
 
 @pytest.mark.reliability(
@@ -122,11 +158,7 @@ def test_failed_and_diverged_trials_leave_the_rest_of_the_sweep_whole(tmp_path):
         process = _popen("sweep.py", "--workers", "2", "--lr", "0.3,50,0.5", "--epochs", "3",
                          "--max-failures", "0", *SMALL, "--out", str(out_dir), stdout=log_file)
     try:
-        # The first trial's first epoch checkpoint: it is now in epoch 2.
-        deadline = time.monotonic() + 180
-        while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        _wait_for_first_checkpoint(process, out_dir, log)
         victims = _training_worker_pids()
         assert victims, "no Ray Train worker process found"
         os.kill(victims[-1], signal.SIGKILL)
