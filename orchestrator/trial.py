@@ -36,8 +36,8 @@ class _NonBlockingPlacementGroupCleaner(PlacementGroupCleanerCallback):
 
     The cleaner is a detached actor that removes a run's placement group if
     the controller dies without doing so; it is worth keeping. But stopping
-    it waits for its monitor thread to wake from its sleep between checks, a
-    second added to the end of every run. By the time it is stopped the
+    it waits for its monitor thread to wake from its sleep between checks,
+    up to that interval added to the end of every run. By the time it is stopped the
     worker group, and with it the placement group, is already gone (Ray's
     controller shuts the group down first), so nothing depends on the stop
     having finished. And each check is a State API query through the
@@ -79,8 +79,9 @@ class _LeanTorchTrainer(TorchTrainer):
         trial runs the same controller code itself. The workers' and the
         placement-group cleaner's handle on "the controller" is then the
         trial actor, which is where the controller lives. A plain driver
-        (`experiments/train.py`) keeps Ray's controller actor and with it
-        the graceful abort on Ctrl-C that Ray registers for it.
+        (`experiments/train.py`) has no actor handle to give them, so it
+        keeps Ray's controller actor, and with it the graceful abort on
+        Ctrl-C that Ray registers for that actor.
         """
         if ray.get_runtime_context().get_actor_id() is None:
             return super()._initialize_and_run_controller(**controller_init_kwargs)
