@@ -120,7 +120,11 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
                 # A trial's driver process outlives its trial and runs the next
                 # one: the process start and the torch import are paid once.
-                reuse_actors=True,
+                # Not when ASHA stops trials early: a stopped trial's fit keeps
+                # running, blocked on handing its next epoch to Tune, so its
+                # process never frees itself for reuse and the sweep stalled.
+                # A fresh process per trial lets Tune end the stopped one.
+                reuse_actors=scheduler is None,
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),

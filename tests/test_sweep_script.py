@@ -51,6 +51,25 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
 
 
+@pytest.mark.reliability(
+    fault="ASHA stops trials early while later trials wait to run (one at a time)",
+    lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
+def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
+    out_dir = tmp_path / "out"
+    # lr 0.9 learns in one epoch; 0.001 and 0.002 do not, and ASHA stops them
+    # at its first rung. The third trial used to wait forever for a process
+    # held by the stopped second one.
+    run = run_script("sweep.py", "--workers", "1", "--lr", "0.9,0.001,0.002", "--epochs", "2",
+                     "--scheduler", "asha", "--batch-size", "64", "--train-limit", "30000",
+                     "--test-limit", "500", "--max-concurrent-trials", "1",
+                     "--out", str(out_dir), timeout_s=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
+    assert trials.loc[0.9, "status"] == "finished" and trials.loc[0.9, "epochs_run"] == 2
+    for lr in (0.001, 0.002):
+        assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
+
+
 def test_sweep_attached_to_a_running_head(tmp_path):
     port = free_local_port()
     env = {**os.environ}
