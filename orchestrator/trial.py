@@ -35,10 +35,10 @@ class _NonBlockingPlacementGroupCleaner(PlacementGroupCleanerCallback):
     The cleaner is a detached actor that removes a run's placement group if
     the controller dies without doing so; it is worth keeping. But stopping
     it waits for its monitor thread to wake from its sleep between checks,
-    up to that interval added to the end of every run. By the time it is stopped the
-    worker group, and with it the placement group, is already gone (Ray's
-    controller shuts the group down first), so nothing depends on the stop
-    having finished. And each check is a State API query through the
+    up to that interval added to the end of every run. By the time it is
+    stopped the worker group, and with it the placement group, is already
+    gone (Ray's controller shuts the group down first), so nothing depends
+    on the stop having finished. And each check is a State API query through the
     dashboard and GCS, CPU taken beside the workers throughout training, to
     free a dead controller's CPUs a few seconds sooner.
     """

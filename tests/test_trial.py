@@ -6,8 +6,6 @@ from ray.util.state import list_actors
 from orchestrator.config import TrainConfig
 from orchestrator.trial import run_trial
 
-CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
-
 
 def _actor_states(class_name: str) -> list[str]:
     return [actor.state for actor in
@@ -17,7 +15,8 @@ def _actor_states(class_name: str) -> list[str]:
 def test_a_fit_keeps_the_placement_group_cleaner_and_starts_no_dataset_manager(
         ray_session, fashion_mnist_small, tmp_path):
     cleaners_before = len(_actor_states("PlacementGroupCleaner"))
-    result = run_trial(CONFIG, ray.put(fashion_mnist_small), name="helpers",
+    config = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
+    result = run_trial(config, ray.put(fashion_mnist_small), name="helpers",
                        storage_path=str(tmp_path), max_failures=0)
     assert [row["epoch"] for row in result.return_value] == [1]
     # No run passes Ray Data datasets, so the actor that serves them is never started.
