@@ -40,12 +40,26 @@ def _training_worker_pids() -> list[int]:
     return [int(line.split()[0]) for line in listing.splitlines() if "ray::RayTrainWorker" in line]
 
 
-def _wait_for_first_checkpoint(process: subprocess.Popen, out_dir, log) -> None:
-    """Until the sweep's first trial has its first epoch checkpoint: it is now in epoch 2."""
-    deadline = time.monotonic() + 180
-    while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
+def _sweep_with_a_worker_killed_in_epoch_2(out_dir, log, *args: str) -> tuple[int, str, int]:
+    """Run sweep.py with `args`, SIGKILL a training worker once the first
+    trial has its first epoch checkpoint (it is then in epoch 2), and wait for
+    the sweep to end; returns its exit status, its output and the killed pid.
+    The output goes to a file, not a pipe: nothing reads while we wait."""
+    with log.open("w") as log_file:
+        process = _popen("sweep.py", *args, "--out", str(out_dir), stdout=log_file)
+    try:
+        deadline = time.monotonic() + 180
+        while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        victims = _training_worker_pids()
+        assert victims, "no Ray Train worker process found"
+        os.kill(victims[-1], signal.SIGKILL)
+        process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, log.read_text(), victims[-1]
 
 
 @pytest.mark.reliability(
@@ -81,22 +95,11 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
          "finishes")
 def test_a_killed_worker_in_a_sweep_trial_restarts_and_the_trial_finishes(tmp_path):
     out_dir = tmp_path / "out"
-    log = tmp_path / "sweep.log"
-    with log.open("w") as log_file:
-        process = _popen("sweep.py", "--workers", "2", "--lr", "0.2", "--epochs", "3",
-                         "--max-failures", "1", *SMALL, "--out", str(out_dir), stdout=log_file)
-    try:
-        _wait_for_first_checkpoint(process, out_dir, log)
-        victims = _training_worker_pids()
-        assert victims, "no Ray Train worker process found"
-        os.kill(victims[-1], signal.SIGKILL)
-        process.wait(timeout=600)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    output = log.read_text()
-    assert process.returncode == 0, output[-3000:]
-    assert f"Worker PID: {victims[-1]}" in output  # Ray saw the death: the restart was real
+    returncode, output, victim = _sweep_with_a_worker_killed_in_epoch_2(
+        out_dir, tmp_path / "sweep.log",
+        "--workers", "2", "--lr", "0.2", "--epochs", "3", "--max-failures", "1", *SMALL)
+    assert returncode == 0, output[-3000:]
+    assert f"Worker PID: {victim}" in output  # Ray saw the death: the restart was real
     trials = pd.read_csv(out_dir / "trials.csv")
     assert trials["status"].tolist() == ["finished"]
     epochs = pd.read_csv(out_dir / "epochs.csv")
@@ -153,21 +156,10 @@ def test_failed_and_diverged_trials_leave_the_rest_of_the_sweep_whole(tmp_path):
     out_dir = tmp_path / "out"
     # Two workers per trial: one trial at a time on 2 CPUs, so the first
     # workers to appear are the first trial's.
-    log = tmp_path / "sweep.log"  # a file, not a pipe: nothing reads while we wait
-    with log.open("w") as log_file:
-        process = _popen("sweep.py", "--workers", "2", "--lr", "0.3,50,0.5", "--epochs", "3",
-                         "--max-failures", "0", *SMALL, "--out", str(out_dir), stdout=log_file)
-    try:
-        _wait_for_first_checkpoint(process, out_dir, log)
-        victims = _training_worker_pids()
-        assert victims, "no Ray Train worker process found"
-        os.kill(victims[-1], signal.SIGKILL)
-        process.wait(timeout=600)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    output = log.read_text()
-    assert process.returncode == 1, output[-3000:]  # results written, but the sweep is not whole
+    returncode, output, _ = _sweep_with_a_worker_killed_in_epoch_2(
+        out_dir, tmp_path / "sweep.log",
+        "--workers", "2", "--lr", "0.3,50,0.5", "--epochs", "3", "--max-failures", "0", *SMALL)
+    assert returncode == 1, output[-3000:]  # results written, but the sweep is not whole
     assert re.search(r"1 trial\(s\) failed: \S+_00000", output), output[-3000:]
     trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
     assert trials.loc[0.3, "status"] == "failed" and trials.loc[0.3, "error"]
