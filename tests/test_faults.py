@@ -91,8 +91,8 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
 
 @pytest.mark.reliability(
     fault="a sweep trial's training worker SIGKILLed in the middle of an epoch (--max-failures 1)",
-    lost="the partial epoch: the trial restarts its workers from its last epoch checkpoint and "
-         "finishes")
+    lost="the partial epoch: the trial restarts its workers from its last epoch checkpoint, in "
+         "the trial's own process (where a sweep runs Ray Train's controller), and finishes")
 def test_a_killed_worker_in_a_sweep_trial_restarts_and_the_trial_finishes(tmp_path):
     out_dir = tmp_path / "out"
     returncode, output, victim = _sweep_with_a_worker_killed_in_epoch_2(
