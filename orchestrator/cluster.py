@@ -21,6 +21,10 @@ DEFAULT_DASHBOARD_PORT = 8265
 # Actors Ray Train starts beside the workers of every run: the synchronization
 # actor and the placement-group cleaner.
 TRAIN_HELPER_ACTORS_PER_RUN = 2
+# Set in the embedded cluster's job environment, where every process of the
+# job (the driver, Tune's trial processes) can read it: that cluster is this
+# machine's CPUs and nothing can add nodes to it.
+FIXED_SIZE_ENV_VAR = "ORCHESTRATOR_FIXED_SIZE_CLUSTER"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,11 @@ class Cluster:
 def requested_address(address: str | None) -> str | None:
     """The address to attach to: the argument, else RAY_ADDRESS, else None (embedded)."""
     return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def is_fixed_size() -> bool:
+    """Whether this process's cluster is the embedded one, which no autoscaler grows."""
+    return ray.get_runtime_context().runtime_env.env_vars().get(FIXED_SIZE_ENV_VAR) == "1"
 
 
 def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> None:
@@ -136,6 +145,7 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
         # a single machine never is; without it each run has one actor less
         # taking CPU beside the workers, and no error line about its restarts.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+        FIXED_SIZE_ENV_VAR: "1",
     }
     # Ray lets only as many worker processes start at once as there are CPUs,
     # but every fit starts its synchronization actor and placement-group

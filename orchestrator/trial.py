@@ -15,7 +15,9 @@ from ray.train.torch import TorchConfig, TorchTrainer
 from ray.train.v2._internal.callbacks import DatasetsCallback
 from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 from ray.train.v2._internal.execution.controller import TrainController
+from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
 
+from orchestrator import cluster
 from orchestrator.config import TrainConfig
 from orchestrator.worker import train_loop_per_worker
 
@@ -54,6 +56,24 @@ class _NonBlockingPlacementGroupCleaner(PlacementGroupCleanerCallback):
             self._cleaner = None
 
 
+class _NoAutoscalerScalingPolicy(FixedScalingPolicy):
+    """Ray Train's fixed-size policy, without asking an autoscaler for the workers.
+
+    Every fit registers its workers' resources with Ray's autoscaling
+    coordinator, and renews the request every 20 s, so that an autoscaling
+    cluster grows to hold them. The coordinator is a detached actor, a
+    process that the first fit on a cluster starts and waits for (it
+    imports Ray Data), and that then wakes every 10 ms beside the workers.
+    The embedded cluster has no autoscaler to forward the request to.
+    """
+
+    def after_controller_start(self, train_run_context):
+        pass
+
+    def _maybe_send_resource_request(self):
+        pass
+
+
 class _LeanTorchTrainer(TorchTrainer):
     """A TorchTrainer without the per-run helpers a run of ours never uses.
 
@@ -63,8 +83,10 @@ class _LeanTorchTrainer(TorchTrainer):
     Ray Data dataset manager, an actor that only serves
     `ray.train.get_dataset_shard` (our data comes from the object store, so
     no run passes `datasets`), and stops the placement-group cleaner without
-    waiting (see above), and runs the controller inside a Tune trial's own
-    process (see below). Everything else is Ray Train's own behaviour.
+    waiting (see above), does not register with an autoscaler on the
+    embedded cluster (see above) and runs the controller inside a Tune
+    trial's own process (see below). Everything else is Ray Train's own
+    behaviour.
     """
 
     def _initialize_and_run_controller(self, **controller_init_kwargs):
@@ -82,6 +104,9 @@ class _LeanTorchTrainer(TorchTrainer):
         (`experiments/train.py`) keeps Ray's controller actor and with it
         the graceful abort on Ctrl-C that Ray registers for it.
         """
+        if cluster.is_fixed_size():
+            controller_init_kwargs["scaling_policy"] = _NoAutoscalerScalingPolicy(
+                self.scaling_config)
         if ray.get_runtime_context().get_actor_id() is None:
             return super()._initialize_and_run_controller(**controller_init_kwargs)
         controller = TrainController(**controller_init_kwargs)

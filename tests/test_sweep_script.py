@@ -1,5 +1,6 @@
 """experiments/sweep.py as a user runs it: embedded Ray, an attached head, bad input."""
 
+import json
 import os
 import re
 import subprocess
@@ -78,10 +79,12 @@ def test_sweep_attached_to_a_running_head(tmp_path):
     env["RAY_AUTH_MODE"] = "token"
     # --block keeps the head in the foreground: stopping this one process
     # stops that cluster, and only it (`ray stop` would stop every Ray here).
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    dashboard_port = free_local_port()
     head = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
-         f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={free_local_port()}"],
+        [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dashboard_port}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -95,6 +98,13 @@ def test_sweep_attached_to_a_running_head(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
         assert f"Ray cluster at 127.0.0.1:{port}: 1 node(s), 2 CPUs" in run.stdout
         _assert_complete_results(out_dir, 2, run.stdout)
+        # A cluster we did not start may autoscale: the fits asked Ray's
+        # autoscaling coordinator for their workers, as Ray Train does.
+        coordinators = subprocess.run(
+            [ray_cli, "list", "actors", "--address", f"http://127.0.0.1:{dashboard_port}",
+             "--filter", "class_name=_AutoscalingCoordinatorActor", "--format", "json"],
+            env=env, capture_output=True, text=True, check=True)
+        assert len(json.loads(coordinators.stdout)) == 1
     finally:
         head.terminate()
         head.wait(timeout=60)

@@ -37,6 +37,8 @@ def test_a_fit_keeps_the_placement_group_cleaner_and_starts_no_dataset_manager(
     # The cleaner still guards the run's placement group; it was stopped
     # without the fit waiting for it, and exits on its own.
     assert len(_actor_states("PlacementGroupCleaner")) == cleaners_before + 1
+    # The embedded cluster has no autoscaler to ask for the workers.
+    assert _actor_states("_AutoscalingCoordinatorActor") == []
     # A plain driver keeps Ray Train's controller actor.
     assert len(_actor_states("TrainController")) == controllers_before + 1
 
