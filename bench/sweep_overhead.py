@@ -4,12 +4,15 @@ A sweep of N tiny trials (1 worker, one short epoch each, one trial at a
 time): wall time minus the trials' training time, per trial (target <= 8 s).
 The cost is split into what happens inside a trial but outside training
 (worker group start, process group, data, checkpoints: the trial function's
-own time minus its epochs) and what Tune adds around the trials.
+own time minus its epochs) and what Tune adds around the trials. The same
+trials then run as an ASHA sweep, where every trial gets a fresh process
+(see `run_sweep`): its fixed cost is reported beside the default sweep's.
 
     python bench/sweep_overhead.py [--trials 4]
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -26,6 +29,24 @@ from orchestrator.config import SweepConfig  # noqa: E402
 from orchestrator.sweep import collect, run_sweep  # noqa: E402
 
 
+def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]:
+    """Run `sweep` one trial at a time: its wall time, and its trials' own times."""
+    with tempfile.TemporaryDirectory() as storage:
+        started = time.monotonic()
+        result_grid = run_sweep(sweep, data_ref, storage_path=storage, max_concurrent=1,
+                                resume=False)
+        wall_s = time.monotonic() - started
+        trials, epochs = collect(result_grid, sweep, storage)
+        trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
+    training_s = epochs["epoch_time_s"].sum()
+    return {
+        "trials": len(trials), "wall_s": wall_s, "training_s": training_s,
+        "fixed_cost_per_trial_s": (wall_s - training_s) / len(trials),
+        "inside_trial_outside_training_s": median(trial_function_s) - median(epochs["epoch_time_s"]),
+        "tune_around_trials_per_trial_s": (wall_s - sum(trial_function_s)) / len(trials),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=4)
@@ -35,20 +56,13 @@ def main() -> None:
                         train_limit=640, test_limit=100)
     ray_cluster.connect(None)
     data_ref = ray.put(data.load(train_limit=640, test_limit=100))
-    with tempfile.TemporaryDirectory() as storage:
-        started = time.monotonic()
-        result_grid = run_sweep(sweep, data_ref, storage_path=storage, max_concurrent=1,
-                                resume=False)
-        wall_s = time.monotonic() - started
-        trials, epochs = collect(result_grid, sweep, storage)
-        trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
+    fifo = timed_sweep(sweep, data_ref)
+    asha = timed_sweep(dataclasses.replace(sweep, scheduler="asha"), data_ref)
     ray.shutdown()
-    training_s = epochs["epoch_time_s"].sum()
     emit("sweep_overhead", command_line(), {
-        "trials": len(trials), "wall_s": wall_s, "training_s": training_s,
-        "fixed_cost_per_trial_s": (wall_s - training_s) / len(trials),
-        "inside_trial_outside_training_s": median(trial_function_s) - median(epochs["epoch_time_s"]),
-        "tune_around_trials_per_trial_s": (wall_s - sum(trial_function_s)) / len(trials),
+        **fifo,
+        "asha_fixed_cost_per_trial_s": asha["fixed_cost_per_trial_s"],
+        "asha_tune_around_trials_per_trial_s": asha["tune_around_trials_per_trial_s"],
         "target": "<= 8 s per trial",
     })
 
