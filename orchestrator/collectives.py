@@ -5,6 +5,7 @@ here creates one. With no group, or a group of one, every helper returns its
 input unchanged, so the training loop also runs in a single process.
 """
 
+import os
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -26,8 +27,27 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     the communication backend instead of by hand.
     """
     if get_world_size() > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        wait_busy(dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True), tensor.device)
     return tensor
+
+
+def wait_busy(work: dist.Work, device: torch.device) -> None:
+    """Wait for an asynchronous collective, keeping this CPU busy meanwhile.
+
+    A worker that blocks in gloo's wait leaves its core idle, and on a
+    virtual machine an idle CPU is halted: the message that ends the wait
+    must first wake it. Measured here (2 processes on 2 cores, 30 ms of
+    computation then a 0.5 MB allreduce): 2-4 ms per allreduce blocked,
+    0.4-0.5 ms polled. `sched_yield` between polls gives the core to any
+    other thread ready to run, so workers that share cores lose nothing
+    (4 processes on 2 cores: slightly faster than blocking; a bare spin
+    there was 10% slower). On a GPU the wait only orders the CUDA stream, so
+    it stays as it is.
+    """
+    if device.type == "cpu":
+        while not work.is_completed():
+            os.sched_yield()
+    work.wait()  # raises the collective's error, if it failed
 
 
 def broadcast_(tensors: Iterable[torch.Tensor], *, src: int = 0) -> None:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from orchestrator.collectives import allreduce_, flat_buckets, get_world_size
+from orchestrator.collectives import allreduce_, flat_buckets, get_world_size, wait_busy
 
 MEGABYTE = 1024 * 1024
 
@@ -98,6 +98,7 @@ class DDPSync(GradientSync):
 
     def __init__(self, model: nn.Module, device: torch.device, *, bucket_cap_mb: float):
         super().__init__(model, device)
+        self._works_in_flight: list[dist.Work] = []
         if dist.is_available() and dist.is_initialized():
             self.module = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -112,6 +113,13 @@ class DDPSync(GradientSync):
                         ) -> torch.futures.Future[torch.Tensor]:
         start = time.perf_counter()
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
+        self._works_in_flight.append(work)
+        if bucket.is_last():
+            # Backward is over but for the reductions, which DDP would wait
+            # for blocked, its core idle; see `wait_busy`.
+            for in_flight in self._works_in_flight:
+                wait_busy(in_flight, self.device)
+            self._works_in_flight.clear()
 
         def finished(future: torch.futures.Future) -> torch.Tensor:
             self.sync_time_s += time.perf_counter() - start
