@@ -21,6 +21,7 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
+from orchestrator.collectives import allreduce_  # noqa: E402
 from orchestrator.models import build_model  # noqa: E402
 from orchestrator.sync import BucketedSync, DDPSync, ScratchSync  # noqa: E402
 
@@ -61,7 +62,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
                             world_size=WORLD_SIZE)
     cpu = torch.device("cpu")
     large = torch.ones(LARGE_MESSAGE_BYTES // 4)
-    gloo_s = _timed(lambda: dist.all_reduce(large), max(3, repeats // 4))
+    gloo_s = _timed(lambda: allreduce_(large), max(3, repeats // 4))
     results = {"gloo_busbw_MB_s": bus_bandwidth_mb_s(LARGE_MESSAGE_BYTES, gloo_s)}
     for name in ("lenet", "resnet18"):
         model = build_model(name, seed=0)
@@ -77,8 +78,10 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
         scratch, bucketed = ScratchSync(model, cpu), BucketedSync(model, cpu, bucket_cap_mb=25)
         flat = torch.zeros(grad_bytes // 4)
         # gloo's own time for one message of this size: its latency floor,
-        # which small gradient sets like LeNet's cannot beat.
-        reductions = _timed_side_by_side({"gloo_same_size": lambda: dist.all_reduce(flat),
+        # which small gradient sets like LeNet's cannot beat; waited for as
+        # the strategies wait (`allreduce_`), and blocked in gloo's own wait.
+        reductions = _timed_side_by_side({"gloo_same_size": lambda: allreduce_(flat),
+                                          "gloo_same_size_blocked": lambda: dist.all_reduce(flat),
                                           "scratch": scratch.synchronize,
                                           "bucketed": bucketed.synchronize}, repeats)
         gloo_same_size_s, scratch_s, bucketed_s = (
@@ -93,6 +96,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
             "num_params": sum(p.numel() for p in model.parameters()),
             "grad_MB": grad_bytes / 1e6,
             "gloo_same_size_ms": gloo_same_size_s * 1e3,
+            "gloo_same_size_blocked_ms": reductions["gloo_same_size_blocked"] * 1e3,
             "scratch_ms": scratch_s * 1e3, "bucketed_ms": bucketed_s * 1e3,
             "scratch_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, scratch_s),
             "bucketed_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, bucketed_s),
