@@ -1,5 +1,8 @@
 """The allreduce helpers on two real gloo processes, and alone at world size 1."""
 
+import os
+import time
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -87,3 +90,30 @@ def test_flat_buckets_respect_the_cap_and_the_dtype():
     assert [len(bucket) for bucket in flat_buckets(tensors[:2], cap_bytes=10_000)] == [2]
     # A tensor larger than the cap gets a bucket of its own.
     assert [len(bucket) for bucket in flat_buckets(tensors[3:], cap_bytes=8)] == [1]
+
+
+def _peer_dies_body(rank: int, port: int, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    allreduce_(torch.ones(4))  # both connected and in step
+    if rank == 1:
+        os._exit(0)  # dies without a word, as a SIGKILLed worker does
+    started = time.monotonic()
+    try:
+        allreduce_(torch.ones(4))
+        results[rank] = "returned"
+    except RuntimeError as error:
+        results[rank] = f"raised after {time.monotonic() - started:.1f} s: {error}"
+
+
+def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
+    # allreduce_ polls for completion (see wait_busy): a collective that can
+    # never complete must end in gloo's error, not in a loop that never ends.
+    with mp.Manager() as manager:
+        results = manager.dict()
+        context = mp.start_processes(_peer_dies_body, args=(free_local_port(), results), nprocs=2,
+                                     join=False)
+        deadline = time.monotonic() + 60
+        while not context.join(timeout=1):
+            assert time.monotonic() < deadline, "the allreduce with a dead peer did not end"
+        outcome = results.get(0, "nothing recorded")
+    assert outcome.startswith("raised after"), outcome
