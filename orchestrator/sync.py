@@ -113,13 +113,14 @@ class DDPSync(GradientSync):
                         ) -> torch.futures.Future[torch.Tensor]:
         start = time.perf_counter()
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
-        self._works_in_flight.append(work)
-        if bucket.is_last():
-            # Backward is over but for the reductions, which DDP would wait
-            # for blocked, its core idle; see `wait_busy`.
-            for in_flight in self._works_in_flight:
-                wait_busy(in_flight, self.device)
-            self._works_in_flight.clear()
+        if self.device.type == "cpu":
+            self._works_in_flight.append(work)
+            if bucket.is_last():
+                # Backward is over but for the reductions, which DDP would
+                # wait for blocked, its core idle; see `wait_busy`.
+                for in_flight in self._works_in_flight:
+                    wait_busy(in_flight, self.device)
+                self._works_in_flight.clear()
 
         def finished(future: torch.futures.Future) -> torch.Tensor:
             self.sync_time_s += time.perf_counter() - start
