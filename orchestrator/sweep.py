@@ -120,10 +120,15 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
                 # A trial's driver process outlives its trial and runs the next
                 # one: the process start and the torch import are paid once.
-                # Not when ASHA stops trials early: a stopped trial's fit keeps
-                # running, blocked on handing its next epoch to Tune, so its
-                # process never frees itself for reuse and the sweep stalled.
-                # A fresh process per trial lets Tune end the stopped one.
+                # Not when ASHA stops trials early: a stopped trial's fit is
+                # still blocked handing its next epoch to Tune. With Ray's
+                # controller actor its process never freed itself for reuse
+                # and the sweep stalled; with the controller in the trial's
+                # process (see trial.py) Tune's reset would end the fit by
+                # raising SystemExit through the controller, which does not
+                # shut its workers down on the way (read in Ray's source, not
+                # tried). A fresh process per trial lets Tune end the stopped
+                # one, workers and all.
                 reuse_actors=scheduler is None,
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
