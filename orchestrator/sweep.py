@@ -2,7 +2,7 @@
 
 Two levels, named for where they run: `tune_trial` is the per-trial driver
 (a Tune function that builds and fits a TorchTrainer, forwarding every epoch
-to Tune with `TuneReportCallback`); the workers run `worker.train_loop_per_worker`.
+to Tune with `ReportToTune`); the workers run `worker.train_loop_per_worker`.
 """
 
 import json
@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import ray
 from ray import tune
-from ray.tune.integration.ray_train import TuneReportCallback
+from ray.train import UserCallback
+from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 from ray.tune.schedulers import ASHAScheduler
 
 from orchestrator import storage
@@ -64,7 +65,27 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # last epoch checkpoint instead of starting over.
               name=context.get_trial_id(),
               storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
-              max_failures=config["max_failures"], callbacks=[TuneReportCallback()])
+              max_failures=config["max_failures"], callbacks=[ReportToTune()])
+
+
+class ReportToTune(UserCallback):
+    """Each epoch's metrics to Tune, from the trial's own thread.
+
+    Ray's `TuneReportCallback` hands them over through a queue actor, one
+    more process started for every trial (and waking every 10 ms beside the
+    workers), because Ray's controller runs in an actor of its own. Here the
+    controller runs in the trial's thread (see trial.py), so it reports as a
+    Tune function does: `tune.report` returns once Tune takes the result,
+    and raises SystemExit when Tune stops the trial instead, which ends the
+    fit there and frees the trial's process for the next trial.
+    """
+
+    def after_report(self, run_context, metrics, checkpoint):
+        result = dict(metrics[0])  # rank 0's, the one that carries the checkpoint
+        if checkpoint:
+            # Where Ray's callback puts it: the checkpoint is stored already.
+            result[CHECKPOINT_PATH_KEY] = checkpoint.path
+        tune.report(result)
 
 
 class TrialLinePrinter(tune.Callback):
@@ -120,16 +141,9 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
                 # A trial's driver process outlives its trial and runs the next
                 # one: the process start and the torch import are paid once.
-                # Not when ASHA stops trials early: a stopped trial's fit is
-                # still blocked handing its next epoch to Tune. With Ray's
-                # controller actor its process never freed itself for reuse
-                # and the sweep stalled; with the controller in the trial's
-                # process (see trial.py) Tune's reset would end the fit by
-                # raising SystemExit through the controller, which does not
-                # shut its workers down on the way (read in Ray's source, not
-                # tried). A fresh process per trial lets Tune end the stopped
-                # one, workers and all.
-                reuse_actors=scheduler is None,
+                # A trial that ASHA stops frees its process too: its fit ends
+                # where it reports to Tune (see ReportToTune).
+                reuse_actors=True,
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),

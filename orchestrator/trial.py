@@ -1,7 +1,7 @@
 """One training run: a TorchTrainer of `config.num_workers` workers, fitted.
 
 This is the per-trial driver. `experiments/train.py` calls it once; each
-Ray Tune trial of the sweep calls it with a `TuneReportCallback`.
+Ray Tune trial of the sweep calls it with a callback that reports to Tune.
 """
 
 import asyncio
@@ -15,6 +15,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 from ray.train.v2._internal.callbacks import DatasetsCallback
 from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 from ray.train.v2._internal.execution.controller import TrainController
+from ray.train.v2._internal.execution.controller.state import AbortedState
 from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
 
 from orchestrator import cluster
@@ -113,7 +114,13 @@ class _LeanTorchTrainer(TorchTrainer):
         if ray.get_runtime_context().get_actor_id() is None:
             return super()._initialize_and_run_controller(**controller_init_kwargs)
         controller = TrainController(**controller_init_kwargs)
-        asyncio.run(controller.run())
+        try:
+            asyncio.run(controller.run())
+        except SystemExit:
+            # Tune stopped the trial (an ASHA rung) while the controller
+            # handed it an epoch (see sweep.ReportToTune).
+            _abort_keeping_the_process(controller)
+            raise
         return controller.get_result()
 
     def _create_default_callbacks(self):
@@ -125,6 +132,20 @@ class _LeanTorchTrainer(TorchTrainer):
                 callback = _NonBlockingPlacementGroupCleaner()
             callbacks.append(callback)
         return callbacks
+
+
+def _abort_keeping_the_process(controller: TrainController) -> None:
+    """Ray Train's `TrainController.abort`, without the `exit_actor` that ends it.
+
+    Ray's abort ends the process it runs in, its controller actor; here that
+    is a Tune trial's process, which Tune keeps for the next trial once the
+    stopped one's thread has ended. The workers and their placement group go
+    as in Ray's abort; the process stays.
+    """
+    controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
+    if controller.get_worker_group():
+        controller.get_worker_group().abort()
+    controller._set_state(AbortedState())
 
 
 def resources_per_worker(config: TrainConfig) -> dict[str, float]:

@@ -1,0 +1,46 @@
+"""A sweep on the session's Ray: the processes its trials run in, and what
+they leave behind."""
+
+import time
+
+import ray
+from ray.util.state import list_actors, list_placement_groups
+
+from orchestrator.config import SweepConfig
+from orchestrator.sweep import collect, run_sweep
+
+
+def _num_actors(class_name: str) -> int:
+    return len(list_actors(filters=[("class_name", "=", class_name)], limit=10_000,
+                           raise_on_missing_output=False))
+
+
+def _num_live_placement_groups() -> int:
+    return sum(group.state != "REMOVED"
+               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
+
+
+def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fashion_mnist_small,
+                                                               tmp_path):
+    # lr 0.5 learns in one epoch (test accuracy 0.6); 0.001 and 0.002 do not,
+    # and ASHA stops them at its first rung, each while its workers go on training.
+    sweep = SweepConfig(workers=(1,), batch_sizes=(16,), lrs=(0.5, 0.001, 0.002), num_epochs=2,
+                        train_limit=8192, test_limit=1000, scheduler="asha")
+    trial_processes_before = _num_actors("ImplicitFunc")
+    live_groups_before = _num_live_placement_groups()
+    result_grid = run_sweep(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
+                            max_concurrent=1, resume=False)
+    _, epochs = collect(result_grid, sweep, str(tmp_path))
+    assert epochs.groupby("lr").size().to_dict() == {0.5: 2, 0.001: 1, 0.002: 1}
+    # All three trials ran in one process, and reported to Tune without a
+    # queue actor of Ray's.
+    assert _num_actors("ImplicitFunc") == trial_processes_before + 1
+    assert _num_actors("_QueueActor") == 0
+    # The stopped trials' workers are gone and their CPUs free. The last
+    # trial's process is not kept for another: Tune ends it, and its
+    # placement group goes with the cleaner's next check (5 s apart).
+    deadline = time.monotonic() + 15
+    while (_num_live_placement_groups() > live_groups_before
+           or ray.available_resources().get("CPU") != 2.0):
+        assert time.monotonic() < deadline, "a stopped trial's workers kept their CPUs"
+        time.sleep(0.5)
