@@ -6,7 +6,9 @@ ours, run alternately so that both see the same machine; figure: the ratio of
 median epoch times, ours / torchrun (target <= 1.03). torchrun runs with no
 Ray on the machine, as a torchrun user has it; it also runs once a round
 beside our embedded Ray, idle, to show how much of the gap Ray's own
-processes cost on a machine whose every core trains.
+processes cost on a machine whose every core trains, and once with our DDP
+strategy in place of plain DDP, so that the second ratio (ours / that) is
+what Ray alone costs.
 
     python bench/ray_overhead.py [--rounds 4 --epochs 3]
 """
@@ -31,11 +33,13 @@ from orchestrator.trial import run_trial  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def torchrun_epoch_times(epochs: int, batch_size: int, train_limit: int | None) -> list[float]:
+def torchrun_epoch_times(epochs: int, batch_size: int, train_limit: int | None,
+                         ddp: str = "plain") -> list[float]:
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     limit = ["--train-limit", str(train_limit)] if train_limit else []
     run = subprocess.run([torchrun, "--nproc-per-node", "2", os.path.join(HERE, "torchrun_lenet.py"),
-                          "--epochs", str(epochs), "--batch-size", str(batch_size), *limit],
+                          "--epochs", str(epochs), "--batch-size", str(batch_size), *limit,
+                          "--ddp", ddp],
                          capture_output=True, text=True, check=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     line = next(l for l in run.stdout.splitlines() if l.startswith("EPOCH_TIMES "))
@@ -53,10 +57,12 @@ def main() -> None:
                          num_epochs=args.epochs, sync="ddp", train_limit=args.train_limit,
                          test_limit=1000)
     fashion_mnist = data.load(train_limit=args.train_limit, test_limit=1000)
-    alone, beside_ray, ours = [], [], []
+    alone, same_ddp, beside_ray, ours = [], [], [], []
     with tempfile.TemporaryDirectory() as storage:
         for round_index in range(args.rounds):
             alone += torchrun_epoch_times(args.epochs, args.batch_size, args.train_limit)
+            same_ddp += torchrun_epoch_times(args.epochs, args.batch_size, args.train_limit,
+                                             ddp="orchestrator")
             ray_cluster.connect(None)
             beside_ray += torchrun_epoch_times(args.epochs, args.batch_size, args.train_limit)
             result = run_trial(config, ray.put(fashion_mnist), name=f"overhead-{round_index}",
@@ -67,6 +73,8 @@ def main() -> None:
         "epochs_measured_each": len(ours),
         "torchrun_epoch_s": median(alone), "ours_epoch_s": median(ours),
         "ratio_ours_over_torchrun": median(ours) / median(alone),
+        "torchrun_our_ddp_epoch_s": median(same_ddp),
+        "ratio_ours_over_torchrun_our_ddp": median(ours) / median(same_ddp),
         "torchrun_beside_idle_ray_epoch_s": median(beside_ray),
         "idle_ray_ratio": median(beside_ray) / median(alone),
         "target": "<= 1.03",

@@ -4,6 +4,10 @@ What a user would write without Ray: torchrun starts the processes, DDP
 reduces the gradients, each rank trains on its shard of every global batch.
 
     torchrun --nproc-per-node 2 bench/torchrun_lenet.py --epochs 3 --batch-size 256
+
+`--ddp orchestrator` swaps plain DDP for our `ddp` strategy (`DDPSync`,
+whose comm hook waits for the last bucket by polling): the same gradient
+sync as our workers, so that what differs from a trial of ours is Ray alone.
 """
 
 import argparse
@@ -19,7 +23,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from orchestrator import data  # noqa: E402
+from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.models import build_model  # noqa: E402
+from orchestrator.sync import DDPSync  # noqa: E402
 
 
 def main() -> None:
@@ -28,6 +34,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256, help="global batch")
     parser.add_argument("--lr", type=float, default=0.2)
     parser.add_argument("--train-limit", type=int, default=None)
+    parser.add_argument("--ddp", choices=["plain", "orchestrator"], default="plain")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -35,7 +42,11 @@ def main() -> None:
     dataset = data.load(train_limit=args.train_limit, test_limit=1)
     images = torch.from_numpy(dataset.train_images.copy())
     labels = torch.from_numpy(dataset.train_labels.copy())
-    model = DistributedDataParallel(build_model("lenet", seed=0))
+    if args.ddp == "plain":
+        model = DistributedDataParallel(build_model("lenet", seed=0))
+    else:
+        model = DDPSync(build_model("lenet", seed=0), torch.device("cpu"),
+                        bucket_cap_mb=TrainConfig.bucket_cap_mb).module
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     per_rank = args.batch_size // world
     steps = len(labels) // args.batch_size
@@ -48,6 +59,8 @@ def main() -> None:
                           step * args.batch_size + (rank + 1) * per_rank]
             x = images[index].unsqueeze(1).float().div_(255)
             loss = F.cross_entropy(model(x), labels[index].long())
+            if args.ddp == "orchestrator":
+                loss = loss / world  # DDPSync sums gradients where DDP averages them
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -5,7 +5,9 @@ resumes from Ray's checkpoint, and reports each epoch to Ray Train with a
 checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
+import ctypes
 import logging
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,11 +21,18 @@ from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST
 from orchestrator.loop import load_checkpoint, run_training, save_checkpoint
 
+# glibc's mallopt parameters (malloc.h) and the values a worker sets them to.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# The most glibc accepts, and the ceiling of its own dynamic threshold.
+_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+_TRIM_THRESHOLD_BYTES = 1024 * 1024 * 1024
+
 
 def train_loop_per_worker(loop_config: dict) -> list[dict]:
     """Ray Train entry point: config and data come from the driver via the object store."""
     config = TrainConfig(**loop_config["train_config"])
     torch.set_num_threads(config.threads_per_worker)
+    _keep_freed_memory_for_the_next_step()
     _quiet_report_lines()
     data: FashionMNIST = ray.get(loop_config["data"])
     checkpoint = ray.train.get_checkpoint()
@@ -33,6 +42,27 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
             resume_from = load_checkpoint(Path(folder))
     return run_training(config, data, device=ray.train.torch.get_device(),
                         report=report_to_ray, resume_from=resume_from)
+
+
+def _keep_freed_memory_for_the_next_step() -> None:
+    """Have glibc keep the memory a step frees, instead of handing it back.
+
+    Ray Train runs the training function in a thread of its own, which
+    allocates from one of glibc's per-thread arenas. In a Ray worker that
+    arena's heap was cut back (`madvise`) and regrown (`mprotect`) every few
+    steps: up to 100,000 page faults a second, each a fresh zeroed page, where
+    a torchrun process had under 100. The epoch took up to a quarter longer
+    (bench/notes/ray_overhead.md). A worker's steps all need the same memory,
+    so it keeps it: a trim threshold the heap never reaches, and a fixed
+    threshold for taking big blocks straight from the kernel (setting one
+    turns off glibc's adjustment of the other). No-op off glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
 
 
 def _quiet_report_lines() -> None:
