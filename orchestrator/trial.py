@@ -97,9 +97,9 @@ class _LeanTorchTrainer(TorchTrainer):
         caller's node for every fit; that process imports Ray Train and torch
         before it can start the workers, 2.3 s of every sweep trial on a
         2-core machine. A Tune trial is itself an actor with both already
-        imported (kept from trial to trial when the sweep has no scheduler),
-        and the controller actor would share its fate anyway (it is owned by
-        the trial), so the trial runs the same controller code itself. The
+        imported (kept from trial to trial), and the controller actor would
+        share its fate anyway (it is owned by the trial), so the trial runs
+        the same controller code itself. The
         workers' and the placement-group cleaner's handle on "the
         controller" is then the trial actor, which is where the controller
         lives. A plain driver (`experiments/train.py`) keeps Ray's
