@@ -6,8 +6,9 @@ The cost is split into what happens inside a trial but outside training
 (worker group start, process group, data, checkpoints: the trial function's
 own time minus its epochs) and what Tune adds around the trials. The same
 number of trials then runs for two epochs as an ASHA sweep, which stops the
-losing ones after the first (how many is reported): a stopped trial's process has to
-end its fit before the next trial can reuse it (see `ReportToTune`).
+losing ones after the first (how many is reported): a stopped trial's
+process has to end its fit before the next trial can reuse it (see
+`ReportToTune`).
 
     python bench/sweep_overhead.py [--trials 4]
 """
