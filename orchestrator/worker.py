@@ -51,7 +51,7 @@ def _keep_freed_memory_for_the_next_step() -> None:
     allocates from one of glibc's per-thread arenas. In a Ray worker that
     arena's heap was cut back (`madvise`) and regrown (`mprotect`) every few
     steps: up to 100,000 page faults a second, each a fresh zeroed page, where
-    a torchrun process had under 100. The epoch took up to a quarter longer
+    a torchrun process had under 100. The epoch took up to a third longer
     (bench/notes/ray_overhead.md). A worker's steps all need the same memory,
     so it keeps it: a trim threshold the heap never reaches, and a fixed
     threshold for taking big blocks straight from the kernel (setting one
