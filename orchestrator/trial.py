@@ -99,12 +99,11 @@ class _LeanTorchTrainer(TorchTrainer):
         2-core machine. A Tune trial is itself an actor with both already
         imported (kept from trial to trial), and the controller actor would
         share its fate anyway (it is owned by the trial), so the trial runs
-        the same controller code itself. The
-        workers' and the placement-group cleaner's handle on "the
-        controller" is then the trial actor, which is where the controller
-        lives. A plain driver (`experiments/train.py`) keeps Ray's
-        controller actor and with it the graceful abort on Ctrl-C that Ray
-        registers for it.
+        the same controller code itself. The workers' and the placement-group
+        cleaner's handle on "the controller" is then the trial actor, which
+        is where the controller lives. A plain driver (`experiments/train.py`)
+        keeps Ray's controller actor and with it the graceful abort on Ctrl-C
+        that Ray registers for it.
         """
         # Whichever process runs it, the controller asks no autoscaler for
         # workers on the embedded cluster (see _NoAutoscalerScalingPolicy).

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from ray.util.state import list_actors
 
 from orchestrator import cluster, data
 
@@ -24,6 +25,12 @@ def ray_session():
 def fashion_mnist_small() -> data.FashionMNIST:
     """The first 8,192 training and 1,000 test images of the real data set."""
     return data.load(train_limit=8192, test_limit=1000)
+
+
+def num_actors(class_name: str) -> int:
+    """How many actors of this class the session's Ray has had, dead ones included."""
+    return len(list_actors(filters=[("class_name", "=", class_name)], limit=10_000,
+                           raise_on_missing_output=False))
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:

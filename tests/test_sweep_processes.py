@@ -4,15 +4,11 @@ they leave behind."""
 import time
 
 import ray
-from ray.util.state import list_actors, list_placement_groups
+from ray.util.state import list_placement_groups
 
 from orchestrator.config import SweepConfig
 from orchestrator.sweep import collect, run_sweep
-
-
-def _num_actors(class_name: str) -> int:
-    return len(list_actors(filters=[("class_name", "=", class_name)], limit=10_000,
-                           raise_on_missing_output=False))
+from conftest import num_actors
 
 
 def _num_live_placement_groups() -> int:
@@ -26,7 +22,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     # and ASHA stops them at its first rung, each while its workers go on training.
     sweep = SweepConfig(workers=(1,), batch_sizes=(16,), lrs=(0.5, 0.001, 0.002), num_epochs=2,
                         train_limit=8192, test_limit=1000, scheduler="asha")
-    trial_processes_before = _num_actors("ImplicitFunc")
+    trial_processes_before = num_actors("ImplicitFunc")
     live_groups_before = _num_live_placement_groups()
     result_grid = run_sweep(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
                             max_concurrent=1, resume=False)
@@ -34,8 +30,8 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     assert epochs.groupby("lr").size().to_dict() == {0.5: 2, 0.001: 1, 0.002: 1}
     # All three trials ran in one process, and reported to Tune without a
     # queue actor of Ray's.
-    assert _num_actors("ImplicitFunc") == trial_processes_before + 1
-    assert _num_actors("_QueueActor") == 0
+    assert num_actors("ImplicitFunc") == trial_processes_before + 1
+    assert num_actors("_QueueActor") == 0
     # The stopped trials' workers are gone and their CPUs free. The last
     # trial's process is not kept for another: Tune ends it, and its
     # placement group goes with the cleaner's next check (5 s apart).

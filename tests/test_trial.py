@@ -2,17 +2,12 @@
 and where its controller runs."""
 
 import ray
-from ray.util.state import list_actors
 
 from orchestrator.config import TrainConfig
 from orchestrator.trial import run_trial
+from conftest import num_actors
 
 CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
-
-
-def _actor_states(class_name: str) -> list[str]:
-    return [actor.state for actor in
-            list_actors(filters=[("class_name", "=", class_name)], raise_on_missing_output=False)]
 
 
 @ray.remote(num_cpus=0)
@@ -27,29 +22,29 @@ class _TrialDriver:
 
 def test_a_fit_keeps_the_placement_group_cleaner_and_starts_no_dataset_manager(
         ray_session, fashion_mnist_small, tmp_path):
-    cleaners_before = len(_actor_states("PlacementGroupCleaner"))
-    controllers_before = len(_actor_states("TrainController"))
+    cleaners_before = num_actors("PlacementGroupCleaner")
+    controllers_before = num_actors("TrainController")
     result = run_trial(CONFIG, ray.put(fashion_mnist_small), name="helpers",
                        storage_path=str(tmp_path), max_failures=0)
     assert [row["epoch"] for row in result.return_value] == [1]
     # No run passes Ray Data datasets, so the actor that serves them is never started.
-    assert _actor_states("DatasetManager") == []
+    assert num_actors("DatasetManager") == 0
     # The cleaner still guards the run's placement group; it was stopped
     # without the fit waiting for it, and exits on its own.
-    assert len(_actor_states("PlacementGroupCleaner")) == cleaners_before + 1
+    assert num_actors("PlacementGroupCleaner") == cleaners_before + 1
     # The embedded cluster has no autoscaler to ask for the workers.
-    assert _actor_states("_AutoscalingCoordinatorActor") == []
+    assert num_actors("_AutoscalingCoordinatorActor") == 0
     # A plain driver keeps Ray Train's controller actor.
-    assert len(_actor_states("TrainController")) == controllers_before + 1
+    assert num_actors("TrainController") == controllers_before + 1
 
 
 def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mnist_small,
                                                          tmp_path):
-    controllers_before = len(_actor_states("TrainController"))
-    cleaners_before = len(_actor_states("PlacementGroupCleaner"))
+    controllers_before = num_actors("TrainController")
+    cleaners_before = num_actors("PlacementGroupCleaner")
     driver = _TrialDriver.remote()
     assert ray.get(driver.fit.remote([ray.put(fashion_mnist_small)], str(tmp_path))) == [1]
-    assert len(_actor_states("TrainController")) == controllers_before
+    assert num_actors("TrainController") == controllers_before
     # The cleaner now watches the actor that holds the controller.
-    assert len(_actor_states("PlacementGroupCleaner")) == cleaners_before + 1
+    assert num_actors("PlacementGroupCleaner") == cleaners_before + 1
     ray.kill(driver)
