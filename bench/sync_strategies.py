@@ -5,7 +5,7 @@ sets with `scratch` and `bucketed`, and measure gloo's own bus bandwidth on a
 large message in the same run. For `ddp`, the share of communication hidden
 behind backward is 1 - (DDP step - local step) / bucketed reduction time.
 
-    python bench/sync_strategies.py [--repeats 20]
+    python bench/sync_strategies.py [--repeats 80]
 """
 
 import argparse
@@ -114,7 +114,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=80)
     args = parser.parse_args()
     from socket import socket
     with socket() as probe:
