@@ -8,24 +8,23 @@ import pytest
 
 from conftest import REPO
 
-# A step in a thread, as Ray Train runs it: two 12 MB blocks from glibc's
-# malloc, written, then freed. Prints the page faults of every step after
-# the first.
+# A step in a thread, as Ray Train runs it: blocks from glibc's malloc,
+# written, then freed. Prints the page faults of every step after the first.
 STEPS = textwrap.dedent("""
     import ctypes, resource, sys, threading
     from orchestrator.worker import _keep_freed_memory_for_the_next_step
     if sys.argv[1] == "kept":
         _keep_freed_memory_for_the_next_step()
+    num_blocks, size = int(sys.argv[2]), int(sys.argv[3]) * 1024 * 1024
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
     libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    size = 12 * 1024 * 1024
     faults = []
     def steps():
         for _ in range(6):
             before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-            blocks = [libc.malloc(size) for _ in range(2)]
+            blocks = [libc.malloc(size) for _ in range(num_blocks)]
             for block in blocks:
                 libc.memset(block, 1, size)
             for block in blocks:
@@ -38,16 +37,20 @@ STEPS = textwrap.dedent("""
 """)
 
 
-def _faults_in_later_steps(mode: str) -> int:
-    run = subprocess.run([sys.executable, "-c", STEPS, mode], capture_output=True, text=True,
-                         check=True, cwd=REPO)
+def _faults_in_later_steps(mode: str, num_blocks: int, block_mb: int) -> int:
+    run = subprocess.run([sys.executable, "-c", STEPS, mode, str(num_blocks), str(block_mb)],
+                         capture_output=True, text=True, check=True, cwd=REPO)
     return int(run.stdout.strip())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
-def test_a_step_reuses_the_memory_the_last_one_freed():
-    # By default glibc hands the first steps' blocks back to the kernel and
-    # the next step faults fresh pages in (until its thresholds adapt; in a
-    # Ray worker they kept doing so, see bench/notes/ray_overhead.md).
-    assert _faults_in_later_steps("default") > 5000  # 24 MB is 6,144 pages
-    assert _faults_in_later_steps("kept") < 100
+@pytest.mark.parametrize("num_blocks, block_mb", [
+    (2, 12),  # 24 MB: the top of one heap, which glibc trims
+    (3, 24),  # 72 MB: more than one 64 MB heap, and glibc unmaps the second
+], ids=["trimmed", "heap-unmapped"])
+def test_a_step_reuses_the_memory_the_last_one_freed(num_blocks, block_mb):
+    # By default glibc hands blocks of earlier steps back to the kernel and
+    # the next step faults fresh pages in (in a Ray worker, step after step;
+    # see bench/notes/ray_overhead.md).
+    assert _faults_in_later_steps("default", num_blocks, block_mb) > 5000  # 24 MB: 6,144 pages
+    assert _faults_in_later_steps("kept", num_blocks, block_mb) < 100
