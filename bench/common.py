@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+import socket
 import statistics
 import sys
 from pathlib import Path
@@ -46,3 +47,10 @@ def command_line() -> str:
 
 def median(values) -> float:
     return statistics.median(values)
+
+
+def free_port() -> int:
+    """A local TCP port free now, for a gloo group's rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -5,8 +5,11 @@ Strong: the global batch is fixed (256), so 2 workers get 128 each.
 Figure: throughput speedup (samples/s, 2 workers / 1 worker) and efficiency
 (speedup / 2). The limit is 2.0 on two cores; targets: weak >= 1.85,
 strong >= 1.7. Trials run one at a time, alternating, so both see the same machine.
-Beside them, the ceiling this machine sets: the same loop (batch 128) in two
-independent processes at once, no Ray and no communication, against one alone.
+Beside them, with no Ray: the ceiling this machine sets, the same loop
+(batch 128) in two independent processes at once against one alone; and the
+same loop in two processes in lockstep, a gloo group reducing their
+gradients as our workers do (weak scaling as torchrun would run it): what
+synchronous data parallelism itself costs here, before Ray.
 
     python bench/scaling.py [--rounds 4 --epochs 2 --sync bucketed]
 """
@@ -19,9 +22,10 @@ import tempfile
 
 import ray
 import torch
+import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import command_line, emit, median  # noqa: E402
+from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
@@ -33,25 +37,39 @@ PER_WORKER_BATCH = 128
 GLOBAL_BATCH = 256
 
 
-def _alone(train_limit: int, epochs: int, rates) -> None:
-    """One plain process: the training loop without Ray or a process group."""
+def _plain_process(rank: int, world_size: int, port: int | None, train_limit: int, epochs: int,
+                   sync: str, rates) -> None:
+    """The training loop in a plain process, without Ray; with `port`, one of
+    `world_size` processes in a gloo group (batch 128 each), else alone."""
     torch.set_num_threads(1)
-    config = TrainConfig(model="lenet", global_batch_size=PER_WORKER_BATCH, lr=0.2,
+    if port is not None:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size)
+    num_workers = world_size if port is not None else 1
+    config = TrainConfig(model="lenet", num_workers=num_workers,
+                         global_batch_size=PER_WORKER_BATCH * num_workers, lr=0.2, sync=sync,
                          num_epochs=epochs, train_limit=train_limit, test_limit=1000)
     history = run_training(config, data.load(train_limit=train_limit, test_limit=1000),
                            device=torch.device("cpu"), report=lambda *_: None)
-    rates.put(median([row["samples_per_s"] for row in history]))
+    if port is None or rank == 0:  # a group's rate is already its total
+        rates.put(median([row["samples_per_s"] for row in history]))
+    if port is not None:
+        dist.destroy_process_group()
 
 
-def independent_processes_rate(num_processes: int, train_limit: int, epochs: int) -> float:
-    """Total samples/s of `num_processes` plain loops running at once."""
+def plain_processes_rate(num_processes: int, train_limit: int, epochs: int, sync: str,
+                         lockstep: bool) -> float:
+    """Total samples/s of `num_processes` plain loops running at once: independent,
+    or in lockstep (one gloo group)."""
+    port = free_port() if lockstep else None
     context = multiprocessing.get_context("spawn")
     rates = context.Queue()
-    processes = [context.Process(target=_alone, args=(train_limit, epochs, rates))
-                 for _ in range(num_processes)]
+    processes = [context.Process(target=_plain_process,
+                                 args=(rank, num_processes, port, train_limit, epochs, sync, rates))
+                 for rank in range(num_processes)]
     for process in processes:
         process.start()
-    total = sum(rates.get() for _ in processes)
+    total = sum(rates.get() for _ in range(1 if lockstep else num_processes))
     for process in processes:
         process.join()
     return total
@@ -75,6 +93,7 @@ def main() -> None:
     # the other worker included: where the distance to the ceiling goes.
     sync_shares: list[float] = []
     ceiling: dict[int, list[float]] = {1: [], 2: []}
+    lockstep: list[float] = []
     with tempfile.TemporaryDirectory() as storage:
         for round_index in range(args.rounds):
             for name, (workers, batch) in runs.items():
@@ -87,11 +106,14 @@ def main() -> None:
                     sync_shares += [row["sync_time_s"] / row["epoch_time_s"]
                                     for row in result.return_value]
             for num_processes in (1, 2):
-                ceiling[num_processes].append(
-                    independent_processes_rate(num_processes, args.train_limit, args.epochs))
+                ceiling[num_processes].append(plain_processes_rate(
+                    num_processes, args.train_limit, args.epochs, args.sync, lockstep=False))
+            lockstep.append(plain_processes_rate(2, args.train_limit, args.epochs, args.sync,
+                                                 lockstep=True))
     ray.shutdown()
     figures = {"sync": args.sync,
                "no_communication_speedup": median(ceiling[2]) / median(ceiling[1]),
+               "no_ray_lockstep_weak_speedup": median(lockstep) / median(ceiling[1]),
                "two_worker_sync_share": median(sync_shares)}
     for kind, target in (("weak", 1.85), ("strong", 1.7)):
         one, two = median(rates[f"{kind}_1"]), median(rates[f"{kind}_2"])

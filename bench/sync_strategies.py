@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import command_line, emit, median  # noqa: E402
+from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator.collectives import allreduce_  # noqa: E402
 from orchestrator.models import build_model  # noqa: E402
@@ -116,10 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=80)
     args = parser.parse_args()
-    from socket import socket
-    with socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     mp.start_processes(_worker, args=(port, args.repeats, queue), nprocs=WORLD_SIZE,
