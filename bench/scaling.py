@@ -112,7 +112,9 @@ def main() -> None:
                                                  lockstep=True))
     ray.shutdown()
     figures = {"sync": args.sync,
+               "no_ray_1_process_samples_per_s": median(ceiling[1]),
                "no_communication_speedup": median(ceiling[2]) / median(ceiling[1]),
+               "no_ray_lockstep_2_process_samples_per_s": median(lockstep),
                "no_ray_lockstep_weak_speedup": median(lockstep) / median(ceiling[1]),
                "two_worker_sync_share": median(sync_shares)}
     for kind, target in (("weak", 1.85), ("strong", 1.7)):
