@@ -63,8 +63,9 @@ def _keep_freed_memory_for_the_next_step() -> None:
     heaps of 64 MB, and glibc unmaps a heap that has become wholly free
     whatever the threshold, unless the heap before it lacks room for the top
     pad. A step that spans two heaps (a 1-worker LeNet step on a batch of
-    256 did) then maps and faults a fresh one every step: 20 s epochs against
-    14 s, 180,000 faults a second. A pad of a whole heap keeps every heap.
+    256 does) can then map and fault a fresh one every step: epochs of 20 s
+    against 14, up to 180,000 faults a second. A pad of a whole heap keeps
+    every heap.
     The pad is address space, not memory: pages are only resident once
     touched. No-op off glibc.
     """
