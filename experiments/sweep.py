@@ -24,7 +24,7 @@ from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
                                  SweepConfig)
 from orchestrator.errors import UserError
-from orchestrator.results import (FAILED, INTERRUPTED, isolation_table, markdown_table,
+from orchestrator.results import (FAILED, isolation_table, markdown_table,
                                   scaling_table, summarize_trials, write_results)
 from orchestrator.rundir import check_out_dir, claim_out_dir
 from orchestrator.sweep import collect, is_complete, max_concurrent_trials, require_room, run_sweep
@@ -187,11 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nScaling\n" + markdown_table(scaling_table(summary)))
         print("\nLearning rate per (workers, batch)\n" + markdown_table(isolation_table(summary)))
         print("\nResults:\n" + "\n".join(f"  {path}" for path in paths.values()))
-        # After a Ctrl-C, Tune stops the running trials, and a trial it stopped
-        # can come back as terminated (seen once in CI: exit 0, no --resume
-        # hint). Its epoch count still says it did not finish, and the Tune
-        # state that --resume reads, saved before the stop, has it running.
-        if not is_complete(result_grid, sweep) or (summary["status"] == INTERRUPTED).any():
+        if not is_complete(result_grid, sweep, summary):
             print("\nThe sweep was interrupted: run the same command with --resume to "
                   "finish it (finished trials are kept).", file=sys.stderr)
             return EXIT_INTERRUPTED

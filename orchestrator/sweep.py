@@ -20,6 +20,7 @@ from orchestrator import storage
 from orchestrator.cluster import Cluster
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
+from orchestrator.results import INTERRUPTED
 from orchestrator.trial import resources_per_worker, run_trial
 from orchestrator.loop import HISTORY_FILE
 
@@ -214,13 +215,20 @@ def checkpointed_history(train_run: str) -> pd.DataFrame | None:
         return None
 
 
-def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
+def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig,
+                summary: pd.DataFrame) -> bool:
     """Whether every grid point's trial ended (finished, stopped or failed).
 
     Tune creates trials as slots free up, so an interrupted sweep may hold
-    fewer trials than the grid has points.
+    fewer trials than the grid has points. Tune's statuses alone are not
+    enough either: after a Ctrl-C, Tune stops the running trials, and a trial
+    it stopped can come back as terminated (seen once in CI: exit 0, no
+    --resume hint). Its epoch count in `summary` (`summarize_trials`) still
+    says it did not finish, and the Tune state that --resume reads, saved
+    before the stop, has it running.
     """
-    return result_grid.num_terminated + result_grid.num_errors == len(sweep.grid())
+    all_ended = result_grid.num_terminated + result_grid.num_errors == len(sweep.grid())
+    return all_ended and not (summary["status"] == INTERRUPTED).any()
 
 
 def _one_line(error: BaseException) -> str:

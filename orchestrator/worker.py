@@ -65,9 +65,8 @@ def _keep_freed_memory_for_the_next_step() -> None:
     pad. A step that spans two heaps (a 1-worker LeNet step on a batch of
     256 does) can then map and fault a fresh one every step: epochs of 20 s
     against 14, up to 180,000 faults a second. A pad of a whole heap keeps
-    every heap.
-    The pad is address space, not memory: pages are only resident once
-    touched. No-op off glibc.
+    every heap. The pad is address space, not memory: pages are only
+    resident once touched. No-op off glibc.
     """
     if not sys.platform.startswith("linux"):
         return

@@ -1,13 +1,17 @@
 """Aggregation on a recorded sweep history: speedup, efficiency, statuses,
-the isolation table and its edge flags, and the files."""
+the isolation table and its edge flags, the files, and whether a sweep is
+complete."""
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from orchestrator.config import SweepConfig
 from orchestrator.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
                                   write_atomically, write_results)
+from orchestrator.sweep import is_complete
 
 # A sweep of LeNet, batch 256 (global), 3 epochs: lr 0.1/0.2/0.4 on 1 and 2 workers,
 # one 4-worker trial that failed before its first epoch, and one trial in a
@@ -131,3 +135,18 @@ def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
         write_atomically(target, crash_half_way)
     assert target.read_text() == "old, complete\n"
     assert list(tmp_path.iterdir()) == [target]
+
+
+def test_a_stopped_trial_tune_calls_terminated_leaves_the_sweep_incomplete():
+    # After a Ctrl-C, Tune once handed back a stopped trial as terminated.
+    # Only the objects' counts are read, so a namespace stands in for Tune's grid.
+    sweep = SweepConfig(workers=(1, 2), batch_sizes=(256,), lrs=(0.1, 0.2), num_epochs=3,
+                        scheduler="fifo")
+    every_trial_ended = SimpleNamespace(num_terminated=3, num_errors=1)
+    trials, epochs = _recorded()
+    finished = summarize_trials(trials[trials.trial_id != "t2-b512"].assign(early_stopping=False),
+                                epochs)
+    cut_short = summarize_trials(trials.assign(early_stopping=False), epochs)
+    assert is_complete(every_trial_ended, sweep, finished)
+    assert not is_complete(every_trial_ended, sweep, cut_short)
+    assert not is_complete(SimpleNamespace(num_terminated=2, num_errors=1), sweep, finished)
