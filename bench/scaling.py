@@ -5,11 +5,13 @@ Strong: the global batch is fixed (256), so 2 workers get 128 each.
 Figure: throughput speedup (samples/s, 2 workers / 1 worker) and efficiency
 (speedup / 2). The limit is 2.0 on two cores; targets: weak >= 1.85,
 strong >= 1.7. Trials run one at a time, alternating, so both see the same machine.
-Beside them, with no Ray: the ceiling this machine sets, the same loop
-(batch 128) in two independent processes at once against one alone; and the
-same loop in two processes in lockstep, a gloo group reducing their
+Beside them, with Ray shut down: the ceiling this machine sets, the same
+loop (batch 128) in two independent processes at once against one alone;
+and the same loop in two processes in lockstep, a gloo group reducing their
 gradients as our workers do (weak scaling as torchrun would run it): what
-synchronous data parallelism itself costs here, before Ray.
+synchronous data parallelism itself costs here, before Ray. The lockstep
+pair runs again beside the embedded Ray, idle: what Ray's own processes
+cost a training they take no part in.
 
     python bench/scaling.py [--rounds 4 --epochs 2 --sync bucketed]
 """
@@ -82,8 +84,6 @@ def main() -> None:
     parser.add_argument("--sync", default="bucketed")
     parser.add_argument("--train-limit", type=int, default=30_720)
     args = parser.parse_args()
-    ray_cluster.connect(None)
-    data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
     runs = {  # (name, workers, global batch)
         "weak_1": (1, PER_WORKER_BATCH), "weak_2": (2, 2 * PER_WORKER_BATCH),
         "strong_1": (1, GLOBAL_BATCH), "strong_2": (2, GLOBAL_BATCH),
@@ -94,8 +94,15 @@ def main() -> None:
     sync_shares: list[float] = []
     ceiling: dict[int, list[float]] = {1: [], 2: []}
     lockstep: list[float] = []
+    lockstep_beside_ray: list[float] = []
     with tempfile.TemporaryDirectory() as storage:
         for round_index in range(args.rounds):
+            # A fresh cluster each round, measured idle first: a plain
+            # driver's fit leaves its controller actor alive until the next one.
+            ray_cluster.connect(None)
+            data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
+            lockstep_beside_ray.append(plain_processes_rate(
+                2, args.train_limit, args.epochs, args.sync, lockstep=True))
             for name, (workers, batch) in runs.items():
                 config = TrainConfig(model="lenet", num_workers=workers, global_batch_size=batch,
                                      lr=0.2, num_epochs=args.epochs, sync=args.sync,
@@ -105,17 +112,19 @@ def main() -> None:
                 if workers == 2:
                     sync_shares += [row["sync_time_s"] / row["epoch_time_s"]
                                     for row in result.return_value]
+            ray.shutdown()
             for num_processes in (1, 2):
                 ceiling[num_processes].append(plain_processes_rate(
                     num_processes, args.train_limit, args.epochs, args.sync, lockstep=False))
             lockstep.append(plain_processes_rate(2, args.train_limit, args.epochs, args.sync,
                                                  lockstep=True))
-    ray.shutdown()
     figures = {"sync": args.sync,
                "no_ray_1_process_samples_per_s": median(ceiling[1]),
                "no_communication_speedup": median(ceiling[2]) / median(ceiling[1]),
                "no_ray_lockstep_2_process_samples_per_s": median(lockstep),
                "no_ray_lockstep_weak_speedup": median(lockstep) / median(ceiling[1]),
+               "lockstep_beside_idle_ray_samples_per_s": median(lockstep_beside_ray),
+               "idle_ray_lockstep_cost": 1 - median(lockstep_beside_ray) / median(lockstep),
                "two_worker_sync_share": median(sync_shares)}
     for kind, target in (("weak", 1.85), ("strong", 1.7)):
         one, two = median(rates[f"{kind}_1"]), median(rates[f"{kind}_2"])
