@@ -17,6 +17,7 @@ cost a training they take no part in.
 """
 
 import argparse
+import functools
 import multiprocessing
 import os
 import sys
@@ -95,14 +96,16 @@ def main() -> None:
     ceiling: dict[int, list[float]] = {1: [], 2: []}
     lockstep: list[float] = []
     lockstep_beside_ray: list[float] = []
+    plain_rate = functools.partial(plain_processes_rate, train_limit=args.train_limit,
+                                   epochs=args.epochs, sync=args.sync)
+    dataset = data.load(train_limit=args.train_limit, test_limit=1000)
     with tempfile.TemporaryDirectory() as storage:
         for round_index in range(args.rounds):
             # A fresh cluster each round, measured idle first: a plain
             # driver's fit leaves its controller actor alive until the next one.
             ray_cluster.connect(None)
-            data_ref = ray.put(data.load(train_limit=args.train_limit, test_limit=1000))
-            lockstep_beside_ray.append(plain_processes_rate(
-                2, args.train_limit, args.epochs, args.sync, lockstep=True))
+            data_ref = ray.put(dataset)
+            lockstep_beside_ray.append(plain_rate(2, lockstep=True))
             for name, (workers, batch) in runs.items():
                 config = TrainConfig(model="lenet", num_workers=workers, global_batch_size=batch,
                                      lr=0.2, num_epochs=args.epochs, sync=args.sync,
@@ -114,10 +117,8 @@ def main() -> None:
                                     for row in result.return_value]
             ray.shutdown()
             for num_processes in (1, 2):
-                ceiling[num_processes].append(plain_processes_rate(
-                    num_processes, args.train_limit, args.epochs, args.sync, lockstep=False))
-            lockstep.append(plain_processes_rate(2, args.train_limit, args.epochs, args.sync,
-                                                 lockstep=True))
+                ceiling[num_processes].append(plain_rate(num_processes, lockstep=False))
+            lockstep.append(plain_rate(2, lockstep=True))
     figures = {"sync": args.sync,
                "no_ray_1_process_samples_per_s": median(ceiling[1]),
                "no_communication_speedup": median(ceiling[2]) / median(ceiling[1]),

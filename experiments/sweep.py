@@ -24,8 +24,8 @@ from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
                                  SweepConfig)
 from orchestrator.errors import UserError
-from orchestrator.results import (FAILED, isolation_table, markdown_table,
-                                  scaling_table, summarize_trials, write_results)
+from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
+                                  summarize_trials, write_results)
 from orchestrator.rundir import check_out_dir, claim_out_dir
 from orchestrator.sweep import collect, is_complete, max_concurrent_trials, require_room, run_sweep
 from orchestrator.trial import resources_per_worker
