@@ -1,9 +1,12 @@
 """Benchmark 3: time in gradient communication per step, for each sync strategy.
 
 Two gloo processes (one thread each) reduce LeNet's and ResNet-18's gradient
-sets with `scratch` and `bucketed`, and measure gloo's own bus bandwidth on a
-large message in the same run. For `ddp`, the share of communication hidden
-behind backward is 1 - (DDP step - local step) / bucketed reduction time.
+sets with `scratch` and `bucketed`, through the node's shared memory (the
+default) and through gloo (`*_gloo`), and measure gloo's own bus bandwidth on
+a large message in the same run. Each reduction is timed right after a
+barrier and, as in training, right after a backward pass (`*_after_backward`).
+For `ddp`, the share of communication hidden behind backward is
+1 - (DDP step - local step) / gloo bucketed reduction time.
 
     python bench/sync_strategies.py [--repeats 80]
 """
@@ -56,6 +59,19 @@ def _timed_side_by_side(functions: dict, repeats: int) -> dict[str, float]:
     return {name: median(values) for name, values in times.items()}
 
 
+def _timed_after(prelude, functions: dict, repeats: int) -> dict[str, float]:
+    """Like `_timed_side_by_side`, but each timed call follows an untimed `prelude`."""
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, function in functions.items():
+            dist.barrier()
+            prelude()
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {name: median(values) for name, values in times.items()}
+
+
 def _worker(rank: int, port: int, repeats: int, queue) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -75,37 +91,51 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
 
         local_step(model)
         grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
-        scratch, bucketed = ScratchSync(model, cpu), BucketedSync(model, cpu, bucket_cap_mb=25)
+        syncs = {}
+        for suffix, shared_memory in (("", True), ("_gloo", False)):
+            syncs["scratch" + suffix] = ScratchSync(model, cpu, shared_memory=shared_memory)
+            # Constructed last, the gloo `bucketed` owns the gradients that
+            # backward fills below; the others reduce buffers of the same sizes.
+            syncs["bucketed" + suffix] = BucketedSync(model, cpu, bucket_cap_mb=25,
+                                                      shared_memory=shared_memory)
+        assert syncs["bucketed"].transport == "shared memory", syncs["bucketed"].transport
         flat = torch.zeros(grad_bytes // 4)
         # gloo's own time for one message of this size: its latency floor,
-        # which small gradient sets like LeNet's cannot beat; waited for as
-        # the strategies wait (`allreduce_`), and blocked in gloo's own wait.
+        # which small gradient sets like LeNet's cannot beat over gloo; waited
+        # for as the strategies wait (`allreduce_`), and blocked in gloo's own wait.
         reductions = _timed_side_by_side({"gloo_same_size": lambda: allreduce_(flat),
                                           "gloo_same_size_blocked": lambda: dist.all_reduce(flat),
-                                          "scratch": scratch.synchronize,
-                                          "bucketed": bucketed.synchronize}, repeats)
-        gloo_same_size_s, scratch_s, bucketed_s = (
-            reductions["gloo_same_size"], reductions["scratch"], reductions["bucketed"])
+                                          **{sync_name: sync.synchronize
+                                             for sync_name, sync in syncs.items()}}, repeats)
+        gloo_same_size_s, bucketed_s = reductions["gloo_same_size"], reductions["bucketed"]
+        after_backward = _timed_after(lambda: local_step(model),
+                                      {sync_name: syncs[sync_name].synchronize
+                                       for sync_name in ("bucketed", "bucketed_gloo")},
+                                      max(3, repeats // (8 if name == "resnet18" else 2)))
         step_repeats = max(3, repeats // (4 if name == "resnet18" else 1))
         ddp = DDPSync(model, cpu, bucket_cap_mb=25)
         steps = _timed_side_by_side({"local": lambda: local_step(model),
                                      "ddp": lambda: local_step(ddp.module)}, step_repeats)
         local_s, ddp_s = steps["local"], steps["ddp"]
         exposed_s = max(ddp_s - local_s, 0.0)
+        # What gloo's large-message bandwidth would take for these bytes.
+        bound_s = grad_bytes * 2 * (WORLD_SIZE - 1) / WORLD_SIZE / (results["gloo_busbw_MB_s"] * 1e6)
         results[name] = {
             "num_params": sum(p.numel() for p in model.parameters()),
             "grad_MB": grad_bytes / 1e6,
             "gloo_same_size_ms": gloo_same_size_s * 1e3,
             "gloo_same_size_blocked_ms": reductions["gloo_same_size_blocked"] * 1e3,
-            "scratch_ms": scratch_s * 1e3, "bucketed_ms": bucketed_s * 1e3,
-            "scratch_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, scratch_s),
-            "bucketed_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, bucketed_s),
-            "bucketed_time_over_bound": bucketed_s / (grad_bytes * 2 * (WORLD_SIZE - 1) / WORLD_SIZE
-                                                      / (results["gloo_busbw_MB_s"] * 1e6)),
+            **{f"{sync}_ms": reductions[sync] * 1e3 for sync in syncs},
+            **{f"{sync}_busbw_MB_s": bus_bandwidth_mb_s(grad_bytes, reductions[sync])
+               for sync in syncs},
+            "bucketed_time_over_bound": bucketed_s / bound_s,
+            "bucketed_gloo_time_over_bound": reductions["bucketed_gloo"] / bound_s,
             "bucketed_time_over_gloo_same_size": bucketed_s / gloo_same_size_s,
+            "bucketed_after_backward_ms": after_backward["bucketed"] * 1e3,
+            "bucketed_gloo_after_backward_ms": after_backward["bucketed_gloo"] * 1e3,
             "local_step_ms": local_s * 1e3, "ddp_step_ms": ddp_s * 1e3,
             "ddp_exposed_ms": exposed_s * 1e3,
-            "ddp_hidden_share": 1 - min(exposed_s / bucketed_s, 1.0),
+            "ddp_hidden_share": 1 - min(exposed_s / reductions["bucketed_gloo"], 1.0),
         }
     if rank == 0:
         queue.put(results)

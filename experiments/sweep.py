@@ -77,6 +77,7 @@ def parse_args(argv: list[str] | None):
 SWEEP_OPTION_DESTS = {"preset", "workers", "batch_size", "lr", "batch_scaling", "lr_scaling",
                       "scheduler", "model", "sync", "epochs", "seed", "use_gpu",
                       "threads_per_worker", "sync_batchnorm", "warmup_epochs", "bucket_cap_mb",
+                      "shared_memory",
                       "precision", "channels_last", "train_limit", "test_limit", "max_failures"}
 
 
@@ -126,8 +127,8 @@ def sweep_from_args(args) -> SweepConfig:
         test_limit=args.test_limit, threads_per_worker=args.threads_per_worker,
         warmup_epochs=args.warmup_epochs, scheduler=args.scheduler,
         max_failures=args.max_failures, sync_batchnorm=args.sync_batchnorm,
-        bucket_cap_mb=args.bucket_cap_mb, precision=args.precision,
-        channels_last=args.channels_last,
+        bucket_cap_mb=args.bucket_cap_mb, shared_memory=args.shared_memory,
+        precision=args.precision, channels_last=args.channels_last,
         # Checked optimistically here and again once the cluster says whether it has GPUs.
         use_gpu=args.use_gpu != "no")
 

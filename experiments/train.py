@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         # Checked optimistically here and again once the cluster says whether it has GPUs.
         use_gpu=args.use_gpu != "no",
         sync_batchnorm=args.sync_batchnorm, warmup_epochs=args.warmup_epochs,
-        bucket_cap_mb=args.bucket_cap_mb, precision=args.precision,
+        bucket_cap_mb=args.bucket_cap_mb, shared_memory=args.shared_memory,
+        precision=args.precision,
         channels_last=args.channels_last)
     require_int(args.max_failures, "--max-failures", minimum=0)
     dataset = data.load(args.data_dir, train_limit=args.train_limit, test_limit=args.test_limit)

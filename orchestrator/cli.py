@@ -65,6 +65,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="linear learning-rate warm-up epochs")
     group.add_argument("--bucket-cap-mb", type=float, default=25.0,
                        help="gradient bucket size for bucketed and ddp")
+    group.add_argument("--no-shared-memory", dest="shared_memory", action="store_false",
+                       help="CPU workers on one node sum gradients over gloo's sockets, not "
+                            "through the node's shared memory (scratch and bucketed)")
     group.add_argument("--precision", default="fp32",
                        help="fp32; bf16: the forward pass under bfloat16 autocast (loss, weights, "
                             "gradients and optimizer stay fp32); fp64: all in double precision")

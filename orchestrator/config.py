@@ -64,6 +64,11 @@ class TrainConfig:
     bucket_cap_mb: float = 25.0
     """Size cap of one gradient bucket for `bucketed` and `ddp`."""
 
+    shared_memory: bool = True
+    """CPU workers on one node sum gradients (`scratch`, `bucketed`) through the
+    node's shared memory rather than gloo's sockets, where they can (x86-64);
+    False keeps gloo."""
+
     precision: str = "fp32"
     """`fp32`; `bf16`: the forward pass under bfloat16 autocast, while the loss,
     weights, gradients, their sync and the optimizer stay fp32; `fp64`: all of
@@ -122,8 +127,9 @@ class TrainConfig:
             raise UserError(
                 f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}"
             )
-        if not isinstance(self.channels_last, bool):
-            raise UserError(f"channels_last must be true or false, got {self.channels_last!r}")
+        for name in ("channels_last", "shared_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:
             raise UserError("synchronised BatchNorm needs GPU workers: torch's SyncBatchNorm "
                             "does not run on CPUs")
@@ -195,6 +201,7 @@ class SweepConfig:
     use_gpu: bool = False
     sync_batchnorm: bool = False
     bucket_cap_mb: float = 25.0
+    shared_memory: bool = True
     precision: str = "fp32"
     channels_last: bool = False
     scheduler: str = "fifo"
@@ -238,6 +245,7 @@ class SweepConfig:
                         seed=self.seed, train_limit=self.train_limit, test_limit=self.test_limit,
                         threads_per_worker=self.threads_per_worker, use_gpu=self.use_gpu,
                         sync_batchnorm=self.sync_batchnorm, bucket_cap_mb=self.bucket_cap_mb,
+                        shared_memory=self.shared_memory,
                         warmup_epochs=self.warmup_epochs, precision=self.precision,
                         channels_last=self.channels_last)))
         return points

@@ -70,7 +70,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         optimizer.load_state_dict(state["optimizer"])
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
-    sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb)
+    sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
+                     shared_memory=config.shared_memory)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # The whole data set goes to the device once, as uint8 (52 MB), and each
     # batch is gathered there: copying every batch from host memory would
@@ -90,7 +91,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         test_acc = evaluate(model, test_images, test_labels, config, device=device)
         metrics = {
             "epoch": epoch + 1, **stats, "test_acc": test_acc,
-            "model": config.model, "sync": config.sync, "lr": config.lr,
+            "model": config.model, "sync": config.sync, "transport": sync.transport,
+            "lr": config.lr,
             "precision": config.precision, "channels_last": config.channels_last,
             "num_workers": num_workers, "global_batch_size": config.global_batch_size,
             "batch_size_per_worker": config.batch_size_per_worker,

@@ -5,6 +5,10 @@ Every strategy turns each worker's gradient of its *local* loss into the
 1 / global_batch_size, so that sum is exactly the mean gradient over the
 global batch, the one a single device would compute, whatever the shard
 sizes are. Each strategy also counts the seconds it spends communicating.
+
+`scratch` and `bucketed` on CPU workers that share a node sum through the
+node's shared memory (shm_allreduce.py) rather than gloo's sockets, unless
+told not to; `transport` says which one a strategy got.
 """
 
 import inspect
@@ -16,6 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from orchestrator.collectives import allreduce_, flat_buckets, get_world_size, wait_busy
+from orchestrator.shm_allreduce import SharedMemoryAllreduce
 
 MEGABYTE = 1024 * 1024
 
@@ -30,6 +35,15 @@ class GradientSync:
         self.device = device
         self.num_workers = get_world_size()
         self.sync_time_s = 0.0
+        self.transport = dist.get_backend() if self.num_workers > 1 else "none"
+        self._allreduce = allreduce_
+
+    def _use_shared_memory(self, largest_tensor_bytes: int) -> None:
+        """Sum through the node's shared memory if this is a CPU group that can map it."""
+        if self.device.type == "cpu" and self.num_workers > 1:
+            reducer = SharedMemoryAllreduce.connect(largest_tensor_bytes)
+            if reducer is not None:
+                self._allreduce, self.transport = reducer.allreduce_, "shared memory"
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
@@ -52,9 +66,14 @@ class GradientSync:
 class ScratchSync(GradientSync):
     """The book's algorithm in plain sight: one allreduce per parameter tensor."""
 
+    def __init__(self, model: nn.Module, device: torch.device, *, shared_memory: bool):
+        super().__init__(model, device)
+        if shared_memory:
+            self._use_shared_memory(max(p.numel() * p.element_size() for p in model.parameters()))
+
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         for grad in grads:
-            allreduce_(grad)
+            self._allreduce(grad)
 
 
 class BucketedSync(GradientSync):
@@ -67,7 +86,8 @@ class BucketedSync(GradientSync):
     the book's exercise 3 of 13.5.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device, *, bucket_cap_mb: float):
+    def __init__(self, model: nn.Module, device: torch.device, *, bucket_cap_mb: float,
+                 shared_memory: bool):
         super().__init__(model, device)
         self.buffers: list[torch.Tensor] = []
         params = [p for p in model.parameters() if p.requires_grad]
@@ -77,6 +97,8 @@ class BucketedSync(GradientSync):
             for param, view in zip(bucket, buffer.split([p.numel() for p in bucket])):
                 param.grad = view.view_as(param)
             self.buffers.append(buffer)
+        if shared_memory:
+            self._use_shared_memory(max(b.numel() * b.element_size() for b in self.buffers))
 
     def zero_grad(self) -> None:
         # Zeroed in place: setting grads to None would detach them from the buffers.
@@ -85,7 +107,7 @@ class BucketedSync(GradientSync):
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         for buffer in self.buffers:
-            allreduce_(buffer)
+            self._allreduce(buffer)
 
 
 class DDPSync(GradientSync):
@@ -143,11 +165,12 @@ def _no_forward_buffer_sync() -> dict:
 
 
 def make_sync(name: str, model: nn.Module, device: torch.device, *,
-              bucket_cap_mb: float) -> GradientSync:
+              bucket_cap_mb: float, shared_memory: bool) -> GradientSync:
     if name == "scratch":
-        return ScratchSync(model, device)
+        return ScratchSync(model, device, shared_memory=shared_memory)
     if name == "bucketed":
-        return BucketedSync(model, device, bucket_cap_mb=bucket_cap_mb)
+        return BucketedSync(model, device, bucket_cap_mb=bucket_cap_mb,
+                            shared_memory=shared_memory)
     if name == "ddp":
         return DDPSync(model, device, bucket_cap_mb=bucket_cap_mb)
     raise AssertionError(f"unvalidated sync strategy {name!r}")

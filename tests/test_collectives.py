@@ -11,7 +11,8 @@ from torch import nn
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
                                       get_world_size)
-from orchestrator.sync import BucketedSync, ScratchSync
+from orchestrator.shm_allreduce import stores_in_program_order
+from orchestrator.sync import BucketedSync, GradientSync, ScratchSync
 
 
 def _tensors_of(rank: int) -> list[torch.Tensor]:
@@ -27,20 +28,27 @@ def _two_process_body(rank: int, port: int, results) -> None:
         for tensor in plain:
             allreduce_(tensor)
         # A model whose gradients are 1 (rank 0) and 2 (rank 1) everywhere;
-        # a 64-byte cap forces several buckets.
-        bucketed_model = _model_with_gradient(rank, BucketedSync, bucket_cap_mb=64 / 2**20)
-        bucketed = [p.grad.clone() for p in bucketed_model.parameters()]
-        scratch = [p.grad.clone() for p in _model_with_gradient(rank, ScratchSync).parameters()]
+        # a 64-byte cap forces several buckets. Each strategy sums through
+        # shared memory and through gloo.
+        grads, transports = {}, {}
+        for shared_memory in (True, False):
+            for name, strategy, options in (("bucketed", BucketedSync, {"bucket_cap_mb": 64 / 2**20}),
+                                            ("scratch", ScratchSync, {})):
+                model, sync = _model_with_gradient(rank, strategy, shared_memory=shared_memory,
+                                                   **options)
+                key = f"{name}, shared memory {shared_memory}"
+                grads[key] = [p.grad.clone() for p in model.parameters()]
+                transports[key] = sync.transport
         weights = [torch.full((5,), float(rank)), torch.full((2, 2), 10.0 + rank)]
         broadcast_(weights)
         results[rank] = {"rank": get_rank(), "world": get_world_size(), "plain": plain,
-                         "bucketed": bucketed, "scratch": scratch, "broadcast": weights,
+                         "grads": grads, "transports": transports, "broadcast": weights,
                          "devices": gather_strings(f"dev{rank}")}
     finally:
         dist.destroy_process_group()
 
 
-def _model_with_gradient(rank: int, strategy, **options) -> nn.Module:
+def _model_with_gradient(rank: int, strategy, **options) -> tuple[nn.Module, GradientSync]:
     """A small model after backward and `strategy`'s sync: every gradient was rank + 1."""
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     sync = strategy(model, torch.device("cpu"), **options)
@@ -49,7 +57,7 @@ def _model_with_gradient(rank: int, strategy, **options) -> nn.Module:
         # d(sum(w * c))/dw = c for every parameter w
         sum((p * (rank + 1.0)).sum() for p in model.parameters()).backward()
         sync.synchronize()
-    return model
+    return model, sync
 
 
 def test_helpers_on_two_gloo_processes():
@@ -64,9 +72,13 @@ def test_helpers_on_two_gloo_processes():
         for tensor, expected in zip(got["plain"], expected_sums):
             assert tensor.dtype == expected.dtype
             assert torch.equal(tensor, expected), (tensor, expected)
-        for name in ("bucketed", "scratch"):
-            assert len(got[name]) == 4
-            assert all(torch.equal(grad, torch.full_like(grad, 3.0)) for grad in got[name]), name
+        assert len(got["grads"]) == 4
+        for key, grads in got["grads"].items():
+            assert len(grads) == 4
+            assert all(torch.equal(grad, torch.full_like(grad, 3.0)) for grad in grads), key
+            expected_transport = ("shared memory" if key.endswith("True") and stores_in_program_order()
+                                  else "gloo")
+            assert got["transports"][key] == expected_transport, key
         assert torch.equal(got["broadcast"][0], torch.zeros(5))
         assert torch.equal(got["broadcast"][1], torch.full((2, 2), 10.0))
         assert got["devices"] == ["dev0", "dev1"]

@@ -1,6 +1,7 @@
 """The book's claim, as a test: k workers and one device are the same optimizer.
 
-For each gradient-sync strategy, 2 Ray Train workers with half a global
+For each gradient-sync strategy, and for each way of summing (through the
+node's shared memory or over gloo), 2 Ray Train workers with half a global
 batch each end with the parameters that one process computes on the whole
 batch, also when the batch does not split evenly. The runs are in double
 precision: in float32 the two only agree to rounding (summing two shards'
@@ -19,6 +20,7 @@ import torch
 from orchestrator.config import SYNC_STRATEGIES, TrainConfig
 from orchestrator.loop import load_checkpoint, run_training
 from orchestrator.models import build_model
+from orchestrator.shm_allreduce import stores_in_program_order
 from orchestrator.trial import run_trial
 
 # Two epochs of three steps: several updates, and a reshuffle in between.
@@ -42,19 +44,24 @@ def _single_device_parameters(config: TrainConfig, dataset) -> dict[str, torch.T
     return states[-1]["model"]
 
 
-@pytest.mark.parametrize("sync, global_batch_size, precision", [
-    *[(sync, 255, "fp64") for sync in SYNC_STRATEGIES],  # uneven: shards of 128 and 127
-    ("scratch", 256, "fp64"),
-    ("bucketed", 256, "fp32"),
+@pytest.mark.parametrize("sync, global_batch_size, precision, shared_memory", [
+    # uneven: shards of 128 and 127
+    *[(sync, 255, "fp64", True) for sync in SYNC_STRATEGIES],
+    ("bucketed", 255, "fp64", False),  # summed by gloo rather than through shared memory
+    ("scratch", 256, "fp64", True),
+    ("bucketed", 256, "fp32", True),
 ])
 def test_two_workers_match_one_device(ray_session, fashion_mnist_small, tmp_path,
-                                      sync, global_batch_size, precision):
+                                      sync, global_batch_size, precision, shared_memory):
     reference = _single_device_parameters(_config(global_batch_size, precision), fashion_mnist_small)
-    config = _config(global_batch_size, precision, num_workers=2, sync=sync)
+    config = _config(global_batch_size, precision, num_workers=2, sync=sync,
+                     shared_memory=shared_memory)
     result = run_trial(config, ray.put(fashion_mnist_small),
-                       name=f"equiv-{sync}-{global_batch_size}-{precision}",
+                       name=f"equiv-{sync}-{global_batch_size}-{precision}-{shared_memory}",
                        storage_path=str(tmp_path), max_failures=0)
     assert [row["epoch"] for row in result.return_value] == [1, 2]
+    through_memory = shared_memory and sync != "ddp" and stores_in_program_order()
+    assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else "gloo")
     with result.checkpoint.as_directory() as folder:
         state, _ = load_checkpoint(Path(folder))
     initial = build_model("lenet", seed=config.seed).state_dict()
