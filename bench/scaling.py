@@ -7,9 +7,10 @@ Figure: throughput speedup (samples/s, 2 workers / 1 worker) and efficiency
 strong >= 1.7. Trials run one at a time, alternating, so both see the same machine.
 Beside them, with Ray shut down: the ceiling this machine sets, the same
 loop (batch 128) in two independent processes at once against one alone;
-and the same loop in two processes in lockstep, a gloo group reducing their
-gradients as our workers do (weak scaling as torchrun would run it): what
-synchronous data parallelism itself costs here, before Ray. The lockstep
+and the same loop in two processes in lockstep, one process group, their
+gradients summed as our workers sum them (through shared memory, by
+default): weak scaling as torchrun would run our loop, what synchronous
+data parallelism itself costs here, before Ray. The lockstep
 pair runs again beside the embedded Ray, idle: what Ray's own processes
 cost a training they take no part in.
 

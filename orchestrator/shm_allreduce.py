@@ -37,10 +37,17 @@ CACHE_LINE_BYTES = 64
 _INT64_PER_LINE = CACHE_LINE_BYTES // 8
 # How long a worker waits between checks that its peers are still alive.
 _LIVENESS_CHECK_INTERVAL_S = 1.0
+# A live peer that never arrives (stuck, or failed without exiting) ends the
+# wait after what torch.distributed's default collective timeout allows.
+WAIT_TIMEOUT_S = 30 * 60
 
 
 class PeerExitedError(RuntimeError):
     """A worker died while the others waited for it in an allreduce."""
+
+
+class PeerTimeoutError(TimeoutError):
+    """A worker did not reach an allreduce within `WAIT_TIMEOUT_S`."""
 
 
 class SharedMemoryAllreduce:
@@ -50,6 +57,7 @@ class SharedMemoryAllreduce:
                  peer_pids: list[int]):
         self.rank, self.num_workers, self.capacity_bytes = rank, num_workers, capacity_bytes
         self._peer_pids = peer_pids
+        self.wait_timeout_s = WAIT_TIMEOUT_S
         self._counters = memoryview(mapping)[:_header_bytes(num_workers)].cast("q")
         self._mapping = mapping
         self._views: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -123,21 +131,25 @@ class SharedMemoryAllreduce:
         self._phase += 1
         counters, phase = self._counters, self._phase
         counters[(1 + self.rank) * _INT64_PER_LINE] = phase
-        next_check = time.monotonic() + _LIVENESS_CHECK_INTERVAL_S
+        started = time.monotonic()
+        next_check = started + _LIVENESS_CHECK_INTERVAL_S
         for peer in range(self.num_workers):
             while counters[(1 + peer) * _INT64_PER_LINE] < phase:
                 os.sched_yield()
                 if time.monotonic() > next_check:
-                    self._require_alive(peer)
+                    self._require_alive(peer, waited_s=time.monotonic() - started)
                     next_check = time.monotonic() + _LIVENESS_CHECK_INTERVAL_S
 
-    def _require_alive(self, peer: int) -> None:
+    def _require_alive(self, peer: int, *, waited_s: float) -> None:
         # gloo notices a dead peer by its closed socket; here nothing would,
         # and the survivors would spin forever.
         pid = self._peer_pids[peer]
         if not _is_running(pid):
             raise PeerExitedError(f"worker {peer} (pid {pid}) exited during an allreduce; "
                                   f"worker {self.rank} stops waiting for it")
+        if waited_s > self.wait_timeout_s:
+            raise PeerTimeoutError(f"worker {peer} (pid {pid}) did not reach the allreduce in "
+                                   f"{waited_s:.0f} s; worker {self.rank} stops waiting for it")
 
     def _views_of(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The k slots and the result region, as `dtype` tensors over the mapping."""

@@ -10,7 +10,8 @@ import torch.multiprocessing as mp
 
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import allreduce_
-from orchestrator.shm_allreduce import PeerExitedError, SharedMemoryAllreduce, stores_in_program_order
+from orchestrator.shm_allreduce import (PeerExitedError, PeerTimeoutError, SharedMemoryAllreduce,
+                                        stores_in_program_order)
 
 pytestmark = pytest.mark.skipif(not stores_in_program_order(),
                                 reason="the shared-memory allreduce runs on x86-64 only")
@@ -99,27 +100,33 @@ def test_workers_on_different_nodes_all_get_none(tmp_path):
     assert os.listdir(folders[0]) == []  # rank 0 created its file, and removed it
 
 
-def _peer_exits_body(rank: int, port: int, results) -> None:
+def _peer_fails_body(rank: int, port: int, how: str, results) -> None:
     _start(rank, 2, port)
     reducer = SharedMemoryAllreduce.connect(CAPACITY_BYTES)
     reducer.allreduce_(torch.ones(4))  # both mapped and in step
     if rank == 1:
+        if how == "stalls":
+            time.sleep(10)  # alive, but never arrives
         os._exit(0)  # dies without a word, as a SIGKILLed worker does
+    reducer.wait_timeout_s = 2.0
     started = time.monotonic()
     try:
         reducer.allreduce_(torch.ones(4))
         results[rank] = "returned"
-    except PeerExitedError as error:
-        results[rank] = f"raised after {time.monotonic() - started:.1f} s: {error}"
+    except (PeerExitedError, PeerTimeoutError) as error:
+        results[rank] = (f"{type(error).__name__} after {time.monotonic() - started:.1f} s: "
+                         f"{error}")
 
 
-def test_a_dead_peer_ends_the_wait_with_an_error():
+@pytest.mark.parametrize("how, error", [("exits", "PeerExitedError"),
+                                        ("stalls", "PeerTimeoutError")])
+def test_a_dead_or_stuck_peer_ends_the_wait_with_an_error(how, error):
     with mp.Manager() as manager:
         results = manager.dict()
-        context = mp.start_processes(_peer_exits_body, args=(free_local_port(), results), nprocs=2,
-                                     join=False)
+        context = mp.start_processes(_peer_fails_body, args=(free_local_port(), how, results),
+                                     nprocs=2, join=False)
         deadline = time.monotonic() + 60
         while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "the allreduce with a dead peer did not end"
+            assert time.monotonic() < deadline, "the allreduce with a failed peer did not end"
         outcome = results.get(0, "nothing recorded")
-    assert outcome.startswith("raised after") and "worker 1" in outcome, outcome
+    assert outcome.startswith(error) and "worker 1" in outcome, outcome
