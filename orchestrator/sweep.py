@@ -28,7 +28,8 @@ EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "num_workers", "global_batch_size",
-                 "batch_size_per_worker", "lr", "sync", "model", "device", "devices", "status"]
+                 "batch_size_per_worker", "lr", "sync", "transport", "model", "device", "devices",
+                 "status"]
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
@@ -192,7 +193,8 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
         if history is None and result.metrics_dataframe is not None:
             history = result.metrics_dataframe
         if history is not None and "epoch" in history:
-            epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
+            # reindex: a trial run by an older version lacks the newer columns.
+            epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
     epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
               else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
     return pd.DataFrame(trial_rows), epochs
