@@ -1,13 +1,13 @@
 """Allreduce through the node's shared memory, for CPU workers on one machine.
 
 gloo carries every message over a TCP socket, also between two processes on
-one machine, and a gradient allreduce there is latency: LeNet's 0.5 MB, after
-30 ms of computation, took 0.7-0.8 ms (median; 5 ms at the 90th percentile)
-between two gloo processes on this 2-core VM, and 0.11 ms (0.15 ms) through
-one shared buffer (bench/sync_strategies.py measures both). Here every worker
-copies its tensor into its own slot of a file in /dev/shm that all of them
-map, sums one 1/k of the slots into a result, and copies the result back:
-a reduce-scatter and an allgather, in memory, as NCCL does within a node.
+one machine, and a gradient allreduce there is mostly latency: LeNet's
+0.5 MB right after a backward pass took 2-5 ms over gloo between two
+processes on a 2-core VM, and about 0.5 ms this way (bench/sync_strategies.py
+measures both). Here every worker copies its tensor into its own slot of a
+file in /dev/shm that all of them map, sums its 1/k of every slot into a
+shared result, and copies the whole result back: a reduce-scatter and an
+allgather, in memory, as NCCL does within a node.
 
 Workers signal each phase by bumping a counter of their own in the mapping
 and poll the others' counters, with `sched_yield` between polls (see
@@ -32,8 +32,8 @@ import torch
 from orchestrator.collectives import gather_strings, get_rank, get_world_size
 
 CACHE_LINE_BYTES = 64
-# Each worker's counter (and the header) sits on its own cache line, so a
-# worker polling the others' counters does not slow the one writing its own.
+# Each worker's counter sits on its own cache line, so a worker polling the
+# others' counters does not slow the one writing its own.
 _INT64_PER_LINE = CACHE_LINE_BYTES // 8
 # How long a worker waits between checks that its peers are still alive.
 _LIVENESS_CHECK_INTERVAL_S = 1.0
@@ -72,8 +72,8 @@ class SharedMemoryAllreduce:
         the same `capacity_bytes` (the largest tensor that goes in one piece;
         larger ones go in several). Rank 0 creates the file in its
         `directory` (default /dev/shm, where it exists), the others map it
-        from theirs, and rank 0 removes its name once every worker has tried,
-        so no crash leaves a file behind.
+        from theirs, and rank 0 removes its name once every worker has tried:
+        the memory goes when the last worker exits, however it exits.
         """
         rank, num_workers = get_rank(), get_world_size()
         capacity_bytes = _round_up(max(capacity_bytes, CACHE_LINE_BYTES), CACHE_LINE_BYTES)
@@ -130,11 +130,11 @@ class SharedMemoryAllreduce:
     def _arrive_and_wait(self) -> None:
         self._phase += 1
         counters, phase = self._counters, self._phase
-        counters[(1 + self.rank) * _INT64_PER_LINE] = phase
+        counters[self.rank * _INT64_PER_LINE] = phase
         started = time.monotonic()
         next_check = started + _LIVENESS_CHECK_INTERVAL_S
         for peer in range(self.num_workers):
-            while counters[(1 + peer) * _INT64_PER_LINE] < phase:
+            while counters[peer * _INT64_PER_LINE] < phase:
                 os.sched_yield()
                 if time.monotonic() > next_check:
                     self._require_alive(peer, waited_s=time.monotonic() - started)
@@ -180,13 +180,16 @@ def _is_running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return True  # no /proc here: the signal's answer stands
+
+
 def stores_in_program_order() -> bool:
     """Whether this CPU shows other cores its stores in program order (x86-64)."""
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def _header_bytes(num_workers: int) -> int:
-    return (1 + num_workers) * CACHE_LINE_BYTES
+    """The workers' counters, one cache line each."""
+    return num_workers * CACHE_LINE_BYTES
 
 
 def _round_up(value: int, multiple: int) -> int:
