@@ -161,19 +161,10 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
 
 
 def free_local_port(preferred: int | None = None) -> int:
-    """The first port from `preferred` up that nothing on this machine holds,
-    else any free one.
-
-    Ray's own processes bind ports the kernel picks, from its ephemeral range
-    (32768 and up): a port picked there before Ray starts may be taken by one
-    of them before the dashboard binds it. Counting up from 8265 stays clear.
-    """
-    candidates = range(preferred, min(preferred + 100, 65536)) if preferred else ()
-    for port in (*candidates, 0):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("", port))
-            except OSError:
-                continue
-            return probe.getsockname()[1]
-    raise OSError("no free local port")
+    """`preferred` if nothing listens on it on this machine, else a free port."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", preferred or 0))
+        except OSError:
+            probe.bind(("", 0))
+        return probe.getsockname()[1]

@@ -28,9 +28,14 @@ def fashion_mnist_small() -> data.FashionMNIST:
 
 
 def num_actors(class_name: str) -> int:
-    """How many actors of this class the session's Ray has had, dead ones included."""
-    return len(list_actors(filters=[("class_name", "=", class_name)], limit=10_000,
-                           raise_on_missing_output=False))
+    """How many actors of this class the session's Ray has had, dead ones included.
+
+    Ray names a class defined in a function by its name or, in some runs, by
+    its qualified name (Tune's trial actor: `ImplicitFunc` or
+    `wrap_function.<locals>.ImplicitFunc`), so both count.
+    """
+    return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
+               for actor in list_actors(limit=10_000, raise_on_missing_output=False))
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:

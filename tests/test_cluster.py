@@ -1,14 +1,11 @@
 """The embedded cluster: its processes find their own State API."""
 
-import socket
 import tempfile
 import time
 from pathlib import Path
 
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
-
-from orchestrator.cluster import free_local_port
 
 
 @ray.remote(num_cpus=0)
@@ -38,11 +35,3 @@ def test_workers_ask_this_clusters_state_api_not_the_last_ray_start(ray_session)
             current.write_text(saved)
     assert alive
     assert elapsed_s < 5
-
-
-def test_a_taken_preferred_port_gives_the_next_free_one_above_it():
-    with socket.socket() as holder:
-        holder.bind(("", 0))
-        taken = holder.getsockname()[1]
-        port = free_local_port(preferred=taken)
-    assert taken < port < taken + 100

@@ -61,7 +61,7 @@ def _model_with_gradient(rank: int, strategy, **options) -> tuple[nn.Module, Gra
 
 
 def test_helpers_on_two_gloo_processes():
-    with mp.Manager() as manager:
+    with mp.get_context("spawn").Manager() as manager:
         results = manager.dict()
         mp.spawn(_two_process_body, args=(free_local_port(), results), nprocs=2)
         results = dict(results)
@@ -120,7 +120,7 @@ def _peer_dies_body(rank: int, port: int, results) -> None:
 def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
     # allreduce_ polls for completion (see wait_busy): a collective that can
     # never complete must end in gloo's error, not in a loop that never ends.
-    with mp.Manager() as manager:
+    with mp.get_context("spawn").Manager() as manager:
         results = manager.dict()
         context = mp.start_processes(_peer_dies_body, args=(free_local_port(), results), nprocs=2,
                                      join=False)
