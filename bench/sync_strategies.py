@@ -42,8 +42,9 @@ def _timed(function, repeats: int) -> float:
     return _timed_side_by_side({"only": function}, repeats)["only"]
 
 
-def _timed_side_by_side(functions: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, taking turns each repeat.
+def _timed_side_by_side(functions: dict, repeats: int, prelude=None) -> dict[str, float]:
+    """Median seconds of each function, taking turns each repeat; each call
+    follows a barrier and then, if given, an untimed `prelude`.
 
     On this benchmark's 2-core VM a small allreduce takes either about 0.4 ms
     or about 4 ms, in stretches; timed one after the other, two functions can
@@ -53,19 +54,8 @@ def _timed_side_by_side(functions: dict, repeats: int) -> dict[str, float]:
     for _ in range(repeats):
         for name, function in functions.items():
             dist.barrier()
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return {name: median(values) for name, values in times.items()}
-
-
-def _timed_after(prelude, functions: dict, repeats: int) -> dict[str, float]:
-    """Like `_timed_side_by_side`, but each timed call follows an untimed `prelude`."""
-    times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
-            dist.barrier()
-            prelude()
+            if prelude is not None:
+                prelude()
             start = time.perf_counter()
             function()
             times[name].append(time.perf_counter() - start)
@@ -108,10 +98,10 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
                                           **{sync_name: sync.synchronize
                                              for sync_name, sync in syncs.items()}}, repeats)
         gloo_same_size_s, bucketed_s = reductions["gloo_same_size"], reductions["bucketed"]
-        after_backward = _timed_after(lambda: local_step(model),
-                                      {sync_name: syncs[sync_name].synchronize
-                                       for sync_name in ("bucketed", "bucketed_gloo")},
-                                      max(3, repeats // (8 if name == "resnet18" else 2)))
+        after_backward = _timed_side_by_side({sync_name: syncs[sync_name].synchronize
+                                              for sync_name in ("bucketed", "bucketed_gloo")},
+                                             max(3, repeats // (8 if name == "resnet18" else 2)),
+                                             prelude=lambda: local_step(model))
         step_repeats = max(3, repeats // (4 if name == "resnet18" else 1))
         ddp = DDPSync(model, cpu, bucket_cap_mb=25)
         steps = _timed_side_by_side({"local": lambda: local_step(model),

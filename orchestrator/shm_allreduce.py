@@ -81,12 +81,13 @@ class SharedMemoryAllreduce:
         directory = Path(directory or ("/dev/shm" if os.path.isdir("/dev/shm")
                                        else tempfile.gettempdir()))
         name, mapping = f"orchestrator-allreduce-{secrets.token_hex(16)}", None
-        if rank == 0 and stores_in_program_order():
+        supported = stores_in_program_order()
+        if rank == 0 and supported:
             mapping = _create(directory / name, size)
         # Each worker looks for rank 0's file in its own node's folder (a
         # node-local tmpfs): on another node it finds none.
         created, name = gather_strings(f"{mapping is not None} {name}")[0].split()
-        if rank != 0 and created == "True" and stores_in_program_order():
+        if rank != 0 and created == "True" and supported:
             mapping = _attach(directory / name, size)
         outcomes = gather_strings(f"{os.getpid()}" if mapping is not None else "")
         if rank == 0 and mapping is not None:
