@@ -161,10 +161,21 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
 
 
 def free_local_port(preferred: int | None = None) -> int:
-    """`preferred` if nothing listens on it on this machine, else a free port."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("", preferred or 0))
-        except OSError:
-            probe.bind(("", 0))
-        return probe.getsockname()[1]
+    """The first port from `preferred` up that nothing on this machine holds,
+    else (or with no `preferred`) one the kernel picks.
+
+    A kernel-picked port comes from the ephemeral range (32768 and up here),
+    where Ray's own processes bind theirs: one picked before a Ray starts can
+    be taken by one of them before the service it was meant for binds it (a
+    test run once failed that way, the dashboard unable to bind). Counting up
+    from a port below that range stays clear of them.
+    """
+    candidates = range(preferred, min(preferred + 100, 65536)) if preferred else ()
+    for port in (*candidates, 0):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise OSError("no free local port")

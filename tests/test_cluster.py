@@ -1,11 +1,15 @@
 """The embedded cluster: its processes find their own State API."""
 
+import socket
 import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
+
+from orchestrator.cluster import free_local_port
 
 
 @ray.remote(num_cpus=0)
@@ -35,3 +39,15 @@ def test_workers_ask_this_clusters_state_api_not_the_last_ray_start(ray_session)
             current.write_text(saved)
     assert alive
     assert elapsed_s < 5
+
+
+def test_a_taken_preferred_port_gives_the_next_one_not_a_kernel_picked_one():
+    # Kernel-picked ports are where Ray's own processes bind theirs (see
+    # free_local_port); a dashboard must not be sent there.
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        taken = holder.getsockname()[1]
+        if taken >= 65535 - 100:
+            pytest.skip("the kernel picked a port too close to the top")
+        chosen = free_local_port(preferred=taken)
+    assert taken < chosen < taken + 100

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_script
-from orchestrator.cluster import free_local_port
+from orchestrator.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.results import PLOT_FILES
 
 SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
@@ -72,7 +72,8 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
 
 
 def test_sweep_attached_to_a_running_head(tmp_path):
-    port = free_local_port()
+    # Below the ephemeral range, where Ray's own processes take theirs.
+    port = free_local_port(preferred=6379)
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
     # Ray sends its auth token to an address it was given only when told to.
@@ -80,7 +81,7 @@ def test_sweep_attached_to_a_running_head(tmp_path):
     # --block keeps the head in the foreground: stopping this one process
     # stops that cluster, and only it (`ray stop` would stop every Ray here).
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    dashboard_port = free_local_port()
+    dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
     head = subprocess.Popen(
         [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
          "--include-dashboard=true", "--dashboard-host=127.0.0.1",
