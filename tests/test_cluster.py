@@ -1,4 +1,5 @@
-"""The embedded cluster: its processes find their own State API."""
+"""The embedded cluster: its processes find their own State API, and its
+dashboard gets a port clear of those Ray's own processes bind."""
 
 import socket
 import tempfile
