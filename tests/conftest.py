@@ -1,5 +1,7 @@
 """Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets."""
 
+import contextlib
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +27,18 @@ def ray_session():
 def fashion_mnist_small() -> data.FashionMNIST:
     """The first 8,192 training and 1,000 test images of the real data set."""
     return data.load(train_limit=8192, test_limit=1000)
+
+
+@contextlib.contextmanager
+def shared_dict():
+    """A dict that the processes a test starts fill in, served by a Manager.
+
+    The Manager is spawned, never forked: forked from the pytest process, by
+    then a Ray driver that has run trials, it left the session's Ray
+    unreachable (new GCS clients timed out, the dashboard's address was gone).
+    """
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        yield manager.dict()
 
 
 def num_actors(class_name: str) -> int:

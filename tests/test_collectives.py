@@ -8,6 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from conftest import shared_dict
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
                                       get_world_size)
@@ -61,8 +62,7 @@ def _model_with_gradient(rank: int, strategy, **options) -> tuple[nn.Module, Gra
 
 
 def test_helpers_on_two_gloo_processes():
-    with mp.get_context("spawn").Manager() as manager:
-        results = manager.dict()
+    with shared_dict() as results:
         mp.spawn(_two_process_body, args=(free_local_port(), results), nprocs=2)
         results = dict(results)
     expected_sums = [a + b for a, b in zip(_tensors_of(0), _tensors_of(1))]
@@ -120,8 +120,7 @@ def _peer_dies_body(rank: int, port: int, results) -> None:
 def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
     # allreduce_ polls for completion (see wait_busy): a collective that can
     # never complete must end in gloo's error, not in a loop that never ends.
-    with mp.get_context("spawn").Manager() as manager:
-        results = manager.dict()
+    with shared_dict() as results:
         context = mp.start_processes(_peer_dies_body, args=(free_local_port(), results), nprocs=2,
                                      join=False)
         deadline = time.monotonic() + 60

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from conftest import shared_dict
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import allreduce_
 from orchestrator.shm_allreduce import (PeerExitedError, PeerTimeoutError, SharedMemoryAllreduce,
@@ -16,9 +17,6 @@ from orchestrator.shm_allreduce import (PeerExitedError, PeerTimeoutError, Share
 pytestmark = pytest.mark.skipif(not stores_in_program_order(),
                                 reason="the shared-memory allreduce runs on x86-64 only")
 
-# The result dicts' Manager is spawned, never forked: forked from this process,
-# a Ray driver that has run trials, it left the session's Ray unreachable
-# (new GCS clients timed out, the dashboard's address was gone).
 # 256 bytes hold 64 float32s or 32 float64s: the larger tensors below go in pieces.
 CAPACITY_BYTES = 256
 
@@ -61,8 +59,7 @@ def _sums_body(rank: int, world_size: int, port: int, results) -> None:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_sums_equal_gloo_and_agree_on_every_worker(world_size):
-    with mp.get_context("spawn").Manager() as manager:
-        results = manager.dict()
+    with shared_dict() as results:
         mp.spawn(_sums_body, args=(world_size, free_local_port(), results), nprocs=world_size)
         results = dict(results)
     originals = [_tensors_of(rank) for rank in range(world_size)]
@@ -95,8 +92,7 @@ def test_workers_on_different_nodes_all_get_none(tmp_path):
     folders = [str(tmp_path / "node0"), str(tmp_path / "node1")]
     for folder in folders:
         os.mkdir(folder)
-    with mp.get_context("spawn").Manager() as manager:
-        results = manager.dict()
+    with shared_dict() as results:
         mp.spawn(_other_node_body, args=(free_local_port(), folders, results), nprocs=2)
         results = dict(results)
     assert results[0] is None and results[1] is None
@@ -124,8 +120,7 @@ def _peer_fails_body(rank: int, port: int, how: str, results) -> None:
 @pytest.mark.parametrize("how, error", [("exits", "PeerExitedError"),
                                         ("stalls", "PeerTimeoutError")])
 def test_a_dead_or_stuck_peer_ends_the_wait_with_an_error(how, error):
-    with mp.get_context("spawn").Manager() as manager:
-        results = manager.dict()
+    with shared_dict() as results:
         context = mp.start_processes(_peer_fails_body, args=(free_local_port(), how, results),
                                      nprocs=2, join=False)
         deadline = time.monotonic() + 60
