@@ -18,16 +18,21 @@ def _num_live_placement_groups() -> int:
 
 def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fashion_mnist_small,
                                                                tmp_path):
-    # lr 0.5 learns in one epoch (test accuracy 0.6); 0.001 and 0.002 do not,
-    # and ASHA stops them at its first rung, each while its workers go on training.
-    sweep = SweepConfig(workers=(1,), batch_sizes=(16,), lrs=(0.5, 0.001, 0.002), num_epochs=2,
+    # lr 0.2 learns in one epoch (test accuracy 0.41-0.58 over 4 seeds, with
+    # torch's AVX2 kernels and its unvectorized ones alike); 0.001 and 0.002
+    # do not, and ASHA stops them at its first rung, each while its workers go
+    # on training. Not a higher lr: from the book's N(0, 0.01) init, whether
+    # one leaves the loss's initial plateau within the epoch turns on rounding.
+    # lr 0.5 reached 0.60 on the machines this test was written on, and 0.10
+    # on a 2-core EPYC with AVX2 only.
+    sweep = SweepConfig(workers=(1,), batch_sizes=(16,), lrs=(0.2, 0.001, 0.002), num_epochs=2,
                         train_limit=8192, test_limit=1000, scheduler="asha")
     trial_processes_before = num_actors("ImplicitFunc")
     live_groups_before = _num_live_placement_groups()
     result_grid = run_sweep(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
                             max_concurrent=1, resume=False)
     _, epochs = collect(result_grid, sweep, str(tmp_path))
-    assert epochs.groupby("lr").size().to_dict() == {0.5: 2, 0.001: 1, 0.002: 1}
+    assert epochs.groupby("lr").size().to_dict() == {0.2: 2, 0.001: 1, 0.002: 1}
     # All three trials ran in one process, and reported to Tune without a
     # queue actor of Ray's.
     assert num_actors("ImplicitFunc") == trial_processes_before + 1
