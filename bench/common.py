@@ -18,10 +18,16 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> str:
+    """Cores, CPU model and its widest vector unit: sessions here get CPUs that
+    share a model name ("AMD EPYC") but not torch's kernels (AVX-512 or AVX2),
+    so records from different days may not be comparable."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+            lines = info.read().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+        flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
+        cpu += " (AVX-512)" if "avx512f" in flags else " (AVX2)" if "avx2" in flags else ""
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} cores, {cpu}"
