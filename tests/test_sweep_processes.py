@@ -18,8 +18,8 @@ def _num_live_placement_groups() -> int:
 
 def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fashion_mnist_small,
                                                                tmp_path):
-    # lr 0.2 learns in one epoch (test accuracy 0.41-0.58 over 4 seeds, with
-    # torch's AVX2 kernels and its unvectorized ones alike); 0.001 and 0.002
+    # lr 0.2 learns in one epoch (test accuracy 0.41-0.58 over 4 seeds with
+    # torch's AVX2 kernels, 2 of them also unvectorized); 0.001 and 0.002
     # do not, and ASHA stops them at its first rung, each while its workers go
     # on training. Not a higher lr: from the book's N(0, 0.01) init, whether
     # one leaves the loss's initial plateau within the epoch turns on rounding.

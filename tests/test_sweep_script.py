@@ -57,8 +57,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
 def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
     out_dir = tmp_path / "out"
-    # lr 0.3 learns in one epoch (test accuracy 0.59-0.73 over 3 seeds, AVX2
-    # and unvectorized kernels alike; lr 0.9 did on earlier machines and stays
+    # lr 0.3 learns in one epoch (test accuracy 0.59-0.73 over 3 seeds with
+    # AVX2 kernels, 1 also unvectorized; lr 0.9 did on earlier machines and stays
     # at 0.10 with AVX2: see test_sweep_processes); 0.001 and 0.002 do not,
     # and ASHA stops them at its first rung. The third trial used to wait
     # forever for a process held by the stopped second one.
