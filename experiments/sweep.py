@@ -18,17 +18,14 @@ from pathlib import Path
 
 import ray
 
+# Only what checking the input needs is imported here; see main.
 from orchestrator import data, storage
 from orchestrator.cli import (OneLineParser, add_cluster_args, add_training_args,
                               connect_and_describe, exits_2_on_user_error, resolve_use_gpu)
 from orchestrator.config import (BATCH_SCALINGS, DEFAULT_PRESET, LR_SCALINGS, PRESETS, SCHEDULERS,
                                  SweepConfig)
 from orchestrator.errors import UserError
-from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
-                                  summarize_trials, write_results)
 from orchestrator.rundir import check_out_dir, claim_out_dir
-from orchestrator.sweep import collect, is_complete, max_concurrent_trials, require_room, run_sweep
-from orchestrator.trial import resources_per_worker
 
 EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
 EXIT_TRIALS_FAILED = 1
@@ -160,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
     dataset = data.load(args.data_dir, train_limit=sweep.train_limit, test_limit=sweep.test_limit)
+    # Imported only now that the input has passed: Ray Train, Tune, torch and
+    # pandas take 5 s to import on a 2-core machine, which a typo should not cost.
+    from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
+                                      summarize_trials, write_results)
+    from orchestrator.sweep import (collect, is_complete, max_concurrent_trials, require_room,
+                                    run_sweep)
+    from orchestrator.trial import resources_per_worker
 
     cluster = connect_and_describe(args)
     try:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from orchestrator.errors import UserError
 
@@ -113,11 +112,6 @@ def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:
     base, extra = divmod(total, num_shards)
     start = rank * base + min(rank, extra)
     return start, start + base + (1 if rank < extra else 0)
-
-
-def to_model_input(images: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 28, 28] to float32 [N, 1, 28, 28] in [0, 1], as the book's ToTensor."""
-    return images.unsqueeze(1).float().div_(255)
 
 
 def _path_of(folder: Path, spec: _IdxFile) -> Path:

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config import TrainConfig
-from orchestrator.data import FashionMNIST, shard_bounds, to_model_input
+from orchestrator.data import FashionMNIST, shard_bounds
 from orchestrator.models import NUM_CLASSES, build_model
 from orchestrator.sync import GradientSync, make_sync
 
@@ -205,6 +205,11 @@ def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> tor
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
         logits = model(x)
     return logits.to(dtype)
+
+
+def to_model_input(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 28, 28] to float32 [N, 1, 28, 28] in [0, 1], as the book's ToTensor."""
+    return images.unsqueeze(1).float().div_(255)
 
 
 def _memory_format(config: TrainConfig) -> torch.memory_format:

@@ -6,13 +6,12 @@ trial with its grid values and how it ended. Output: `trials.csv`,
 """
 
 import math
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from orchestrator.progress import book_line
+from orchestrator.rundir import write_atomically
 
 FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
 INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
@@ -138,16 +137,6 @@ def markdown_table(frame: pd.DataFrame) -> str:
     body = ["| " + " | ".join(cell(value) for value in row) + " |"
             for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
-
-
-def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """Write to a temporary sibling, then rename: a reader never sees half a file."""
-    temporary = path.with_name(f".{path.name}.partial{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _status(row) -> str:

@@ -2,15 +2,17 @@
 
 A sweep writes `sweep.json` (its options and storage) into the folder before
 any trial runs. That file is how `--resume` finds what to continue, and how a
-second sweep is stopped from overwriting the first one's results.
+second sweep is stopped from overwriting the first one's results. Every file
+of the folder is written atomically (`write_atomically`).
 """
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config import SweepConfig
 from orchestrator.errors import UserError
-from orchestrator.results import write_atomically
 
 SWEEP_FILE = "sweep.json"
 
@@ -49,3 +51,13 @@ def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"sweep": sweep.to_dict(), "storage": storage}, indent=2)
     write_atomically(out_dir / SWEEP_FILE, lambda path: path.write_text(text))
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Write to a temporary sibling, then rename: a reader never sees half a file."""
+    temporary = path.with_name(f".{path.name}.partial{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -10,7 +10,8 @@ import pytest
 
 from orchestrator.config import SweepConfig
 from orchestrator.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
-                                  write_atomically, write_results)
+                                  write_results)
+from orchestrator.rundir import write_atomically
 from orchestrator.sweep import is_complete
 
 # A sweep of LeNet, batch 256 (global), 3 epochs: lr 0.1/0.2/0.4 on 1 and 2 workers,

@@ -1,11 +1,13 @@
 """experiments/train.py as a user runs it: real Ray, real data subset."""
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import run_script
+from conftest import REPO, run_script
 
 
 def test_two_workers_learn_and_print_the_books_line(tmp_path):
@@ -41,6 +43,21 @@ def test_bad_input_is_one_line_and_exit_2_before_any_worker(args, fragment):
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert time.monotonic() - started < 30  # nothing was started, nothing waited on
     assert run.stdout == ""
+
+
+@pytest.mark.parametrize("script, args", [("train.py", ["--lr", "0"]),
+                                          ("sweep.py", ["--workers", "1,two"])])
+def test_bad_input_is_rejected_before_torch_and_ray_train_are_imported(script, args):
+    # Importing them takes 5 s on a 2-core machine; a typo should cost one.
+    code = (f"import runpy, sys; sys.argv = {[script, *args]!r}\n"
+            "try:\n"
+            f"    runpy.run_path({str(REPO / 'experiments' / script)!r}, run_name='__main__')\n"
+            "except SystemExit as exit:\n"
+            "    print(exit.code, [name for name in ('torch', 'ray.train', 'ray.tune', 'pandas')\n"
+            "                      if name in sys.modules])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=60)
+    assert run.stdout.strip() == "2 []", run.stdout + run.stderr
 
 
 @pytest.mark.reliability(
