@@ -1,4 +1,6 @@
-"""Regenerate docs/BENCHMARKS.md from bench/results/*.jsonl (the newest record of each).
+"""Regenerate docs/BENCHMARKS.md from bench/results/*.jsonl: the newest record
+of each benchmark in full, and the headline figures of the newest record from
+every machine it ran on.
 
     python bench/report.py
 """
@@ -20,6 +22,19 @@ medians over the runs a benchmark makes; ratios are measured side by side in
 one run. These are measurements, not tests: nothing here fails CI.
 """
 META = ("benchmark", "date", "machine", "command")
+# The figures each target is judged by, shown for every machine: sessions get
+# different CPUs, and a figure from one says little about another. A tuple
+# is a path into a nested figure.
+HEADLINES = {
+    "ray_overhead": ["ratio_ours_over_torchrun", "idle_ray_ratio"],
+    "scaling": ["weak_speedup", "strong_speedup", "no_ray_lockstep_weak_speedup",
+                "idle_ray_lockstep_cost"],
+    "sync_strategies": [("lenet", "bucketed_time_over_bound"),
+                        ("resnet18", "bucketed_time_over_bound")],
+    "sweep_overhead": ["fixed_cost_per_trial_s"],
+    "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
+    "gpu": ["ran"],
+}
 
 
 def _format(value) -> str:
@@ -30,29 +45,58 @@ def _format(value) -> str:
     return str(value)
 
 
-def render(records: list[dict], notes: dict[str, str]) -> str:
+def _figure(record: dict, key) -> str:
+    value = record
+    for part in key if isinstance(key, tuple) else (key,):
+        if not isinstance(value, dict) or part not in value:
+            return "-"
+        value = value[part]
+    return _format(value)
+
+
+def _by_machine(history: list[dict]) -> list[str]:
+    """The headline figures of the newest record from each machine, newest first."""
+    newest: dict[str, dict] = {}
+    for record in history:
+        newest[record["machine"]] = record
+    if len(newest) < 2:
+        return []
+    keys = HEADLINES.get(history[-1]["benchmark"], [])
+    names = [".".join(key) if isinstance(key, tuple) else key for key in keys]
+    lines = ["Newest record from each machine:", "",
+             "| machine | date | " + " | ".join(names) + " |",
+             "| --- | --- |" + " --- |" * len(keys)]
+    for record in reversed(list(newest.values())):
+        lines.append(f"| {record['machine']} | {record['date']} | "
+                     + " | ".join(_figure(record, key) for key in keys) + " |")
+    return lines + [""]
+
+
+def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
     lines = [HEADER]
-    for record in records:
+    for history in histories:
+        record = history[-1]
         name = record["benchmark"]
         lines += [f"## {name}", "", f"- date: {record['date']}", f"- machine: {record['machine']}",
                   f"- command: `{record['command']}`", "", "| figure | value |", "| --- | --- |"]
         lines += [f"| {key} | {_format(value)} |" for key, value in record.items() if key not in META]
-        if name in notes:
-            lines += ["", notes[name]]
         lines.append("")
+        lines += _by_machine(history)
+        if name in notes:
+            lines += [notes[name], ""]
     return "\n".join(lines)
 
 
 def main() -> None:
-    records = []
+    histories = []
     for path in sorted(RESULTS_DIR.glob("*.jsonl")):
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-        records.append(json.loads(lines[-1]))
+        histories.append([json.loads(line) for line in path.read_text().splitlines()
+                          if line.strip()])
     notes_dir = Path(__file__).resolve().parent / "notes"
     notes = {path.stem: path.read_text().strip() for path in notes_dir.glob("*.md")}
     DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(render(records, notes))
-    print(f"wrote {DOC} from {len(records)} benchmark(s)")
+    DOC.write_text(render(histories, notes))
+    print(f"wrote {DOC} from {len(histories)} benchmark(s)")
 
 
 if __name__ == "__main__":
