@@ -1,5 +1,7 @@
-"""experiments/sweep.py as a user runs it: embedded Ray, an attached head, bad input."""
+"""experiments/sweep.py as a user runs it: embedded Ray, an attached two-node
+cluster, bad input."""
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +18,9 @@ from conftest import run_script
 from orchestrator.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.results import PLOT_FILES
 
+# Ray's default port for a node's dashboard agent: fixed, so two nodes on one
+# machine need one each.
+DASHBOARD_AGENT_PORT = 52365
 SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
 
 
@@ -73,49 +78,83 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
         assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
 
 
-def test_sweep_attached_to_a_running_head(tmp_path):
+@contextlib.contextmanager
+def _ray_node(*args: str, env: dict):
+    """`ray start --block ARGS`, stopped by its own handle: --block keeps the
+    node in the foreground, so stopping this one process stops that node, and
+    only it (`ray stop` would stop every Ray here)."""
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    node = subprocess.Popen([ray_cli, "start", "--block", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield node
+    finally:
+        node.terminate()
+        node.wait(timeout=60)
+
+
+def _alive_nodes(dashboard_port: int, env: dict) -> list[dict]:
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    listing = subprocess.run(
+        [ray_cli, "list", "nodes", "--address", f"http://127.0.0.1:{dashboard_port}",
+         "--filter", "state=ALIVE", "--format", "json"], env=env, capture_output=True, text=True)
+    return json.loads(listing.stdout) if listing.returncode == 0 else []
+
+
+def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
+    """Two Ray nodes of one CPU each, as `ray start` makes a cluster: the
+    2-worker trial spans both, its second worker reading the data set from
+    the other node's object store."""
     # Below the ephemeral range, where Ray's own processes take theirs.
     port = free_local_port(preferred=6379)
+    dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
     env = {**os.environ}
     env.pop("RAY_ADDRESS", None)
     # Ray sends its auth token to an address it was given only when told to.
     env["RAY_AUTH_MODE"] = "token"
-    # --block keeps the head in the foreground: stopping this one process
-    # stops that cluster, and only it (`ray stop` would stop every Ray here).
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
-    head = subprocess.Popen(
-        [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard_port}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    head_args = ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=true",
+                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+                 f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
     try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
-                             capture_output=True).returncode != 0:
-            assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
-            time.sleep(1)
-        out_dir = tmp_path / "out"
-        run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
-                         "--lr", "0.2", *SMALL, "--out", str(out_dir), env=env)
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert f"Ray cluster at 127.0.0.1:{port}: 1 node(s), 2 CPUs" in run.stdout
-        _assert_complete_results(out_dir, 2, run.stdout)
-        # A cluster we did not start may autoscale: the fits asked Ray's
-        # autoscaling coordinator for their workers, as Ray Train does.
-        coordinators = subprocess.run(
-            [ray_cli, "list", "actors", "--address", f"http://127.0.0.1:{dashboard_port}",
-             "--filter", "class_name=_AutoscalingCoordinatorActor", "--format", "json"],
-            env=env, capture_output=True, text=True, check=True)
-        assert len(json.loads(coordinators.stdout)) == 1
+        with _ray_node(*head_args, env=env) as head:
+            deadline = time.monotonic() + 60
+            while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                                 capture_output=True).returncode != 0:
+                assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+                time.sleep(1)
+            agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
+            with _ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
+                           f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
+                while len(_alive_nodes(dashboard_port, env)) < 2:
+                    assert worker_node.poll() is None and time.monotonic() < deadline + 60, \
+                        "the second node did not join"
+                    time.sleep(1)
+                out_dir = tmp_path / "out"
+                run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
+                                 "--lr", "0.2", *SMALL, "--out", str(out_dir), env=env)
+                assert run.returncode == 0, run.stderr[-3000:]
+                assert f"Ray cluster at 127.0.0.1:{port}: 2 node(s), 2 CPUs" in run.stdout
+                _assert_complete_results(out_dir, 2, run.stdout)
+                workers = _actors("RayTrainWorker", dashboard_port, env)
+                assert len(workers) == 3 and len({w["node_id"] for w in workers}) == 2
+                # A cluster we did not start may autoscale: the fits asked Ray's
+                # autoscaling coordinator for their workers, as Ray Train does.
+                assert len(_actors("_AutoscalingCoordinatorActor", dashboard_port, env)) == 1
     finally:
-        head.terminate()
-        head.wait(timeout=60)
         # `ray start` wrote this head's address where Ray looks for "the"
         # cluster of this machine; a head stopped by its handle leaves it.
         current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
         if current.is_file() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
+
+
+def _actors(class_name: str, dashboard_port: int, env: dict) -> list[dict]:
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    listing = subprocess.run(
+        [ray_cli, "list", "actors", "--address", f"http://127.0.0.1:{dashboard_port}",
+         "--filter", f"class_name={class_name}", "--format", "json"],
+        env=env, capture_output=True, text=True, check=True)
+    return json.loads(listing.stdout)
 
 
 @pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
