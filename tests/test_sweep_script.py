@@ -21,6 +21,7 @@ from orchestrator.results import PLOT_FILES
 # Ray's default port for a node's dashboard agent: fixed, so two nodes on one
 # machine need one each.
 DASHBOARD_AGENT_PORT = 52365
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
 
 
@@ -83,8 +84,7 @@ def _ray_node(*args: str, env: dict):
     """`ray start --block ARGS`, stopped by its own handle: --block keeps the
     node in the foreground, so stopping this one process stops that node, and
     only it (`ray stop` would stop every Ray here)."""
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    node = subprocess.Popen([ray_cli, "start", "--block", *args], env=env,
+    node = subprocess.Popen([RAY_CLI, "start", "--block", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield node
@@ -93,11 +93,11 @@ def _ray_node(*args: str, env: dict):
         node.wait(timeout=60)
 
 
-def _alive_nodes(dashboard_port: int, env: dict) -> list[dict]:
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list[dict]:
+    """`ray list WHAT --filter CONDITION` through the State API; [] while it does not answer."""
     listing = subprocess.run(
-        [ray_cli, "list", "nodes", "--address", f"http://127.0.0.1:{dashboard_port}",
-         "--filter", "state=ALIVE", "--format", "json"], env=env, capture_output=True, text=True)
+        [RAY_CLI, "list", what, "--address", f"http://127.0.0.1:{dashboard_port}",
+         "--filter", condition, "--format", "json"], env=env, capture_output=True, text=True)
     return json.loads(listing.stdout) if listing.returncode == 0 else []
 
 
@@ -125,8 +125,9 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
             agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
             with _ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
                            f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
-                while len(_alive_nodes(dashboard_port, env)) < 2:
-                    assert worker_node.poll() is None and time.monotonic() < deadline + 60, \
+                deadline = time.monotonic() + 60
+                while len(_ray_list("nodes", "state=ALIVE", dashboard_port, env)) < 2:
+                    assert worker_node.poll() is None and time.monotonic() < deadline, \
                         "the second node did not join"
                     time.sleep(1)
                 out_dir = tmp_path / "out"
@@ -135,26 +136,18 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
                 assert run.returncode == 0, run.stderr[-3000:]
                 assert f"Ray cluster at 127.0.0.1:{port}: 2 node(s), 2 CPUs" in run.stdout
                 _assert_complete_results(out_dir, 2, run.stdout)
-                workers = _actors("RayTrainWorker", dashboard_port, env)
+                workers = _ray_list("actors", "class_name=RayTrainWorker", dashboard_port, env)
                 assert len(workers) == 3 and len({w["node_id"] for w in workers}) == 2
                 # A cluster we did not start may autoscale: the fits asked Ray's
                 # autoscaling coordinator for their workers, as Ray Train does.
-                assert len(_actors("_AutoscalingCoordinatorActor", dashboard_port, env)) == 1
+                assert len(_ray_list("actors", "class_name=_AutoscalingCoordinatorActor",
+                                     dashboard_port, env)) == 1
     finally:
         # `ray start` wrote this head's address where Ray looks for "the"
         # cluster of this machine; a head stopped by its handle leaves it.
         current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
         if current.is_file() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
-
-
-def _actors(class_name: str, dashboard_port: int, env: dict) -> list[dict]:
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    listing = subprocess.run(
-        [ray_cli, "list", "actors", "--address", f"http://127.0.0.1:{dashboard_port}",
-         "--filter", f"class_name={class_name}", "--format", "json"],
-        env=env, capture_output=True, text=True, check=True)
-    return json.loads(listing.stdout)
 
 
 @pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
