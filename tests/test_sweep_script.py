@@ -94,11 +94,16 @@ def _ray_node(*args: str, env: dict):
 
 
 def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list[dict]:
-    """`ray list WHAT --filter CONDITION` through the State API; [] while it does not answer."""
+    """`ray list WHAT --filter CONDITION` through the State API; [] while it
+    does not answer, and when nothing matches (it then prints a sentence, not
+    JSON: "No resource in the cluster")."""
     listing = subprocess.run(
         [RAY_CLI, "list", what, "--address", f"http://127.0.0.1:{dashboard_port}",
          "--filter", condition, "--format", "json"], env=env, capture_output=True, text=True)
-    return json.loads(listing.stdout) if listing.returncode == 0 else []
+    try:
+        return json.loads(listing.stdout) if listing.returncode == 0 else []
+    except json.JSONDecodeError:
+        return []
 
 
 def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
