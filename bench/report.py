@@ -58,6 +58,8 @@ def _by_machine(history: list[dict]) -> list[str]:
     """The headline figures of the newest record from each machine, newest first."""
     newest: dict[str, dict] = {}
     for record in history:
+        # Re-inserted, so that the dict's order is that of each machine's newest record.
+        newest.pop(record["machine"], None)
         newest[record["machine"]] = record
     if len(newest) < 2:
         return []

@@ -25,6 +25,13 @@ def test_each_machine_shows_its_newest_record_and_the_newest_is_in_full():
     assert doc.index("| Xeon | 2026") < doc.index("| EPYC | 2026") < doc.index("A note.")
 
 
+def test_machines_are_ordered_by_their_newest_record():
+    history = [_record("EPYC", "2026-11-22", 1.60), _record("Xeon", "2026-11-23", 1.75),
+               _record("EPYC", "2026-11-24", 1.70)]
+    doc = report.render([history], {})
+    assert doc.index("| EPYC | 2026-11-24") < doc.index("| Xeon | 2026-11-23")
+
+
 def test_one_machine_needs_no_comparison():
     doc = report.render([[_record("EPYC", "2026-11-23", 1.70)]], {})
     assert "Newest record from each machine" not in doc
