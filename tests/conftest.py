@@ -1,18 +1,10 @@
 """Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets."""
 
-import contextlib
-import multiprocessing
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import ray
-from ray.util.state import list_actors
 
+from helpers import REPO
 from orchestrator import cluster, data
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -27,35 +19,6 @@ def ray_session():
 def fashion_mnist_small() -> data.FashionMNIST:
     """The first 8,192 training and 1,000 test images of the real data set."""
     return data.load(train_limit=8192, test_limit=1000)
-
-
-@contextlib.contextmanager
-def shared_dict():
-    """A dict that the processes a test starts fill in, served by a Manager.
-
-    The Manager is spawned, never forked: forked from the pytest process, by
-    then a Ray driver that has run trials, it left the session's Ray
-    unreachable (new GCS clients timed out, the dashboard's address was gone).
-    """
-    with multiprocessing.get_context("spawn").Manager() as manager:
-        yield manager.dict()
-
-
-def num_actors(class_name: str) -> int:
-    """How many actors of this class the session's Ray has had, dead ones included.
-
-    Ray names a class defined in a function by its name or, in some runs, by
-    its qualified name (Tune's trial actor: `ImplicitFunc` or
-    `wrap_function.<locals>.ImplicitFunc`), so both count.
-    """
-    return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
-               for actor in list_actors(limit=10_000, raise_on_missing_output=False))
-
-
-def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:
-    """Run one of experiments/*.py as a user would, capturing its output."""
-    return subprocess.run([sys.executable, str(REPO / "experiments" / script), *args],
-                          capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
 
 
 # docs/RELIABILITY.md is generated from the fault and bad-input tests: each one

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO
 
 SCRIPT = REPO / "bench" / "gpu.py"
 RESULTS = REPO / "bench" / "results" / "gpu.jsonl"

@@ -2,7 +2,7 @@
 
 import importlib.util
 
-from conftest import REPO
+from helpers import REPO
 
 _spec = importlib.util.spec_from_file_location("bench_report", REPO / "bench" / "report.py")
 report = importlib.util.module_from_spec(_spec)

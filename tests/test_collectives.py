@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from conftest import shared_dict
+from helpers import shared_dict
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
                                       get_world_size)

@@ -23,6 +23,8 @@ from orchestrator.models import build_model
 from orchestrator.shm_allreduce import stores_in_program_order
 from orchestrator.trial import run_trial
 
+pytestmark = pytest.mark.cluster
+
 # Two epochs of three steps: several updates, and a reshuffle in between.
 STEPS_PER_EPOCH = 3
 # float64 rounding of a few steps is near 1e-15 of the values; a wrong sum

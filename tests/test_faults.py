@@ -13,7 +13,9 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from helpers import REPO
+
+pytestmark = pytest.mark.cluster
 
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
 

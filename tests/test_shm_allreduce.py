@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import shared_dict
+from helpers import shared_dict
 from orchestrator.cluster import free_local_port
 from orchestrator.collectives import allreduce_
 from orchestrator.shm_allreduce import (PeerExitedError, PeerTimeoutError, SharedMemoryAllreduce,

@@ -3,12 +3,15 @@ they leave behind."""
 
 import time
 
+import pytest
 import ray
 from ray.util.state import list_placement_groups
 
 from orchestrator.config import SweepConfig
 from orchestrator.sweep import collect, run_sweep
-from conftest import num_actors
+from helpers import num_actors
+
+pytestmark = pytest.mark.cluster
 
 
 def _num_live_placement_groups() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import run_script
+from helpers import run_script
 from orchestrator.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.results import PLOT_FILES
 
@@ -43,6 +43,7 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
     return trials
 
 
+@pytest.mark.cluster
 def test_small_sweep_on_an_embedded_ray(tmp_path):
     out_dir = tmp_path / "out"
     # Storage given as a URI, the form a bucket takes on a multi-node cluster.
@@ -58,6 +59,7 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
 
 
+@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="ASHA stops trials early while later trials wait to run (one at a time)",
     lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
@@ -106,6 +108,7 @@ def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list
         return []
 
 
+@pytest.mark.cluster
 def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     """Two Ray nodes of one CPU each, as `ray start` makes a cluster: the
     2-worker trial spans both, its second worker reading the data set from
@@ -195,6 +198,7 @@ def test_out_folders_are_never_mixed(tmp_path):
     assert run.returncode == 2 and "nothing to resume in" in run.stderr
 
 
+@pytest.mark.cluster
 @pytest.mark.reliability(fault="sweep.py: a grid point the cluster can never hold", lost="nothing")
 def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     started = time.monotonic()

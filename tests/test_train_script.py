@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from conftest import REPO, run_script
+from helpers import REPO, run_script
 
 
+@pytest.mark.cluster
 def test_two_workers_learn_and_print_the_books_line(tmp_path):
     run = run_script("train.py", "--storage", str(tmp_path), "--workers", "2", "--batch-size", "32", "--lr", "0.2",
                      "--epochs", "3", "--train-limit", "8192", "--test-limit", "1000",
@@ -60,6 +61,7 @@ def test_bad_input_is_rejected_before_torch_and_ray_train_are_imported(script, a
     assert run.stdout.strip() == "2 []", run.stdout + run.stderr
 
 
+@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="train.py: more workers than the cluster can ever hold",
     lost="nothing")

@@ -1,11 +1,14 @@
 """One trial on real Ray: which helper actors a fit starts beside its workers,
 and where its controller runs."""
 
+import pytest
 import ray
 
 from orchestrator.config import TrainConfig
 from orchestrator.trial import run_trial
-from conftest import num_actors
+from helpers import num_actors
+
+pytestmark = pytest.mark.cluster
 
 CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
 

@@ -9,7 +9,7 @@ import torch
 
 from orchestrator.config import TrainConfig
 from orchestrator.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
-from conftest import REPO
+from helpers import REPO
 
 CPU = torch.device("cpu")
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 # A step in a thread, as Ray Train runs it: blocks from glibc's malloc,
 # written, then freed. Prints the page faults of every step after the first.

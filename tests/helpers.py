@@ -1,0 +1,38 @@
+"""Helpers the tests share (fixtures and hooks stay in conftest.py)."""
+
+import contextlib
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
+from ray.util.state import list_actors
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def shared_dict():
+    """A dict that the processes a test starts fill in, served by a Manager.
+
+    Spawned, never forked: a Manager forked from a pytest process that had run
+    Ray trials left the session's Ray unreachable.
+    """
+    with multiprocessing.get_context("spawn").Manager() as manager:
+        yield manager.dict()
+
+
+def num_actors(class_name: str) -> int:
+    """How many actors of this class the session's Ray has had, dead ones included.
+
+    Ray names a class defined in a function by its name or, in some runs, by
+    its qualified name (`ImplicitFunc` or `wrap_function.<locals>.ImplicitFunc`).
+    """
+    return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
+               for actor in list_actors(limit=10_000, raise_on_missing_output=False))
+
+
+def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:
+    """Run one of experiments/*.py as a user would, capturing its output."""
+    return subprocess.run([sys.executable, str(REPO / "experiments" / script), *args],
+                          capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
