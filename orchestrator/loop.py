@@ -5,17 +5,17 @@ It runs on each Ray Train worker (worker.py) and equally in a single process
 benchmark) call `run_training` directly. Nothing here may import ray.
 """
 
-import json
 import math
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+# sweep.py's import of HISTORY_FILE from here, until it calls checkpoint.read_newest_history.
+from orchestrator.checkpoint import HISTORY_FILE  # noqa: F401
 from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds
@@ -29,8 +29,6 @@ from orchestrator.sync import GradientSync, make_sync
 # batches of 256 and 4.7 s in batches of 128.
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
-STATE_FILE = "state.pt"
-HISTORY_FILE = "history.json"
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
 # A run has blown up when its epoch's training loss is this many times that of
@@ -214,17 +212,6 @@ def to_model_input(images: torch.Tensor) -> torch.Tensor:
 
 def _memory_format(config: TrainConfig) -> torch.memory_format:
     return torch.channels_last if config.channels_last else torch.preserve_format
-
-
-def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:
-    torch.save(state, folder / STATE_FILE)
-    (folder / HISTORY_FILE).write_text(json.dumps(history))
-
-
-def load_checkpoint(folder: Path) -> tuple[dict, list[dict]]:
-    # weights_only: a checkpoint holds tensors and plain containers, never code.
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    return state, json.loads((folder / HISTORY_FILE).read_text())
 
 
 def _as_tensors(*arrays) -> list[torch.Tensor]:

@@ -19,7 +19,8 @@ import torch
 from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST
-from orchestrator.loop import load_checkpoint, run_training, save_checkpoint
+from orchestrator.checkpoint import load_checkpoint, save_checkpoint
+from orchestrator.loop import run_training
 
 # glibc's mallopt parameters (malloc.h) and the values a worker sets them to.
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3

@@ -17,8 +17,9 @@ import pytest
 import ray
 import torch
 
+from orchestrator.checkpoint import load_checkpoint
 from orchestrator.config import SYNC_STRATEGIES, TrainConfig
-from orchestrator.loop import load_checkpoint, run_training
+from orchestrator.loop import run_training
 from orchestrator.models import build_model
 from orchestrator.shm_allreduce import stores_in_program_order
 from orchestrator.trial import run_trial
