@@ -26,7 +26,7 @@ from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator.collectives import allreduce_  # noqa: E402
 from orchestrator.models import build_model  # noqa: E402
-from orchestrator.sync import BucketedSync, DDPSync, ScratchSync  # noqa: E402
+from orchestrator.sync import make_sync  # noqa: E402
 
 WORLD_SIZE = 2
 LARGE_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -83,10 +83,10 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
         grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
         syncs = {}
         for suffix, shared_memory in (("", True), ("_gloo", False)):
-            syncs["scratch" + suffix] = ScratchSync(model, cpu, shared_memory=shared_memory)
-            # Constructed last, the gloo `bucketed` owns the gradients that
-            # backward fills below; the others reduce buffers of the same sizes.
-            syncs["bucketed" + suffix] = BucketedSync(model, cpu, bucket_cap_mb=25,
+            for sync_name in ("scratch", "bucketed"):
+                # Constructed last, the gloo `bucketed` owns the gradients that backward
+                # fills below; the others reduce buffers of the same sizes.
+                syncs[sync_name + suffix] = make_sync(sync_name, model, cpu, bucket_cap_mb=25,
                                                       shared_memory=shared_memory)
         assert syncs["bucketed"].transport == "shared memory", syncs["bucketed"].transport
         flat = torch.zeros(grad_bytes // 4)
@@ -103,7 +103,7 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
                                              max(3, repeats // (8 if name == "resnet18" else 2)),
                                              prelude=lambda: local_step(model))
         step_repeats = max(3, repeats // (4 if name == "resnet18" else 1))
-        ddp = DDPSync(model, cpu, bucket_cap_mb=25)
+        ddp = make_sync("ddp", model, cpu, bucket_cap_mb=25, shared_memory=False)
         steps = _timed_side_by_side({"local": lambda: local_step(model),
                                      "ddp": lambda: local_step(ddp.module)}, step_repeats)
         local_s, ddp_s = steps["local"], steps["ddp"]

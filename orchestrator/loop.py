@@ -22,25 +22,20 @@ from orchestrator.data import FashionMNIST, shard_bounds
 from orchestrator.models import NUM_CLASSES, build_model
 from orchestrator.sync import GradientSync, make_sync
 
-# Test-set batches. A GPU is kept busy by big ones. On a CPU, a buffer over
-# 32 MB (the most glibc will serve from its heaps) is mapped afresh and its
-# pages faulted in at every batch: per 1024 test images, LeNet took 150-170 ms
-# in batches of 1024 and 89 ms in batches of 128, ResNet-18 6.0-6.8 s in
-# batches of 256 and 4.7 s in batches of 128.
+# Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
+# needs buffers over the 32 MB glibc serves from its heaps, mapped and faulted
+# afresh at every batch (bench/notes/ray_overhead.md).
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
-# A run has blown up when its epoch's training loss is this many times that of
-# guessing uniformly (ln 10 = 2.3): a too-large learning rate can throw the loss
-# to 1e20 and then, its ReLUs dead, settle at a finite constant that no
-# non-finite check would ever catch.
+# An epoch's training loss 100 times a uniform guess's (ln 10) means blown up:
+# a too-large lr can throw the loss to 1e20 and then, its ReLUs dead, leave it
+# at a finite constant that no non-finite check catches.
 DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
-# Reading a value off a GPU makes Python wait until every step queued so far
-# has run, and the GPU then idles while Python queues the next one. So on a GPU
-# the loop reads its non-finite-gradient count only every this many steps: a
-# diverged run takes up to that many more (already non-finite) steps before it
-# stops. On a CPU the value is at hand and is read every step.
+# Reading a value off a GPU waits for every queued step and then idles it, so
+# there the non-finite-gradient count is read only every this many steps: a
+# diverged run may take that many more steps to stop (bench/notes/gpu.md).
 FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
 # The dtype of the weights, the gradients and their sync, by precision: bf16
 # lowers only the forward pass (under autocast), the weights stay fp32.
@@ -71,9 +66,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
                      shared_memory=config.shared_memory)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
-    # The whole data set goes to the device once, as uint8 (52 MB), and each
-    # batch is gathered there: copying every batch from host memory would
-    # stall a GPU on a transfer each step. On a CPU `.to` returns the same tensors.
+    # The uint8 data set (52 MB) goes to the device once and each batch is
+    # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
     train_images, train_labels, test_images, test_labels = (
         tensor.to(device) for tensor in _as_tensors(
             data.train_images, data.train_labels, data.test_images, data.test_labels))
@@ -117,13 +111,12 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     order = torch.randperm(config.num_train_examples,
                            generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
                            ).to(device)
-    check_interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
     warmup_steps = config.warmup_epochs * config.steps_per_epoch
     sync.module.train()
     sync.sync_time_s = 0.0
+    check = NonFiniteCheck(device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
-    num_nonfinite_steps = torch.zeros((), dtype=torch.int64, device=device)
     status = STATUS_OK
     num_steps = 0
     start = time.perf_counter()
@@ -135,27 +128,18 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
             _set_lr(optimizer, config.lr)
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         y = labels[index].long()
-        logits = _forward(sync.module, images[index], config)
-        losses = F.cross_entropy(logits, y, reduction="none")
-        # Dividing by the *global* batch makes the summed gradients over workers
-        # the single-device mean gradient, even when shards differ in size.
-        (losses.sum() / batch_size).backward()
-        sync.synchronize()
-        # Gradients are identical on every worker after the sync, so every
-        # worker reaches the same verdict without an extra collective.
-        num_nonfinite_steps += ~_gradients_finite(sync.model)
-        if (step + 1) % check_interval_steps == 0 and num_nonfinite_steps.item():
+        outcome = train_batch(sync, optimizer, images[index], y, config, check)
+        if outcome is None:
             status = STATUS_DIVERGED
             break
-        optimizer.step()
-        sync.zero_grad()
-        loss_sum += losses.detach().sum()
-        num_correct += (logits.detach().argmax(dim=1) == y).sum()
+        losses, logits = outcome
+        loss_sum += losses.sum()
+        num_correct += (logits.argmax(dim=1) == y).sum()
         num_steps += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
     epoch_time_s = time.perf_counter() - start
-    if num_nonfinite_steps.item():  # steps after the last check
+    if check.count.item():  # steps after the last read
         status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
@@ -170,6 +154,49 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         "sync_time_s": sync.sync_time_s,
         "status": status,
     }
+
+
+def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck"
+                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The book's `train_batch` on this worker's shard of one global batch:
+    forward, loss over the global batch, backward, gradient sync, SGD step.
+
+    Returns the shard's per-example losses and logits; None, without the
+    step, once `check` reads a non-finite gradient.
+    """
+    logits = _forward(sync.module, images, config)
+    losses = F.cross_entropy(logits, labels, reduction="none")
+    # Dividing by the *global* batch makes the summed gradients over workers
+    # the single-device mean gradient, even when shards differ in size.
+    (losses.sum() / config.global_batch_size).backward()
+    sync.synchronize()  # every worker now holds the sum over all workers
+    if check.failed(sync.model):
+        return None
+    optimizer.step()
+    sync.zero_grad()
+    return losses.detach(), logits.detach()
+
+
+class NonFiniteCheck:
+    """Counts the steps whose synced gradients are not finite, and reads the count
+    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS_CUDA on a GPU.
+
+    The gradients are identical on every worker after the sync, so every
+    worker reaches the same verdict without an extra collective.
+    """
+
+    def __init__(self, device: torch.device):
+        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
+        self.count = torch.zeros((), dtype=torch.int64, device=device)
+        self.num_steps = 0
+
+    def failed(self, model: nn.Module) -> bool:
+        """Counts this step's gradients; True if this step reads a nonzero count."""
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        self.count += ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
+        self.num_steps += 1
+        return self.num_steps % self.interval_steps == 0 and bool(self.count.item())
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
@@ -220,12 +247,6 @@ def _as_tensors(*arrays) -> list[torch.Tensor]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return [torch.from_numpy(array) for array in arrays]
-
-
-def _gradients_finite(model: nn.Module) -> torch.Tensor:
-    """A bool tensor on the gradients' device: reading it is left to the caller."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.isfinite(torch.nn.utils.get_total_norm(grads))
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

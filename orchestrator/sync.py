@@ -6,13 +6,15 @@ Every strategy turns each worker's gradient of its *local* loss into the
 global batch, the one a single device would compute, whatever the shard
 sizes are. Each strategy also counts the seconds it spends communicating.
 
-`scratch` and `bucketed` on CPU workers that share a node sum through the
-node's shared memory (shm_allreduce.py) rather than gloo's sockets, unless
-told not to; `transport` says which one a strategy got.
+`scratch` and `bucketed` are given their transport when built
+(`make_transport`): the process group's collective (gloo, NCCL), or on CPU
+workers that share a node, the node's shared memory (shm_allreduce.py).
 """
 
 import inspect
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -25,25 +27,46 @@ from orchestrator.shm_allreduce import SharedMemoryAllreduce
 MEGABYTE = 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How a strategy sums one tensor over the workers, in place."""
+
+    name: str  # as epochs.csv reports it: "gloo", "nccl", "shared memory" or "none"
+    allreduce_: Callable[[torch.Tensor], torch.Tensor]
+
+
+def group_transport() -> Transport:
+    """The process group's own allreduce; "none" without a group, or in a group of one."""
+    return Transport(dist.get_backend() if get_world_size() > 1 else "none", allreduce_)
+
+
+def make_transport(device: torch.device, largest_tensor_bytes: int, *,
+                   shared_memory: bool) -> Transport:
+    """The node's shared memory if asked for and every worker of this CPU group can
+    map it, else the process group's allreduce.
+
+    A collective call when `shared_memory` is set: every worker makes it, with the
+    same `largest_tensor_bytes` (the largest tensor the strategy will sum).
+    """
+    if shared_memory and device.type == "cpu" and get_world_size() > 1:
+        reducer = SharedMemoryAllreduce.connect(largest_tensor_bytes)
+        if reducer is not None:
+            return Transport("shared memory", reducer.allreduce_)
+    return group_transport()
+
+
 class GradientSync:
     """Base: the loop runs forward on `module`, calls `synchronize` after backward and
     `zero_grad` after the optimizer step."""
 
-    def __init__(self, model: nn.Module, device: torch.device):
+    def __init__(self, model: nn.Module, device: torch.device, transport: Transport):
         self.model = model
         self.module: nn.Module = model
         self.device = device
         self.num_workers = get_world_size()
         self.sync_time_s = 0.0
-        self.transport = dist.get_backend() if self.num_workers > 1 else "none"
-        self._allreduce = allreduce_
-
-    def _use_shared_memory(self, largest_tensor_bytes: int) -> None:
-        """Sum through the node's shared memory if this is a CPU group that can map it."""
-        if self.device.type == "cpu" and self.num_workers > 1:
-            reducer = SharedMemoryAllreduce.connect(largest_tensor_bytes)
-            if reducer is not None:
-                self._allreduce, self.transport = reducer.allreduce_, "shared memory"
+        self.transport = transport.name
+        self.allreduce_ = transport.allreduce_
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
@@ -64,16 +87,27 @@ class GradientSync:
 
 
 class ScratchSync(GradientSync):
-    """The book's algorithm in plain sight: one allreduce per parameter tensor."""
+    """The book's algorithm in plain sight: one allreduce per parameter tensor.
 
-    def __init__(self, model: nn.Module, device: torch.device, *, shared_memory: bool):
-        super().__init__(model, device)
-        if shared_memory:
-            self._use_shared_memory(max(p.numel() * p.element_size() for p in model.parameters()))
+    The book (13.5) holds every device's copy of a gradient in one process,
+    and sums and copies them back itself:
+
+        def allreduce(data):
+            for i in range(1, len(data)):
+                data[0][:] += data[i].to(data[0].device)
+            for i in range(1, len(data)):
+                data[i][:] = data[0].to(data[i].device)
+
+    Here each worker is a process holding one copy, and the transport does
+    both the summing and the copying back:
+
+        for grad in grads:
+            self.allreduce_(grad)
+    """
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         for grad in grads:
-            self._allreduce(grad)
+            self.allreduce_(grad)
 
 
 class BucketedSync(GradientSync):
@@ -86,19 +120,16 @@ class BucketedSync(GradientSync):
     the book's exercise 3 of 13.5.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device, *, bucket_cap_mb: float,
-                 shared_memory: bool):
-        super().__init__(model, device)
+    def __init__(self, model: nn.Module, device: torch.device, transport: Transport, *,
+                 bucket_cap_mb: float):
+        super().__init__(model, device, transport)
         self.buffers: list[torch.Tensor] = []
-        params = [p for p in model.parameters() if p.requires_grad]
-        for bucket in flat_buckets(params, int(bucket_cap_mb * MEGABYTE)):
+        for bucket in _buckets(model, bucket_cap_mb):
             buffer = torch.zeros(sum(p.numel() for p in bucket), dtype=bucket[0].dtype,
                                  device=device)
             for param, view in zip(bucket, buffer.split([p.numel() for p in bucket])):
                 param.grad = view.view_as(param)
             self.buffers.append(buffer)
-        if shared_memory:
-            self._use_shared_memory(max(b.numel() * b.element_size() for b in self.buffers))
 
     def zero_grad(self) -> None:
         # Zeroed in place: setting grads to None would detach them from the buffers.
@@ -107,7 +138,7 @@ class BucketedSync(GradientSync):
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         for buffer in self.buffers:
-            self._allreduce(buffer)
+            self.allreduce_(buffer)
 
 
 class DDPSync(GradientSync):
@@ -115,11 +146,13 @@ class DDPSync(GradientSync):
 
     DDP averages gradients by default; a communication hook makes it sum, like
     the other strategies. `sync_time_s` adds up each bucket's allreduce from
-    launch to completion, most of which is hidden behind backward.
+    launch to completion, which overlaps backward where a core or a GPU is
+    spare (bench/notes/sync_strategies.md). Its transport is always the
+    process group's: DDP reduces on the group's own threads during backward.
     """
 
     def __init__(self, model: nn.Module, device: torch.device, *, bucket_cap_mb: float):
-        super().__init__(model, device)
+        super().__init__(model, device, group_transport())
         self._works_in_flight: list[dist.Work] = []
         if dist.is_available() and dist.is_initialized():
             self.module = DistributedDataParallel(
@@ -166,14 +199,32 @@ def _no_forward_buffer_sync() -> dict:
 
 def make_sync(name: str, model: nn.Module, device: torch.device, *,
               bucket_cap_mb: float, shared_memory: bool) -> GradientSync:
+    """Strategy `name` for `model`, with its transport chosen once, here.
+
+    A collective call (see `make_transport`): every worker makes it.
+    """
     if name == "scratch":
-        return ScratchSync(model, device, shared_memory=shared_memory)
+        largest_bytes = max(_nbytes(p) for p in model.parameters())
+        return ScratchSync(model, device,
+                           make_transport(device, largest_bytes, shared_memory=shared_memory))
     if name == "bucketed":
-        return BucketedSync(model, device, bucket_cap_mb=bucket_cap_mb,
-                            shared_memory=shared_memory)
+        # The largest of the flat buffers that BucketedSync will make.
+        largest_bytes = max(sum(map(_nbytes, bucket)) for bucket in _buckets(model, bucket_cap_mb))
+        return BucketedSync(model, device,
+                            make_transport(device, largest_bytes, shared_memory=shared_memory),
+                            bucket_cap_mb=bucket_cap_mb)
     if name == "ddp":
         return DDPSync(model, device, bucket_cap_mb=bucket_cap_mb)
     raise AssertionError(f"unvalidated sync strategy {name!r}")
+
+
+def _buckets(model: nn.Module, bucket_cap_mb: float) -> Iterator[list[torch.Tensor]]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return flat_buckets(params, int(bucket_cap_mb * MEGABYTE))
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _wait_for(device: torch.device) -> None:

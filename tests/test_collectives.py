@@ -13,7 +13,7 @@ from orchestrator.cluster import free_local_port
 from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
                                       get_world_size)
 from orchestrator.shm_allreduce import stores_in_program_order
-from orchestrator.sync import BucketedSync, GradientSync, ScratchSync
+from orchestrator.sync import GradientSync, make_sync
 
 
 def _tensors_of(rank: int) -> list[torch.Tensor]:
@@ -33,10 +33,9 @@ def _two_process_body(rank: int, port: int, results) -> None:
         # shared memory and through gloo.
         grads, transports = {}, {}
         for shared_memory in (True, False):
-            for name, strategy, options in (("bucketed", BucketedSync, {"bucket_cap_mb": 64 / 2**20}),
-                                            ("scratch", ScratchSync, {})):
-                model, sync = _model_with_gradient(rank, strategy, shared_memory=shared_memory,
-                                                   **options)
+            for name in ("bucketed", "scratch"):
+                model, sync = _model_with_gradient(rank, name, shared_memory=shared_memory,
+                                                   bucket_cap_mb=64 / 2**20)
                 key = f"{name}, shared memory {shared_memory}"
                 grads[key] = [p.grad.clone() for p in model.parameters()]
                 transports[key] = sync.transport
@@ -49,10 +48,10 @@ def _two_process_body(rank: int, port: int, results) -> None:
         dist.destroy_process_group()
 
 
-def _model_with_gradient(rank: int, strategy, **options) -> tuple[nn.Module, GradientSync]:
+def _model_with_gradient(rank: int, strategy: str, **options) -> tuple[nn.Module, GradientSync]:
     """A small model after backward and `strategy`'s sync: every gradient was rank + 1."""
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
-    sync = strategy(model, torch.device("cpu"), **options)
+    sync = make_sync(strategy, model, torch.device("cpu"), **options)
     for step in range(2):  # the second step checks that zero_grad keeps the sync working
         sync.zero_grad()
         # d(sum(w * c))/dw = c for every parameter w
