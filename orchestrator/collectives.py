@@ -34,15 +34,11 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
 def wait_busy(work: dist.Work, device: torch.device) -> None:
     """Wait for an asynchronous collective, keeping this CPU busy meanwhile.
 
-    A worker that blocks in gloo's wait leaves its core idle, and on a
-    virtual machine an idle CPU is halted: the message that ends the wait
-    must first wake it. Measured here (2 processes on 2 cores, 30 ms of
-    computation then a 0.5 MB allreduce): 2-4 ms per allreduce blocked,
-    0.4-0.5 ms polled. `sched_yield` between polls gives the core to any
-    other thread ready to run, so workers that share cores lose nothing
-    (4 processes on 2 cores: slightly faster than blocking; a bare spin
-    there was 10% slower). On a GPU the wait only orders the CUDA stream, so
-    it stays as it is.
+    On a virtual machine a core blocked in gloo's wait is halted, and the
+    message that ends the wait must first wake it; `sched_yield` between
+    polls still hands the core to any other ready thread
+    (bench/notes/sync_strategies.md). On a GPU the wait only orders the
+    CUDA stream, so it stays as it is.
     """
     if device.type == "cpu":
         while not work.is_completed():

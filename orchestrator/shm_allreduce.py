@@ -1,13 +1,11 @@
 """Allreduce through the node's shared memory, for CPU workers on one machine.
 
 gloo carries every message over a TCP socket, also between two processes on
-one machine, and a gradient allreduce there is mostly latency: LeNet's
-0.5 MB right after a backward pass took 2-5 ms over gloo between two
-processes on a 2-core VM, and about 0.5 ms this way (bench/sync_strategies.py
-measures both). Here every worker copies its tensor into its own slot of a
-file in /dev/shm that all of them map, sums its 1/k of every slot into a
-shared result, and copies the whole result back: a reduce-scatter and an
-allgather, in memory, as NCCL does within a node.
+one machine, where a gradient allreduce is then mostly latency
+(bench/notes/sync_strategies.md has the figures). Here every worker copies
+its tensor into its own slot of a file in /dev/shm that all of them map,
+sums its 1/k of every slot into a shared result, and copies the whole result
+back: a reduce-scatter and an allgather, in memory, as NCCL does within a node.
 
 Workers signal each phase by bumping a counter of their own in the mapping
 and poll the others' counters, with `sched_yield` between polls (see
