@@ -14,7 +14,6 @@ process has to end its fit before the next trial can reuse it (see
 """
 
 import argparse
-import dataclasses
 import os
 import sys
 import tempfile
@@ -55,17 +54,17 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     args = parser.parse_args()
     lrs = tuple(0.1 * (index + 1) for index in range(args.trials))
-    sweep = SweepConfig(workers=(1,), batch_sizes=(64,), lrs=lrs, num_epochs=1,
-                        train_limit=640, test_limit=100)
+    sweep = SweepConfig.from_dict(dict(workers=(1,), batch_sizes=(64,), lrs=lrs, num_epochs=1,
+                                       train_limit=640, test_limit=100))
     ray_cluster.connect(None)
     data_ref = ray.put(data.load(train_limit=640, test_limit=100))
     fifo = timed_sweep(sweep, data_ref)
     del fifo["trials_stopped_early"]  # none: only a scheduler stops trials
     # ASHA compares test accuracy after the first epoch: at batch 16, lr 0.5
     # learns from 8,192 images and the smaller rates do not, so it stops those.
-    asha_sweep = dataclasses.replace(
-        sweep, scheduler="asha", num_epochs=2, batch_sizes=(16,), train_limit=8192,
-        lrs=(0.5, *(0.001 * (index + 1) for index in range(args.trials - 1))))
+    asha_sweep = SweepConfig.from_dict({
+        **sweep.to_dict(), "scheduler": "asha", "num_epochs": 2, "batch_sizes": (16,),
+        "train_limit": 8192, "lrs": (0.5, *(0.001 * (index + 1) for index in range(args.trials - 1)))})
     asha = timed_sweep(asha_sweep, ray.put(data.load(train_limit=8192, test_limit=100)))
     ray.shutdown()
     emit("sweep_overhead", command_line(), {

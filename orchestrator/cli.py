@@ -1,18 +1,29 @@
-"""Command-line plumbing shared by the scripts in experiments/.
+"""The command line of both scripts, generated from the config dataclasses' fields.
 
-User mistakes end as one line on stderr and exit status 2, before any
-worker starts; argparse's own errors are made to follow the same rule.
+An option exists once, as a field of `TrainConfig` or `SweepConfig`; this
+module turns each into a flag. Every generated option defaults to "not
+given" (argparse.SUPPRESS), so what a user typed can be told from a preset's
+or a field's default. User mistakes end as one line on stderr and exit
+status 2, before any worker starts; argparse's own errors follow the same rule.
 """
 
 import argparse
+import dataclasses
 import functools
+import math
 import sys
+import typing
 from collections.abc import Callable
+from typing import Literal
 
-from orchestrator import cluster as ray_cluster
+from orchestrator.config import DEFAULT_PRESET, PRESETS, SWEEP_FIELDS, TRAIN_FIELDS
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2
+FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
+# `--use-gpu auto`: decided once the cluster says whether it has GPUs.
+AUTO = "auto"
+_METAVARS = {int: "N", float: "X"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -33,8 +44,107 @@ def exits_2_on_user_error(main: Callable[..., int]) -> Callable[..., int]:
     return wrapper
 
 
-def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster")
+def train_parser(description: str) -> OneLineParser:
+    parser = OneLineParser(description=description)
+    add_config_options(parser, one_run=True)
+    parser.add_argument("--name", default=None,
+                        help="run name in the Ray storage (default: model, workers and time); "
+                             "the name of an earlier run resumes it from its last checkpoint")
+    add_cluster_options(parser)
+    return parser
+
+
+def sweep_parser(description: str) -> OneLineParser:
+    parser = OneLineParser(description=description)
+    parser.add_argument("--config", metavar="FILE",
+                        help="a JSON file of sweep options instead of a preset and the options "
+                             "below (a previous sweep's sweep.json works too)")
+    parser.add_argument("--preset", default=argparse.SUPPRESS,
+                        help=f"starting point for the grid: {', '.join(PRESETS)} "
+                             f"(default {DEFAULT_PRESET}); the options below override it")
+    add_config_options(parser, one_run=False)
+    parser.add_argument("--out", default=None,
+                        help="results folder (default: results/<preset>-<time>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the interrupted sweep in --out: finished trials are kept")
+    parser.add_argument("--max-concurrent-trials", type=int, default=None,
+                        help="default: as many of the largest trial as the cluster holds")
+    add_cluster_options(parser)
+    return parser
+
+
+def flag(spec: dataclasses.Field) -> str:
+    """The field's flag: `--<name>`, or as its metadata says; `--no-...` to turn off a default on."""
+    name = spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
+    if spec.type is bool and spec.default and not spec.metadata["auto"]:
+        return name.replace("--", "--no-", 1)
+    return name
+
+
+def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> None:
+    """A flag for every option of a run and of a sweep's grid.
+
+    `one_run` (train.py): each axis takes one value and the sweep's scheduler
+    is left out; `--batch-size` means the same in both scripts.
+    """
+    training = parser.add_argument_group("training (one value each)")
+    for spec in TRAIN_FIELDS.values():
+        if not spec.metadata["swept"]:
+            _add_field(training, spec, validated_by_config=True)
+    grid = parser.add_argument_group("grid" if one_run else "grid (comma-separated lists)")
+    for spec in SWEEP_FIELDS.values():
+        if one_run and spec.name == "scheduler":
+            continue
+        if typing.get_origin(spec.type) is tuple:
+            item_type = typing.get_args(spec.type)[0]
+            grid.add_argument(flag(spec), dest=spec.name, default=argparse.SUPPRESS,
+                              metavar=_METAVARS[item_type] + ("" if one_run else ",..."),
+                              type=_one_value(item_type) if one_run else _list_of(item_type),
+                              help=f"{spec.metadata['doc']} (default {_shown(spec.default)})")
+        else:
+            _add_field(grid, spec, validated_by_config=False)
+
+
+def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool) -> None:
+    doc, name = spec.metadata["doc"], spec.name
+    if spec.metadata["auto"]:
+        group.add_argument(flag(spec), dest=name, choices=(AUTO, "yes", "no"),
+                           default=argparse.SUPPRESS, help=f"{doc} (default {AUTO})")
+    elif spec.type is bool and spec.default:
+        group.add_argument(flag(spec), dest=name, action="store_false",
+                           default=argparse.SUPPRESS, help=f"off: {doc}")
+    elif spec.type is bool:
+        group.add_argument(flag(spec), dest=name, action="store_true", default=argparse.SUPPRESS,
+                           help=doc)
+    elif typing.get_origin(spec.type) is Literal:
+        choices = typing.get_args(spec.type)
+        # A run's choices are checked by TrainConfig, in its one-line words.
+        group.add_argument(flag(spec), dest=name, default=argparse.SUPPRESS,
+                           choices=None if validated_by_config else choices,
+                           metavar="{" + ",".join(choices) + "}",
+                           help=f"{doc} (default {spec.default})")
+    else:
+        kind = next(arg for arg in typing.get_args(spec.type) or (spec.type,) if arg is not type(None))
+        group.add_argument(flag(spec), dest=name, type=kind, default=argparse.SUPPRESS,
+                           metavar=_METAVARS[kind], help=f"{doc} (default {_shown(spec.default)})")
+
+
+def config_options(args: argparse.Namespace) -> dict:
+    """The config options the user gave, by field name; yes/no as booleans, `auto` kept."""
+    given = {name: value for name, value in vars(args).items() if name in FIELDS}
+    for name, value in given.items():
+        if FIELDS[name].metadata["auto"] and value != AUTO:
+            given[name] = value == "yes"
+    return given
+
+
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of the config options the user gave, for messages."""
+    return [flag(FIELDS[name]) for name in config_options(args)]
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster and data")
     group.add_argument("--address", default=None,
                        help="Ray cluster to attach to (host:port or auto); default: "
                             "$RAY_ADDRESS, else an embedded local Ray")
@@ -43,57 +153,39 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--storage", default=None, metavar="PATH_OR_URI",
                        help="where Ray keeps checkpoints and results; a multi-node cluster "
                             "needs a path every node sees (NFS) or a bucket URI")
-    group.add_argument("--max-failures", type=int, default=2,
-                       help="worker-group restarts allowed per run before it is marked failed")
+    group.add_argument("--data-dir", default=None,
+                       help="folder with the four Fashion-MNIST files (default: "
+                            "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
 
 
-def add_training_args(parser: argparse.ArgumentParser) -> None:
-    """Options of one run that are not swept: the model and how it trains."""
-    group = parser.add_argument_group("training")
-    group.add_argument("--model", default="lenet", help="lenet (13.5) or resnet18 (13.6)")
-    group.add_argument("--sync", default="scratch",
-                       help="gradient sync: scratch (per-tensor allreduce), bucketed, ddp")
-    group.add_argument("--epochs", type=int, default=10)
-    group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--use-gpu", choices=("auto", "yes", "no"), default="auto",
-                       help="each worker owns a GPU (auto: when the cluster has GPUs)")
-    group.add_argument("--threads-per-worker", type=int, default=1,
-                       help="torch threads per worker, and CPUs reserved for it")
-    group.add_argument("--sync-batchnorm", action="store_true",
-                       help="synchronise BatchNorm statistics across workers")
-    group.add_argument("--warmup-epochs", type=int, default=0,
-                       help="linear learning-rate warm-up epochs")
-    group.add_argument("--bucket-cap-mb", type=float, default=25.0,
-                       help="gradient bucket size for bucketed and ddp")
-    group.add_argument("--no-shared-memory", dest="shared_memory", action="store_false",
-                       help="CPU workers on one node sum gradients over gloo's sockets, not "
-                            "through the node's shared memory (scratch and bucketed)")
-    group.add_argument("--precision", default="fp32",
-                       help="fp32; bf16: the forward pass under bfloat16 autocast (loss, weights, "
-                            "gradients and optimizer stay fp32); fp64: all in double precision")
-    group.add_argument("--channels-last", action="store_true",
-                       help="model and inputs in channels-last memory format (faster on GPUs)")
-    data = parser.add_argument_group("data")
-    data.add_argument("--data-dir", default=None,
-                      help="folder with the four Fashion-MNIST files (default: "
-                           "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
-    data.add_argument("--train-limit", type=int, default=None,
-                      help="train on the first N images only (quick runs)")
-    data.add_argument("--test-limit", type=int, default=None,
-                      help="test on the first N images only")
+def _one_value(kind: type) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        return (kind(text),)
+    parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid float value"
+    return parse
 
 
-def resolve_use_gpu(choice: str, num_gpus: float) -> bool:
-    if choice == "auto":
-        return num_gpus >= 1
-    return choice == "yes"
+def _list_of(kind: type) -> Callable[[str], tuple]:
+    """'1,2,4' -> (1, 2, 4), with a one-line error naming the bad item."""
+    example = "1,2,4" if kind is int else "0.05,0.1"
+
+    def parse(text: str) -> tuple:
+        values = []
+        for item in (item.strip() for item in text.split(",")):
+            try:
+                value = kind(item)
+            except ValueError:
+                what = "an integer" if kind is int else "a number"
+                raise argparse.ArgumentTypeError(
+                    f"{item!r} is not {what} (expected a comma-separated list like {example})")
+            if kind is float and not math.isfinite(value):
+                raise argparse.ArgumentTypeError(f"{item!r} is not a finite number")
+            values.append(value)
+        return tuple(values)
+    return parse
 
 
-def connect_and_describe(args: argparse.Namespace) -> ray_cluster.Cluster:
-    """Attach to `--address` / RAY_ADDRESS or start an embedded Ray, and say which."""
-    cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
-                                  dashboard_host=args.dashboard_host)
-    print(cluster.describe())
-    if cluster.dashboard_url:
-        print(f"Ray dashboard: {cluster.dashboard_url}")
-    return cluster
+def _shown(default) -> str:
+    if isinstance(default, tuple):
+        return ",".join(map(str, default))
+    return "all" if default is None else str(default)

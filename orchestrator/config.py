@@ -1,93 +1,82 @@
-"""The typed config of one training run, and the one place it is validated.
+"""Every option of a run and of a sweep, declared once, and the one place it is validated.
 
-A `TrainConfig` is checked when it is built, before anything touches a
-cluster, so a typo costs a one-line error rather than a started trial.
+`TrainConfig` is one data-parallel run; `SweepConfig` is a base `TrainConfig`
+plus the swept axes. Each field carries its default, a one-line doc and
+(where the name alone is not it) its command-line flag: orchestrator/cli.py
+generates both scripts' options from these fields, and `SweepConfig.from_dict`
+reads a `--config` file or a `sweep.json` by them. A config is checked when it
+is built, before anything touches a cluster.
 """
 
 import dataclasses
+import functools
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from orchestrator.data import TEST_SIZE, TRAIN_SIZE, shard_bounds
 from orchestrator.errors import UserError
 
-MODELS = ("lenet", "resnet18")
-SYNC_STRATEGIES = ("scratch", "bucketed", "ddp")
-PRECISIONS = ("fp32", "bf16", "fp64")
+Model = Literal["lenet", "resnet18"]
+Sync = Literal["scratch", "bucketed", "ddp"]
+Precision = Literal["fp32", "bf16", "fp64"]
+MODELS, SYNC_STRATEGIES, PRECISIONS = (typing.get_args(kind) for kind in (Model, Sync, Precision))
+
+
+def option(default, doc: str, *, flag: str | None = None, swept: bool = False,
+           auto: bool = False):
+    """A config field: its default, one line of doc, and its flag when not `--<name>`.
+
+    `swept`: set for each grid point from the sweep's axes, not an option of
+    its own. `auto`: the command line also takes `auto` (its default), decided
+    once the cluster is known.
+    """
+    return field(default=default, metadata={"doc": doc, "flag": flag, "swept": swept,
+                                            "auto": auto})
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One data-parallel training run, as every worker sees it."""
 
-    model: str = "lenet"
-    """Which of the book's networks: `lenet` (13.5) or `resnet18` (13.6)."""
-
-    num_workers: int = 1
-    """Ray Train workers, each owning one device (the book's `num_gpus`)."""
-
-    global_batch_size: int = 256
-    """Examples per optimizer step, summed over all workers."""
-
-    lr: float = 0.2
-    """SGD learning rate applied to the mean gradient of the global batch."""
-
-    num_epochs: int = 10
-    """Passes over the training set."""
-
-    sync: str = "scratch"
-    """Gradient synchronisation: `scratch`, `bucketed` or `ddp` (see sync.py)."""
-
-    seed: int = 0
-    """Seeds the initial weights (on rank 0) and the per-epoch shuffle."""
-
-    train_limit: int | None = None
-    """Train on only the first N training images (quick runs); None = all."""
-
-    test_limit: int | None = None
-    """Score only the first N test images; None = all."""
-
-    threads_per_worker: int = 1
-    """torch intra-op threads per worker; also the CPUs Ray reserves for it."""
-
-    use_gpu: bool = False
-    """Each worker owns one GPU (NCCL) instead of a CPU slot (gloo)."""
-
-    sync_batchnorm: bool = False
-    """Synchronise BatchNorm statistics across workers (default: per worker)."""
-
-    warmup_epochs: int = 0
-    """Linear learning-rate warm-up over this many epochs (Goyal et al., 2017)."""
-
-    bucket_cap_mb: float = 25.0
-    """Size cap of one gradient bucket for `bucketed` and `ddp`."""
-
-    shared_memory: bool = True
-    """CPU workers on one node sum gradients (`scratch`, `bucketed`) through the
-    node's shared memory rather than gloo's sockets, where they can (x86-64);
-    False keeps gloo."""
-
-    precision: str = "fp32"
-    """`fp32`; `bf16`: the forward pass under bfloat16 autocast, while the loss,
-    weights, gradients, their sync and the optimizer stay fp32; `fp64`: all of
-    it in double precision, slow but free of float32 rounding (what the
-    1-vs-k equivalence test compares)."""
-
-    channels_last: bool = False
-    """Model and inputs in channels-last memory format: the same network laid
-    out the way GPU tensor cores convolve fastest."""
+    model: Model = option("lenet", "which of the book's networks: lenet (13.5) or resnet18 (13.6)")
+    num_workers: int = option(1, "Ray Train workers, each owning one device (the book's num_gpus)",
+                              swept=True)
+    global_batch_size: int = option(256, "examples per optimizer step, summed over all workers",
+                                    swept=True)
+    lr: float = option(0.2, "SGD learning rate applied to the global batch's mean gradient",
+                       swept=True)
+    num_epochs: int = option(10, "passes over the training set", flag="--epochs")
+    sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
+                                   "bucketed (a few flat buffers), ddp (overlapped with backward)")
+    seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
+    train_limit: int | None = option(None, "train on the first N training images only "
+                                           "(quick runs)")
+    test_limit: int | None = option(None, "score the first N test images only")
+    threads_per_worker: int = option(1, "torch threads per worker, and the CPUs Ray reserves "
+                                        "for it")
+    use_gpu: bool = option(False, "each worker owns a GPU (NCCL) instead of a CPU slot (gloo); "
+                                  "auto: when the cluster has GPUs", auto=True)
+    sync_batchnorm: bool = option(False, "synchronise BatchNorm statistics across workers "
+                                         "(GPU workers only)")
+    warmup_epochs: int = option(0, "linear learning-rate warm-up epochs (Goyal et al., 2017)")
+    bucket_cap_mb: float = option(25.0, "size cap of one gradient bucket for bucketed and ddp")
+    shared_memory: bool = option(True, "CPU workers on one node sum scratch and bucketed "
+                                       "gradients through its shared memory, not gloo's sockets")
+    precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
+                                          "(loss, weights, gradients and optimizer stay fp32); "
+                                          "fp64: all in double precision")
+    channels_last: bool = option(False, "model and inputs in channels-last memory format "
+                                        "(faster on GPUs)")
+    max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
+                                  "run is marked failed")
 
     def __post_init__(self):
-        if self.model not in MODELS:
-            raise UserError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
-        if self.sync not in SYNC_STRATEGIES:
-            raise UserError(
-                f"unknown sync {self.sync!r}; choose one of {', '.join(SYNC_STRATEGIES)}"
-            )
-        require_int(self.num_workers, "number of workers", minimum=1)
-        require_int(self.global_batch_size, "batch size", minimum=1)
+        _check_choices(self)
+        _require_int(self.num_workers, "number of workers", minimum=1)
+        _require_int(self.global_batch_size, "batch size", minimum=1)
         if self.global_batch_size < self.num_workers:
             raise UserError(
                 f"batch size {self.global_batch_size} is smaller than the {self.num_workers} "
@@ -95,39 +84,34 @@ class TrainConfig:
             )
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise UserError(f"learning rate must be a finite number > 0, got {self.lr!r}")
-        require_int(self.num_epochs, "epochs", minimum=1)
-        require_int(self.seed, "seed", minimum=0)
-        require_int(self.threads_per_worker, "threads per worker", minimum=1)
-        require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
+        _require_int(self.num_epochs, "epochs", minimum=1)
+        _require_int(self.seed, "seed", minimum=0)
+        _require_int(self.threads_per_worker, "threads per worker", minimum=1)
+        _require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
+        _require_int(self.max_failures, "max failures", minimum=0)
         if self.warmup_epochs > self.num_epochs:
             raise UserError(
                 f"warm-up epochs ({self.warmup_epochs}) exceed the {self.num_epochs} epochs"
             )
         if self.train_limit is not None:
-            require_int(self.train_limit, "train limit", minimum=1)
+            _require_int(self.train_limit, "train limit", minimum=1)
             if self.train_limit > TRAIN_SIZE:
-                raise UserError(
-                    f"train limit {self.train_limit} is larger than the {TRAIN_SIZE} "
-                    f"training images"
-                )
+                raise UserError(f"train limit {self.train_limit} is larger than the {TRAIN_SIZE} "
+                                f"training images")
             if self.train_limit < self.global_batch_size:
                 raise UserError(
                     f"train limit {self.train_limit} is smaller than one global batch "
                     f"({self.global_batch_size}): no step could run"
                 )
         if self.test_limit is not None:
-            require_int(self.test_limit, "test limit", minimum=1)
+            _require_int(self.test_limit, "test limit", minimum=1)
             if self.test_limit > TEST_SIZE:
                 raise UserError(
                     f"test limit {self.test_limit} is larger than the {TEST_SIZE} test images"
                 )
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
-        if self.precision not in PRECISIONS:
-            raise UserError(
-                f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}"
-            )
-        for name in ("channels_last", "shared_memory"):
+        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:
@@ -159,123 +143,148 @@ class TrainConfig:
         """The largest shard: what the busiest worker computes per step."""
         return -(-self.global_batch_size // self.num_workers)
 
+    @property
+    def resources_per_worker(self) -> dict[str, float]:
+        """What Ray reserves for one worker: its threads' CPUs, and a GPU if it owns one."""
+        return {"CPU": float(self.threads_per_worker), **({"GPU": 1.0} if self.use_gpu else {})}
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def require_int(value, what: str, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{what} must be an integer, got {value!r}")
-    if value < minimum:
-        raise UserError(f"{what} must be >= {minimum}, got {value}")
+@dataclass(frozen=True)
+class GridPoint:
+    """One trial of a sweep: the run's config and the grid values it came from."""
 
-
-BATCH_SCALINGS = ("global", "per-worker")
-LR_SCALINGS = ("none", "linear")
-SCHEDULERS = ("fifo", "asha")
+    index: int
+    """Position in the sweep's grid: how a trial's results find their point."""
+    batch_size: int
+    """The grid's b (global or per worker, as the sweep's batch scaling says)."""
+    base_lr: float
+    train: TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """A grid over workers x batch size x learning rate, the book's exercises."""
+    """A base run and the axes swept over it: workers x batch size x learning rate."""
 
-    model: str = "lenet"
-    sync: str = "scratch"
-    workers: tuple[int, ...] = (1, 2)
-    """Worker counts to try (the book's `num_gpus`)."""
-    batch_sizes: tuple[int, ...] = (256,)
-    """Batch sizes b; what b means is set by `batch_scaling`."""
-    lrs: tuple[float, ...] = (0.2,)
-    """Base learning rates; the effective one is set by `lr_scaling`."""
-    batch_scaling: str = "global"
-    """`global`: the global batch is b whatever k (13.5's experiment).
-    `per-worker`: each worker gets b, the global batch is k*b (13.5, exercise 1)."""
-    lr_scaling: str = "none"
-    """`linear`: lr = base_lr * global_batch / b (Goyal et al., 2017); `none`: lr = base_lr."""
-    warmup_epochs: int = 0
-    num_epochs: int = 10
-    seed: int = 0
-    train_limit: int | None = None
-    test_limit: int | None = None
-    threads_per_worker: int = 1
-    use_gpu: bool = False
-    sync_batchnorm: bool = False
-    bucket_cap_mb: float = 25.0
-    shared_memory: bool = True
-    precision: str = "fp32"
-    channels_last: bool = False
-    scheduler: str = "fifo"
-    """`asha` stops trials early whose test accuracy lags (by epoch)."""
-    max_failures: int = 2
-    """Worker-group restarts per trial before it is marked failed."""
+    base: TrainConfig = field(default_factory=TrainConfig)
+    """Every option of the trials but the swept ones (num_workers, global_batch_size, lr)."""
+    workers: tuple[int, ...] = option((TrainConfig.num_workers,),
+                                      "worker counts (the book's num_gpus), e.g. 1,2,4")
+    batch_sizes: tuple[int, ...] = option(
+        (TrainConfig.global_batch_size,),
+        "batch sizes b, e.g. 256,512: the global batch, or per worker with "
+        "--batch-scaling per-worker", flag="--batch-size")
+    lrs: tuple[float, ...] = option((TrainConfig.lr,), "base learning rates, e.g. 0.05,0.1,0.2",
+                                    flag="--lr")
+    batch_scaling: Literal["global", "per-worker"] = option(
+        "global", "global: the global batch is b whatever the workers (13.5's experiment); "
+                  "per-worker: each worker gets b, the global batch is k*b (13.5, exercise 1)")
+    lr_scaling: Literal["none", "linear"] = option(
+        "none", "linear: lr = base lr * global batch / b (Goyal et al., 2017); none: the base lr")
+    scheduler: Literal["fifo", "asha"] = option(
+        "fifo", "asha stops trials early whose test accuracy lags (by epoch)")
 
     def __post_init__(self):
+        _check_choices(self)
         for name, values in (("workers", self.workers), ("batch sizes", self.batch_sizes),
                              ("learning rates", self.lrs)):
             if not values:
                 raise UserError(f"the list of {name} is empty")
             if len(set(values)) != len(values):
                 raise UserError(f"the list of {name} repeats a value: {list(values)}")
-        if self.batch_scaling not in BATCH_SCALINGS:
-            raise UserError(f"unknown batch scaling {self.batch_scaling!r}; choose one of "
-                            f"{', '.join(BATCH_SCALINGS)}")
-        if self.lr_scaling not in LR_SCALINGS:
-            raise UserError(f"unknown lr scaling {self.lr_scaling!r}; choose one of "
-                            f"{', '.join(LR_SCALINGS)}")
-        if self.scheduler not in SCHEDULERS:
-            raise UserError(f"unknown scheduler {self.scheduler!r}; choose one of "
-                            f"{', '.join(SCHEDULERS)}")
-        require_int(self.max_failures, "max failures", minimum=0)
-        self.grid()  # every grid point is a valid TrainConfig, or this raises
+        self.grid  # every grid point is a valid TrainConfig, or this raises
 
-    def grid(self) -> list["GridPoint"]:
-        """One point per (workers, batch size, lr), with its derived values."""
+    @functools.cached_property
+    def grid(self) -> tuple[GridPoint, ...]:
+        """One point per (workers, batch size, lr), with its derived values; computed once."""
         points = []
         for num_workers in self.workers:
             for batch_size in self.batch_sizes:
                 for base_lr in self.lrs:
-                    global_batch_size = (batch_size if self.batch_scaling == "global"
-                                         else num_workers * batch_size)
-                    lr = (base_lr * global_batch_size / batch_size if self.lr_scaling == "linear"
-                          else base_lr)
-                    points.append(GridPoint(batch_size=batch_size, base_lr=base_lr,
-                                            train=TrainConfig(
-                        model=self.model, sync=self.sync, num_workers=num_workers,
-                        global_batch_size=global_batch_size, lr=lr, num_epochs=self.num_epochs,
-                        seed=self.seed, train_limit=self.train_limit, test_limit=self.test_limit,
-                        threads_per_worker=self.threads_per_worker, use_gpu=self.use_gpu,
-                        sync_batchnorm=self.sync_batchnorm, bucket_cap_mb=self.bucket_cap_mb,
-                        shared_memory=self.shared_memory,
-                        warmup_epochs=self.warmup_epochs, precision=self.precision,
-                        channels_last=self.channels_last)))
-        return points
+                    train = dataclasses.replace(self.base, **_swept_values(
+                        num_workers, batch_size, base_lr, self.batch_scaling, self.lr_scaling))
+                    points.append(GridPoint(len(points), batch_size, base_lr, train))
+        return tuple(points)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The flat form of a `--config` file: the base's options beside the axes."""
+        base = {name: value for name, value in self.base.to_dict().items()
+                if not TRAIN_FIELDS[name].metadata["swept"]}
+        return {**base, **{name: getattr(self, name) for name in SWEEP_FIELDS}}
 
     @classmethod
     def from_dict(cls, values: dict, *, source: str = "sweep options") -> "SweepConfig":
-        """Build from JSON values (lists for tuples), as `to_dict` writes them.
+        """Build from the flat form (JSON lists for tuples), as `to_dict` writes it.
 
-        Unknown keys and values of the wrong type are a `UserError` naming them.
+        Unknown keys and values of the wrong type are a `UserError` naming them
+        and `source` (empty: the command line, whose errors need no source).
         """
         if not isinstance(values, dict):
             raise UserError(f"{source}: expected an object of sweep options, "
                             f"got {type(values).__name__}")
-        fields = {field.name: field.type for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
+        known = {**{name: spec for name, spec in TRAIN_FIELDS.items()
+                    if not spec.metadata["swept"]}, **SWEEP_FIELDS}
+        unknown = sorted(set(values) - set(known))
         if unknown:
             raise UserError(f"{source}: unknown option(s) {', '.join(unknown)}; the known ones "
-                            f"are {', '.join(fields)}")
-        typed = {key: _typed(value, fields[key], f"{source}: {key}") for key, value in values.items()}
+                            f"are {', '.join(known)}")
+        typed = {key: _typed(value, known[key].type, f"{source}: {key}")
+                 for key, value in values.items()}
+        axes = {key: typed.pop(key) for key in SWEEP_FIELDS if key in typed}
         try:
-            return cls(**typed)
+            return cls(base=_first_point(typed, axes), **axes)
         except UserError as error:
+            if not source:
+                raise
             raise UserError(f"{source}: {error}") from None
+
+
+def _swept_values(num_workers: int, batch_size: int, base_lr: float, batch_scaling: str,
+                  lr_scaling: str) -> dict:
+    """A grid point's swept TrainConfig fields, from its axis values."""
+    global_batch_size = batch_size if batch_scaling == "global" else num_workers * batch_size
+    lr = base_lr * global_batch_size / batch_size if lr_scaling == "linear" else base_lr
+    return {"num_workers": num_workers, "global_batch_size": global_batch_size, "lr": lr}
+
+
+def _first_point(options: dict, axes: dict) -> TrainConfig:
+    """The base run, holding the first grid point's swept values: a base must be
+    valid on its own (a train limit checked against its batch), and the grid
+    checks every other point."""
+    axes = {name: axes.get(name, spec.default) for name, spec in SWEEP_FIELDS.items()}
+    if not (axes["workers"] and axes["batch_sizes"] and axes["lrs"]):
+        return TrainConfig(**options)  # SweepConfig names the empty list
+    return TrainConfig(**options, **_swept_values(
+        axes["workers"][0], axes["batch_sizes"][0], axes["lrs"][0], axes["batch_scaling"],
+        axes["lr_scaling"]))
+
+
+TRAIN_FIELDS = {spec.name: spec for spec in dataclasses.fields(TrainConfig)}
+SWEEP_FIELDS = {spec.name: spec for spec in dataclasses.fields(SweepConfig) if spec.name != "base"}
+
+
+def _check_choices(config) -> None:
+    """Every `Literal` field holds one of its choices: one line naming the first that does not."""
+    for spec in dataclasses.fields(config):
+        choices = typing.get_args(spec.type) if typing.get_origin(spec.type) is Literal else ()
+        if choices and getattr(config, spec.name) not in choices:
+            raise UserError(f"unknown {spec.name.replace('_', ' ')} {getattr(config, spec.name)!r}; "
+                            f"choose one of {', '.join(choices)}")
+
+
+def _require_int(value, what: str, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise UserError(f"{what} must be >= {minimum}, got {value}")
 
 
 def _typed(value, annotation, what: str):
     """`value` checked against a field's annotation; JSON lists become tuples."""
+    if typing.get_origin(annotation) is Literal:
+        return value  # its choices are checked with the rest of the config
     if typing.get_origin(annotation) is tuple:
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{what} must be a list, got {value!r}")
@@ -289,16 +298,6 @@ def _typed(value, annotation, what: str):
     if isinstance(value, bool) and annotation is not bool or not isinstance(value, accepted):
         raise UserError(f"{what} must be {annotation.__name__}, got {value!r}")
     return value
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """One trial of a sweep: the run's config and the grid values it came from."""
-
-    batch_size: int
-    """The grid's b (global or per worker, as the sweep's batch scaling says)."""
-    base_lr: float
-    train: TrainConfig
 
 
 PRESETS: dict[str, dict] = {

@@ -17,11 +17,10 @@ from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 from ray.tune.schedulers import ASHAScheduler
 
 from orchestrator import storage
-from orchestrator.cluster import Cluster
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.results import INTERRUPTED
-from orchestrator.trial import resources_per_worker, run_trial
+from orchestrator.trial import run_trial
 from orchestrator.loop import HISTORY_FILE
 
 EXPERIMENT_NAME = "sweep"
@@ -38,36 +37,15 @@ TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
 
 
-def max_concurrent_trials(sweep: SweepConfig, cluster: Cluster) -> int:
-    """How many trials run at once: as many of the largest as the cluster holds.
-
-    Each trial's workers reserve their CPUs (and GPUs) through Ray Train; the
-    Tune trial itself reserves nothing, so no trial waits on a slot that its
-    own driver holds.
-    """
-    largest = max(point.train.num_workers for point in sweep.grid())
-    capacity = cluster.max_workers(resources_per_worker(sweep.grid()[0].train))
-    return max(1, capacity // largest)
-
-
-def require_room(sweep: SweepConfig, cluster: Cluster) -> None:
-    """Reject, before anything runs, a grid point the cluster can never hold."""
-    for point in sweep.grid():
-        cluster.require_room(point.train.num_workers, resources_per_worker(point.train),
-                             what=f"the grid point with {point.train.num_workers} workers")
-
-
 def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
     """One Tune trial: fit the TorchTrainer of one grid point."""
-    point = config["point"]
-    context = tune.get_context()
-    run_trial(TrainConfig(**point["train"]), data_refs[0],
-              # The Train run is named after the trial: when a resumed sweep
-              # re-runs an unfinished trial, Ray Train resumes it from its
-              # last epoch checkpoint instead of starting over.
-              name=context.get_trial_id(),
+    train = TrainConfig(**config["point"]["train"])
+    run_trial(train, data_refs[0],
+              # Named after the trial: a resumed sweep's unfinished trial
+              # resumes its Train run from the last epoch checkpoint.
+              name=tune.get_context().get_trial_id(),
               storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
-              max_failures=config["max_failures"], callbacks=[ReportToTune()])
+              max_failures=train.max_failures, callbacks=[ReportToTune()])
 
 
 class ReportToTune(UserCallback):
@@ -121,6 +99,8 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     # or more): a driver killed outright re-runs, from its last checkpoint, a
     # trial that ended after the last save.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
+    # Tune's newer console output ignores a reporter's columns; this one shows the grid.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     experiment_path = storage.join(storage_path, EXPERIMENT_NAME)
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
@@ -134,10 +114,8 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
         tuner = tune.Tuner(
             trainable,
             param_space={
-                "point": tune.grid_search([_point_to_dict(point, sweep.batch_scaling)
-                                           for point in sweep.grid()]),
+                "point": tune.grid_search([_point_to_dict(point) for point in sweep.grid]),
                 "storage": storage_path,
-                "max_failures": sweep.max_failures,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
@@ -154,7 +132,8 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=[TrialLinePrinter()]))
+                callbacks=[TrialLinePrinter()], progress_reporter=_progress_table(),
+                verbose=1))  # the table, not every result in full
     return tuner.fit()
 
 
@@ -162,22 +141,31 @@ def _trial_id(trial) -> str:
     return trial.trial_id
 
 
-def _point_to_dict(point: GridPoint, batch_scaling: str) -> dict:
-    return {"batch_size": point.batch_size, "base_lr": point.base_lr,
-            "batch_scaling": batch_scaling, "train": point.train.to_dict()}
+def _progress_table() -> tune.CLIReporter:
+    """Tune's live table, one column per swept value and the epoch's headline metrics."""
+    return tune.CLIReporter(
+        parameter_columns={"point/train/num_workers": "workers",
+                           "point/train/global_batch_size": "global batch",
+                           "point/train/lr": "lr", "point/train/sync": "sync"},
+        metric_columns={"epoch": "epoch", "test_acc": "test acc", "epoch_time_s": "s/epoch"},
+        max_report_frequency=30)
+
+
+def _point_to_dict(point: GridPoint) -> dict:
+    return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
+            "train": point.train.to_dict()}
 
 
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
             storage_path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
-    grid = sweep.grid()
+    # Read from the experiment, not the results: a trial that never started
+    # (the sweep was interrupted first) has a config but no result.
+    configs = tune.ExperimentAnalysis(result_grid.experiment_path).get_all_configs()
     trial_rows, epoch_frames = [], []
     for result in result_grid:
-        trial_id = Path(result.path).name  # see trial_dirname_creator below
-        # A grid search numbers its trials in grid order (`<experiment>_00003`);
-        # the point comes from there because a trial that never started (the
-        # sweep was interrupted first) has no config in its result.
-        point = grid[int(trial_id.rsplit("_", 1)[1])]
+        trial_id = Path(result.path).name  # see trial_dirname_creator
+        point = sweep.grid[configs[trial_id]["point"]["index"]]
         train = point.train
         trial_rows.append({
             "trial_id": trial_id, "model": train.model, "sync": train.sync,
@@ -229,7 +217,7 @@ def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig,
     says it did not finish, and the Tune state that --resume reads, saved
     before the stop, has it running.
     """
-    all_ended = result_grid.num_terminated + result_grid.num_errors == len(sweep.grid())
+    all_ended = result_grid.num_terminated + result_grid.num_errors == len(sweep.grid)
     return all_ended and not (summary["status"] == INTERRUPTED).any()
 
 

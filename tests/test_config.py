@@ -43,10 +43,10 @@ def test_derived_values_are_computed_once_from_the_config():
 
 def test_precision_and_memory_format_reach_every_trial_of_a_sweep():
     sweep = SweepConfig.from_dict({"workers": [1, 2], "precision": "bf16", "channels_last": True})
-    assert {(point.train.precision, point.train.channels_last) for point in sweep.grid()} == {
+    assert {(point.train.precision, point.train.channels_last) for point in sweep.grid} == {
         ("bf16", True)}
     with pytest.raises(UserError, match="unknown precision 'half'"):
-        SweepConfig(precision="half")
+        SweepConfig.from_dict({"precision": "half"})
 
 
 @pytest.mark.parametrize("total, shards", [(255, 2), (256, 2), (10, 3), (7, 7), (1000, 16)])

@@ -141,8 +141,8 @@ def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
 def test_a_stopped_trial_tune_calls_terminated_leaves_the_sweep_incomplete():
     # After a Ctrl-C, Tune once handed back a stopped trial as terminated.
     # Only the objects' counts are read, so a namespace stands in for Tune's grid.
-    sweep = SweepConfig(workers=(1, 2), batch_sizes=(256,), lrs=(0.1, 0.2), num_epochs=3,
-                        scheduler="fifo")
+    sweep = SweepConfig.from_dict(dict(workers=(1, 2), batch_sizes=(256,), lrs=(0.1, 0.2),
+                                       num_epochs=3, scheduler="fifo"))
     every_trial_ended = SimpleNamespace(num_terminated=3, num_errors=1)
     trials, epochs = _recorded()
     finished = summarize_trials(trials[trials.trial_id != "t2-b512"].assign(early_stopping=False),

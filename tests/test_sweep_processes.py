@@ -28,8 +28,9 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     # one leaves the loss's initial plateau within the epoch turns on rounding.
     # lr 0.5 reached 0.60 on the machines this test was written on, and 0.10
     # on a 2-core EPYC with AVX2 only.
-    sweep = SweepConfig(workers=(1,), batch_sizes=(16,), lrs=(0.2, 0.001, 0.002), num_epochs=2,
-                        train_limit=8192, test_limit=1000, scheduler="asha")
+    sweep = SweepConfig.from_dict(dict(workers=(1,), batch_sizes=(16,), lrs=(0.2, 0.001, 0.002),
+                                       num_epochs=2, train_limit=8192, test_limit=1000,
+                                       scheduler="asha"))
     trial_processes_before = num_actors("ImplicitFunc")
     live_groups_before = _num_live_placement_groups()
     result_grid = run_sweep(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),

@@ -1,0 +1,130 @@
+"""The two jobs the scripts run: one training run, and a sweep with its report.
+
+Each takes the parsed command line, checks it whole (plan.py) before Ray,
+torch or pandas are imported, and only then connects and runs: a typo costs
+a second, not the 5 s those imports take on a 2-core machine.
+"""
+
+import argparse
+import datetime
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from orchestrator import cluster as ray_cluster
+from orchestrator import data, plan, storage
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    final_line: str
+    """The book's line (`test acc: 0.84, ...`), or why training failed."""
+    failed: bool
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    tables: str
+    """The scaling and learning-rate tables, as printed at the end."""
+    paths: list[Path]
+    interrupted: bool
+    """Some trial did not end: the same command with --resume finishes the sweep."""
+    failed_trials: list[str]
+
+
+def train(args: argparse.Namespace) -> RunOutcome:
+    """One run of `TrainConfig`, printing a line per epoch."""
+    config, gpu_from_cluster = plan.run_request(args)
+    dataset = data.load(args.data_dir, train_limit=config.train_limit,
+                        test_limit=config.test_limit)
+    from ray.train import TrainingFailedError
+
+    from orchestrator.progress import EpochPrinter, book_line
+    from orchestrator.trial import run_trial
+
+    cluster = _connect(args)
+    try:
+        if gpu_from_cluster:
+            config = plan.with_gpu_from_cluster(config, cluster)
+        cluster.require_room(config.num_workers, config.resources_per_worker)
+        print(f"{config.model}, {config.num_workers} worker(s) on "
+              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}: "
+              f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
+              f"per worker, lr {config.lr}, {config.steps_per_epoch} steps/epoch, "
+              f"{config.num_train_examples} train / {config.num_test_examples} test images")
+        name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+            result = run_trial(config, ray.put(dataset), name=name,
+                               storage_path=storage.resolve(args.storage) if args.storage else None,
+                               max_failures=config.max_failures,
+                               callbacks=[EpochPrinter(config.num_epochs)])
+        except TrainingFailedError as error:
+            return RunOutcome(f"training failed: {error}", failed=True)
+        return RunOutcome(book_line(result.return_value), failed=False)
+    finally:
+        ray.shutdown()
+
+
+def sweep(args: argparse.Namespace) -> SweepOutcome:
+    """The sweep's Tune experiment, then trials.csv, epochs.csv, report.md and plots."""
+    request = plan.sweep_request(args)
+    base = request.sweep.base
+    dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
+    from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
+                                      summarize_trials, write_results)
+    from orchestrator.rundir import claim_out_dir
+    from orchestrator.sweep import collect, is_complete, run_sweep
+
+    cluster = _connect(args)
+    try:
+        sweep_plan = plan.fit_to_cluster(request, cluster)
+        sweep = sweep_plan.sweep
+        if request.resume:
+            print(f"resuming the sweep in {request.out_dir} with the options it was started with")
+        else:
+            claim_out_dir(request.out_dir, sweep, request.storage)
+        _print_plan(sweep_plan)
+        started = time.monotonic()
+        result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
+                                max_concurrent=sweep_plan.max_concurrent_trials,
+                                resume=request.resume)
+        trials, epochs = collect(result_grid, sweep, request.storage)
+        summary = summarize_trials(trials, epochs)
+        title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
+                 f"- cluster: {cluster.describe()}",
+                 f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
+                 f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
+                 f"{base.num_epochs} epochs, model {base.model}, sync {base.sync}",
+                 f"- sweep wall time: {time.monotonic() - started:.0f} s"]
+        paths = write_results(request.out_dir, summary, epochs, title_lines=title)
+        tables = ("Scaling\n" + markdown_table(scaling_table(summary))
+                  + "\n\nLearning rate per (workers, batch)\n"
+                  + markdown_table(isolation_table(summary)))
+        return SweepOutcome(tables=tables, paths=list(paths.values()),
+                            interrupted=not is_complete(result_grid, sweep, summary),
+                            failed_trials=list(summary[summary["status"] == FAILED]["trial_id"]))
+    finally:
+        ray.shutdown()
+
+
+def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
+    """Attach to `--address` / RAY_ADDRESS or start an embedded Ray, and say which."""
+    cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
+                                  dashboard_host=args.dashboard_host)
+    print(cluster.describe())
+    if cluster.dashboard_url:
+        print(f"Ray dashboard: {cluster.dashboard_url}")
+    return cluster
+
+
+def _print_plan(sweep_plan: plan.SweepPlan) -> None:
+    points = sweep_plan.sweep.grid
+    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
+          f"{sweep_plan.sweep.base.num_epochs} epochs each:")
+    for point in points:
+        train = point.train
+        print(f"  {train.num_workers} worker(s), global batch {train.global_batch_size} "
+              f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
+              f"{train.steps_per_epoch} steps/epoch")
