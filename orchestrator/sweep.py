@@ -5,7 +5,6 @@ Two levels, named for where they run: `tune_trial` is the per-trial driver
 to Tune with `ReportToTune`); the workers run `worker.train_loop_per_worker`.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -16,12 +15,11 @@ from ray.train import UserCallback
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 from ray.tune.schedulers import ASHAScheduler
 
-from orchestrator import storage
+from orchestrator import checkpoint, storage
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.results import INTERRUPTED
 from orchestrator.trial import run_trial
-from orchestrator.loop import HISTORY_FILE
 
 EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
@@ -177,32 +175,17 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
             "error": _one_line(result.error) if result.error else "",
             "early_stopping": sweep.scheduler != "fifo",
         })
-        history = checkpointed_history(storage.join(storage_path, TRAIN_RUNS_DIR, trial_id))
-        if history is None and result.metrics_dataframe is not None:
-            history = result.metrics_dataframe
+        # From the newest checkpoint, not Tune's record: a report reaches Tune
+        # only after its checkpoint is stored, so an epoch trained and kept
+        # counts even if the workers or the driver died before the report.
+        history = checkpoint.read_newest_history(storage.join(storage_path, TRAIN_RUNS_DIR, trial_id))
+        history = pd.DataFrame(history) if history else result.metrics_dataframe
         if history is not None and "epoch" in history:
             # reindex: a trial run by an older version lacks the newer columns.
             epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
     epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
               else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
     return pd.DataFrame(trial_rows), epochs
-
-
-def checkpointed_history(train_run: str) -> pd.DataFrame | None:
-    """The epoch history in a Train run's newest checkpoint, if it has one.
-
-    This, not Tune's record, is what a trial's epochs are taken from: a
-    report reaches Tune only after its checkpoint is stored, so a trial whose
-    workers died (or whose driver was killed) between the two would
-    otherwise lose an epoch that was trained and kept.
-    """
-    text = storage.read_newest_text(train_run, "checkpoint_", HISTORY_FILE)
-    if text is None:
-        return None
-    try:
-        return pd.DataFrame(json.loads(text))
-    except ValueError:
-        return None
 
 
 def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig,
