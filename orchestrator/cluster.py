@@ -18,13 +18,10 @@ from orchestrator.errors import UserError
 REACHABILITY_TIMEOUT_S = 5.0
 LOCAL_DASHBOARD_HOST = "127.0.0.1"
 DEFAULT_DASHBOARD_PORT = 8265
-# Actors Ray Train starts beside the workers of every run: the synchronization
-# actor and the placement-group cleaner.
-TRAIN_HELPER_ACTORS_PER_RUN = 2
-# Set in the embedded cluster's job environment, where every process of the
-# job (the driver, Tune's trial processes) can read it: that cluster is this
-# machine's CPUs and nothing can add nodes to it.
-FIXED_SIZE_ENV_VAR = "ORCHESTRATOR_FIXED_SIZE_CLUSTER"
+# Ray's token authentication: on by default for a cluster ray.init starts,
+# and then the dashboard asks for the token this command prints.
+AUTH_MODE_ENV_VAR = "RAY_AUTH_MODE"
+TOKEN_COMMAND = "ray get-auth-token"
 
 
 @dataclass(frozen=True)
@@ -36,6 +33,8 @@ class Cluster:
     dashboard_url: str | None
     node_resources: tuple[dict[str, float], ...]
     """Total resources of each alive node."""
+    token_auth: bool = False
+    """Whether the cluster (and so its dashboard) asks for Ray's auth token."""
 
     @property
     def num_cpus(self) -> float:
@@ -44,6 +43,12 @@ class Cluster:
     @property
     def num_gpus(self) -> float:
         return sum(node.get("GPU", 0.0) for node in self.node_resources)
+
+    @property
+    def dashboard_hint(self) -> str:
+        """The line that tells a person where the dashboard is and how to get in."""
+        hint = f" (token: run `{TOKEN_COMMAND}`)" if self.token_auth else ""
+        return f"Ray dashboard: {self.dashboard_url}{hint}"
 
     def describe(self) -> str:
         where = f"Ray cluster at {self.address}" if self.address else "embedded local Ray"
@@ -73,11 +78,6 @@ def requested_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
-def is_fixed_size() -> bool:
-    """Whether this process's cluster is the embedded one, which no autoscaler grows."""
-    return ray.get_runtime_context().runtime_env.env_vars().get(FIXED_SIZE_ENV_VAR) == "1"
-
-
 def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> None:
     """Fail within seconds if nothing listens at a host:port address.
 
@@ -105,15 +105,19 @@ def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> 
 def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
             num_cpus: int | None = None) -> Cluster:
     """Attach to `address`, or start an embedded Ray when it is None."""
+    # Imports Ray Train (seconds): only once the input has passed, not with this module.
+    from orchestrator import ray_fastpath
     if address is None:
         context = _start_embedded(dashboard_host, num_cpus)
     else:
         check_reachable(address)
         try:
-            context = ray.init(address=address)
+            # Reaches every process of this job: Tune's trials, Train's controllers.
+            context = ray.init(address=address, runtime_env={
+                "env_vars": ray_fastpath.job_env_vars(embedded=False)})
         except ConnectionError as error:
             hint = ""
-            if not os.environ.get("RAY_AUTH_MODE"):
+            if not os.environ.get(AUTH_MODE_ENV_VAR):
                 # Ray sends its token only to a cluster it found by itself
                 # (`auto`), never to an address it was given, unless told to.
                 hint = ("; if the cluster uses token authentication (Ray's default), set "
@@ -123,7 +127,9 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     return Cluster(
         address=address,
         dashboard_url=f"http://{dashboard}" if dashboard else None,
-        node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]))
+        node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]),
+        # Ray sets it for a cluster it starts, unless the user chose.
+        token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token")
 
 
 def _start_embedded(dashboard_host: str, num_cpus: int | None):
@@ -138,26 +144,15 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
     group of healthy workers. So the dashboard's port is chosen here and
     every process of this job is told it (RAY_API_SERVER_ADDRESS).
     """
+    from orchestrator import ray_fastpath  # see connect
     dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
-    env_vars = {
-        "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}",
-        # Ray Train's preemption watcher polls for nodes being drained, which
-        # a single machine never is; without it each run has one actor less
-        # taking CPU beside the workers, and no error line about its restarts.
-        "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-        FIXED_SIZE_ENV_VAR: "1",
-    }
-    # Ray lets only as many worker processes start at once as there are CPUs,
-    # but every fit starts its synchronization actor and placement-group
-    # cleaner together with its workers, and on 2 CPUs the workers, the ones
-    # training waits for, queued behind the two helpers (0.7 s a trial).
-    # Room for both helpers beside one start per CPU.
-    startup_concurrency = (num_cpus or os.cpu_count() or 1) + TRAIN_HELPER_ACTORS_PER_RUN
+    env_vars = {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}",
+                **ray_fastpath.job_env_vars(embedded=True)}
     # Loopback only by default: the dashboard can submit jobs, which run code.
     return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host,
                     dashboard_port=dashboard_port, num_cpus=num_cpus,
                     runtime_env={"env_vars": env_vars},
-                    _system_config={"worker_maximum_startup_concurrency": startup_concurrency})
+                    **ray_fastpath.embedded_init_kwargs(num_cpus))
 
 
 def free_local_port(preferred: int | None = None) -> int:

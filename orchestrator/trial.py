@@ -2,149 +2,52 @@
 
 This is the per-trial driver. `experiments/train.py` calls it once; each
 Ray Tune trial of the sweep calls it with a callback that reports to Tune.
+The trainer class comes from `ray_fastpath`: Ray's own, or a leaner one.
 """
 
-import asyncio
 import os
 from collections.abc import Sequence
 
 import ray
 from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
                        ScalingConfig, UserCallback)
-from ray.train.torch import TorchConfig, TorchTrainer
-from ray.train.v2._internal.callbacks import DatasetsCallback
-from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-from ray.train.v2._internal.execution.controller import TrainController
-from ray.train.v2._internal.execution.controller.state import AbortedState
-from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+from ray.train.torch import TorchConfig
 
-from orchestrator import cluster
+from orchestrator import ray_fastpath
 from orchestrator.config import TrainConfig
 from orchestrator.worker import train_loop_per_worker
 
-DEFAULT_MAX_FAILURES = 2
-# How often Ray Train's controller polls its workers (Ray's default: 2 s). The
-# poll is what notices that training ended or a worker died, so every run
-# waited a second on average for it at its end; a poll is one small remote
-# call per worker.
-HEALTH_CHECK_INTERVAL_S = "0.5"
-# How often the placement-group cleaner asks whether the controller lives
-# (Ray's default: 1 s).
-PLACEMENT_GROUP_CHECK_INTERVAL_S = 5.0
 
+class RetryPrinter(UserCallback):
+    """One line when a worker fails: which run, which retry, from which epoch.
 
-class _NonBlockingPlacementGroupCleaner(PlacementGroupCleanerCallback):
-    """Ray Train's placement-group cleaner, checking less often and stopped
-    without waiting for it.
-
-    The cleaner is a detached actor that removes a run's placement group if
-    the controller dies without doing so; it is worth keeping. But stopping
-    it waits for its monitor thread to wake from its sleep between checks,
-    up to that interval added to the end of every run. By the time it is
-    stopped the worker group, and with it the placement group, is already
-    gone (Ray's controller shuts the group down first), so nothing depends
-    on the stop having finished. And each check is a State API query through the
-    dashboard and GCS, CPU taken beside the workers throughout training, to
-    free a dead controller's CPUs a few seconds sooner.
+    Runs in Ray Train's controller, whose output Ray forwards to the driver,
+    beside Ray's own report of the failure.
     """
 
-    def __init__(self):
-        super().__init__(check_interval_s=PLACEMENT_GROUP_CHECK_INTERVAL_S)
+    def __init__(self, name: str, max_failures: int):
+        self.name = name
+        self.max_failures = max_failures
+        self.failures = 0
+        self.checkpointed_epoch = None
 
-    def _stop_cleaner(self):
-        if self._cleaner:
-            self._cleaner.stop.remote()
-            self._cleaner = None
+    def after_report(self, run_context, metrics, checkpoint):
+        if checkpoint:
+            self.checkpointed_epoch = metrics[0]["epoch"]
 
-
-class _NoAutoscalerScalingPolicy(FixedScalingPolicy):
-    """Ray Train's fixed-size policy, without asking an autoscaler for the workers.
-
-    Every fit registers its workers' resources with Ray's autoscaling
-    coordinator, and renews the request every 20 s, so that an autoscaling
-    cluster grows to hold them. The coordinator is a detached actor, a
-    process that the first fit on a cluster starts and waits for (it
-    imports Ray Data), and that then wakes every 10 ms beside the workers.
-    The embedded cluster has no autoscaler to forward the request to.
-    """
-
-    def after_controller_start(self, train_run_context):
-        pass
-
-    def _maybe_send_resource_request(self):
-        pass
-
-
-class _LeanTorchTrainer(TorchTrainer):
-    """A TorchTrainer without the per-run helpers a run of ours never uses.
-
-    Every fit starts its helper actors afresh, each a new process that
-    imports Ray Train (and torch) before it is ready: on a 2-core machine
-    that start-up, not training, is most of a short trial. This drops the
-    Ray Data dataset manager, an actor that only serves
-    `ray.train.get_dataset_shard` (our data comes from the object store, so
-    no run passes `datasets`), and stops the placement-group cleaner without
-    waiting (see above), does not register with an autoscaler on the
-    embedded cluster (see above) and runs the controller inside a Tune
-    trial's own process (see below). Everything else is Ray Train's own
-    behaviour.
-    """
-
-    def _initialize_and_run_controller(self, **controller_init_kwargs):
-        """Ray Train's controller, in this process when this process is an actor.
-
-        Ray Train starts its controller as a new actor process on the
-        caller's node for every fit; that process imports Ray Train and torch
-        before it can start the workers, 2.3 s of every sweep trial on a
-        2-core machine. A Tune trial is itself an actor with both already
-        imported (kept from trial to trial), and the controller actor would
-        share its fate anyway (it is owned by the trial), so the trial runs
-        the same controller code itself. The workers' and the placement-group
-        cleaner's handle on "the controller" is then the trial actor, which
-        is where the controller lives. A plain driver (`experiments/train.py`)
-        keeps Ray's controller actor and with it the graceful abort on Ctrl-C
-        that Ray registers for it.
-        """
-        # Whichever process runs it, the controller asks no autoscaler for
-        # workers on the embedded cluster (see _NoAutoscalerScalingPolicy).
-        if cluster.is_fixed_size():
-            controller_init_kwargs["scaling_policy"] = _NoAutoscalerScalingPolicy(
-                self.scaling_config)
-        if ray.get_runtime_context().get_actor_id() is None:
-            return super()._initialize_and_run_controller(**controller_init_kwargs)
-        controller = TrainController(**controller_init_kwargs)
-        try:
-            asyncio.run(controller.run())
-        except SystemExit:
-            # Tune stopped the trial (an ASHA rung) while the controller
-            # handed it an epoch (see sweep.ReportToTune).
-            _abort_keeping_the_process(controller)
-            raise
-        return controller.get_result()
-
-    def _create_default_callbacks(self):
-        callbacks = []
-        for callback in super()._create_default_callbacks():
-            if isinstance(callback, DatasetsCallback) and not self.datasets:
-                continue
-            if type(callback) is PlacementGroupCleanerCallback:
-                callback = _NonBlockingPlacementGroupCleaner()
-            callbacks.append(callback)
-        return callbacks
-
-
-def _abort_keeping_the_process(controller: TrainController) -> None:
-    """Ray Train's `TrainController.abort`, without the `exit_actor` that ends it.
-
-    Ray's abort ends the process it runs in, its controller actor; here that
-    is a Tune trial's process, which Tune keeps for the next trial once the
-    stopped one's thread has ended. The workers and their placement group go
-    as in Ray's abort; the process stays.
-    """
-    controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
-    if controller.get_worker_group():
-        controller.get_worker_group().abort()
-    controller._set_state(AbortedState())
+    def after_exception(self, run_context, worker_exceptions):
+        self.failures += 1
+        failed = ", ".join(f"{rank} ({type(error).__name__})"
+                           for rank, error in sorted(worker_exceptions.items()))
+        if 0 <= self.max_failures < self.failures:
+            then = f"no retry left of {self.max_failures}: the run fails"
+        else:
+            limit = "unlimited" if self.max_failures < 0 else f"of {self.max_failures}"
+            # A checkpoint from an earlier session of this run is not seen here.
+            start = (f"the checkpoint of epoch {self.checkpointed_epoch}"
+                     if self.checkpointed_epoch else "its newest checkpoint, if any")
+            then = f"retry {self.failures} {limit}, resuming from {start}"
+        print(f"Ray Train run {self.name}: worker {failed} failed; {then}", flush=True)
 
 
 def resources_per_worker(config: TrainConfig) -> dict[str, float]:
@@ -156,17 +59,20 @@ def resources_per_worker(config: TrainConfig) -> dict[str, float]:
 
 
 def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
-              storage_path: str | None = None, max_failures: int = DEFAULT_MAX_FAILURES,
+              storage_path: str | None = None, max_failures: int | None = None,
               callbacks: Sequence[UserCallback] = ()) -> ray.train.Result:
     """Fit one TorchTrainer; raises ray.train.TrainingFailedError when retries run out.
 
     `data_ref` is Fashion-MNIST in the object store: workers read it from
-    there, once per node, whatever node they land on.
+    there, once per node, whatever node they land on. `max_failures`: None
+    means `config.max_failures`.
     """
-    # Read by the controller, which Ray Train starts with this process's
-    # value; the user's own setting wins.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", HEALTH_CHECK_INTERVAL_S)
-    trainer = _LeanTorchTrainer(
+    if max_failures is None:
+        max_failures = config.max_failures
+    # Read where the trainer is built: the dashboard's Train view and
+    # /api/train/v2/runs/v1 list each run with its status. The user's setting wins.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
+    trainer = ray_fastpath.trainer_class()(
         train_loop_per_worker,
         train_loop_config={"train_config": config.to_dict(), "data": data_ref},
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
@@ -178,6 +84,6 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
             # The newest checkpoint carries the whole epoch history; older ones
             # are only disk, and a resumed trial restarts from the newest.
             checkpoint_config=CheckpointConfig(num_to_keep=1),
-            callbacks=list(callbacks),
+            callbacks=[*callbacks, RetryPrinter(name, max_failures)],
             logging_config=LoggingConfig(log_level="WARNING")))
     return trainer.fit()

@@ -1,5 +1,6 @@
-"""One trial on real Ray: which helper actors a fit starts beside its workers,
-and where its controller runs."""
+"""One trial on real Ray with the fast path (orchestrator.ray_fastpath): which
+helper actors a fit starts beside its workers, and where its controller runs.
+The stock path is tested in test_ray_fastpath.py."""
 
 import pytest
 import ray

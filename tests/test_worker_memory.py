@@ -1,4 +1,5 @@
-"""A worker keeps the memory a training step frees for the next step."""
+"""A worker keeps the memory a training step frees for the next step
+(ray_fastpath.tune_worker_process)."""
 
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from helpers import REPO
 # written, then freed. Prints the page faults of every step after the first.
 STEPS = textwrap.dedent("""
     import ctypes, resource, sys, threading
-    from orchestrator.worker import _keep_freed_memory_for_the_next_step
+    from orchestrator.ray_fastpath import _keep_freed_memory_for_the_next_step
     if sys.argv[1] == "kept":
         _keep_freed_memory_for_the_next_step()
     num_blocks, size = int(sys.argv[2]), int(sys.argv[3]) * 1024 * 1024
