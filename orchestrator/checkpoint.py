@@ -9,9 +9,8 @@ No Ray and no pandas here: every worker imports this module.
 import json
 from pathlib import Path
 
+import pyarrow.fs
 import torch
-
-from orchestrator import storage
 
 STATE_FILE = "state.pt"
 HISTORY_FILE = "history.json"
@@ -37,7 +36,7 @@ def read_newest_history(train_run: str) -> list[dict] | None:
 
     `train_run` is the run's folder in Ray's storage, a path or a URI.
     """
-    text = storage.read_newest_text(train_run, CHECKPOINT_PREFIX, HISTORY_FILE)
+    text = _read_newest_text(train_run, CHECKPOINT_PREFIX, HISTORY_FILE)
     if text is None:
         return None
     try:
@@ -45,3 +44,24 @@ def read_newest_history(train_run: str) -> list[dict] | None:
     except ValueError:
         return None
     return history if isinstance(history, list) else None
+
+
+def _read_newest_text(folder: str, prefix: str, file_name: str) -> str | None:
+    """`file_name` in the newest readable subfolder of `folder` named `prefix*`.
+
+    Subfolders are ordered by name (Ray names checkpoints by time); a file
+    that cannot be read, say half copied when its writer died, is passed
+    over for the next newest.
+    """
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(folder)
+    entries = filesystem.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    names = sorted((entry.base_name for entry in entries
+                    if entry.type == pyarrow.fs.FileType.Directory
+                    and entry.base_name.startswith(prefix)), reverse=True)
+    for name in names:
+        try:
+            with filesystem.open_input_stream(f"{root}/{name}/{file_name}") as stream:
+                return stream.read().decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None

@@ -14,8 +14,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-# sweep.py's import of HISTORY_FILE from here, until it calls checkpoint.read_newest_history.
-from orchestrator.checkpoint import HISTORY_FILE  # noqa: F401
 from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds
