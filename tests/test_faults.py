@@ -83,6 +83,12 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     output = "".join(seen)
+    # Our line beside Ray's: which run, which retry, and where it resumes: the
+    # last epoch finished before the kill (epochs can be shorter than the sleep).
+    retry = re.search(r"Ray Train run \S+: worker .* failed; retry 1 of 2, resuming from the "
+                      r"checkpoint of epoch (\d)\n", output)
+    assert retry, output[-3000:]
+    assert int(retry.group(1)) == len(re.findall(r"epoch \d/3:", output[:retry.start()]))
     # Each epoch is reported exactly once, across the restart.
     assert [int(n) for n in re.findall(r"epoch (\d)/3:", output)] == [1, 2, 3], output[-3000:]
     assert "on 2 workers [cpu, cpu]" in final

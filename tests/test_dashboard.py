@@ -1,0 +1,73 @@
+"""The dashboard of a sweep's embedded Ray: its line says how to get the
+token, and its Train API lists every run of the sweep with its status."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pandas as pd
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.cluster
+
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+# Ray Train V2's runs; in Ray 2.60 /api/train/v2/runs serves Train V1's.
+TRAIN_RUNS_API = "/api/train/v2/runs/v1"
+
+
+def _get(url: str, token: str | None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_path):
+    out_dir = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-u", str(REPO / "experiments" / "sweep.py"), "--workers", "1",
+         "--lr", "0.1,0.2", "--batch-size", "64", "--epochs", "1", "--train-limit", "2048",
+         "--test-limit", "500", "--out", str(out_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    lines: list[str] = []
+    # Read all along, so that a full pipe never stalls the sweep.
+    reader = threading.Thread(target=lambda: lines.extend(sweep.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (line := next((line for line in lines if "Ray dashboard: " in line), None)):
+            assert sweep.poll() is None and time.monotonic() < deadline, "".join(lines[-40:])
+            time.sleep(0.2)
+        assert "`ray get-auth-token`" in line
+        url = re.search(r"Ray dashboard: (http://\S+)", line).group(1)
+        token = subprocess.run([RAY_CLI, "get-auth-token"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+        assert _get(url + TRAIN_RUNS_API, None)[0] == 401  # the token is what lets one in
+        runs: list[dict] = []
+        while len(runs) < 2:
+            assert sweep.poll() is None, "the sweep ended before its runs were listed:\n" + \
+                "".join(lines[-40:])
+            status, text = _get(url + TRAIN_RUNS_API, token)
+            if status == 200:
+                runs = json.loads(text)["train_runs"]
+            time.sleep(0.5)
+        assert sweep.wait(timeout=600) == 0, "".join(lines[-40:])
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    reader.join(timeout=10)
+    # One Train run per trial, named after it, each with a status.
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert sorted(run["name"] for run in runs) == sorted(trials["trial_id"])
+    assert all(run["status"] for run in runs), runs
