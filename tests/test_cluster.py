@@ -1,5 +1,6 @@
-"""The embedded cluster: its processes find their own State API, and its
-dashboard gets a port clear of those Ray's own processes bind."""
+"""The embedded cluster: its processes find their own State API, its
+dashboard gets a port clear of those Ray's own processes bind, and the
+dashboard's line says how to get the token."""
 
 import socket
 import tempfile
@@ -10,7 +11,7 @@ import pytest
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
 
-from orchestrator.cluster import free_local_port
+from orchestrator.cluster import Cluster, free_local_port
 
 
 @ray.remote(num_cpus=0)
@@ -53,3 +54,13 @@ def test_a_taken_preferred_port_gives_the_next_one_not_a_kernel_picked_one():
             pytest.skip("the kernel picked a port too close to the top")
         chosen = free_local_port(preferred=taken)
     assert taken < chosen < taken + 100
+
+
+@pytest.mark.parametrize("token_auth, line", [
+    (True, "Ray dashboard: http://127.0.0.1:8265 (token: run `ray get-auth-token`)"),
+    (False, "Ray dashboard: http://127.0.0.1:8265"),
+])
+def test_the_dashboard_line_says_how_to_get_the_token(token_auth, line):
+    cluster = Cluster(address=None, dashboard_url="http://127.0.0.1:8265", node_resources=(),
+                      token_auth=token_auth)
+    assert cluster.dashboard_hint == line
