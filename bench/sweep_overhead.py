@@ -42,7 +42,7 @@ def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]
     training_s = epochs["epoch_time_s"].sum()
     return {
         "trials": len(trials), "wall_s": wall_s, "training_s": training_s,
-        "trials_stopped_early": int((epochs.groupby("trial_id").size() < sweep.num_epochs).sum()),
+        "trials_stopped_early": int((epochs.groupby("trial_id").size() < sweep.base.num_epochs).sum()),
         "fixed_cost_per_trial_s": (wall_s - training_s) / len(trials),
         "inside_trial_outside_training_s": median(trial_function_s) - median(epochs["epoch_time_s"]),
         "tune_around_trials_per_trial_s": (wall_s - sum(trial_function_s)) / len(trials),

@@ -2,7 +2,8 @@
 
 Two levels, named for where they run: `tune_trial` is the per-trial driver
 (a Tune function that builds and fits a TorchTrainer, forwarding every epoch
-to Tune with `ReportToTune`); the workers run `worker.train_loop_per_worker`.
+to Tune through `ray_fastpath.report_to_tune_callback`); the workers run
+`worker.train_loop_per_worker`.
 """
 
 import os
@@ -11,11 +12,9 @@ from pathlib import Path
 import pandas as pd
 import ray
 from ray import tune
-from ray.train import UserCallback
-from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 from ray.tune.schedulers import ASHAScheduler
 
-from orchestrator import checkpoint, storage
+from orchestrator import checkpoint, ray_fastpath, storage
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.results import INTERRUPTED
@@ -43,27 +42,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
               storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
-              max_failures=train.max_failures, callbacks=[ReportToTune()])
-
-
-class ReportToTune(UserCallback):
-    """Each epoch's metrics to Tune, from the trial's own thread.
-
-    Ray's `TuneReportCallback` hands them over through a queue actor, one
-    more process started for every trial (and waking every 10 ms beside the
-    workers), because Ray's controller runs in an actor of its own. Here the
-    controller runs in the trial's thread (see trial.py), so it reports as a
-    Tune function does: `tune.report` returns once Tune takes the result,
-    and raises SystemExit when Tune stops the trial instead, which ends the
-    fit there and frees the trial's process for the next trial.
-    """
-
-    def after_report(self, run_context, metrics, checkpoint):
-        result = dict(metrics[0])  # rank 0's, the one that carries the checkpoint
-        if checkpoint:
-            # Where Ray's callback puts it: the checkpoint is stored already.
-            result[CHECKPOINT_PATH_KEY] = checkpoint.path
-        tune.report(result)
+              max_failures=train.max_failures, callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
 class TrialLinePrinter(tune.Callback):
@@ -107,7 +86,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                                    resume_unfinished=True, resume_errored=True)
     else:
         scheduler = (ASHAScheduler(time_attr="epoch", metric="test_acc", mode="max",
-                                   max_t=sweep.num_epochs, grace_period=1)
+                                   max_t=sweep.base.num_epochs, grace_period=1)
                      if sweep.scheduler == "asha" else None)
         tuner = tune.Tuner(
             trainable,
@@ -120,7 +99,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # A trial's driver process outlives its trial and runs the next
                 # one: the process start and the torch import are paid once.
                 # A trial that ASHA stops frees its process too: its fit ends
-                # where it reports to Tune (see ReportToTune).
+                # where it reports to Tune (see ray_fastpath.ReportToTune).
                 reuse_actors=True,
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
