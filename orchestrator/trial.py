@@ -50,14 +50,6 @@ class RetryPrinter(UserCallback):
         print(f"Ray Train run {self.name}: worker {failed} failed; {then}", flush=True)
 
 
-def resources_per_worker(config: TrainConfig) -> dict[str, float]:
-    """What Ray reserves for one worker: its threads' CPUs, and a GPU if it owns one."""
-    resources = {"CPU": float(config.threads_per_worker)}
-    if config.use_gpu:
-        resources["GPU"] = 1.0
-    return resources
-
-
 def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
               storage_path: str | None = None, max_failures: int | None = None,
               callbacks: Sequence[UserCallback] = ()) -> ray.train.Result:
@@ -76,7 +68,7 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
         train_loop_per_worker,
         train_loop_config={"train_config": config.to_dict(), "data": data_ref},
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
-                                     resources_per_worker=resources_per_worker(config)),
+                                     resources_per_worker=config.resources_per_worker),
         torch_config=TorchConfig(backend="nccl" if config.use_gpu else "gloo"),
         run_config=RunConfig(
             name=name, storage_path=storage_path,
