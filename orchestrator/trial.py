@@ -37,17 +37,18 @@ class RetryPrinter(UserCallback):
 
     def after_exception(self, run_context, worker_exceptions):
         self.failures += 1
+        workers = "worker" + ("s" if len(worker_exceptions) > 1 else "")
         failed = ", ".join(f"{rank} ({type(error).__name__})"
                            for rank, error in sorted(worker_exceptions.items()))
         if 0 <= self.max_failures < self.failures:
-            then = f"no retry left of {self.max_failures}: the run fails"
+            then = f"no retries left (max_failures {self.max_failures}): the run fails"
         else:
-            limit = "unlimited" if self.max_failures < 0 else f"of {self.max_failures}"
+            limit = "(no limit)" if self.max_failures < 0 else f"of {self.max_failures}"
             # A checkpoint from an earlier session of this run is not seen here.
             start = (f"the checkpoint of epoch {self.checkpointed_epoch}"
                      if self.checkpointed_epoch else "its newest checkpoint, if any")
             then = f"retry {self.failures} {limit}, resuming from {start}"
-        print(f"Ray Train run {self.name}: worker {failed} failed; {then}", flush=True)
+        print(f"Ray Train run {self.name}: {workers} {failed} failed; {then}", flush=True)
 
 
 def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
