@@ -115,7 +115,7 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
                                   dashboard_host=args.dashboard_host)
     print(cluster.describe())
     if cluster.dashboard_url:
-        print(f"Ray dashboard: {cluster.dashboard_url}")
+        print(cluster.dashboard_hint)
     return cluster
 
 
