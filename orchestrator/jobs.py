@@ -58,7 +58,6 @@ def train(args: argparse.Namespace) -> RunOutcome:
         try:
             result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=storage.resolve(args.storage) if args.storage else None,
-                               max_failures=config.max_failures,
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
             return RunOutcome(f"training failed: {error}", failed=True)

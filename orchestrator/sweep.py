@@ -42,7 +42,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
               storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
-              max_failures=train.max_failures, callbacks=[ray_fastpath.report_to_tune_callback()])
+              callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
 class TrialLinePrinter(tune.Callback):
