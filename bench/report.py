@@ -31,7 +31,7 @@ HEADLINES = {
                 "idle_ray_lockstep_cost"],
     "sync_strategies": [("lenet", "bucketed_time_over_bound"),
                         ("resnet18", "bucketed_time_over_bound")],
-    "sweep_overhead": ["fixed_cost_per_trial_s"],
+    "sweep_overhead": ["fixed_cost_per_trial_s", "stock_fixed_cost_per_trial_s"],
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
 }

@@ -8,7 +8,9 @@ own time minus its epochs) and what Tune adds around the trials. The same
 number of trials then runs for two epochs as an ASHA sweep, which stops the
 losing ones after the first (how many is reported): a stopped trial's
 process has to end its fit before the next trial can reuse it (see
-`ReportToTune`).
+`ray_fastpath.ReportToTune`). Everything runs twice, side by side in one
+run: on the fast path (`orchestrator/ray_fastpath.py`), then on the stock
+path (Ray's public API alone, `ORCHESTRATOR_RAY_FAST_PATH=0`).
 
     python bench/sweep_overhead.py [--trials 4]
 """
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
 from orchestrator import cluster as ray_cluster  # noqa: E402
-from orchestrator import data  # noqa: E402
+from orchestrator import data, ray_fastpath  # noqa: E402
 from orchestrator.config import SweepConfig  # noqa: E402
 from orchestrator.sweep import collect, run_sweep  # noqa: E402
 
@@ -49,6 +51,19 @@ def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]
     }
 
 
+def measure_path(sweep: SweepConfig, asha_sweep: SweepConfig) -> dict[str, float]:
+    """Both sweeps on a fresh embedded Ray, on the path `ray_fastpath.enabled()` says."""
+    ray_cluster.connect(None)
+    fifo = timed_sweep(sweep, ray.put(data.load(train_limit=640, test_limit=100)))
+    del fifo["trials_stopped_early"]  # none: only a scheduler stops trials
+    asha = timed_sweep(asha_sweep, ray.put(data.load(train_limit=8192, test_limit=100)))
+    ray.shutdown()
+    return {**fifo,
+            "asha_trials_stopped_early": asha["trials_stopped_early"],
+            "asha_fixed_cost_per_trial_s": asha["fixed_cost_per_trial_s"],
+            "asha_tune_around_trials_per_trial_s": asha["tune_around_trials_per_trial_s"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=4)
@@ -56,22 +71,20 @@ def main() -> None:
     lrs = tuple(0.1 * (index + 1) for index in range(args.trials))
     sweep = SweepConfig.from_dict(dict(workers=(1,), batch_sizes=(64,), lrs=lrs, num_epochs=1,
                                        train_limit=640, test_limit=100))
-    ray_cluster.connect(None)
-    data_ref = ray.put(data.load(train_limit=640, test_limit=100))
-    fifo = timed_sweep(sweep, data_ref)
-    del fifo["trials_stopped_early"]  # none: only a scheduler stops trials
     # ASHA compares test accuracy after the first epoch: at batch 16, lr 0.5
     # learns from 8,192 images and the smaller rates do not, so it stops those.
     asha_sweep = SweepConfig.from_dict({
         **sweep.to_dict(), "scheduler": "asha", "num_epochs": 2, "batch_sizes": (16,),
         "train_limit": 8192, "lrs": (0.5, *(0.001 * (index + 1) for index in range(args.trials - 1)))})
-    asha = timed_sweep(asha_sweep, ray.put(data.load(train_limit=8192, test_limit=100)))
-    ray.shutdown()
+    assert ray_fastpath.enabled(), "the fast path is off: unset ORCHESTRATOR_RAY_FAST_PATH"
+    fast = measure_path(sweep, asha_sweep)
+    # The same sweeps, one after the other in this run, on Ray's public API alone.
+    os.environ[ray_fastpath.SWITCH_ENV_VAR] = "0"
+    stock = measure_path(sweep, asha_sweep)
     emit("sweep_overhead", command_line(), {
-        **fifo,
-        "asha_trials_stopped_early": asha["trials_stopped_early"],
-        "asha_fixed_cost_per_trial_s": asha["fixed_cost_per_trial_s"],
-        "asha_tune_around_trials_per_trial_s": asha["tune_around_trials_per_trial_s"],
+        **fast,
+        **{f"stock_{name}": value for name, value in stock.items()},
+        "stock_to_fast_fixed_cost": stock["fixed_cost_per_trial_s"] / fast["fixed_cost_per_trial_s"],
         "target": "<= 8 s per trial",
     })
 

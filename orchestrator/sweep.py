@@ -96,11 +96,11 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
-                # A trial's driver process outlives its trial and runs the next
-                # one: the process start and the torch import are paid once.
-                # A trial that ASHA stops frees its process too: its fit ends
-                # where it reports to Tune (see ray_fastpath.ReportToTune).
-                reuse_actors=True,
+                # A trial's process runs the next trial: its start and torch
+                # import are paid once. Only on the fast path, where a trial
+                # that Tune stops ends its fit at once (ray_fastpath.ReportToTune);
+                # a stock fit outlives Tune's 2 s wait and the next trial failed.
+                reuse_actors=ray_fastpath.enabled(),
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),

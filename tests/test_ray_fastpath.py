@@ -71,11 +71,17 @@ def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
 
 
 @pytest.mark.cluster
-def test_a_sweep_on_the_stock_path_finishes(tmp_path):
+def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path):
+    # lr 0.2 learns (see test_sweep_processes); ASHA ends it at its last rung
+    # (epoch 2) while its stock fit is still shutting down, and stops or
+    # finishes 0.001. A stock trial's process is not reused: the next trial
+    # used to fail waiting for it, and the sweep hung.
     out_dir = tmp_path / "out"
-    run = run_script("sweep.py", "--workers", "1", "--lr", "0.1,0.2", "--batch-size", "64",
-                     "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
-                     "--out", str(out_dir), env=STOCK_ENV)
+    run = run_script("sweep.py", "--workers", "1", "--lr", "0.2,0.001", "--batch-size", "16",
+                     "--epochs", "2", "--train-limit", "8192", "--test-limit", "500",
+                     "--scheduler", "asha", "--max-concurrent-trials", "1",
+                     "--out", str(out_dir), env=STOCK_ENV, timeout_s=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    trials = pd.read_csv(out_dir / "trials.csv")
-    assert len(trials) == 2 and (trials["status"] == "finished").all()
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
+    assert trials.loc[0.2, "status"] == "finished" and trials.loc[0.2, "epochs_run"] == 2
+    assert trials.loc[0.001, "status"] in ("finished", "stopped early")

@@ -105,7 +105,7 @@ def _peer_fails_body(rank: int, port: int, how: str, results) -> None:
     reducer.allreduce_(torch.ones(4))  # both mapped and in step
     if rank == 1:
         if how == "stalls":
-            time.sleep(10)  # alive, but never arrives
+            time.sleep(5)  # alive, but never arrives within the 2 s timeout
         os._exit(0)  # dies without a word, as a SIGKILLed worker does
     reducer.wait_timeout_s = 2.0
     started = time.monotonic()
