@@ -14,10 +14,10 @@ import ray.train.torch
 import torch
 
 from orchestrator import ray_fastpath
+from orchestrator.checkpoint import load_checkpoint, save_checkpoint
 from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST
-from orchestrator.checkpoint import load_checkpoint, save_checkpoint
 from orchestrator.loop import run_training
 
 
