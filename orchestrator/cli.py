@@ -90,7 +90,7 @@ def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> Non
     training = parser.add_argument_group("training (one value each)")
     for spec in TRAIN_FIELDS.values():
         if not spec.metadata["swept"]:
-            _add_field(training, spec, validated_by_config=True)
+            _add_field(training, spec, validated_by_config=True, one_run=one_run)
     grid = parser.add_argument_group("grid" if one_run else "grid (comma-separated lists)")
     for spec in SWEEP_FIELDS.values():
         if one_run and spec.name == "scheduler":
@@ -100,12 +100,13 @@ def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> Non
             grid.add_argument(flag(spec), dest=spec.name, default=argparse.SUPPRESS,
                               metavar=_METAVARS[item_type] + ("" if one_run else ",..."),
                               type=_one_value(item_type) if one_run else _list_of(item_type),
-                              help=f"{spec.metadata['doc']} (default {_shown(spec.default)})")
+                              help=f"{spec.metadata['doc']} ({_default(spec, one_run)})")
         else:
-            _add_field(grid, spec, validated_by_config=False)
+            _add_field(grid, spec, validated_by_config=False, one_run=one_run)
 
 
-def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool) -> None:
+def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool,
+               one_run: bool) -> None:
     doc, name = spec.metadata["doc"], spec.name
     if spec.metadata["auto"]:
         group.add_argument(flag(spec), dest=name, choices=(AUTO, "yes", "no"),
@@ -122,11 +123,11 @@ def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool) -> 
         group.add_argument(flag(spec), dest=name, default=argparse.SUPPRESS,
                            choices=None if validated_by_config else choices,
                            metavar="{" + ",".join(choices) + "}",
-                           help=f"{doc} (default {spec.default})")
+                           help=f"{doc} ({_default(spec, one_run)})")
     else:
         kind = next(arg for arg in typing.get_args(spec.type) or (spec.type,) if arg is not type(None))
         group.add_argument(flag(spec), dest=name, type=kind, default=argparse.SUPPRESS,
-                           metavar=_METAVARS[kind], help=f"{doc} (default {_shown(spec.default)})")
+                           metavar=_METAVARS[kind], help=f"{doc} ({_default(spec, one_run)})")
 
 
 def config_options(args: argparse.Namespace) -> dict:
@@ -185,7 +186,10 @@ def _list_of(kind: type) -> Callable[[str], tuple]:
     return parse
 
 
-def _shown(default) -> str:
-    if isinstance(default, tuple):
-        return ",".join(map(str, default))
-    return "all" if default is None else str(default)
+def _default(spec: dataclasses.Field, one_run: bool) -> str:
+    """How --help names a field's default: a sweep takes the preset's first."""
+    if not one_run and any(spec.name in preset for preset in PRESETS.values()):
+        return "default: the preset's"
+    default = spec.default
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    return f"default {'all' if shown is None else shown}"

@@ -170,13 +170,15 @@ class SweepConfig:
 
     base: TrainConfig = field(default_factory=TrainConfig)
     """Every option of the trials but the swept ones (num_workers, global_batch_size, lr)."""
-    workers: tuple[int, ...] = option((TrainConfig.num_workers,),
-                                      "worker counts (the book's num_gpus), e.g. 1,2,4")
+    workers: tuple[int, ...] = option(
+        (TrainConfig.num_workers,), "workers, each owning one device (the book's num_gpus); "
+                                    "a sweep takes a list, e.g. 1,2,4")
     batch_sizes: tuple[int, ...] = option(
         (TrainConfig.global_batch_size,),
-        "batch sizes b, e.g. 256,512: the global batch, or per worker with "
-        "--batch-scaling per-worker", flag="--batch-size")
-    lrs: tuple[float, ...] = option((TrainConfig.lr,), "base learning rates, e.g. 0.05,0.1,0.2",
+        "batch size b: the global batch, or per worker with --batch-scaling per-worker; a sweep "
+        "takes a list, e.g. 256,512", flag="--batch-size")
+    lrs: tuple[float, ...] = option((TrainConfig.lr,), "base learning rate (see --lr-scaling); a "
+                                                       "sweep takes a list, e.g. 0.05,0.1",
                                     flag="--lr")
     batch_scaling: Literal["global", "per-worker"] = option(
         "global", "global: the global batch is b whatever the workers (13.5's experiment); "
