@@ -22,14 +22,16 @@ def shared_dict():
         yield manager.dict()
 
 
-def num_actors(class_name: str) -> int:
-    """How many actors of this class the session's Ray has had, dead ones included.
+def num_actors(class_name: str, address: str | None = None) -> int:
+    """How many actors of this class a Ray (by default the one this process is
+    connected to) has had, dead ones included.
 
     Ray names a class defined in a function by its name or, in some runs, by
     its qualified name (`ImplicitFunc` or `wrap_function.<locals>.ImplicitFunc`).
     """
     return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
-               for actor in list_actors(limit=10_000, raise_on_missing_output=False))
+               for actor in list_actors(address=address, limit=10_000,
+                                        raise_on_missing_output=False))
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:
