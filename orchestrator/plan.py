@@ -30,8 +30,6 @@ class SweepRequest:
     """`--use-gpu auto`: GPU workers if the cluster has GPUs."""
     workers_from_cluster: bool
     """The preset's worker counts are 1, 2, 4, ... up to what the cluster holds."""
-    label: str
-    """The preset's name, or the config file's: names the default --out."""
     out_dir: Path
     storage: str
     resume: bool
@@ -40,13 +38,10 @@ class SweepRequest:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """The request fitted to the cluster."""
+    """The request's sweep fitted to the cluster, and how many of its trials run at once."""
 
     sweep: SweepConfig
     max_concurrent_trials: int
-    out_dir: Path
-    storage: str
-    resume: bool
 
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -83,7 +78,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
-                        workers_from_cluster=workers_from_cluster, label=label, out_dir=out_dir,
+                        workers_from_cluster=workers_from_cluster, out_dir=out_dir,
                         storage=storage_location, resume=args.resume,
                         max_concurrent_trials=args.max_concurrent_trials)
 
@@ -103,8 +98,7 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     largest = max(point.train.num_workers for point in sweep.grid)
     concurrent = (request.max_concurrent_trials
                   or max(1, cluster.max_workers(sweep.base.resources_per_worker) // largest))
-    return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent, out_dir=request.out_dir,
-                     storage=request.storage, resume=request.resume)
+    return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent)
 
 
 def with_gpu_from_cluster(config, cluster: Cluster):

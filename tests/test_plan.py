@@ -1,0 +1,44 @@
+"""The plan fitted to a cluster: GPUs, open worker counts, room and concurrency,
+decided once from what the cluster's nodes hold (a `Cluster` as `connect` returns it)."""
+
+import pytest
+
+from orchestrator import cli, plan
+from orchestrator.cluster import Cluster
+from orchestrator.errors import UserError
+
+
+def _cluster(*nodes: dict) -> Cluster:
+    return Cluster(address=None, dashboard_url=None, node_resources=tuple(nodes))
+
+
+def _request(tmp_path, *argv: str) -> plan.SweepRequest:
+    return plan.sweep_request(cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")]))
+
+
+def test_the_scaling_preset_takes_worker_counts_up_to_what_the_cluster_holds(tmp_path):
+    request = _request(tmp_path, "--preset", "scaling")
+    fitted = plan.fit_to_cluster(request, _cluster({"CPU": 4.0}, {"CPU": 2.0}))
+    assert fitted.sweep.workers == (1, 2, 4, 6)
+    assert fitted.max_concurrent_trials == 1  # the largest trial takes every CPU
+    assert not fitted.sweep.base.use_gpu  # auto, and the cluster has no GPU
+
+
+def test_trials_run_side_by_side_as_far_as_the_largest_fits(tmp_path):
+    request = _request(tmp_path, "--workers", "1,2")
+    assert plan.fit_to_cluster(request, _cluster({"CPU": 8.0})).max_concurrent_trials == 4
+    request = _request(tmp_path, "--workers", "1,2", "--max-concurrent-trials", "1")
+    assert plan.fit_to_cluster(request, _cluster({"CPU": 8.0})).max_concurrent_trials == 1
+
+
+def test_auto_gpu_follows_the_cluster_and_a_no_stays_no(tmp_path):
+    gpu_node = {"CPU": 8.0, "GPU": 2.0}
+    assert plan.fit_to_cluster(_request(tmp_path), _cluster(gpu_node)).sweep.base.use_gpu
+    request = _request(tmp_path, "--use-gpu", "no")
+    assert not plan.fit_to_cluster(request, _cluster(gpu_node)).sweep.base.use_gpu
+
+
+def test_a_grid_point_no_node_set_can_hold_is_refused(tmp_path):
+    request = _request(tmp_path, "--workers", "1,4")
+    with pytest.raises(UserError, match="the grid point with 4 workers needs 4 workers"):
+        plan.fit_to_cluster(request, _cluster({"CPU": 2.0}, {"CPU": 1.0}))
