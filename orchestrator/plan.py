@@ -56,9 +56,11 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     options = config_options(args)
     preset = getattr(args, "preset", None)
     if args.config:
-        if options or preset:
-            given = given_flags(args) + (["--preset"] if preset else [])
-            raise UserError(f"--config holds the whole sweep; put {', '.join(given)} in the file")
+        if preset:
+            raise UserError("--config holds the whole sweep: give --config or --preset, not both")
+        if options:
+            raise UserError(f"--config holds the whole sweep; put {', '.join(given_flags(args))} "
+                            f"in the file")
         sweep, label = _sweep_from_file(args.config), Path(args.config).stem
         gpu_from_cluster = workers_from_cluster = False
     else:

@@ -242,3 +242,6 @@ def test_a_config_file_is_the_whole_sweep(tmp_path):
     run = run_script("sweep.py", "--config", str(config), "--lr", "0.1", timeout_s=60)
     assert run.returncode == 2
     assert "--config holds the whole sweep; put --lr in the file" in run.stderr
+    run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
+    assert run.returncode == 2
+    assert "give --config or --preset, not both" in run.stderr
