@@ -76,7 +76,8 @@ def main() -> None:
     asha_sweep = SweepConfig.from_dict({
         **sweep.to_dict(), "scheduler": "asha", "num_epochs": 2, "batch_sizes": (16,),
         "train_limit": 8192, "lrs": (0.5, *(0.001 * (index + 1) for index in range(args.trials - 1)))})
-    assert ray_fastpath.enabled(), "the fast path is off: unset ORCHESTRATOR_RAY_FAST_PATH"
+    if not ray_fastpath.enabled():
+        parser.error(f"the fast path is off here: unset {ray_fastpath.SWITCH_ENV_VAR}")
     fast = measure_path(sweep, asha_sweep)
     # The same sweeps, one after the other in this run, on Ray's public API alone.
     os.environ[ray_fastpath.SWITCH_ENV_VAR] = "0"

@@ -16,11 +16,10 @@ import typing
 from collections.abc import Callable
 from typing import Literal
 
-from orchestrator.config import DEFAULT_PRESET, PRESETS, SWEEP_FIELDS, TRAIN_FIELDS
+from orchestrator.config import DEFAULT_PRESET, OPTION_FIELDS, PRESETS, SWEEP_FIELDS, TRAIN_FIELDS
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2
-FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
 # `--use-gpu auto`: decided once the cluster says whether it has GPUs.
 AUTO = "auto"
 _METAVARS = {int: "N", float: "X"}
@@ -64,7 +63,7 @@ def sweep_parser(description: str) -> OneLineParser:
                              f"(default {DEFAULT_PRESET}); the options below override it")
     add_config_options(parser, one_run=False)
     parser.add_argument("--out", default=None,
-                        help="results folder (default: results/<preset>-<time>)")
+                        help="results folder (default: results/<preset or config file>-<time>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted sweep in --out: finished trials are kept")
     parser.add_argument("--max-concurrent-trials", type=int, default=None,
@@ -89,8 +88,7 @@ def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> Non
     """
     training = parser.add_argument_group("training (one value each)")
     for spec in TRAIN_FIELDS.values():
-        if not spec.metadata["swept"]:
-            _add_field(training, spec, validated_by_config=True, one_run=one_run)
+        _add_field(training, spec, validated_by_config=True, one_run=one_run)
     grid = parser.add_argument_group("grid" if one_run else "grid (comma-separated lists)")
     for spec in SWEEP_FIELDS.values():
         if one_run and spec.name == "scheduler":
@@ -132,16 +130,16 @@ def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool,
 
 def config_options(args: argparse.Namespace) -> dict:
     """The config options the user gave, by field name; yes/no as booleans, `auto` kept."""
-    given = {name: value for name, value in vars(args).items() if name in FIELDS}
+    given = {name: value for name, value in vars(args).items() if name in OPTION_FIELDS}
     for name, value in given.items():
-        if FIELDS[name].metadata["auto"] and value != AUTO:
+        if OPTION_FIELDS[name].metadata["auto"] and value != AUTO:
             given[name] = value == "yes"
     return given
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
     """The flags of the config options the user gave, for messages."""
-    return [flag(FIELDS[name]) for name in config_options(args)]
+    return [flag(OPTION_FIELDS[name]) for name in config_options(args)]
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -188,8 +186,9 @@ def _list_of(kind: type) -> Callable[[str], tuple]:
 
 def _default(spec: dataclasses.Field, one_run: bool) -> str:
     """How --help names a field's default: a sweep takes the preset's first."""
-    if not one_run and any(spec.name in preset for preset in PRESETS.values()):
-        return "default: the preset's"
     default = spec.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    return f"default {'all' if shown is None else shown}"
+    shown = "all" if shown is None else shown
+    if not one_run and any(spec.name in preset for preset in PRESETS.values()):
+        return f"default: the preset's, else {shown}"
+    return f"default {shown}"

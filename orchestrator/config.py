@@ -169,7 +169,8 @@ class SweepConfig:
     """A base run and the axes swept over it: workers x batch size x learning rate."""
 
     base: TrainConfig = field(default_factory=TrainConfig)
-    """Every option of the trials but the swept ones (num_workers, global_batch_size, lr)."""
+    """Every option of the trials; its swept fields (num_workers, global_batch_size, lr)
+    hold the first grid point's when built from options, and are replaced in every point."""
     workers: tuple[int, ...] = option(
         (TrainConfig.num_workers,), "workers, each owning one device (the book's num_gpus); "
                                     "a sweep takes a list, e.g. 1,2,4")
@@ -190,13 +191,8 @@ class SweepConfig:
 
     def __post_init__(self):
         _check_choices(self)
-        for name, values in (("workers", self.workers), ("batch sizes", self.batch_sizes),
-                             ("learning rates", self.lrs)):
-            if not values:
-                raise UserError(f"the list of {name} is empty")
-            if len(set(values)) != len(values):
-                raise UserError(f"the list of {name} repeats a value: {list(values)}")
-        self.grid  # every grid point is a valid TrainConfig, or this raises
+        _check_axes(self.workers, self.batch_sizes, self.lrs)
+        _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
     def grid(self) -> tuple[GridPoint, ...]:
@@ -212,9 +208,8 @@ class SweepConfig:
 
     def to_dict(self) -> dict:
         """The flat form of a `--config` file: the base's options beside the axes."""
-        base = {name: value for name, value in self.base.to_dict().items()
-                if not TRAIN_FIELDS[name].metadata["swept"]}
-        return {**base, **{name: getattr(self, name) for name in SWEEP_FIELDS}}
+        return {name: getattr(self.base if name in TRAIN_FIELDS else self, name)
+                for name in OPTION_FIELDS}
 
     @classmethod
     def from_dict(cls, values: dict, *, source: str = "sweep options") -> "SweepConfig":
@@ -226,13 +221,11 @@ class SweepConfig:
         if not isinstance(values, dict):
             raise UserError(f"{source}: expected an object of sweep options, "
                             f"got {type(values).__name__}")
-        known = {**{name: spec for name, spec in TRAIN_FIELDS.items()
-                    if not spec.metadata["swept"]}, **SWEEP_FIELDS}
-        unknown = sorted(set(values) - set(known))
+        unknown = sorted(set(values) - set(OPTION_FIELDS))
         if unknown:
             raise UserError(f"{source}: unknown option(s) {', '.join(unknown)}; the known ones "
-                            f"are {', '.join(known)}")
-        typed = {key: _typed(value, known[key].type, f"{source}: {key}")
+                            f"are {', '.join(OPTION_FIELDS)}")
+        typed = {key: _typed(value, OPTION_FIELDS[key].type, f"{source}: {key}")
                  for key, value in values.items()}
         axes = {key: typed.pop(key) for key in SWEEP_FIELDS if key in typed}
         try:
@@ -256,15 +249,27 @@ def _first_point(options: dict, axes: dict) -> TrainConfig:
     valid on its own (a train limit checked against its batch), and the grid
     checks every other point."""
     axes = {name: axes.get(name, spec.default) for name, spec in SWEEP_FIELDS.items()}
-    if not (axes["workers"] and axes["batch_sizes"] and axes["lrs"]):
-        return TrainConfig(**options)  # SweepConfig names the empty list
+    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"])
     return TrainConfig(**options, **_swept_values(
         axes["workers"][0], axes["batch_sizes"][0], axes["lrs"][0], axes["batch_scaling"],
         axes["lr_scaling"]))
 
 
-TRAIN_FIELDS = {spec.name: spec for spec in dataclasses.fields(TrainConfig)}
+# The run's own options (its swept fields come from the axes), and the sweep's.
+TRAIN_FIELDS = {spec.name: spec for spec in dataclasses.fields(TrainConfig)
+                if not spec.metadata["swept"]}
 SWEEP_FIELDS = {spec.name: spec for spec in dataclasses.fields(SweepConfig) if spec.name != "base"}
+OPTION_FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
+"""Every option, by name: the flat form of a sweep, and the command line."""
+
+
+def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple) -> None:
+    for name, values in (("workers", workers), ("batch sizes", batch_sizes),
+                         ("learning rates", lrs)):
+        if not values:
+            raise UserError(f"the list of {name} is empty")
+        if len(set(values)) != len(values):
+            raise UserError(f"the list of {name} repeats a value: {list(values)}")
 
 
 def _check_choices(config) -> None:

@@ -1,8 +1,8 @@
 """The two jobs the scripts run: one training run, and a sweep with its report.
 
-Each takes the parsed command line, checks it whole (plan.py) before Ray,
-torch or pandas are imported, and only then connects and runs: a typo costs
-a second, not the 5 s those imports take on a 2-core machine.
+Each takes the parsed command line, checks it whole (plan.py) before Ray
+Train, Tune, torch or pandas are imported, and only then connects and runs: a
+typo costs a second, not the 5 s those imports take on a 2-core machine.
 """
 
 import argparse
@@ -15,6 +15,7 @@ import ray
 
 from orchestrator import cluster as ray_cluster
 from orchestrator import data, plan, storage
+from orchestrator.rundir import claim_out_dir
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,6 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
     from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
                                       summarize_trials, write_results)
-    from orchestrator.rundir import claim_out_dir
     from orchestrator.sweep import collect, is_complete, run_sweep
 
     cluster = _connect(args)

@@ -46,9 +46,8 @@ class SweepPlan:
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """train.py's run, and whether its GPU use waits on the cluster: a grid of one point."""
-    options = config_options(args)
-    gpu_from_cluster = options.get("use_gpu", AUTO) == AUTO
-    (point,) = _sweep_from(options, source="").grid
+    sweep, gpu_from_cluster = _sweep_from(config_options(args))
+    (point,) = sweep.grid
     return point.train, gpu_from_cluster
 
 
@@ -69,8 +68,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             raise UserError(f"unknown preset {label!r}; choose one of {', '.join(PRESETS)}")
         options = {**PRESETS[label], **options}
         workers_from_cluster = options["workers"] is None
-        gpu_from_cluster = options.get("use_gpu", AUTO) == AUTO
-        sweep = _sweep_from(options, source="")
+        sweep, gpu_from_cluster = _sweep_from(options)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UserError(f"--max-concurrent-trials must be >= 1, got {args.max_concurrent_trials}")
     out_dir = Path(args.out or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -120,13 +118,17 @@ def workers_up_to(capacity: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _sweep_from(options: dict, *, source: str) -> SweepConfig:
-    # Until the cluster says, `auto` is checked as GPU workers (the permissive
-    # case: synchronised BatchNorm needs them), and open worker counts as (1,).
+def _sweep_from(options: dict) -> tuple[SweepConfig, bool]:
+    """The sweep the command line asks for, and whether its GPU use waits on the cluster.
+
+    Until the cluster says, `auto` is checked as GPU workers (the permissive
+    case: synchronised BatchNorm needs them), and open worker counts as (1,).
+    """
+    gpu_from_cluster = options.get("use_gpu", AUTO) == AUTO
     checked = {**options, "workers": options.get("workers") or (1,)}
-    if checked.get("use_gpu", AUTO) == AUTO:
+    if gpu_from_cluster:
         checked["use_gpu"] = True
-    return SweepConfig.from_dict(checked, source=source)
+    return SweepConfig.from_dict(checked, source=""), gpu_from_cluster
 
 
 def _sweep_from_file(path: str) -> SweepConfig:

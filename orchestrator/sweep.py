@@ -96,11 +96,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
-                # A trial's process runs the next trial: its start and torch
-                # import are paid once. Only on the fast path, where a trial
-                # that Tune stops ends its fit at once (ray_fastpath.ReportToTune);
-                # a stock fit outlives Tune's 2 s wait and the next trial failed.
-                reuse_actors=ray_fastpath.enabled(),
+                reuse_actors=ray_fastpath.reuse_trial_processes(),
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),

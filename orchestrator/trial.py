@@ -62,8 +62,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     """
     if max_failures is None:
         max_failures = config.max_failures
-    # Read where the trainer is built: the dashboard's Train view and
-    # /api/train/v2/runs/v1 list each run with its status. The user's setting wins.
+    # Read where the trainer is built: the dashboard's Train API
+    # (/api/train/v2/runs/v1) lists each run with its status. The user's setting wins.
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     trainer = ray_fastpath.trainer_class()(
         train_loop_per_worker,

@@ -25,7 +25,7 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
     """Ray Train entry point: config and data come from the driver via the object store."""
     config = TrainConfig(**loop_config["train_config"])
     torch.set_num_threads(config.threads_per_worker)
-    ray_fastpath.tune_worker_process()
+    ray_fastpath.prepare_worker_process()
     data: FashionMNIST = ray.get(loop_config["data"])
     checkpoint = ray.train.get_checkpoint()
     resume_from = None

@@ -3,9 +3,11 @@ TorchTrainer, and in a sweep Ray's TuneReportCallback, so that it cannot rot."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 
 import pandas as pd
 import pytest
@@ -86,3 +88,12 @@ def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path
     trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
     assert trials.loc[0.2, "status"] == "finished" and trials.loc[0.2, "epochs_run"] == 2
     assert trials.loc[0.001, "status"] in ("finished", "stopped early")
+
+
+def test_pyproject_pins_ray_to_the_versions_the_fast_path_was_tested_on():
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    (ray_requirement,) = [dep for dep in dependencies if dep.startswith("ray[")]
+    lower, upper = (tuple(map(int, version.split("."))) for version in
+                    re.search(r">=(\d+\.\d+),<(\d+\.\d+)", ray_requirement).groups())
+    tested = ray_fastpath.TESTED_RAY_VERSIONS
+    assert (lower, upper) == (tested[0], (tested[-1][0], tested[-1][1] + 1))

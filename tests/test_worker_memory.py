@@ -1,5 +1,5 @@
 """A worker keeps the memory a training step frees for the next step
-(ray_fastpath.tune_worker_process)."""
+(ray_fastpath.prepare_worker_process)."""
 
 import subprocess
 import sys
