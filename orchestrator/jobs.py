@@ -47,9 +47,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
 
     cluster = _connect(args)
     try:
-        if gpu_from_cluster:
-            config = plan.with_gpu_from_cluster(config, cluster)
-        cluster.require_room(config.num_workers, config.resources_per_worker)
+        config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         print(f"{config.model}, {config.num_workers} worker(s) on "
               f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "

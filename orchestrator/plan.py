@@ -101,6 +101,15 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent)
 
 
+def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,
+                       cluster: Cluster) -> TrainConfig:
+    """train.py's run with its GPU use settled; refused if the cluster can never hold it."""
+    if gpu_from_cluster:
+        config = with_gpu_from_cluster(config, cluster)
+    cluster.require_room(config.num_workers, config.resources_per_worker)
+    return config
+
+
 def with_gpu_from_cluster(config, cluster: Cluster):
     """`config` (a TrainConfig or a SweepConfig's base) with GPU workers iff the cluster has GPUs."""
     if isinstance(config, SweepConfig):
