@@ -20,7 +20,7 @@ from orchestrator.data import TEST_SIZE, TRAIN_SIZE, shard_bounds
 from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
-Sync = Literal["scratch", "bucketed", "ddp"]
+Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
 Precision = Literal["fp32", "bf16", "fp64"]
 MODELS, SYNC_STRATEGIES, PRECISIONS = (typing.get_args(kind) for kind in (Model, Sync, Precision))
 
@@ -50,7 +50,8 @@ class TrainConfig:
                        swept=True)
     num_epochs: int = option(10, "passes over the training set", flag="--epochs")
     sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
-                                   "bucketed (a few flat buffers), ddp (overlapped with backward)")
+                                   "bucketed (a few flat buffers), ddp (overlapped with backward), "
+                                   "sharded (each worker sums and updates 1/k: ZeRO-1)")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
     train_limit: int | None = option(None, "train on the first N training images only "
                                            "(quick runs)")

@@ -62,7 +62,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
-                     shared_memory=config.shared_memory)
+                     shared_memory=config.shared_memory, optimizer=optimizer)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # The uint8 data set (52 MB) goes to the device once and each batch is
     # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
@@ -90,7 +90,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
             "device": str(device), "devices": devices,
         }
         history.append(metrics)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        state = {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer)}
         report(metrics, state, history)
         if metrics["status"] == STATUS_DIVERGED:
             break
@@ -112,7 +112,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     warmup_steps = config.warmup_epochs * config.steps_per_epoch
     sync.module.train()
     sync.sync_time_s = 0.0
-    check = NonFiniteCheck(device)
+    check = NonFiniteCheck(sync, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
     status = STATUS_OK
@@ -137,7 +137,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
     epoch_time_s = time.perf_counter() - start
-    if check.count.item():  # steps after the last read
+    if check.read():  # steps after the last read
         status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
@@ -168,10 +168,10 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     # Dividing by the *global* batch makes the summed gradients over workers
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
-    sync.synchronize()  # every worker now holds the sum over all workers
-    if check.failed(sync.model):
+    sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
+    if check.failed():
         return None
-    optimizer.step()
+    sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
     sync.zero_grad()
     return losses.detach(), logits.detach()
 
@@ -181,20 +181,26 @@ class NonFiniteCheck:
     every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS_CUDA on a GPU.
 
     The gradients are identical on every worker after the sync, so every
-    worker reaches the same verdict without an extra collective.
+    worker reaches the same verdict without an extra collective; `sharded`'s
+    workers each hold a part of them, and sum their counts when read.
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, sync: GradientSync, device: torch.device):
+        self.sync = sync
         self.interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.num_steps = 0
 
-    def failed(self, model: nn.Module) -> bool:
+    def failed(self) -> bool:
         """Counts this step's gradients; True if this step reads a nonzero count."""
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        grads = self.sync.summed_grads()
         self.count += ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
         self.num_steps += 1
-        return self.num_steps % self.interval_steps == 0 and bool(self.count.item())
+        return self.num_steps % self.interval_steps == 0 and self.read()
+
+    def read(self) -> bool:
+        """Whether any step so far had a non-finite gradient, on any worker."""
+        return bool(self.sync.agreed_count(self.count).item())
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
