@@ -1,6 +1,7 @@
 """`--sync sharded` on 2 and 3 real gloo processes: each worker's part of the update
-is the full SGD's, with momentum and weight decay, and the state it saves and
-resumes from is the full optimizer's."""
+is the full SGD's, with momentum and weight decay, the state it saves and
+resumes from is the full optimizer's, and a non-finite gradient in any part
+stops every worker."""
 
 import copy
 
@@ -12,6 +13,8 @@ from torch import nn
 
 from helpers import shared_dict
 from orchestrator.cluster import free_local_port
+from orchestrator.config import TrainConfig
+from orchestrator.loop import STATUS_DIVERGED, run_training
 from orchestrator.sync import make_sync
 
 # Not the loop's plain SGD: every piece of state and every hyperparameter the
@@ -106,3 +109,26 @@ def test_sharded_sgd_is_the_full_sgd_and_saves_its_state(num_workers):
                                        state["momentum_buffer"], rtol=1e-12, atol=1e-14)
         for name, want in want_final.items():
             torch.testing.assert_close(got["final"][name], want, rtol=1e-12, atol=1e-14)
+
+
+def _diverging_body(rank: int, port: int, dataset, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # test_worker_loop's diverging run: lr 50 makes a gradient non-finite within an epoch.
+        config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
+                             test_limit=100, num_workers=2, sync="sharded")
+        history = run_training(config, dataset, device=torch.device("cpu"),
+                               report=lambda metrics, state, _: None)
+        results[rank] = [row["status"] for row in history]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_non_finite_part_stops_every_worker(fashion_mnist_small):
+    # Each worker checks only its part of the summed gradient; the verdict is
+    # summed over workers, so all stop at the same step (a worker that went on
+    # alone would wait forever in the next reduce-scatter).
+    with shared_dict() as results:
+        mp.spawn(_diverging_body, args=(free_local_port(), fashion_mnist_small, results), nprocs=2)
+        results = dict(results)
+    assert results == {0: [STATUS_DIVERGED], 1: [STATUS_DIVERGED]}
