@@ -95,7 +95,9 @@ def sharded_section(record: dict) -> list[str]:
     lines = [f"### Whole steps, {record['num_workers']} workers: sharded beside the others", "",
              "Per worker and step: backward, sync and an SGD update with momentum 0.9 (so that "
              "there is optimizer state to shard); `sent_MB` is what the process wrote to "
-             "gloo's sockets (shared memory writes none).", ""]
+             "gloo's sockets (shared memory writes none); `params_MB` and `optimizer_state_MB` "
+             "what they hold after the step (a checkpoint of `sharded` gathers one whole "
+             "optimizer state for a moment, once an epoch).", ""]
     for name in models:
         steps = record[name]["steps"]
         lines += [f"{MODEL_NAMES[name]}:", "", "| strategy | " + " | ".join(STEP_COLUMNS) + " |",

@@ -83,8 +83,9 @@ class ParameterShards:
             flat = torch.empty_like(self.flat_param)
             flat.view(get_world_size(), -1)[get_rank()].copy_(part)
             all_gather_(flat)
+            # Views of `flat`, not copies: one whole state in memory, once an epoch.
             for index, view in enumerate(self._views(flat)):
-                state_dict["state"].setdefault(index, {})[key] = view.clone()
+                state_dict["state"].setdefault(index, {})[key] = view
         return state_dict
 
     def _views(self, flat: torch.Tensor) -> Iterator[torch.Tensor]:
