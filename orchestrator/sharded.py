@@ -38,8 +38,8 @@ class ParameterShards:
         dtype = self.params[0].dtype
         assert all(p.dtype == dtype for p in self.params), "one flat buffer holds one dtype"
         num_workers = get_world_size()
-        self.numel = sum(p.numel() for p in self.params)
-        part_numel = -(-self.numel // num_workers)  # the last part is padded with zeros
+        numel = sum(p.numel() for p in self.params)
+        part_numel = -(-numel // num_workers)  # the last part is padded with zeros
         self.flat_param = torch.zeros(num_workers * part_numel, dtype=dtype, device=device)
         self.flat_grad = torch.zeros_like(self.flat_param)
         with torch.no_grad():
