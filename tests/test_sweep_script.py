@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 
 from helpers import run_script
@@ -53,7 +54,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     trials = _assert_complete_results(out_dir, 4, run.stdout)
-    assert len(list((store / "train-runs").glob("*/checkpoint_*/history.json"))) == 4
+    # The sweep's own Train runs, in a folder named after it (see test_rundir).
+    assert len(list((store / "train-runs").glob("out-*/*/checkpoint_*/history.json"))) == 4
     assert not (out_dir / "ray").exists()
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
@@ -245,3 +247,30 @@ def test_a_config_file_is_the_whole_sweep(tmp_path):
     run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
     assert run.returncode == 2
     assert "give --config or --preset, not both" in run.stderr
+
+
+@pytest.mark.reliability(fault="sweep.py: an --out that cannot be created or written "
+                               "(`--out /proc/x`; a path under a file)", lost="nothing")
+def test_an_unwritable_out_is_one_line_before_ray_starts(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    for out in ("/proc/x", str(tmp_path / "a-file" / "out")):
+        run = run_script("sweep.py", *SMALL, "--out", out, timeout_s=60)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"--out {out} cannot be created or written" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "Ray" not in run.stdout  # decided before any Ray started
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.reliability(fault="--use-gpu yes on a machine without a GPU, no --address",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_use_gpu_yes_without_a_gpu_is_refused_before_ray_starts(tmp_path, script):
+    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+    run = run_script(script, "--use-gpu", "yes", *SMALL, *out, timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "--use-gpu yes, but this machine has no GPU" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout
+    assert not (tmp_path / "out").exists()
