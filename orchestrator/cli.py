@@ -72,7 +72,7 @@ def sweep_parser(description: str) -> OneLineParser:
                              "largest trial as the cluster holds")
     parser.add_argument("--max-hours", type=float, default=None, metavar="X",
                         help="stop the sweep after its first epoch if its estimated time exceeds "
-                             "X hours, and at X hours in any case (--resume continues it)")
+                             "X hours (--resume continues it)")
     add_cluster_options(parser)
     return parser
 

@@ -63,9 +63,13 @@ class TimeEstimate(tune.stopper.Stopper):
     with `max_hours`, stops it when that is longer (a ResNet-18 sweep on CPUs
     would otherwise train for hours without a word)."""
 
-    def __init__(self, sweep: SweepConfig, max_concurrent: int, max_hours: float | None):
+    # The limit of the command running now, not kept with the instance: Tune
+    # restores a resumed sweep's stopper as it was when the sweep started.
+    max_hours: float | None = None
+
+    def __init__(self, sweep: SweepConfig, max_concurrent: int):
         self.num_trials, self.num_epochs = len(sweep.grid), sweep.base.num_epochs
-        self.max_concurrent, self.max_hours = max_concurrent, max_hours
+        self.max_concurrent = max_concurrent
         self.estimated_hours: float | None = None
 
     def __call__(self, trial_id: str, result: dict) -> bool:
@@ -119,6 +123,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    TimeEstimate.max_hours = max_hours
     experiment_path = storage.join(storage_path, experiment_name(sweep_id))
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
@@ -137,14 +142,13 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
-                time_budget_s=max_hours * 3600 if max_hours else None,
                 reuse_actors=ray_fastpath.reuse_trial_processes(),
                 # Trial folders named by trial id alone: short paths, and the id
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
                 name=experiment_name(sweep_id), storage_path=storage_path,
-                stop=TimeEstimate(sweep, max_concurrent, max_hours),
+                stop=TimeEstimate(sweep, max_concurrent),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),

@@ -89,7 +89,9 @@ class SyncTimer:
     @property
     def seconds(self) -> float:
         if self._events:
-            self._events[-1][1].synchronize()  # the one wait for the GPU
+            # The one wait for the GPU; each stop, since ddp's may be on different streams.
+            for _, stop in self._events:
+                stop.synchronize()
             self._seconds += sum(start.elapsed_time(stop) for start, stop in self._events) / 1000
             self._events.clear()
         return self._seconds
