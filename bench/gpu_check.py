@@ -29,7 +29,7 @@ from common import command_line, emit, median  # noqa: E402
 from gpu import BOOK_PRESET, BOOK_RESNET18, TARGET, TARGET_EPOCH_S, TARGET_EPOCHS, TARGET_TEST_ACC  # noqa: E402
 
 from orchestrator import data  # noqa: E402
-from orchestrator.config import MODELS, PRESETS, TrainConfig  # noqa: E402
+from orchestrator.config import MODELS, PRESETS, SYNC_STRATEGIES, TrainConfig  # noqa: E402
 from orchestrator.loop import run_training  # noqa: E402
 
 NAME = "gpu_check"
@@ -45,6 +45,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None, help="folder with the Fashion-MNIST files")
     args = parser.parse_args(argv)
     args.models, args.syncs = args.models.split(","), args.syncs.split(",")
+    for given, known in ((args.models, MODELS), (args.syncs, SYNC_STRATEGIES)):
+        if set(given) - set(known):
+            parser.error(f"unknown {', '.join(sorted(set(given) - set(known)))}; "
+                         f"choose from {', '.join(known)}")
     if args.epochs < 2:
         parser.error("--epochs must be >= 2: the first epoch is warm-up and not timed")
     return args
