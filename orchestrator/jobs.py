@@ -95,7 +95,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
                  f"{base.num_epochs} epochs, model {base.model}, sync {base.sync}",
-                 f"- timing: {_timing_line(sweep_plan)}",
+                 f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {time.monotonic() - started:.0f} s"]
         paths = write_results(request.out_dir, summary, epochs, title_lines=title)
         tables = ("Scaling\n" + markdown_table(scaling_table(summary))
@@ -118,7 +118,7 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
     return cluster
 
 
-def _timing_line(sweep_plan: plan.SweepPlan) -> str:
+def timing_line(sweep_plan: plan.SweepPlan) -> str:
     if not sweep_plan.side_by_side:
         return "each trial timed with its nodes to itself"
     return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: epoch "

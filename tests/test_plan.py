@@ -3,7 +3,7 @@ decided once from what the cluster's nodes hold (a `Cluster` as `connect` return
 
 import pytest
 
-from orchestrator import cli, plan
+from orchestrator import cli, jobs, plan
 from orchestrator.cluster import Cluster
 from orchestrator.errors import UserError
 
@@ -33,6 +33,7 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
     request = _request(tmp_path, "--workers", "1,2", "--max-concurrent-trials", "3")
     fitted = plan.fit_to_cluster(request, _cluster({"CPU": 8.0}))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (3, True)
+    assert "up to 3 trials side by side, sharing nodes" in jobs.timing_line(fitted)
 
 
 def test_trials_share_nothing_when_every_node_holds_one_worker(tmp_path):
