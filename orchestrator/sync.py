@@ -103,8 +103,8 @@ class SyncTimer:
 class GradientSync:
     """Base: the loop runs forward on `module`, calls `synchronize` after backward and
     `zero_grad` after the optimizer step. A strategy times its communication with
-    `self.timer` (`start`/`stop`); `sync_time_s` reads the total, and setting it
-    (to 0 at each epoch's start) resets it."""
+    `_timed` (or `self.timer.start`/`stop` where it cannot wrap a call);
+    `sync_time_s` reads the total, and setting it (to 0 at each epoch's start) resets it."""
 
     def __init__(self, model: nn.Module, device: torch.device, transport: Transport):
         self.model = model
@@ -130,8 +130,12 @@ class GradientSync:
     def synchronize(self) -> None:
         if self.num_workers == 1:
             return  # nothing to sum
+        self._timed(self._reduce, [p.grad for p in self.model.parameters() if p.grad is not None])
+
+    def _timed(self, communicate: Callable, *args) -> None:
+        """`communicate(*args)`, its time added to `sync_time_s` (on a GPU, without waiting)."""
         started = self.timer.start()
-        self._reduce([p.grad for p in self.model.parameters() if p.grad is not None])
+        communicate(*args)
         self.timer.stop(started)
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
