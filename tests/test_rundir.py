@@ -56,3 +56,13 @@ def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_p
     claim_out_dir(tmp_path / "first", fitted.sweep, storage, first)
     resumed = plan.sweep_request(parser.parse_args(["--out", str(tmp_path / "first"), "--resume"]))
     assert resumed.sweep_id == first
+
+
+def test_a_claimed_sweep_json_still_serves_as_a_config_file(tmp_path):
+    sweep = SweepConfig(workers=(1, 2), lrs=(0.1, 0.3))
+    claim_out_dir(tmp_path / "first", sweep, "store", "first-1234")
+    request = plan.sweep_request(cli.sweep_parser("").parse_args(
+        ["--config", str(tmp_path / "first" / SWEEP_FILE), "--out", str(tmp_path / "second")]))
+    assert request.sweep.lrs == (0.1, 0.3) and request.sweep.workers == (1, 2)
+    assert not request.gpu_from_cluster  # the stored sweep had settled it
+    assert request.sweep_id != "first-1234"
