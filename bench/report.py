@@ -34,6 +34,7 @@ HEADLINES = {
     "sweep_overhead": ["fixed_cost_per_trial_s", "stock_fixed_cost_per_trial_s"],
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
+    "gpu_check": ["device_name", "path", "target_met"],
 }
 
 

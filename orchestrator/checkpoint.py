@@ -18,16 +18,20 @@ HISTORY_FILE = "history.json"
 CHECKPOINT_PREFIX = "checkpoint_"
 
 
-def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:
-    """The model and optimizer `state`, and the epoch `history` so far, into `folder`."""
-    torch.save(state, folder / STATE_FILE)
+def save_checkpoint(folder: Path, state: dict | None, history: list[dict]) -> None:
+    """The model and optimizer `state` (None: a diverged run's, not kept), and the
+    epoch `history` so far, into `folder`."""
+    if state is not None:
+        torch.save(state, folder / STATE_FILE)
     (folder / HISTORY_FILE).write_text(json.dumps(history))
 
 
-def load_checkpoint(folder: Path) -> tuple[dict, list[dict]]:
-    """What `save_checkpoint` wrote: the state on the CPU, and the history."""
-    # weights_only: a checkpoint holds tensors and plain containers, never code.
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+def load_checkpoint(folder: Path) -> tuple[dict | None, list[dict]]:
+    """What `save_checkpoint` wrote: the state on the CPU (or None), and the history."""
+    state = None
+    if (folder / STATE_FILE).exists():
+        # weights_only: a checkpoint holds tensors and plain containers, never code.
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
     return state, json.loads((folder / HISTORY_FILE).read_text())
 
 

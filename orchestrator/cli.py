@@ -67,7 +67,12 @@ def sweep_parser(description: str) -> OneLineParser:
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted sweep in --out: finished trials are kept")
     parser.add_argument("--max-concurrent-trials", type=int, default=None,
-                        help="default: as many of the largest trial as the cluster holds")
+                        help="default: one at a time when the sweep reports a speedup (trials "
+                             "that share a node crowd each other's timings), else as many of the "
+                             "largest trial as the cluster holds")
+    parser.add_argument("--max-hours", type=float, default=None, metavar="X",
+                        help="stop the sweep after its first epoch if its estimated time exceeds "
+                             "X hours (--resume continues it)")
     add_cluster_options(parser)
     return parser
 

@@ -81,19 +81,21 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
         else:
-            claim_out_dir(request.out_dir, sweep, request.storage)
+            claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
         _print_plan(sweep_plan)
         started = time.monotonic()
         result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
+                                sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
-                                resume=request.resume)
-        trials, epochs = collect(result_grid, sweep, request.storage)
+                                resume=request.resume, max_hours=args.max_hours)
+        trials, epochs = collect(result_grid, sweep, request.storage, sweep_id=request.sweep_id)
         summary = summarize_trials(trials, epochs)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
                  f"{base.num_epochs} epochs, model {base.model}, sync {base.sync}",
+                 f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {time.monotonic() - started:.0f} s"]
         paths = write_results(request.out_dir, summary, epochs, title_lines=title)
         tables = ("Scaling\n" + markdown_table(scaling_table(summary))
@@ -114,6 +116,14 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
     if cluster.dashboard_url:
         print(cluster.dashboard_hint)
     return cluster
+
+
+def timing_line(sweep_plan: plan.SweepPlan) -> str:
+    if not sweep_plan.side_by_side:
+        return "each trial timed with its nodes to itself"
+    return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: epoch "
+            f"times, speedups and efficiencies compare runs that competed for the same cores, "
+            f"memory bandwidth and devices")
 
 
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:

@@ -33,13 +33,15 @@ STATUS_DIVERGED = "diverged"
 DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
 # Reading a value off a GPU waits for every queued step and then idles it, so
 # there the non-finite-gradient count is read only every this many steps: a
-# diverged run may take that many more steps to stop (bench/notes/gpu.md).
-FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
+# diverged run may take that many more steps to stop (bench/notes/gpu.md),
+# its weights by then not finite; elsewhere it is read every step.
+FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # The dtype of the weights, the gradients and their sync, by precision: bf16
 # lowers only the forward pass (under autocast), the weights stay fp32.
 PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
 
-# Called once per epoch on every worker with (metrics, training state, history).
+# Called once per epoch on every worker with (metrics, training state, history);
+# the state is None once the run diverged.
 Reporter = Callable[[dict, dict, list[dict]], None]
 
 
@@ -57,6 +59,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     history: list[dict] = []
     if resume_from is not None:
         state, history = resume_from
+        if state is None:
+            return history  # a diverged run's last checkpoint: nothing to resume
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     # Identical replicas come from rank 0's weights, not from trusting seeds.
@@ -88,9 +92,13 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
             "batch_size_per_worker": config.batch_size_per_worker,
             "steps_per_epoch": config.steps_per_epoch,
             "device": str(device), "devices": devices,
+            "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
+                               if device.type == "cuda" else None),
         }
         history.append(metrics)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        # A diverged run's weights may not be finite: its checkpoint keeps the history only.
+        state = (None if metrics["status"] == STATUS_DIVERGED else
+                 {"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         report(metrics, state, history)
         if metrics["status"] == STATUS_DIVERGED:
             break
@@ -178,14 +186,14 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
 
 class NonFiniteCheck:
     """Counts the steps whose synced gradients are not finite, and reads the count
-    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS_CUDA on a GPU.
+    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS["cuda"] on a GPU.
 
     The gradients are identical on every worker after the sync, so every
     worker reaches the same verdict without an extra collective.
     """
 
     def __init__(self, device: torch.device):
-        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
+        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS.get(device.type, 1)
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.num_steps = 0
 

@@ -20,7 +20,8 @@ from orchestrator.progress import book_line
 from orchestrator.results import INTERRUPTED
 from orchestrator.trial import run_trial
 
-EXPERIMENT_NAME = "sweep"
+# The names of a sweep started before sweeps had an id (see `experiment_name`).
+LEGACY_EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "num_workers", "global_batch_size",
@@ -34,6 +35,17 @@ TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
 
 
+def experiment_name(sweep_id: str | None) -> str:
+    """The sweep's Tune experiment in its storage: named after the sweep, so
+    that sweeps sharing a `--storage` never restore each other's trials."""
+    return sweep_id or LEGACY_EXPERIMENT_NAME
+
+
+def train_runs_path(storage_path: str, sweep_id: str | None) -> str:
+    """The folder of the sweep's Train runs (one per trial), the sweep's own."""
+    return storage.join(storage_path, TRAIN_RUNS_DIR, *([sweep_id] if sweep_id else []))
+
+
 def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
     """One Tune trial: fit the TorchTrainer of one grid point."""
     train = TrainConfig(**config["point"]["train"])
@@ -41,8 +53,40 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
+              # No sweep id: a trial of a sweep from before sweeps had one.
+              storage_path=train_runs_path(config["storage"], config.get("sweep_id")),
               callbacks=[ray_fastpath.report_to_tune_callback()])
+
+
+class TimeEstimate(tune.stopper.Stopper):
+    """After the sweep's first epoch, says how long the sweep takes at that pace;
+    with `max_hours`, stops it when that is longer (a ResNet-18 sweep on CPUs
+    would otherwise train for hours without a word)."""
+
+    # The limit of the command running now, not kept with the instance: Tune
+    # restores a resumed sweep's stopper as it was when the sweep started.
+    max_hours: float | None = None
+
+    def __init__(self, sweep: SweepConfig, max_concurrent: int):
+        self.num_trials, self.num_epochs = len(sweep.grid), sweep.base.num_epochs
+        self.max_concurrent = max_concurrent
+        self.estimated_hours: float | None = None
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        if self.estimated_hours is None and "epoch_time_s" in result:
+            self.estimated_hours = (result["epoch_time_s"] * self.num_trials * self.num_epochs
+                                    / min(self.max_concurrent, self.num_trials) / 3600)
+            print(f"first epoch: {result['epoch_time_s']:.0f} s of training; at that pace the "
+                  f"sweep's {self.num_trials} trial(s) x {self.num_epochs} epochs take about "
+                  f"{self.estimated_hours:.2f} h", flush=True)
+            if self.stop_all():
+                print(f"that exceeds --max-hours {self.max_hours:g}: stopping the sweep "
+                      f"(--resume continues it)", flush=True)
+        return False
+
+    def stop_all(self) -> bool:
+        return (self.max_hours is not None and self.estimated_hours is not None
+                and self.estimated_hours > self.max_hours)
 
 
 class TrialLinePrinter(tune.Callback):
@@ -66,7 +110,8 @@ class TrialLinePrinter(tune.Callback):
 
 
 def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
-              max_concurrent: int, resume: bool) -> tune.ResultGrid:
+              sweep_id: str | None, max_concurrent: int, resume: bool,
+              max_hours: float | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
     # The data goes to the trials as a ref inside a list, so that Tune ships
     # the ref, not a second copy of the data set, to every trial.
@@ -78,7 +123,8 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    experiment_path = storage.join(storage_path, EXPERIMENT_NAME)
+    TimeEstimate.max_hours = max_hours
+    experiment_path = storage.join(storage_path, experiment_name(sweep_id))
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
         # each resumes from its own last checkpoint.
@@ -92,7 +138,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
             trainable,
             param_space={
                 "point": tune.grid_search([_point_to_dict(point) for point in sweep.grid]),
-                "storage": storage_path,
+                "storage": storage_path, "sweep_id": sweep_id,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
@@ -101,7 +147,8 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
-                name=EXPERIMENT_NAME, storage_path=storage_path,
+                name=experiment_name(sweep_id), storage_path=storage_path,
+                stop=TimeEstimate(sweep, max_concurrent),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
@@ -129,8 +176,8 @@ def _point_to_dict(point: GridPoint) -> dict:
             "train": point.train.to_dict()}
 
 
-def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
-            storage_path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
+            sweep_id: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
@@ -153,7 +200,8 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
         # From the newest checkpoint, not Tune's record: a report reaches Tune
         # only after its checkpoint is stored, so an epoch trained and kept
         # counts even if the workers or the driver died before the report.
-        history = checkpoint.read_newest_history(storage.join(storage_path, TRAIN_RUNS_DIR, trial_id))
+        history = checkpoint.read_newest_history(
+            storage.join(train_runs_path(storage_path, sweep_id), trial_id))
         history = pd.DataFrame(history) if history else result.metrics_dataframe
         if history is not None and "epoch" in history:
             # reindex: a trial run by an older version lacks the newer columns.

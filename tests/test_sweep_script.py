@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 
 from helpers import run_script
@@ -53,7 +54,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     trials = _assert_complete_results(out_dir, 4, run.stdout)
-    assert len(list((store / "train-runs").glob("*/checkpoint_*/history.json"))) == 4
+    # The sweep's own Train runs, in a folder named after it (see test_rundir).
+    assert len(list((store / "train-runs").glob("out-*/*/checkpoint_*/history.json"))) == 4
     assert not (out_dir / "ray").exists()
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
@@ -245,3 +247,79 @@ def test_a_config_file_is_the_whole_sweep(tmp_path):
     run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
     assert run.returncode == 2
     assert "give --config or --preset, not both" in run.stderr
+
+
+@pytest.mark.reliability(fault="sweep.py: an --out that cannot be created or written "
+                               "(`--out /proc/x`; a path under a file)", lost="nothing")
+def test_an_unwritable_out_is_one_line_before_ray_starts(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    for out in ("/proc/x", str(tmp_path / "a-file" / "out")):
+        run = run_script("sweep.py", *SMALL, "--out", out, timeout_s=60)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"--out {out} cannot be created or written" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "Ray" not in run.stdout  # decided before any Ray started
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.reliability(fault="--use-gpu yes on a machine without a GPU, no --address",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_use_gpu_yes_without_a_gpu_is_refused_before_ray_starts(tmp_path, script):
+    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+    run = run_script(script, "--use-gpu", "yes", *SMALL, *out, timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "--use-gpu yes, but this machine has no GPU" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cluster
+def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
+    """A head that claims 4 CPUs could hold the 1- and the 2-worker trial at once;
+    timed side by side, they would crowd each other's speedup."""
+    port = free_local_port(preferred=6379)
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    env.pop("RAY_ADDRESS", None)
+    head_args = ["--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
+                 f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
+    try:
+        with _ray_node(*head_args, env=env) as head:
+            deadline = time.monotonic() + 60
+            while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                                 capture_output=True).returncode != 0:
+                assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+                time.sleep(1)
+            out_dir = tmp_path / "out"
+            run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
+                             *SMALL, "--out", str(out_dir), env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert "1 node(s), 4 CPUs" in run.stdout
+            assert "2 trial(s), up to 1 at a time" in run.stdout
+            _assert_complete_results(out_dir, 2, run.stdout)
+            assert ("- timing: each trial timed with its nodes to itself"
+                    in (out_dir / "report.md").read_text())
+    finally:
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
+
+
+@pytest.mark.cluster
+@pytest.mark.reliability(
+    fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
+          "than its estimate", lost="the epochs not trained: the sweep stops after its first "
+                                    "epoch, saying how long it would take; --resume continues it")
+def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--preset", "d2l-13.6", "--workers", "1", "--batch-size", "32",
+                     "--train-limit", "64", "--test-limit", "100", "--max-hours", "0.00001",
+                     "--out", str(out_dir), timeout_s=300)
+    assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r"first epoch: \d+ s of training; at that pace the sweep's 1 trial\(s\) x "
+                     r"10 epochs take about [\d.]+ h", run.stdout), run.stdout[-3000:]
+    assert "that exceeds --max-hours 1e-05: stopping the sweep" in run.stdout
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert len(epochs) < 10 and (epochs["model"] == "resnet18").all()

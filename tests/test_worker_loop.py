@@ -7,8 +7,11 @@ import sys
 import pytest
 import torch
 
+from orchestrator import loop
 from orchestrator.config import TrainConfig
 from orchestrator.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from orchestrator.models import build_model
+from orchestrator.sync import BucketedSync, group_transport
 from helpers import REPO
 
 CPU = torch.device("cpu")
@@ -65,6 +68,39 @@ def test_divergence_stops_the_run_and_says_so(fashion_mnist_small, train_limit, 
     assert len(history) == 1 and history[0]["status"] == STATUS_DIVERGED
     assert loss_is_as_expected(history[0]["train_loss"])
     assert len(reports) == 1
+
+
+@pytest.mark.reliability(
+    fault="a run that diverges where the non-finite check is read every 25 steps (as on a GPU)",
+    lost="the diverged run's weights, not finite by then: its checkpoint keeps the history only")
+def test_a_diverged_run_checkpoints_no_weights_that_are_not_finite(fashion_mnist_small,
+                                                                    monkeypatch):
+    # A CPU reading the check as rarely as a GPU does: non-finite steps are taken.
+    monkeypatch.setitem(loop.FINITE_CHECK_INTERVAL_STEPS, "cpu", 25)
+    config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
+                         test_limit=100)
+    history, reports = _train(config, fashion_mnist_small)
+    assert history[-1]["status"] == STATUS_DIVERGED
+    assert reports[-1][1] is None  # no weights to checkpoint
+    # A worker group restarted from that checkpoint trains nothing more.
+    assert _train(config, fashion_mnist_small, resume_from=(None, history))[0] == history
+
+
+def test_bucket_gradient_views_have_their_channels_last_parameters_layout(fashion_mnist_small):
+    model = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
+    reference = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
+    sync = BucketedSync(model, CPU, group_transport(), bucket_cap_mb=0.1)
+    images = loop.to_model_input(torch.from_numpy(fashion_mnist_small.train_images[:32]))
+    images = images.contiguous(memory_format=torch.channels_last)
+    for network in (model, reference):
+        network(images).sum().backward()
+    conv_weights = [param for param in model.parameters() if param.dim() == 4]
+    assert any(param.is_contiguous(memory_format=torch.channels_last)
+               and not param.is_contiguous() for param in conv_weights)
+    for param, expected in zip(model.parameters(), reference.parameters()):
+        assert param.grad.stride() == param.stride(), param.shape
+        assert torch.equal(param.grad, expected.grad)
+    assert len(sync.buffers) > 1  # the views span several buckets
 
 
 def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(fashion_mnist_small):
