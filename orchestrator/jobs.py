@@ -87,7 +87,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
-                                resume=request.resume, max_hours=args.max_hours)
+                                resume=request.resume, max_hours=request.max_hours)
         trials, epochs = collect(result_grid, sweep, request.storage, sweep_id=request.sweep_id)
         summary = summarize_trials(trials, epochs)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",

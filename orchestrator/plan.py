@@ -38,6 +38,8 @@ class SweepRequest:
     older sweep's, resumed under the names it was started with)."""
     resume: bool
     max_concurrent_trials: int | None
+    max_hours: float | None
+    """Stop the sweep when its first epoch says it takes longer."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
                         workers_from_cluster=workers_from_cluster, out_dir=out_dir,
                         storage=storage_location, sweep_id=sweep_id, resume=args.resume,
-                        max_concurrent_trials=args.max_concurrent_trials)
+                        max_concurrent_trials=args.max_concurrent_trials,
+                        max_hours=args.max_hours)
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
