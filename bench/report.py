@@ -34,6 +34,8 @@ HEADLINES = {
     "sweep_overhead": ["fixed_cost_per_trial_s", "stock_fixed_cost_per_trial_s"],
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
+    "straggler": ["speedup_proportional_over_even", "ideal_speedup_at_measured_speeds",
+                  "slowed_worker_relative_speed"],
 }
 
 
