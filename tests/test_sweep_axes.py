@@ -6,12 +6,12 @@ import pytest
 
 from helpers import run_script
 from orchestrator import cli, plan
-from orchestrator.config import SweepConfig
+from orchestrator.config import SPLITS, SweepConfig
 from orchestrator.results import render_report, strategy_table, summarize_trials
 
 
 def test_each_axis_takes_a_list_and_the_grid_crosses_them():
-    argv = ["--workers", "1,2", "--sync", "scratch,bucketed,ddp", "--split", "even,proportional",
+    argv = ["--workers", "1,2", "--sync", "scratch,bucketed,ddp", "--split", ",".join(SPLITS),
             "--precision", "fp32,bf16"]
     sweep = SweepConfig.from_dict(cli.config_options(cli.sweep_parser("").parse_args(argv)),
                                   source="")
@@ -53,7 +53,8 @@ def test_bad_lists_are_one_line_and_exit_2(tmp_path, args, fragment):
 
 
 # Two strategies, each on 1 and 2 workers: (trial, sync, split, workers, samples/s, s/epoch, sync s)
-TRIALS = [("s1", "scratch", "even", 1, 1000, 10.0, 0.0), ("s2", "scratch", "even", 2, 1600, 6.0, 1.5),
+TRIALS = [("s1", "scratch", "even", 1, 1000, 10.0, 0.0),
+          ("s2", "scratch", "even", 2, 1600, 6.0, 1.5),
           ("d1", "ddp", "even", 1, 800, 12.0, 0.0), ("d2", "ddp", "even", 2, 1200, 8.0, 1.0),
           ("p2", "scratch", "proportional", 2, 1500, 6.5, 1.0)]
 
@@ -90,5 +91,5 @@ def test_the_report_compares_strategies_and_shows_each_workers_share():
     summary, epochs = _summary()
     report = render_report(summary, epochs, title_lines=[])
     assert "## Strategies" in report and "## Split per worker" in report
-    assert "| p2 | scratch | proportional | 2 | 128 / 128 | 2.00 / 4.00 | 2 | 170 / 86 | 3.00 / 3.10 |" \
-        in report
+    assert ("| p2 | scratch | proportional | 2 | 128 / 128 | 2.00 / 4.00 | 2 | 170 / 86 "
+            "| 3.00 / 3.10 |") in report
