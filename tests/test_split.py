@@ -23,6 +23,7 @@ from orchestrator.cluster import free_local_port
 from orchestrator.config import SYNC_STRATEGIES, TrainConfig
 from orchestrator.loop import run_training
 from orchestrator.models import build_model
+from orchestrator.progress import epoch_line
 from orchestrator.split import even_shares, proportional_shares
 from orchestrator.trial import run_trial
 from test_equivalence import FP64_RTOL, _config, _single_device_parameters
@@ -46,6 +47,15 @@ def test_shares_follow_speed_sum_to_the_batch_and_keep_one_each(total, speeds, e
 
 def test_even_shares_are_the_even_split():
     assert even_shares(255, 2) == (128, 127) and even_shares(7, 3) == (3, 2, 2)
+
+
+def test_the_epoch_line_shows_each_workers_share_and_compute_seconds():
+    metrics = {"epoch": 2, "train_loss": 0.5, "train_acc": 0.8, "test_acc": 0.8,
+               "epoch_time_s": 4.0, "samples_per_s": 1000.0, "sync_time_s": 0.5, "status": "ok",
+               "worker_shares": [170, 86], "worker_compute_s": [3.0, 3.1]}
+    assert epoch_line(metrics, 3).endswith("sync 0.50 s), shares 170/86 computing 3.00/3.10 s")
+    one_worker = epoch_line({**metrics, "worker_shares": [256], "worker_compute_s": [3.0]}, 3)
+    assert one_worker.endswith("sync 0.50 s)")
 
 
 def _assert_same_updates(state: dict, reference: dict) -> None:
