@@ -35,6 +35,8 @@ HEADLINES = {
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
     "gpu_check": ["device_name", "path", "target_met"],
+    "straggler": ["speedup_proportional_over_even", "ideal_speedup_at_measured_speeds",
+                  "slowed_worker_relative_speed"],
 }
 
 

@@ -100,8 +100,10 @@ def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> Non
             continue
         if typing.get_origin(spec.type) is tuple:
             item_type = typing.get_args(spec.type)[0]
+            metavar = ("{" + ",".join(typing.get_args(item_type)) + "}"
+                       if typing.get_origin(item_type) is Literal else _METAVARS[item_type])
             grid.add_argument(flag(spec), dest=spec.name, default=argparse.SUPPRESS,
-                              metavar=_METAVARS[item_type] + ("" if one_run else ",..."),
+                              metavar=metavar + ("" if one_run else ",..."),
                               type=_one_value(item_type) if one_run else _list_of(item_type),
                               help=f"{spec.metadata['doc']} ({_default(spec, one_run)})")
         else:
@@ -162,20 +164,34 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                             "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
 
 
-def _one_value(kind: type) -> Callable[[str], tuple]:
+def _one_value(kind) -> Callable[[str], tuple]:
+    if typing.get_origin(kind) is Literal:
+        return lambda text: (text,)  # TrainConfig names the choices when it is not one
     def parse(text: str) -> tuple:
         return (kind(text),)
     parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid float value"
     return parse
 
 
-def _list_of(kind: type) -> Callable[[str], tuple]:
-    """'1,2,4' -> (1, 2, 4), with a one-line error naming the bad item."""
-    example = "1,2,4" if kind is int else "0.05,0.1"
+def _list_of(kind) -> Callable[[str], tuple]:
+    """'1,2,4' -> (1, 2, 4), with a one-line error naming the bad item.
+
+    Choices ('scratch,ddp') are kept as text, and checked, with the names of
+    the valid ones, where every grid point's TrainConfig is built.
+    """
+    choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+    example = ",".join(choices[:2]) if choices else "1,2,4" if kind is int else "0.05,0.1"
 
     def parse(text: str) -> tuple:
         values = []
         for item in (item.strip() for item in text.split(",")):
+            if choices:
+                if not item:
+                    raise argparse.ArgumentTypeError(
+                        f"an empty item in {text!r} (expected a comma-separated list like "
+                        f"{example})")
+                values.append(item)
+                continue
             try:
                 value = kind(item)
             except ValueError:

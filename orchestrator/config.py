@@ -10,6 +10,7 @@ is built, before anything touches a cluster.
 
 import dataclasses
 import functools
+import itertools
 import math
 import types
 import typing
@@ -21,8 +22,10 @@ from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp"]
+Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
-MODELS, SYNC_STRATEGIES, PRECISIONS = (typing.get_args(kind) for kind in (Model, Sync, Precision))
+MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
+                                               for kind in (Model, Sync, Split, Precision))
 
 
 def option(default, doc: str, *, flag: str | None = None, swept: bool = False,
@@ -50,7 +53,14 @@ class TrainConfig:
                        swept=True)
     num_epochs: int = option(10, "passes over the training set", flag="--epochs")
     sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
-                                   "bucketed (a few flat buffers), ddp (overlapped with backward)")
+                                   "bucketed (a few flat buffers), ddp (overlapped with backward)",
+                        swept=True)
+    split: Split = option("even", "how each global batch is divided: even, or proportional to "
+                                  "each worker's measured speed (13.6, exercise 2)", swept=True)
+    split_interval_steps: int = option(0, "with --split proportional, re-set the shares every "
+                                          "N steps; 0: at each epoch boundary")
+    pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
+                                    "local rank")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
     train_limit: int | None = option(None, "train on the first N training images only "
                                            "(quick runs)")
@@ -67,7 +77,7 @@ class TrainConfig:
                                        "gradients through its shared memory, not gloo's sockets")
     precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
                                           "(loss, weights, gradients and optimizer stay fp32); "
-                                          "fp64: all in double precision")
+                                          "fp64: all in double precision", swept=True)
     channels_last: bool = option(False, "model and inputs in channels-last memory format "
                                         "(faster on GPUs)")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
@@ -111,7 +121,8 @@ class TrainConfig:
                 )
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
-        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last"):
+        _require_int(self.split_interval_steps, "split interval steps", minimum=0)
+        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last", "pin_cores"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:
@@ -134,13 +145,15 @@ class TrainConfig:
 
     @property
     def batch_sizes_per_worker(self) -> tuple[int, ...]:
+        """The even split; a proportional split starts from it."""
         return tuple(stop - start for start, stop in
                      (shard_bounds(self.global_batch_size, self.num_workers, rank)
                       for rank in range(self.num_workers)))
 
     @property
     def batch_size_per_worker(self) -> int:
-        """The largest shard: what the busiest worker computes per step."""
+        """The largest shard of the even split: what the busiest worker computes per step
+        (a proportional split's shares are in each epoch's metrics)."""
         return -(-self.global_batch_size // self.num_workers)
 
     @property
@@ -150,6 +163,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _doc(config_class, name: str) -> str:
+    return config_class.__dataclass_fields__[name].metadata["doc"]
 
 
 @dataclass(frozen=True)
@@ -164,13 +181,19 @@ class GridPoint:
     train: TrainConfig
 
 
+# The axes whose values are the run's own field values, by the field's name.
+RUN_AXES = ("sync", "split", "precision")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """A base run and the axes swept over it: workers x batch size x learning rate."""
+    """A base run and the axes swept over it: workers x batch size x learning rate x
+    sync strategy x split x precision."""
 
     base: TrainConfig = field(default_factory=TrainConfig)
-    """Every option of the trials; its swept fields (num_workers, global_batch_size, lr)
-    hold the first grid point's when built from options, and are replaced in every point."""
+    """Every option of the trials; its swept fields (num_workers, global_batch_size, lr,
+    sync, split, precision) hold the first grid point's when built from options, and are
+    replaced in every point."""
     workers: tuple[int, ...] = option(
         (TrainConfig.num_workers,), "workers, each owning one device (the book's num_gpus); "
                                     "a sweep takes a list, e.g. 1,2,4")
@@ -188,22 +211,37 @@ class SweepConfig:
         "none", "linear: lr = base lr * global batch / b (Goyal et al., 2017); none: the base lr")
     scheduler: Literal["fifo", "asha"] = option(
         "fifo", "asha stops trials early whose test accuracy lags (by epoch)")
+    sync: tuple[Sync, ...] = option(
+        (TrainConfig.sync,), f"{_doc(TrainConfig, 'sync')}; a sweep takes a list, e.g. "
+                             f"scratch,bucketed")
+    split: tuple[Split, ...] = option(
+        (TrainConfig.split,), f"{_doc(TrainConfig, 'split')}; a sweep takes a list, e.g. "
+                              f"even,proportional")
+    precision: tuple[Precision, ...] = option(
+        (TrainConfig.precision,), f"{_doc(TrainConfig, 'precision')}; a sweep takes a list, "
+                                  f"e.g. fp32,bf16")
 
     def __post_init__(self):
         _check_choices(self)
-        _check_axes(self.workers, self.batch_sizes, self.lrs)
+        _check_axes(self.workers, self.batch_sizes, self.lrs,
+                    *(getattr(self, name) for name in RUN_AXES))
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
     def grid(self) -> tuple[GridPoint, ...]:
-        """One point per (workers, batch size, lr), with its derived values; computed once."""
+        """One point per (workers, batch size, lr, sync, split, precision), with its
+        derived values; computed once."""
         points = []
         for num_workers in self.workers:
             for batch_size in self.batch_sizes:
                 for base_lr in self.lrs:
-                    train = dataclasses.replace(self.base, **_swept_values(
-                        num_workers, batch_size, base_lr, self.batch_scaling, self.lr_scaling))
-                    points.append(GridPoint(len(points), batch_size, base_lr, train))
+                    for run_values in itertools.product(*(getattr(self, name)
+                                                          for name in RUN_AXES)):
+                        train = dataclasses.replace(
+                            self.base, **dict(zip(RUN_AXES, run_values)), **_swept_values(
+                                num_workers, batch_size, base_lr, self.batch_scaling,
+                                self.lr_scaling))
+                        points.append(GridPoint(len(points), batch_size, base_lr, train))
         return tuple(points)
 
     def to_dict(self) -> dict:
@@ -249,8 +287,9 @@ def _first_point(options: dict, axes: dict) -> TrainConfig:
     valid on its own (a train limit checked against its batch), and the grid
     checks every other point."""
     axes = {name: axes.get(name, spec.default) for name, spec in SWEEP_FIELDS.items()}
-    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"])
-    return TrainConfig(**options, **_swept_values(
+    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"],
+                *(axes[name] for name in RUN_AXES))
+    return TrainConfig(**options, **{name: axes[name][0] for name in RUN_AXES}, **_swept_values(
         axes["workers"][0], axes["batch_sizes"][0], axes["lrs"][0], axes["batch_scaling"],
         axes["lr_scaling"]))
 
@@ -263,9 +302,11 @@ OPTION_FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
 """Every option, by name: the flat form of a sweep, and the command line."""
 
 
-def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple) -> None:
+def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple, syncs: tuple, splits: tuple,
+                precisions: tuple) -> None:
     for name, values in (("workers", workers), ("batch sizes", batch_sizes),
-                         ("learning rates", lrs)):
+                         ("learning rates", lrs), ("sync strategies", syncs),
+                         ("splits", splits), ("precisions", precisions)):
         if not values:
             raise UserError(f"the list of {name} is empty")
         if len(set(values)) != len(values):
@@ -293,9 +334,13 @@ def _typed(value, annotation, what: str):
     if typing.get_origin(annotation) is Literal:
         return value  # its choices are checked with the rest of the config
     if typing.get_origin(annotation) is tuple:
+        item_type = typing.get_args(annotation)[0]
+        if isinstance(value, str) and typing.get_origin(item_type) is Literal:
+            # sync, split, precision: one value is a one-point axis (files written
+            # before they were axes hold one)
+            value = [value]
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{what} must be a list, got {value!r}")
-        item_type = typing.get_args(annotation)[0]
         return tuple(_typed(item, item_type, what) for item in value)
     if isinstance(annotation, types.UnionType):  # `int | None`
         if value is None:

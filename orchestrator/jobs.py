@@ -49,7 +49,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
     try:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         print(f"{config.model}, {config.num_workers} worker(s) on "
-              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}: "
+              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}, "
+              f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, {config.steps_per_epoch} steps/epoch, "
               f"{config.num_train_examples} train / {config.num_test_examples} test images")
@@ -71,7 +72,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
     from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
-                                      summarize_trials, write_results)
+                                      strategy_table, summarize_trials, write_results)
     from orchestrator.sweep import collect, is_complete, run_sweep
 
     cluster = _connect(args)
@@ -94,11 +95,13 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"- cluster: {cluster.describe()}",
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
-                 f"{base.num_epochs} epochs, model {base.model}, sync {base.sync}",
+                 f"{base.num_epochs} epochs, model {base.model}, sync {list(sweep.sync)}, "
+                 f"split {list(sweep.split)}, precision {list(sweep.precision)}",
                  f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {time.monotonic() - started:.0f} s"]
         paths = write_results(request.out_dir, summary, epochs, title_lines=title)
         tables = ("Scaling\n" + markdown_table(scaling_table(summary))
+                  + "\n\nStrategies\n" + markdown_table(strategy_table(summary))
                   + "\n\nLearning rate per (workers, batch)\n"
                   + markdown_table(isolation_table(summary)))
         return SweepOutcome(tables=tables, paths=list(paths.values()),
@@ -133,5 +136,5 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     for point in points:
         train = point.train
         print(f"  {train.num_workers} worker(s), global batch {train.global_batch_size} "
-              f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
-              f"{train.steps_per_epoch} steps/epoch")
+              f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, sync {train.sync}, "
+              f"split {train.split}, {train.precision}, {train.steps_per_epoch} steps/epoch")

@@ -18,6 +18,7 @@ from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds
 from orchestrator.models import NUM_CLASSES, build_model
+from orchestrator.split import BatchSplit, ComputeTimer
 from orchestrator.sync import GradientSync, make_sync
 
 # Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
@@ -57,16 +58,19 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     history: list[dict] = []
+    shares = None
     if resume_from is not None:
         state, history = resume_from
         if state is None:
             return history  # a diverged run's last checkpoint: nothing to resume
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        shares = state.get("split_shares")  # absent from checkpoints of older versions
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
                      shared_memory=config.shared_memory)
+    split = BatchSplit(config, device, shares)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # The uint8 data set (52 MB) goes to the device once and each batch is
     # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
@@ -79,13 +83,14 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         torch.backends.cudnn.benchmark = True
 
     for epoch in range(len(history), config.num_epochs):
-        stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
+        stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
                                 epoch=epoch, device=device)
         broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
         test_acc = evaluate(model, test_images, test_labels, config, device=device)
         metrics = {
             "epoch": epoch + 1, **stats, "test_acc": test_acc,
-            "model": config.model, "sync": config.sync, "transport": sync.transport,
+            "model": config.model, "sync": config.sync, "split": config.split,
+            "transport": sync.transport,
             "lr": config.lr,
             "precision": config.precision, "channels_last": config.channels_last,
             "num_workers": num_workers, "global_batch_size": config.global_batch_size,
@@ -98,22 +103,21 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         history.append(metrics)
         # A diverged run's weights may not be finite: its checkpoint keeps the history only.
         state = (None if metrics["status"] == STATUS_DIVERGED else
-                 {"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+                 {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                  "split_shares": list(split.shares)})
         report(metrics, state, history)
         if metrics["status"] == STATUS_DIVERGED:
             break
     return history
 
 
-def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
+def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split: BatchSplit,
                     images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
                     epoch: int, device: torch.device) -> dict:
     """One pass over the training set; returns the epoch's training statistics."""
-    rank, num_workers = get_rank(), get_world_size()
     batch_size = config.global_batch_size
-    shard_start, shard_stop = shard_bounds(batch_size, num_workers, rank)
     # Every worker draws the same permutation, then takes its own slice of
-    # each global batch: together they see exactly one device's minibatch.
+    # each global batch (`split`): together they see exactly one device's minibatch.
     order = torch.randperm(config.num_train_examples,
                            generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
                            ).to(device)
@@ -132,9 +136,10 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
             _set_lr(optimizer, config.lr * (global_step + 1) / warmup_steps)
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
+        shard_start, shard_stop = split.bounds()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         y = labels[index].long()
-        outcome = train_batch(sync, optimizer, images[index], y, config, check)
+        outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer)
         if outcome is None:
             status = STATUS_DIVERGED
             break
@@ -142,6 +147,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         loss_sum += losses.sum()
         num_correct += (logits.argmax(dim=1) == y).sum()
         num_steps += 1
+        split.after_step()
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
     epoch_time_s = time.perf_counter() - start
@@ -159,23 +165,28 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
         "status": status,
+        **split.end_epoch(num_steps),
     }
 
 
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck"
-                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck",
+                timer: ComputeTimer) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
     forward, loss over the global batch, backward, gradient sync, SGD step.
 
     Returns the shard's per-example losses and logits; None, without the
-    step, once `check` reads a non-finite gradient.
+    step, once `check` reads a non-finite gradient. `timer` times this
+    worker's own forward and backward (what a proportional split divides by).
     """
+    waited_s = sync.backward_wait_s
+    timer.start()
     logits = _forward(sync.module, images, config)
     losses = F.cross_entropy(logits, labels, reduction="none")
     # Dividing by the *global* batch makes the summed gradients over workers
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
+    timer.stop(minus_s=sync.backward_wait_s - waited_s)
     sync.synchronize()  # every worker now holds the sum over all workers
     if check.failed(sync.model):
         return None

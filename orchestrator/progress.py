@@ -9,8 +9,17 @@ def epoch_line(metrics: dict, num_epochs: int) -> str:
     return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
             f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
             f"{metrics['epoch_time_s']:.2f} s ({metrics['samples_per_s']:.0f} samples/s, "
-            f"sync {metrics['sync_time_s']:.2f} s)"
+            f"sync {metrics['sync_time_s']:.2f} s)" + _split_part(metrics)
             + ("  DIVERGED: non-finite gradients" if metrics["status"] == "diverged" else ""))
+
+
+def _split_part(metrics: dict) -> str:
+    """Each worker's share of the global batch and its forward+backward seconds."""
+    shares, seconds = metrics["worker_shares"], metrics["worker_compute_s"]
+    if len(shares) < 2:
+        return ""
+    return (f", shares {'/'.join(f'{share:g}' for share in shares)} "
+            f"computing {'/'.join(f'{time_s:.2f}' for time_s in seconds)} s")
 
 
 def book_line(history: list[dict]) -> str:

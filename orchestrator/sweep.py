@@ -25,8 +25,8 @@ LEGACY_EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "num_workers", "global_batch_size",
-                 "batch_size_per_worker", "lr", "sync", "transport", "model", "device", "devices",
-                 "status"]
+                 "batch_size_per_worker", "worker_shares", "worker_compute_s", "lr", "sync",
+                 "split", "precision", "transport", "model", "device", "devices", "status"]
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
@@ -166,7 +166,8 @@ def _progress_table() -> tune.CLIReporter:
     return tune.CLIReporter(
         parameter_columns={"point/train/num_workers": "workers",
                            "point/train/global_batch_size": "global batch",
-                           "point/train/lr": "lr", "point/train/sync": "sync"},
+                           "point/train/lr": "lr", "point/train/sync": "sync",
+                           "point/train/split": "split", "point/train/precision": "precision"},
         metric_columns={"epoch": "epoch", "test_acc": "test acc", "epoch_time_s": "s/epoch"},
         max_report_frequency=30)
 
@@ -188,7 +189,8 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         point = sweep.grid[configs[trial_id]["point"]["index"]]
         train = point.train
         trial_rows.append({
-            "trial_id": trial_id, "model": train.model, "sync": train.sync,
+            "trial_id": trial_id, "model": train.model, "sync": train.sync, "split": train.split,
+            "precision": train.precision,
             "num_workers": train.num_workers, "batch_size": point.batch_size,
             "batch_scaling": sweep.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
             "global_batch_size": train.global_batch_size,

@@ -112,6 +112,9 @@ class GradientSync:
         self.device = device
         self.num_workers = get_world_size()
         self.timer = SyncTimer(device)
+        # Seconds backward itself spent blocked on the other workers (ddp's
+        # reductions run inside it): not this worker's compute.
+        self.backward_wait_s = 0.0
         self.transport = transport.name
         self.allreduce_ = transport.allreduce_
 
@@ -234,9 +237,11 @@ class DDPSync(GradientSync):
             if bucket.is_last():
                 # Backward is over but for the reductions, which DDP would
                 # wait for blocked, its core idle; see `wait_busy`.
+                waiting_since = time.perf_counter()
                 for in_flight in self._works_in_flight:
                     wait_busy(in_flight, self.device)
                 self._works_in_flight.clear()
+                self.backward_wait_s += time.perf_counter() - waiting_since
 
         def finished(future: torch.futures.Future) -> torch.Tensor:
             self.timer.stop(started)

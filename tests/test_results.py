@@ -38,7 +38,8 @@ HISTORY = {
 
 def _recorded() -> tuple[pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
-        "trial_id": trial_id, "model": "lenet", "sync": "scratch", "num_workers": workers,
+        "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
+        "precision": "fp32", "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 3, "error": error,
