@@ -34,6 +34,8 @@ HEADLINES = {
     "sweep_overhead": ["fixed_cost_per_trial_s", "stock_fixed_cost_per_trial_s"],
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
+    "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
+                         "recipe_over_recommended", "target_met"],
 }
 
 
