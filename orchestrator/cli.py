@@ -190,7 +190,8 @@ def _default(spec: dataclasses.Field, one_run: bool) -> str:
     """How --help names a field's default: a sweep takes the preset's first."""
     default = spec.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    shown = "all" if shown is None else shown
+    if shown is None:  # no limit on the images; no target accuracy
+        shown = "all" if spec.name.endswith("_limit") else "none"
     if not one_run and any(spec.name in preset for preset in PRESETS.values()):
         return f"default: the preset's, else {shown}"
     return f"default {shown}"
