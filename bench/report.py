@@ -37,6 +37,8 @@ HEADLINES = {
     "gpu_check": ["device_name", "path", "target_met"],
     "straggler": ["speedup_proportional_over_even", "ideal_speedup_at_measured_speeds",
                   "slowed_worker_relative_speed"],
+    "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
+                         "recipe_over_recommended", "target_met"],
 }
 
 

@@ -39,7 +39,7 @@ def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]
         result_grid = run_sweep(sweep, data_ref, storage_path=storage, sweep_id="bench",
                                 max_concurrent=1, resume=False)
         wall_s = time.monotonic() - started
-        trials, epochs = collect(result_grid, sweep, storage, sweep_id="bench")
+        trials, epochs, _ = collect(result_grid, sweep, storage, sweep_id="bench")
         trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
     training_s = epochs["epoch_time_s"].sum()
     return {

@@ -23,6 +23,8 @@ EXIT_USER_ERROR = 2
 # `--use-gpu auto`: decided once the cluster says whether it has GPUs.
 AUTO = "auto"
 _METAVARS = {int: "N", float: "X"}
+# Options of a sweep's trials as Tune runs them: train.py has no Tune.
+SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -88,15 +90,15 @@ def flag(spec: dataclasses.Field) -> str:
 def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> None:
     """A flag for every option of a run and of a sweep's grid.
 
-    `one_run` (train.py): each axis takes one value and the sweep's scheduler
-    is left out; `--batch-size` means the same in both scripts.
+    `one_run` (train.py): each axis takes one value and the SWEEP_ONLY_FIELDS
+    are left out; `--batch-size` means the same in both scripts.
     """
     training = parser.add_argument_group("training (one value each)")
     for spec in TRAIN_FIELDS.values():
         _add_field(training, spec, validated_by_config=True, one_run=one_run)
     grid = parser.add_argument_group("grid" if one_run else "grid (comma-separated lists)")
     for spec in SWEEP_FIELDS.values():
-        if one_run and spec.name == "scheduler":
+        if one_run and spec.name in SWEEP_ONLY_FIELDS:
             continue
         if typing.get_origin(spec.type) is tuple:
             item_type = typing.get_args(spec.type)[0]
@@ -209,7 +211,8 @@ def _default(spec: dataclasses.Field, one_run: bool) -> str:
     """How --help names a field's default: a sweep takes the preset's first."""
     default = spec.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    shown = "all" if shown is None else shown
+    if shown is None:  # no limit on the images; no target accuracy
+        shown = "all" if spec.name.endswith("_limit") else "none"
     if not one_run and any(spec.name in preset for preset in PRESETS.values()):
         return f"default: the preset's, else {shown}"
     return f"default {shown}"

@@ -5,6 +5,7 @@ It runs on each Ray Train worker (worker.py) and equally in a single process
 benchmark) call `run_training` directly. Nothing here may import ray.
 """
 
+import copy
 import math
 import time
 import warnings
@@ -41,31 +42,51 @@ FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # lowers only the forward pass (under autocast), the weights stay fp32.
 PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
 
-# Called once per epoch on every worker with (metrics, training state, history);
-# the state is None once the run diverged.
-Reporter = Callable[[dict, dict, list[dict]], None]
+# Called at every evaluation on every worker with (metrics, training state,
+# epoch history, evaluations); `metrics["end_of_epoch"]` tells an epoch's row
+# from a mid-epoch evaluation's. The state is None once the run diverged.
+Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
+# Called by `train_one_epoch` after each mid-epoch evaluation step with (steps
+# done this epoch, training seconds this epoch so far).
+OnEvaluation = Callable[[int, float], None]
+
+
+def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+    """The run's SGD, built in this one place so every sync strategy steps the same one."""
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
 
 
 def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
-                 report: Reporter, resume_from: tuple[dict, list[dict]] | None = None
-                 ) -> list[dict]:
-    """Train for `config.num_epochs`, reporting after each; returns the epoch history."""
+                 report: Reporter,
+                 resume_from: tuple[dict, list[dict], list[dict]] | None = None,
+                 started_at: float | None = None) -> list[dict]:
+    """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
+    epoch and reporting each; returns the epoch history.
+
+    `started_at` (`time.time()`, default now) is when the run started, for the
+    evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
+    evaluations).
+    """
+    started_at = time.time() if started_at is None else started_at
     rank, num_workers = get_rank(), get_world_size()
     assert num_workers == config.num_workers, (num_workers, config.num_workers)
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    optimizer = make_optimizer(model.parameters(), config)
     history: list[dict] = []
+    evaluations: list[dict] = []
     shares = None
     if resume_from is not None:
-        state, history = resume_from
+        state, history, evaluations = resume_from
         if state is None:
             return history  # a diverged run's last checkpoint: nothing to resume
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         shares = state.get("split_shares")  # absent from checkpoints of older versions
+        # The state is the last finished epoch's: later evaluations run again.
+        evaluations = [row for row in evaluations if row["epoch"] <= len(history)]
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
@@ -81,31 +102,62 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         # Every training step has the same shapes (the partial last batch is
         # dropped), so cuDNN's search for its fastest convolutions pays once.
         torch.backends.cudnn.benchmark = True
+    run_fields = {
+        "model": config.model, "sync": config.sync, "split": config.split,
+        "transport": sync.transport,
+        "lr": config.lr, "momentum": config.momentum,
+        "precision": config.precision, "channels_last": config.channels_last,
+        "num_workers": num_workers, "global_batch_size": config.global_batch_size,
+        "batch_size_per_worker": config.batch_size_per_worker,
+        "steps_per_epoch": config.steps_per_epoch,
+        "device": str(device), "devices": devices,
+    }
+
+    def state_now() -> dict:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "split_shares": list(split.shares)}
+
+    # A mid-epoch checkpoint holds the last finished epoch's state (a copy:
+    # state dicts share the live tensors), so a restart redoes that epoch whole.
+    epoch_start_state = copy.deepcopy(state_now()) if config.evals_per_epoch > 1 else None
+    train_s = sum(row["epoch_time_s"] for row in history)  # training seconds so far
+
+    def evaluate_now(epoch: int, steps_done: int, epoch_train_s: float) -> dict:
+        """Test accuracy after `steps_done` steps of `epoch`, recorded in `evaluations`."""
+        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
+        start = time.perf_counter()
+        test_acc = evaluate(model, test_images, test_labels, config, device=device)
+        evaluations.append({"epoch": epoch + steps_done / config.steps_per_epoch,
+                            "test_acc": test_acc, "train_s": train_s + epoch_train_s,
+                            "wall_s": time.time() - started_at,
+                            "eval_s": time.perf_counter() - start})
+        return evaluations[-1]
+
+    def evaluate_mid_epoch(epoch: int, steps_done: int, epoch_train_s: float) -> None:
+        evaluation = evaluate_now(epoch, steps_done, epoch_train_s)
+        metrics = {**evaluation, "end_of_epoch": False, "status": STATUS_OK, **run_fields}
+        report(metrics, epoch_start_state, history, evaluations)
 
     for epoch in range(len(history), config.num_epochs):
+        num_evaluations = len(evaluations)
         stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
-                                epoch=epoch, device=device)
-        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
-        test_acc = evaluate(model, test_images, test_labels, config, device=device)
-        metrics = {
-            "epoch": epoch + 1, **stats, "test_acc": test_acc,
-            "model": config.model, "sync": config.sync, "split": config.split,
-            "transport": sync.transport,
-            "lr": config.lr,
-            "precision": config.precision, "channels_last": config.channels_last,
-            "num_workers": num_workers, "global_batch_size": config.global_batch_size,
-            "batch_size_per_worker": config.batch_size_per_worker,
-            "steps_per_epoch": config.steps_per_epoch,
-            "device": str(device), "devices": devices,
-            "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
-                               if device.type == "cuda" else None),
-        }
+                                epoch=epoch, device=device,
+                                on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
+                                    epoch, steps, seconds))
+        evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
+        train_s = evaluation["train_s"]
+        eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
+        metrics = {"epoch": epoch + 1, **stats, "test_acc": evaluation["test_acc"],
+                   "train_s": train_s, "wall_s": evaluation["wall_s"],
+                   "eval_time_s": eval_time_s, "end_of_epoch": True, **run_fields,
+                   "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
+                                      if device.type == "cuda" else None)}
         history.append(metrics)
         # A diverged run's weights may not be finite: its checkpoint keeps the history only.
-        state = (None if metrics["status"] == STATUS_DIVERGED else
-                 {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                  "split_shares": list(split.shares)})
-        report(metrics, state, history)
+        state = None if metrics["status"] == STATUS_DIVERGED else state_now()
+        if epoch_start_state is not None and state is not None:
+            epoch_start_state = copy.deepcopy(state)
+        report(metrics, state, history, evaluations)
         if metrics["status"] == STATUS_DIVERGED:
             break
     return history
@@ -113,8 +165,13 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
 
 def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split: BatchSplit,
                     images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
-                    epoch: int, device: torch.device) -> dict:
-    """One pass over the training set; returns the epoch's training statistics."""
+                    epoch: int, device: torch.device,
+                    on_evaluation: OnEvaluation | None = None) -> dict:
+    """One pass over the training set; returns the epoch's training statistics.
+
+    `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
+    mid-epoch evaluation points; its time is not counted as training.
+    """
     batch_size = config.global_batch_size
     # Every worker draws the same permutation, then takes its own slice of
     # each global batch (`split`): together they see exactly one device's minibatch.
@@ -122,6 +179,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
                            generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
                            ).to(device)
     warmup_steps = config.warmup_epochs * config.steps_per_epoch
+    evaluate_after = mid_epoch_evaluation_steps(config) if on_evaluation else set()
     sync.module.train()
     sync.sync_time_s = 0.0
     check = NonFiniteCheck(device)
@@ -129,6 +187,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
     status = STATUS_OK
     num_steps = 0
+    epoch_time_s = 0.0
     start = time.perf_counter()
     for step in range(config.steps_per_epoch):
         global_step = epoch * config.steps_per_epoch + step
@@ -148,9 +207,12 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         num_correct += (logits.argmax(dim=1) == y).sum()
         num_steps += 1
         split.after_step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
-    epoch_time_s = time.perf_counter() - start
+        if num_steps in evaluate_after:
+            epoch_time_s += _seconds_since(start, device)
+            on_evaluation(num_steps, epoch_time_s)
+            sync.module.train()
+            start = time.perf_counter()
+    epoch_time_s += _seconds_since(start, device)
     if check.count.item():  # steps after the last read
         status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
@@ -167,6 +229,12 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "status": status,
         **split.end_epoch(num_steps),
     }
+
+
+def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
+    """After which steps of an epoch to evaluate, besides its end: evenly spaced."""
+    steps, count = config.steps_per_epoch, config.evals_per_epoch
+    return {index * steps // count for index in range(1, count)}
 
 
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
@@ -264,6 +332,12 @@ def _as_tensors(*arrays) -> list[torch.Tensor]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return [torch.from_numpy(array) for array in arrays]
+
+
+def _seconds_since(start: float, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
+    return time.perf_counter() - start
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -22,6 +22,12 @@ def _split_part(metrics: dict) -> str:
             f"computing {'/'.join(f'{time_s:.2f}' for time_s in seconds)} s")
 
 
+def evaluation_line(metrics: dict) -> str:
+    """A mid-epoch evaluation (--evals-per-epoch)."""
+    return (f"  at epoch {metrics['epoch']:.2f}: test acc {metrics['test_acc']:.3f} "
+            f"after {metrics['train_s']:.1f} s of training")
+
+
 def book_line(history: list[dict]) -> str:
     """The line the book prints after training, e.g.
     `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
@@ -33,11 +39,13 @@ def book_line(history: list[dict]) -> str:
 
 
 class EpochPrinter(UserCallback):
-    """Prints one line per epoch. Runs in the Ray Train controller, whose
-    output Ray forwards to the driver's terminal."""
+    """Prints one line per epoch and per mid-epoch evaluation. Runs in the Ray Train
+    controller, whose output Ray forwards to the driver's terminal."""
 
     def __init__(self, num_epochs: int):
         self.num_epochs = num_epochs
 
     def after_report(self, run_context, metrics: list[dict], checkpoint) -> None:
-        print(epoch_line(metrics[0], self.num_epochs), flush=True)
+        row = metrics[0]
+        print(epoch_line(row, self.num_epochs) if row["end_of_epoch"] else evaluation_line(row),
+              flush=True)

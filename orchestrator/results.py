@@ -1,8 +1,9 @@
 """Aggregate a sweep's trials into tables, files and plots.
 
-Input: one row per (trial, epoch) as reported by the workers, and one row per
-trial with its grid values and how it ended. Output: `trials.csv`,
-`epochs.csv`, `report.md` and three PNG plots, each written atomically.
+Input: one row per (trial, epoch) and one per (trial, evaluation) as reported
+by the workers, and one row per trial with its grid values and how it ended.
+Output: `trials.csv`, `epochs.csv`, `evaluations.csv`, `report.md` and four
+PNG plots, each written atomically.
 """
 
 import math
@@ -10,15 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator import time_to_accuracy
 from orchestrator.progress import book_line
 from orchestrator.rundir import write_atomically
 
 FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
+REACHED_TARGET = "reached target"  # ended by --stop-at-target
 INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
 
 # The sweep axes that are the run's own values: a speedup compares trials of one
-# strategy, split and precision.
-RUN_AXES = ["sync", "split", "precision"]
+# momentum, strategy, split and precision.
+RUN_AXES = ["momentum", "sync", "split", "precision"]
 # Trials that share these differ only in the number of workers: the 1-worker
 # one is the baseline of the others' speedup. `batch_size` is the grid's b,
 # global or per worker as `batch_scaling` says.
@@ -28,15 +31,19 @@ SCALING_GROUP = ["model", *RUN_AXES, "batch_scaling", "batch_size", "base_lr"]
 ISOLATION_CELL = ["model", *RUN_AXES, "batch_scaling", "num_workers", "batch_size"]
 STRATEGY_CELL = ["model", *RUN_AXES, "num_workers"]
 
-PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png")
+PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
+              "test_acc_vs_time.png")
 
 
-def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: its grid values, derived values, outcome and speed.
+def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+                     target_acc: float | None = None) -> pd.DataFrame:
+    """One row per trial: its grid values, derived values, outcome, speed and time
+    to `target_acc`.
 
     `trials` holds the grid values and derived values of each trial, its
-    `error` (empty if none) and `early_stopping` (whether a scheduler may have
-    stopped it); `epochs` holds what the workers reported.
+    `error` (empty if none), `early_stopping` (whether a scheduler may have
+    stopped it) and `stop_at_target`; `epochs` and `evaluations` hold what the
+    workers reported.
     """
     per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
         epochs_run=("epoch", "max"),
@@ -51,7 +58,9 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame
         last_status=("status", "last"),
     )
     per_trial["sync_share"] = per_trial.pop("total_sync_time_s") / per_trial.pop("total_epoch_time_s")
-    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left")
+    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
+        time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
+        right_index=True, how="left")
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
     summary["status"] = [_status(row) for row in summary.itertuples()]
     return _with_speedup(summary).sort_values(
@@ -103,7 +112,7 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
         searched = sorted(group["base_lr"].unique())
-        usable = group[group["status"].isin([FINISHED, STOPPED_EARLY])].dropna(
+        usable = group[group["status"].isin([FINISHED, STOPPED_EARLY, REACHED_TARGET])].dropna(
             subset=["final_test_acc"])
         row = dict(zip(ISOLATION_CELL, cell))
         row["lrs_searched"] = " ".join(f"{lr:g}" for lr in searched)
@@ -119,22 +128,27 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame, *,
-                  title_lines: list[str]) -> dict[str, Path]:
+def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
+                  evaluations: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
-    `summary` is what `summarize_trials` made of the trials and `epochs`.
+    `summary` is what `summarize_trials` made of the trials, `epochs` and
+    `evaluations` for `target_acc`.
     """
-    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "report.md", *PLOT_FILES)}
+    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "evaluations.csv",
+                                               "report.md", *PLOT_FILES)}
     write_atomically(paths["trials.csv"], lambda path: summary.to_csv(path, index=False))
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
-    report = render_report(summary, epochs, title_lines=title_lines)
+    write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
+    report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
-    _plot_all(summary, epochs, paths)
+    _plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
 
 
-def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str]) -> str:
+def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              "The book's line for each trial (time per epoch is training only).", ""]
     for row in summary.itertuples():
@@ -163,9 +177,17 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "## Learning rate per (workers, batch)", "",
               "The best base lr of each cell by final test accuracy; `on_edge` flags a best "
               "value at the end of the range searched, where a wider range may do better.", "",
-              markdown_table(isolation_table(summary)), "",
-              "## Files", "", *[f"- `{name}`" for name in
-                                ("trials.csv", "epochs.csv", *PLOT_FILES)], ""]
+              markdown_table(isolation_table(summary)), ""]
+    if target_acc is not None:
+        lines += ["## Time to accuracy", "",
+                  f"Target: test accuracy {target_acc:g}. Training seconds exclude evaluation; "
+                  f"wall seconds count from the trial's start (worker start-up, evaluations and "
+                  f"checkpoints included). The trials that reached it, fastest first:", "",
+                  markdown_table(time_to_accuracy.ranking(summary)), "",
+                  time_to_accuracy.baseline_line(summary, target_acc), "",
+                  f"**Recommended:** {time_to_accuracy.recommendation(summary, target_acc)}", ""]
+    lines += ["## Files", "", *[f"- `{name}`" for name in
+                                ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES)], ""]
     return "\n".join(lines)
 
 
@@ -199,6 +221,8 @@ def _per_worker(values, spec: str) -> str:
 def _status(row) -> str:
     if isinstance(row.error, str) and row.error:
         return FAILED
+    if row.stop_at_target and not math.isnan(row.train_s_to_target):
+        return REACHED_TARGET
     if row.last_status == DIVERGED:
         return DIVERGED
     if row.epochs_run < row.num_epochs:
@@ -226,7 +250,8 @@ def _edge_flag(best: float, searched: list[float]) -> str:
     return "no"
 
 
-def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path]) -> None:
+def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+              target_acc: float | None, paths: dict[str, Path]) -> None:
     # Imported here: matplotlib is slow to import and only needed for the files.
     import matplotlib
 
@@ -242,7 +267,8 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path
     varied = [axis for axis in RUN_AXES if summary[axis].nunique() > 1]
 
     def run_label(values) -> str:
-        return "".join(f" {values[axis]}" for axis in varied)
+        return "".join(f" m={values[axis]:g}" if axis == "momentum" else f" {values[axis]}"
+                       for axis in varied)
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for row in summary.itertuples():
@@ -282,3 +308,7 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
     save(figure, "test_acc_vs_lr.png")
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    time_to_accuracy.plot_test_acc_vs_time(axes, summary, evaluations, target_acc)
+    save(figure, "test_acc_vs_time.png")

@@ -36,7 +36,8 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
         with checkpoint.as_directory() as folder:
             resume_from = load_checkpoint(Path(folder))
     return run_training(config, data, device=ray.train.torch.get_device(),
-                        report=report_to_ray, resume_from=resume_from)
+                        report=report_to_ray, resume_from=resume_from,
+                        started_at=loop_config["started_at"])
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:
@@ -57,8 +58,9 @@ def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:
     return cores
 
 
-def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
-    """Report to Ray Train with an epoch checkpoint from rank 0.
+def report_to_ray(metrics: dict, state: dict, history: list[dict],
+                  evaluations: list[dict]) -> None:
+    """Report an evaluation to Ray Train with a checkpoint from rank 0.
 
     Ray Train V2 keeps only metrics that come with a checkpoint, and the
     checkpoint is also what a restarted worker group resumes from.
@@ -66,6 +68,6 @@ def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = None
         if get_rank() == 0:
-            save_checkpoint(Path(folder), state, history)
+            save_checkpoint(Path(folder), state, history, evaluations)
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)

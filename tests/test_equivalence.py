@@ -43,7 +43,7 @@ def _config(global_batch_size: int, precision: str, **overrides) -> TrainConfig:
 def _single_device_parameters(config: TrainConfig, dataset) -> dict[str, torch.Tensor]:
     states = []
     run_training(config, dataset, device=torch.device("cpu"),
-                 report=lambda metrics, state, history: states.append(state))
+                 report=lambda metrics, state, *_: states.append(state))
     return states[-1]["model"]
 
 
@@ -66,7 +66,7 @@ def test_two_workers_match_one_device(ray_session, fashion_mnist_small, tmp_path
     through_memory = shared_memory and sync != "ddp" and stores_in_program_order()
     assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else "gloo")
     with result.checkpoint.as_directory() as folder:
-        state, _ = load_checkpoint(Path(folder))
+        state, _, _ = load_checkpoint(Path(folder))
     initial = build_model("lenet", seed=config.seed).state_dict()
     for name, expected in reference.items():
         assert state["model"][name].dtype == expected.dtype, name

@@ -92,7 +92,7 @@ def test_two_workers_with_proportional_shares_match_one_device(ray_session, fash
                        name=f"split-{sync}", storage_path=str(tmp_path), max_failures=0)
     assert _uneven(result.return_value), [row["worker_shares"] for row in result.return_value]
     with result.checkpoint.as_directory() as folder:
-        state, _ = load_checkpoint(Path(folder))
+        state, _, _ = load_checkpoint(Path(folder))
     _assert_same_updates(state["model"], reference)
 
 

@@ -3,6 +3,7 @@ cluster, bad input."""
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -60,8 +61,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
     # Tune's progress table: the swept values and the epoch's metrics as columns.
-    columns = ["workers", "global batch", "lr", "sync", "split", "precision", "epoch", "test acc",
-               "s/epoch"]
+    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "epoch",
+               "test acc", "s/epoch"]
     assert re.search(r"\|\s+" + r"\s+\|\s+".join(map(re.escape, columns)) + r"\s+\|",
                      run.stdout + run.stderr), run.stdout[-3000:]
 
@@ -86,6 +87,40 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
     assert trials.loc[0.3, "status"] == "finished" and trials.loc[0.3, "epochs_run"] == 2
     for lr in (0.001, 0.002):
         assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
+
+
+@pytest.mark.cluster
+def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
+    out_dir = tmp_path / "out"
+    # Momentum 0.9 at lr 0.05 passes test accuracy 0.6 after about 250 steps
+    # (0.59 after 224, 0.69 after 256), an epoch of these 16,384 images; at lr
+    # 0.0005 it stays at chance (0.10), and ASHA stops it at its first rung
+    # (epoch 1), where the first trial, ended at the target, set the bar.
+    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64", "--lr", "0.05,0.0005",
+                     "--momentum", "0.9", "--epochs", "3", "--train-limit", "16384",
+                     "--test-limit", "500", "--target-acc", "0.6", "--evals-per-epoch", "4",
+                     "--stop-at-target", "--scheduler", "asha", "--max-concurrent-trials", "1",
+                     "--out", str(out_dir), timeout_s=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("lr")
+    assert (trials["momentum"] == 0.9).all()
+    fast, slow = trials.loc[0.05], trials.loc[0.0005]
+    assert fast["status"] == "reached target", trials[["status", "error"]]
+    assert 0 < fast["epochs_to_target"] < 3 and fast["epochs_run"] < 3
+    assert 0 < fast["train_s_to_target"] < fast["wall_s_to_target"]
+    assert slow["status"] == "stopped early" and math.isnan(slow["train_s_to_target"])
+    evaluations = pd.read_csv(out_dir / "evaluations.csv")
+    fast_evaluations = evaluations[evaluations["trial_id"] == fast["trial_id"]]
+    # Tune ended it at the target: nothing like its 12 evaluations ran.
+    assert fast_evaluations["epoch"].max() < 3
+    assert fast_evaluations["test_acc"].iloc[-1] >= 0.6 or len(fast_evaluations) < 12
+    assert (pd.read_csv(out_dir / "epochs.csv")["momentum"] == 0.9).all()
+    report = (out_dir / "report.md").read_text()
+    assert "## Time to accuracy" in report
+    assert re.search(r"\*\*Recommended:\*\* 1 worker\(s\), batch 64, lr 0.05 \(momentum 0.9\) "
+                     r"reached 0.6 in [\d.]+ s of training; the book's recipe", report), report
+    assert (out_dir / "test_acc_vs_time.png").stat().st_size > 0
+    assert re.search(r"trial \S+ done: .*reached test acc 0.6 after", run.stdout + run.stderr)
 
 
 @contextlib.contextmanager
@@ -180,6 +215,12 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     (["--epochs", "0"], "epochs must be >= 1"),
     (["--train-limit", "70000"], "larger than the 60000 training images"),
     (["--train-limit", "100"], "smaller than one global batch (256)"),
+    (["--momentum", "0,1"], "momentum must be in [0, 1), got 1.0"),
+    (["--target-acc", "1.5"], "target accuracy must be in (0, 1], got 1.5"),
+    (["--target-acc", "0"], "target accuracy must be in (0, 1], got 0.0"),
+    (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
+    (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
+    (["--stop-at-target"], "--stop-at-target needs --target-acc"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     out_dir = tmp_path / "out"
