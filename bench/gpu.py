@@ -75,7 +75,7 @@ def book_config(model: str, args: argparse.Namespace, device: torch.device) -> T
 
 def measure(config: TrainConfig, dataset: data.FashionMNIST, device: torch.device) -> dict:
     """Train one model; its figures, named after it."""
-    def print_epoch(metrics: dict, state: dict, history: list[dict]) -> None:
+    def print_epoch(metrics: dict, *_) -> None:
         print(f"{config.model} epoch {metrics['epoch']}/{config.num_epochs}: "
               f"{metrics['epoch_time_s']:.2f} s, train loss {metrics['train_loss']:.4f}, "
               f"test acc {metrics['test_acc']:.3f}", flush=True)

@@ -34,6 +34,11 @@ HEADLINES = {
     "sweep_overhead": ["fixed_cost_per_trial_s", "stock_fixed_cost_per_trial_s"],
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
+    "gpu_check": ["device_name", "path", "target_met"],
+    "straggler": ["speedup_proportional_over_even", "ideal_speedup_at_measured_speeds",
+                  "slowed_worker_relative_speed"],
+    "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
+                         "recipe_over_recommended", "target_met"],
 }
 
 

@@ -36,10 +36,10 @@ def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]
     """Run `sweep` one trial at a time: its wall time, and its trials' own times."""
     with tempfile.TemporaryDirectory() as storage:
         started = time.monotonic()
-        result_grid = run_sweep(sweep, data_ref, storage_path=storage, max_concurrent=1,
-                                resume=False)
+        result_grid = run_sweep(sweep, data_ref, storage_path=storage, sweep_id="bench",
+                                max_concurrent=1, resume=False)
         wall_s = time.monotonic() - started
-        trials, epochs = collect(result_grid, sweep, storage)
+        trials, epochs, _ = collect(result_grid, sweep, storage, sweep_id="bench")
         trial_function_s = [result.metrics["time_total_s"] for result in result_grid]
     training_s = epochs["epoch_time_s"].sum()
     return {

@@ -1,8 +1,9 @@
 """A training run's checkpoint format: what each epoch's checkpoint folder holds.
 
-Rank 0 saves one after every epoch (worker.report_to_ray) and Ray Train keeps
+Rank 0 saves one at every evaluation (worker.report_to_ray) and Ray Train keeps
 it in the run's storage as a `checkpoint_*` folder; a restarted worker group
-loads it to resume, and the sweep reads a trial's epochs from the newest one.
+loads it to resume, and the sweep reads a trial's epochs and evaluations from
+the newest one. The state is always the last finished epoch's.
 No Ray and no pandas here: every worker imports this module.
 """
 
@@ -14,40 +15,55 @@ import torch
 
 STATE_FILE = "state.pt"
 HISTORY_FILE = "history.json"
+EVALUATIONS_FILE = "evaluations.json"
 # How Ray Train names the checkpoint folders of a run; it orders them by time.
 CHECKPOINT_PREFIX = "checkpoint_"
 
 
-def save_checkpoint(folder: Path, state: dict, history: list[dict]) -> None:
-    """The model and optimizer `state`, and the epoch `history` so far, into `folder`."""
-    torch.save(state, folder / STATE_FILE)
+def save_checkpoint(folder: Path, state: dict | None, history: list[dict],
+                    evaluations: list[dict]) -> None:
+    """The model and optimizer `state` (None: a diverged run's, not kept), the epoch
+    `history` and the `evaluations` so far, into `folder`."""
+    if state is not None:
+        torch.save(state, folder / STATE_FILE)
     (folder / HISTORY_FILE).write_text(json.dumps(history))
+    (folder / EVALUATIONS_FILE).write_text(json.dumps(evaluations))
 
 
-def load_checkpoint(folder: Path) -> tuple[dict, list[dict]]:
-    """What `save_checkpoint` wrote: the state on the CPU, and the history."""
-    # weights_only: a checkpoint holds tensors and plain containers, never code.
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    return state, json.loads((folder / HISTORY_FILE).read_text())
+def load_checkpoint(folder: Path) -> tuple[dict | None, list[dict], list[dict]]:
+    """What `save_checkpoint` wrote: the state on the CPU (or None), the history,
+    the evaluations."""
+    state = None
+    if (folder / STATE_FILE).exists():
+        # weights_only: a checkpoint holds tensors and plain containers, never code.
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    evaluations = folder / EVALUATIONS_FILE  # absent from an older version's checkpoints
+    return (state, json.loads((folder / HISTORY_FILE).read_text()),
+            json.loads(evaluations.read_text()) if evaluations.exists() else [])
 
 
-def read_newest_history(train_run: str) -> list[dict] | None:
-    """The epoch history in a Train run's newest readable checkpoint; None if it has none.
+def read_newest_history(train_run: str) -> tuple[list[dict], list[dict]] | None:
+    """The (epoch history, evaluations) in a Train run's newest readable checkpoint;
+    None if it has none.
 
     `train_run` is the run's folder in Ray's storage, a path or a URI.
     """
-    text = _read_newest_text(train_run, CHECKPOINT_PREFIX, HISTORY_FILE)
-    if text is None:
+    texts = _read_newest_texts(train_run, CHECKPOINT_PREFIX, HISTORY_FILE, EVALUATIONS_FILE)
+    if texts is None:
         return None
     try:
-        history = json.loads(text)
+        history, evaluations = (json.loads(text) for text in texts)
     except ValueError:
         return None
-    return history if isinstance(history, list) else None
+    if not isinstance(history, list) or not isinstance(evaluations, list):
+        return None
+    return history, evaluations
 
 
-def _read_newest_text(folder: str, prefix: str, file_name: str) -> str | None:
-    """`file_name` in the newest readable subfolder of `folder` named `prefix*`.
+def _read_newest_texts(folder: str, prefix: str, file_name: str,
+                       optional_file_name: str) -> tuple[str, str] | None:
+    """`file_name` and `optional_file_name` ("[]" if absent) in the newest
+    readable subfolder of `folder` named `prefix*`.
 
     Subfolders are ordered by name (Ray names checkpoints by time); a file
     that cannot be read, say half copied when its writer died, is passed
@@ -61,7 +77,12 @@ def _read_newest_text(folder: str, prefix: str, file_name: str) -> str | None:
     for name in names:
         try:
             with filesystem.open_input_stream(f"{root}/{name}/{file_name}") as stream:
-                return stream.read().decode()
+                text = stream.read().decode()
+            optional = f"{root}/{name}/{optional_file_name}"
+            if filesystem.get_file_info(optional).type == pyarrow.fs.FileType.NotFound:
+                return text, "[]"
+            with filesystem.open_input_stream(optional) as stream:
+                return text, stream.read().decode()
         except (OSError, UnicodeDecodeError):
             continue
     return None

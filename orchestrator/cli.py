@@ -23,6 +23,8 @@ EXIT_USER_ERROR = 2
 # `--use-gpu auto`: decided once the cluster says whether it has GPUs.
 AUTO = "auto"
 _METAVARS = {int: "N", float: "X"}
+# Options of a sweep's trials as Tune runs them: train.py has no Tune.
+SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -67,7 +69,12 @@ def sweep_parser(description: str) -> OneLineParser:
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted sweep in --out: finished trials are kept")
     parser.add_argument("--max-concurrent-trials", type=int, default=None,
-                        help="default: as many of the largest trial as the cluster holds")
+                        help="default: one at a time when the sweep reports a speedup (trials "
+                             "that share a node crowd each other's timings), else as many of the "
+                             "largest trial as the cluster holds")
+    parser.add_argument("--max-hours", type=float, default=None, metavar="X",
+                        help="stop the sweep after its first epoch if its estimated time exceeds "
+                             "X hours (--resume continues it)")
     add_cluster_options(parser)
     return parser
 
@@ -83,20 +90,22 @@ def flag(spec: dataclasses.Field) -> str:
 def add_config_options(parser: argparse.ArgumentParser, *, one_run: bool) -> None:
     """A flag for every option of a run and of a sweep's grid.
 
-    `one_run` (train.py): each axis takes one value and the sweep's scheduler
-    is left out; `--batch-size` means the same in both scripts.
+    `one_run` (train.py): each axis takes one value and the SWEEP_ONLY_FIELDS
+    are left out; `--batch-size` means the same in both scripts.
     """
     training = parser.add_argument_group("training (one value each)")
     for spec in TRAIN_FIELDS.values():
         _add_field(training, spec, validated_by_config=True, one_run=one_run)
     grid = parser.add_argument_group("grid" if one_run else "grid (comma-separated lists)")
     for spec in SWEEP_FIELDS.values():
-        if one_run and spec.name == "scheduler":
+        if one_run and spec.name in SWEEP_ONLY_FIELDS:
             continue
         if typing.get_origin(spec.type) is tuple:
             item_type = typing.get_args(spec.type)[0]
+            metavar = ("{" + ",".join(typing.get_args(item_type)) + "}"
+                       if typing.get_origin(item_type) is Literal else _METAVARS[item_type])
             grid.add_argument(flag(spec), dest=spec.name, default=argparse.SUPPRESS,
-                              metavar=_METAVARS[item_type] + ("" if one_run else ",..."),
+                              metavar=metavar + ("" if one_run else ",..."),
                               type=_one_value(item_type) if one_run else _list_of(item_type),
                               help=f"{spec.metadata['doc']} ({_default(spec, one_run)})")
         else:
@@ -157,20 +166,34 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                             "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
 
 
-def _one_value(kind: type) -> Callable[[str], tuple]:
+def _one_value(kind) -> Callable[[str], tuple]:
+    if typing.get_origin(kind) is Literal:
+        return lambda text: (text,)  # TrainConfig names the choices when it is not one
     def parse(text: str) -> tuple:
         return (kind(text),)
     parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid float value"
     return parse
 
 
-def _list_of(kind: type) -> Callable[[str], tuple]:
-    """'1,2,4' -> (1, 2, 4), with a one-line error naming the bad item."""
-    example = "1,2,4" if kind is int else "0.05,0.1"
+def _list_of(kind) -> Callable[[str], tuple]:
+    """'1,2,4' -> (1, 2, 4), with a one-line error naming the bad item.
+
+    Choices ('scratch,ddp') are kept as text, and checked, with the names of
+    the valid ones, where every grid point's TrainConfig is built.
+    """
+    choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else ()
+    example = ",".join(choices[:2]) if choices else "1,2,4" if kind is int else "0.05,0.1"
 
     def parse(text: str) -> tuple:
         values = []
         for item in (item.strip() for item in text.split(",")):
+            if choices:
+                if not item:
+                    raise argparse.ArgumentTypeError(
+                        f"an empty item in {text!r} (expected a comma-separated list like "
+                        f"{example})")
+                values.append(item)
+                continue
             try:
                 value = kind(item)
             except ValueError:
@@ -188,7 +211,8 @@ def _default(spec: dataclasses.Field, one_run: bool) -> str:
     """How --help names a field's default: a sweep takes the preset's first."""
     default = spec.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    shown = "all" if shown is None else shown
+    if shown is None:  # no limit on the images; no target accuracy
+        shown = "all" if spec.name.endswith("_limit") else "none"
     if not one_run and any(spec.name in preset for preset in PRESETS.values()):
         return f"default: the preset's, else {shown}"
     return f"default {shown}"

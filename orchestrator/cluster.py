@@ -57,10 +57,13 @@ class Cluster:
 
     def max_workers(self, resources_per_worker: dict[str, float]) -> int:
         """How many such workers fit at once: each must fit on one node."""
-        return sum(min((math.floor(node.get(name, 0.0) / amount)
-                        for name, amount in resources_per_worker.items() if amount > 0),
-                       default=0)
-                   for node in self.node_resources)
+        return sum(self.node_capacities(resources_per_worker))
+
+    def node_capacities(self, resources_per_worker: dict[str, float]) -> list[int]:
+        """How many such workers each node holds."""
+        return [min((math.floor(node.get(name, 0.0) / amount)
+                     for name, amount in resources_per_worker.items() if amount > 0), default=0)
+                for node in self.node_resources] or [0]
 
     def require_room(self, num_workers: int, resources_per_worker: dict[str, float],
                      what: str = "the run") -> None:

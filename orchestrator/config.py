@@ -10,6 +10,7 @@ is built, before anything touches a cluster.
 
 import dataclasses
 import functools
+import itertools
 import math
 import types
 import typing
@@ -21,8 +22,10 @@ from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
+Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
-MODELS, SYNC_STRATEGIES, PRECISIONS = (typing.get_args(kind) for kind in (Model, Sync, Precision))
+MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
+                                               for kind in (Model, Sync, Split, Precision))
 
 
 def option(default, doc: str, *, flag: str | None = None, swept: bool = False,
@@ -48,10 +51,18 @@ class TrainConfig:
                                     swept=True)
     lr: float = option(0.2, "SGD learning rate applied to the global batch's mean gradient",
                        swept=True)
+    momentum: float = option(0.0, "SGD momentum (0: the book's plain SGD)", swept=True)
     num_epochs: int = option(10, "passes over the training set", flag="--epochs")
     sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
                                    "bucketed (a few flat buffers), ddp (overlapped with backward), "
-                                   "sharded (each worker sums and updates 1/k: ZeRO-1)")
+                                   "sharded (each worker sums and updates 1/k: ZeRO-1)",
+                        swept=True)
+    split: Split = option("even", "how each global batch is divided: even, or proportional to "
+                                  "each worker's measured speed (13.6, exercise 2)", swept=True)
+    split_interval_steps: int = option(0, "with --split proportional, re-set the shares every "
+                                          "N steps; 0: at each epoch boundary")
+    pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
+                                    "local rank")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
     train_limit: int | None = option(None, "train on the first N training images only "
                                            "(quick runs)")
@@ -68,11 +79,15 @@ class TrainConfig:
                                        "gradients through its shared memory, not gloo's sockets")
     precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
                                           "(loss, weights, gradients and optimizer stay fp32); "
-                                          "fp64: all in double precision")
+                                          "fp64: all in double precision", swept=True)
     channels_last: bool = option(False, "model and inputs in channels-last memory format "
                                         "(faster on GPUs)")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
                                   "run is marked failed")
+    target_acc: float | None = option(None, "record when test accuracy first reaches this "
+                                            "(epochs, training and wall seconds to it)")
+    evals_per_epoch: int = option(1, "evaluate test accuracy this many times per epoch, so a "
+                                     "target is timed within 1/N of an epoch")
 
     def __post_init__(self):
         _check_choices(self)
@@ -85,6 +100,11 @@ class TrainConfig:
             )
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise UserError(f"learning rate must be a finite number > 0, got {self.lr!r}")
+        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
+            raise UserError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if self.target_acc is not None and not (
+                isinstance(self.target_acc, (int, float)) and 0 < self.target_acc <= 1):
+            raise UserError(f"target accuracy must be in (0, 1], got {self.target_acc!r}")
         _require_int(self.num_epochs, "epochs", minimum=1)
         _require_int(self.seed, "seed", minimum=0)
         _require_int(self.threads_per_worker, "threads per worker", minimum=1)
@@ -104,6 +124,10 @@ class TrainConfig:
                     f"train limit {self.train_limit} is smaller than one global batch "
                     f"({self.global_batch_size}): no step could run"
                 )
+        _require_int(self.evals_per_epoch, "evaluations per epoch", minimum=1)
+        if self.evals_per_epoch > self.steps_per_epoch:
+            raise UserError(f"{self.evals_per_epoch} evaluations per epoch exceed the "
+                            f"{self.steps_per_epoch} steps of an epoch")
         if self.test_limit is not None:
             _require_int(self.test_limit, "test limit", minimum=1)
             if self.test_limit > TEST_SIZE:
@@ -112,7 +136,8 @@ class TrainConfig:
                 )
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
-        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last"):
+        _require_int(self.split_interval_steps, "split interval steps", minimum=0)
+        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last", "pin_cores"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:
@@ -135,13 +160,15 @@ class TrainConfig:
 
     @property
     def batch_sizes_per_worker(self) -> tuple[int, ...]:
+        """The even split; a proportional split starts from it."""
         return tuple(stop - start for start, stop in
                      (shard_bounds(self.global_batch_size, self.num_workers, rank)
                       for rank in range(self.num_workers)))
 
     @property
     def batch_size_per_worker(self) -> int:
-        """The largest shard: what the busiest worker computes per step."""
+        """The largest shard of the even split: what the busiest worker computes per step
+        (a proportional split's shares are in each epoch's metrics)."""
         return -(-self.global_batch_size // self.num_workers)
 
     @property
@@ -149,8 +176,19 @@ class TrainConfig:
         """What Ray reserves for one worker: its threads' CPUs, and a GPU if it owns one."""
         return {"CPU": float(self.threads_per_worker), **({"GPU": 1.0} if self.use_gpu else {})}
 
+    @property
+    def is_book_recipe(self) -> bool:
+        """13.5's own run (any number of workers): LeNet, global batch 256, lr 0.2,
+        plain SGD, no warm-up; the baseline of time to accuracy."""
+        return (self.model, self.global_batch_size, self.lr, self.momentum,
+                self.warmup_epochs) == ("lenet", 256, 0.2, 0.0, 0)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _doc(config_class, name: str) -> str:
+    return config_class.__dataclass_fields__[name].metadata["doc"]
 
 
 @dataclass(frozen=True)
@@ -165,13 +203,19 @@ class GridPoint:
     train: TrainConfig
 
 
+# The axes whose values are the run's own field values, by the field's name.
+RUN_AXES = ("sync", "split", "precision")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """A base run and the axes swept over it: workers x batch size x learning rate."""
+    """A base run and the axes swept over it: workers x batch size x learning rate x
+    momentum x sync strategy x split x precision."""
 
     base: TrainConfig = field(default_factory=TrainConfig)
-    """Every option of the trials; its swept fields (num_workers, global_batch_size, lr)
-    hold the first grid point's when built from options, and are replaced in every point."""
+    """Every option of the trials; its swept fields (num_workers, global_batch_size, lr,
+    sync, split, precision) hold the first grid point's when built from options, and are
+    replaced in every point."""
     workers: tuple[int, ...] = option(
         (TrainConfig.num_workers,), "workers, each owning one device (the book's num_gpus); "
                                     "a sweep takes a list, e.g. 1,2,4")
@@ -182,6 +226,9 @@ class SweepConfig:
     lrs: tuple[float, ...] = option((TrainConfig.lr,), "base learning rate (see --lr-scaling); a "
                                                        "sweep takes a list, e.g. 0.05,0.1",
                                     flag="--lr")
+    momentums: tuple[float, ...] = option((TrainConfig.momentum,), "SGD momentum; a sweep takes "
+                                                                   "a list, e.g. 0,0.9",
+                                          flag="--momentum")
     batch_scaling: Literal["global", "per-worker"] = option(
         "global", "global: the global batch is b whatever the workers (13.5's experiment); "
                   "per-worker: each worker gets b, the global batch is k*b (13.5, exercise 1)")
@@ -189,22 +236,45 @@ class SweepConfig:
         "none", "linear: lr = base lr * global batch / b (Goyal et al., 2017); none: the base lr")
     scheduler: Literal["fifo", "asha"] = option(
         "fifo", "asha stops trials early whose test accuracy lags (by epoch)")
+    sync: tuple[Sync, ...] = option(
+        (TrainConfig.sync,), f"{_doc(TrainConfig, 'sync')}; a sweep takes a list, e.g. "
+                             f"scratch,bucketed")
+    split: tuple[Split, ...] = option(
+        (TrainConfig.split,), f"{_doc(TrainConfig, 'split')}; a sweep takes a list, e.g. "
+                              f"even,proportional")
+    precision: tuple[Precision, ...] = option(
+        (TrainConfig.precision,), f"{_doc(TrainConfig, 'precision')}; a sweep takes a list, "
+                                  f"e.g. fp32,bf16")
+
+    stop_at_target: bool = option(False, "end a trial once its test accuracy reaches "
+                                         "--target-acc, freeing its workers for the next")
 
     def __post_init__(self):
         _check_choices(self)
-        _check_axes(self.workers, self.batch_sizes, self.lrs)
+        _check_axes(self.workers, self.batch_sizes, self.lrs, self.momentums,
+                    *(getattr(self, name) for name in RUN_AXES))
+        if not isinstance(self.stop_at_target, bool):
+            raise UserError(f"stop_at_target must be true or false, got {self.stop_at_target!r}")
+        if self.stop_at_target and self.base.target_acc is None:
+            raise UserError("--stop-at-target needs --target-acc: which accuracy to stop at")
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
     def grid(self) -> tuple[GridPoint, ...]:
-        """One point per (workers, batch size, lr), with its derived values; computed once."""
+        """One point per (workers, batch size, lr, momentum, sync, split, precision),
+        with its derived values; computed once."""
         points = []
         for num_workers in self.workers:
             for batch_size in self.batch_sizes:
                 for base_lr in self.lrs:
-                    train = dataclasses.replace(self.base, **_swept_values(
-                        num_workers, batch_size, base_lr, self.batch_scaling, self.lr_scaling))
-                    points.append(GridPoint(len(points), batch_size, base_lr, train))
+                    for momentum in self.momentums:
+                        for run_values in itertools.product(*(getattr(self, name)
+                                                              for name in RUN_AXES)):
+                            train = dataclasses.replace(
+                                self.base, momentum=momentum, **dict(zip(RUN_AXES, run_values)),
+                                **_swept_values(num_workers, batch_size, base_lr,
+                                                self.batch_scaling, self.lr_scaling))
+                            points.append(GridPoint(len(points), batch_size, base_lr, train))
         return tuple(points)
 
     def to_dict(self) -> dict:
@@ -250,8 +320,10 @@ def _first_point(options: dict, axes: dict) -> TrainConfig:
     valid on its own (a train limit checked against its batch), and the grid
     checks every other point."""
     axes = {name: axes.get(name, spec.default) for name, spec in SWEEP_FIELDS.items()}
-    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"])
-    return TrainConfig(**options, **_swept_values(
+    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"], axes["momentums"],
+                *(axes[name] for name in RUN_AXES))
+    return TrainConfig(**options, momentum=axes["momentums"][0],
+                       **{name: axes[name][0] for name in RUN_AXES}, **_swept_values(
         axes["workers"][0], axes["batch_sizes"][0], axes["lrs"][0], axes["batch_scaling"],
         axes["lr_scaling"]))
 
@@ -264,9 +336,12 @@ OPTION_FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
 """Every option, by name: the flat form of a sweep, and the command line."""
 
 
-def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple) -> None:
+def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple,
+                syncs: tuple, splits: tuple, precisions: tuple) -> None:
     for name, values in (("workers", workers), ("batch sizes", batch_sizes),
-                         ("learning rates", lrs)):
+                         ("learning rates", lrs), ("momentums", momentums),
+                         ("sync strategies", syncs), ("splits", splits),
+                         ("precisions", precisions)):
         if not values:
             raise UserError(f"the list of {name} is empty")
         if len(set(values)) != len(values):
@@ -294,9 +369,13 @@ def _typed(value, annotation, what: str):
     if typing.get_origin(annotation) is Literal:
         return value  # its choices are checked with the rest of the config
     if typing.get_origin(annotation) is tuple:
+        item_type = typing.get_args(annotation)[0]
+        if isinstance(value, str) and typing.get_origin(item_type) is Literal:
+            # sync, split, precision: one value is a one-point axis (files written
+            # before they were axes hold one)
+            value = [value]
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{what} must be a list, got {value!r}")
-        item_type = typing.get_args(annotation)[0]
         return tuple(_typed(item, item_type, what) for item in value)
     if isinstance(annotation, types.UnionType):  # `int | None`
         if value is None:
@@ -316,6 +395,15 @@ PRESETS: dict[str, dict] = {
     # per worker count. workers=None: 1, 2, 4, ... up to what the cluster holds.
     "scaling": dict(model="lenet", workers=None, batch_sizes=(64, 256), lrs=(0.05, 0.1, 0.2, 0.4),
                     batch_scaling="per-worker", num_epochs=5),
+    # Time to accuracy (DAWNBench's figure): which workers, batch, lr and momentum reach
+    # test accuracy 0.80 in the fewest training seconds, timed to a quarter epoch. The
+    # target ends each trial that gets there and ASHA most that lag (never the book's
+    # recipe, the baseline); momentum 0.9 first sets ASHA's bar with a fast learner.
+    # About 13 minutes on 2 cores (see README).
+    "time-to-accuracy": dict(model="lenet", workers=None, batch_sizes=(128, 256),
+                             lrs=(0.05, 0.1, 0.2), momentums=(0.9, 0.0), batch_scaling="global",
+                             num_epochs=8, target_acc=0.8, evals_per_epoch=4,
+                             stop_at_target=True, scheduler="asha"),
     # 13.6: ResNet-18, batch 256 per GPU, lr 0.1 on one GPU scaled linearly (0.2 on two).
     "d2l-13.6": dict(model="resnet18", workers=(1, 2), batch_sizes=(256,), lrs=(0.1,),
                      batch_scaling="per-worker", lr_scaling="linear", num_epochs=10),

@@ -42,16 +42,20 @@ def train(args: argparse.Namespace) -> RunOutcome:
                         test_limit=config.test_limit)
     from ray.train import TrainingFailedError
 
+    from orchestrator.checkpoint import load_checkpoint
     from orchestrator.progress import EpochPrinter, book_line
+    from orchestrator.target import target_line
     from orchestrator.trial import run_trial
 
     cluster = _connect(args)
     try:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         print(f"{config.model}, {config.num_workers} worker(s) on "
-              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}: "
+              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}, "
+              f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
-              f"per worker, lr {config.lr}, {config.steps_per_epoch} steps/epoch, "
+              f"per worker, lr {config.lr}, momentum {config.momentum}, "
+              f"{config.steps_per_epoch} steps/epoch, "
               f"{config.num_train_examples} train / {config.num_test_examples} test images")
         name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
@@ -60,7 +64,12 @@ def train(args: argparse.Namespace) -> RunOutcome:
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
             return RunOutcome(f"training failed: {error}", failed=True)
-        return RunOutcome(book_line(result.return_value), failed=False)
+        final_line = book_line(result.return_value)
+        if config.target_acc is not None:
+            with result.checkpoint.as_directory() as folder:
+                _, _, evaluations = load_checkpoint(Path(folder))
+            final_line += "\n" + target_line(evaluations, config.target_acc)
+        return RunOutcome(final_line, failed=False)
     finally:
         ray.shutdown()
 
@@ -71,7 +80,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
     from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
-                                      summarize_trials, write_results)
+                                      strategy_table, summarize_trials, write_results)
+    from orchestrator.time_to_accuracy import recommendation
     from orchestrator.sweep import collect, is_complete, run_sweep
 
     cluster = _connect(args)
@@ -81,24 +91,36 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
         else:
-            claim_out_dir(request.out_dir, sweep, request.storage)
+            claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
         _print_plan(sweep_plan)
         started = time.monotonic()
         result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
+                                sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
-                                resume=request.resume)
-        trials, epochs = collect(result_grid, sweep, request.storage)
-        summary = summarize_trials(trials, epochs)
+                                resume=request.resume, max_hours=request.max_hours)
+        trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
+                                              sweep_id=request.sweep_id)
+        summary = summarize_trials(trials, epochs, evaluations, base.target_acc)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
                  f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
-                 f"{base.num_epochs} epochs, model {base.model}, sync {base.sync}",
+                 f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
+                 f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
+                 f"precision {list(sweep.precision)}",
+                 f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
+                 f"{base.target_acc if base.target_acc is not None else 'none'}"
+                 f"{' (trials stop there)' if sweep.stop_at_target else ''}",
+                 f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {time.monotonic() - started:.0f} s"]
-        paths = write_results(request.out_dir, summary, epochs, title_lines=title)
+        paths = write_results(request.out_dir, summary, epochs, evaluations, title_lines=title,
+                              target_acc=base.target_acc)
         tables = ("Scaling\n" + markdown_table(scaling_table(summary))
+                  + "\n\nStrategies\n" + markdown_table(strategy_table(summary))
                   + "\n\nLearning rate per (workers, batch)\n"
                   + markdown_table(isolation_table(summary)))
+        if base.target_acc is not None:
+            tables += "\n\nTime to accuracy\n" + recommendation(summary, base.target_acc)
         return SweepOutcome(tables=tables, paths=list(paths.values()),
                             interrupted=not is_complete(result_grid, sweep, summary),
                             failed_trials=list(summary[summary["status"] == FAILED]["trial_id"]))
@@ -116,6 +138,14 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
     return cluster
 
 
+def timing_line(sweep_plan: plan.SweepPlan) -> str:
+    if not sweep_plan.side_by_side:
+        return "each trial timed with its nodes to itself"
+    return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: epoch "
+            f"times, speedups and efficiencies compare runs that competed for the same cores, "
+            f"memory bandwidth and devices")
+
+
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
     print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
@@ -124,4 +154,5 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
         train = point.train
         print(f"  {train.num_workers} worker(s), global batch {train.global_batch_size} "
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
-              f"{train.steps_per_epoch} steps/epoch")
+              f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
+              f"{train.precision}, {train.steps_per_epoch} steps/epoch")

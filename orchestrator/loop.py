@@ -5,6 +5,7 @@ It runs on each Ray Train worker (worker.py) and equally in a single process
 benchmark) call `run_training` directly. Nothing here may import ray.
 """
 
+import copy
 import math
 import time
 import warnings
@@ -18,6 +19,7 @@ from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds
 from orchestrator.models import NUM_CLASSES, build_model
+from orchestrator.split import BatchSplit, ComputeTimer
 from orchestrator.sync import GradientSync, make_sync
 
 # Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
@@ -33,36 +35,63 @@ STATUS_DIVERGED = "diverged"
 DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
 # Reading a value off a GPU waits for every queued step and then idles it, so
 # there the non-finite-gradient count is read only every this many steps: a
-# diverged run may take that many more steps to stop (bench/notes/gpu.md).
-FINITE_CHECK_INTERVAL_STEPS_CUDA = 25
+# diverged run may take that many more steps to stop (bench/notes/gpu.md),
+# its weights by then not finite; elsewhere it is read every step.
+FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # The dtype of the weights, the gradients and their sync, by precision: bf16
 # lowers only the forward pass (under autocast), the weights stay fp32.
 PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
 
-# Called once per epoch on every worker with (metrics, training state, history).
-Reporter = Callable[[dict, dict, list[dict]], None]
+# Called at every evaluation on every worker with (metrics, training state,
+# epoch history, evaluations); `metrics["end_of_epoch"]` tells an epoch's row
+# from a mid-epoch evaluation's. The state is None once the run diverged.
+Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
+# Called by `train_one_epoch` after each mid-epoch evaluation step with (steps
+# done this epoch, training seconds this epoch so far).
+OnEvaluation = Callable[[int, float], None]
+
+
+def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+    """The run's SGD, built in this one place so every sync strategy steps the same one."""
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
 
 
 def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
-                 report: Reporter, resume_from: tuple[dict, list[dict]] | None = None
-                 ) -> list[dict]:
-    """Train for `config.num_epochs`, reporting after each; returns the epoch history."""
+                 report: Reporter,
+                 resume_from: tuple[dict, list[dict], list[dict]] | None = None,
+                 started_at: float | None = None) -> list[dict]:
+    """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
+    epoch and reporting each; returns the epoch history.
+
+    `started_at` (`time.time()`, default now) is when the run started, for the
+    evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
+    evaluations).
+    """
+    started_at = time.time() if started_at is None else started_at
     rank, num_workers = get_rank(), get_world_size()
     assert num_workers == config.num_workers, (num_workers, config.num_workers)
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    optimizer = make_optimizer(model.parameters(), config)
     history: list[dict] = []
+    evaluations: list[dict] = []
+    shares = None
     if resume_from is not None:
-        state, history = resume_from
+        state, history, evaluations = resume_from
+        if state is None:
+            return history  # a diverged run's last checkpoint: nothing to resume
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        shares = state.get("split_shares")  # absent from checkpoints of older versions
+        # The state is the last finished epoch's: later evaluations run again.
+        evaluations = [row for row in evaluations if row["epoch"] <= len(history)]
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
                      shared_memory=config.shared_memory, optimizer=optimizer)
+    split = BatchSplit(config, device, shares)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # The uint8 data set (52 MB) goes to the device once and each batch is
     # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
@@ -73,43 +102,84 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         # Every training step has the same shapes (the partial last batch is
         # dropped), so cuDNN's search for its fastest convolutions pays once.
         torch.backends.cudnn.benchmark = True
+    run_fields = {
+        "model": config.model, "sync": config.sync, "split": config.split,
+        "transport": sync.transport,
+        "lr": config.lr, "momentum": config.momentum,
+        "precision": config.precision, "channels_last": config.channels_last,
+        "num_workers": num_workers, "global_batch_size": config.global_batch_size,
+        "batch_size_per_worker": config.batch_size_per_worker,
+        "steps_per_epoch": config.steps_per_epoch,
+        "device": str(device), "devices": devices,
+    }
+
+    def state_now() -> dict:
+        return {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer),
+                "split_shares": list(split.shares)}
+
+    # A mid-epoch checkpoint holds the last finished epoch's state (a copy:
+    # state dicts share the live tensors), so a restart redoes that epoch whole.
+    epoch_start_state = copy.deepcopy(state_now()) if config.evals_per_epoch > 1 else None
+    train_s = sum(row["epoch_time_s"] for row in history)  # training seconds so far
+
+    def evaluate_now(epoch: int, steps_done: int, epoch_train_s: float) -> dict:
+        """Test accuracy after `steps_done` steps of `epoch`, recorded in `evaluations`."""
+        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
+        start = time.perf_counter()
+        test_acc = evaluate(model, test_images, test_labels, config, device=device)
+        evaluations.append({"epoch": epoch + steps_done / config.steps_per_epoch,
+                            "test_acc": test_acc, "train_s": train_s + epoch_train_s,
+                            "wall_s": time.time() - started_at,
+                            "eval_s": time.perf_counter() - start})
+        return evaluations[-1]
+
+    def evaluate_mid_epoch(epoch: int, steps_done: int, epoch_train_s: float) -> None:
+        evaluation = evaluate_now(epoch, steps_done, epoch_train_s)
+        metrics = {**evaluation, "end_of_epoch": False, "status": STATUS_OK, **run_fields}
+        report(metrics, epoch_start_state, history, evaluations)
 
     for epoch in range(len(history), config.num_epochs):
-        stats = train_one_epoch(sync, optimizer, train_images, train_labels, config,
-                                epoch=epoch, device=device)
-        broadcast_(model.buffers())  # evaluate every shard with rank 0's BatchNorm statistics
-        test_acc = evaluate(model, test_images, test_labels, config, device=device)
-        metrics = {
-            "epoch": epoch + 1, **stats, "test_acc": test_acc,
-            "model": config.model, "sync": config.sync, "transport": sync.transport,
-            "lr": config.lr,
-            "precision": config.precision, "channels_last": config.channels_last,
-            "num_workers": num_workers, "global_batch_size": config.global_batch_size,
-            "batch_size_per_worker": config.batch_size_per_worker,
-            "steps_per_epoch": config.steps_per_epoch,
-            "device": str(device), "devices": devices,
-        }
+        num_evaluations = len(evaluations)
+        stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
+                                epoch=epoch, device=device,
+                                on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
+                                    epoch, steps, seconds))
+        evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
+        train_s = evaluation["train_s"]
+        eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
+        metrics = {"epoch": epoch + 1, **stats, "test_acc": evaluation["test_acc"],
+                   "train_s": train_s, "wall_s": evaluation["wall_s"],
+                   "eval_time_s": eval_time_s, "end_of_epoch": True, **run_fields,
+                   "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
+                                      if device.type == "cuda" else None)}
         history.append(metrics)
-        state = {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer)}
-        report(metrics, state, history)
+        # A diverged run's weights may not be finite: its checkpoint keeps the history only.
+        state = None if metrics["status"] == STATUS_DIVERGED else state_now()
+        if epoch_start_state is not None and state is not None:
+            epoch_start_state = copy.deepcopy(state)
+        report(metrics, state, history, evaluations)
         if metrics["status"] == STATUS_DIVERGED:
             break
     return history
 
 
-def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
+def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split: BatchSplit,
                     images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
-                    epoch: int, device: torch.device) -> dict:
-    """One pass over the training set; returns the epoch's training statistics."""
-    rank, num_workers = get_rank(), get_world_size()
+                    epoch: int, device: torch.device,
+                    on_evaluation: OnEvaluation | None = None) -> dict:
+    """One pass over the training set; returns the epoch's training statistics.
+
+    `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
+    mid-epoch evaluation points; its time is not counted as training.
+    """
     batch_size = config.global_batch_size
-    shard_start, shard_stop = shard_bounds(batch_size, num_workers, rank)
     # Every worker draws the same permutation, then takes its own slice of
-    # each global batch: together they see exactly one device's minibatch.
+    # each global batch (`split`): together they see exactly one device's minibatch.
     order = torch.randperm(config.num_train_examples,
                            generator=torch.Generator().manual_seed(config.seed * 10_007 + epoch)
                            ).to(device)
     warmup_steps = config.warmup_epochs * config.steps_per_epoch
+    evaluate_after = mid_epoch_evaluation_steps(config) if on_evaluation else set()
     sync.module.train()
     sync.sync_time_s = 0.0
     check = NonFiniteCheck(sync, device)
@@ -117,6 +187,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
     status = STATUS_OK
     num_steps = 0
+    epoch_time_s = 0.0
     start = time.perf_counter()
     for step in range(config.steps_per_epoch):
         global_step = epoch * config.steps_per_epoch + step
@@ -124,9 +195,10 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
             _set_lr(optimizer, config.lr * (global_step + 1) / warmup_steps)
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
+        shard_start, shard_stop = split.bounds()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         y = labels[index].long()
-        outcome = train_batch(sync, optimizer, images[index], y, config, check)
+        outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer)
         if outcome is None:
             status = STATUS_DIVERGED
             break
@@ -134,9 +206,13 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         loss_sum += losses.sum()
         num_correct += (logits.argmax(dim=1) == y).sum()
         num_steps += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
-    epoch_time_s = time.perf_counter() - start
+        split.after_step()
+        if num_steps in evaluate_after:
+            epoch_time_s += _seconds_since(start, device)
+            on_evaluation(num_steps, epoch_time_s)
+            sync.module.train()
+            start = time.perf_counter()
+    epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
         status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
@@ -151,23 +227,34 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer,
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
         "status": status,
+        **split.end_epoch(num_steps),
     }
 
 
+def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
+    """After which steps of an epoch to evaluate, besides its end: evenly spaced."""
+    steps, count = config.steps_per_epoch, config.evals_per_epoch
+    return {index * steps // count for index in range(1, count)}
+
+
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck"
-                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck",
+                timer: ComputeTimer) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
     forward, loss over the global batch, backward, gradient sync, SGD step.
 
     Returns the shard's per-example losses and logits; None, without the
-    step, once `check` reads a non-finite gradient.
+    step, once `check` reads a non-finite gradient. `timer` times this
+    worker's own forward and backward (what a proportional split divides by).
     """
+    waited_s = sync.backward_wait_s
+    timer.start()
     logits = _forward(sync.module, images, config)
     losses = F.cross_entropy(logits, labels, reduction="none")
     # Dividing by the *global* batch makes the summed gradients over workers
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
+    timer.stop(minus_s=sync.backward_wait_s - waited_s)
     sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
     if check.failed():
         return None
@@ -178,7 +265,7 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
 
 class NonFiniteCheck:
     """Counts the steps whose synced gradients are not finite, and reads the count
-    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS_CUDA on a GPU.
+    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS["cuda"] on a GPU.
 
     The gradients are identical on every worker after the sync, so every
     worker reaches the same verdict without an extra collective; `sharded`'s
@@ -187,7 +274,7 @@ class NonFiniteCheck:
 
     def __init__(self, sync: GradientSync, device: torch.device):
         self.sync = sync
-        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS_CUDA if device.type == "cuda" else 1
+        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS.get(device.type, 1)
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.num_steps = 0
 
@@ -251,6 +338,12 @@ def _as_tensors(*arrays) -> list[torch.Tensor]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return [torch.from_numpy(array) for array in arrays]
+
+
+def _seconds_since(start: float, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
+    return time.perf_counter() - start
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

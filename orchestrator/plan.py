@@ -9,16 +9,17 @@ open, room for every grid point, how many trials run at once.
 import argparse
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import storage
 from orchestrator.cli import AUTO, config_options, given_flags
-from orchestrator.cluster import Cluster
+from orchestrator.cluster import Cluster, requested_address
 from orchestrator.config import DEFAULT_PRESET, PRESETS, SweepConfig, TrainConfig
 from orchestrator.errors import UserError
-from orchestrator.rundir import check_out_dir
+from orchestrator.rundir import check_out_dir, new_sweep_id
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,13 @@ class SweepRequest:
     """The preset's worker counts are 1, 2, 4, ... up to what the cluster holds."""
     out_dir: Path
     storage: str
+    sweep_id: str | None
+    """Names the sweep's Tune experiment and Train runs in its storage (None: an
+    older sweep's, resumed under the names it was started with)."""
     resume: bool
     max_concurrent_trials: int | None
+    max_hours: float | None
+    """Stop the sweep when its first epoch says it takes longer."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,15 @@ class SweepPlan:
 
     sweep: SweepConfig
     max_concurrent_trials: int
+    side_by_side: bool
+    """Trials may share a node while timed: their epoch times, and any speedup, compare crowded runs."""
 
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """train.py's run, and whether its GPU use waits on the cluster: a grid of one point."""
     sweep, gpu_from_cluster = _sweep_from(config_options(args))
     (point,) = sweep.grid
+    _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
     return point.train, gpu_from_cluster
 
 
@@ -60,8 +69,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         if options:
             raise UserError(f"--config holds the whole sweep; put {', '.join(given_flags(args))} "
                             f"in the file")
-        sweep, label = _sweep_from_file(args.config), Path(args.config).stem
-        gpu_from_cluster = workers_from_cluster = False
+        (sweep, gpu_from_cluster), label = _sweep_from_file(args.config), Path(args.config).stem
+        workers_from_cluster = False
     else:
         label = preset or DEFAULT_PRESET
         if label not in PRESETS:
@@ -71,16 +80,22 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         sweep, gpu_from_cluster = _sweep_from(options)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UserError(f"--max-concurrent-trials must be >= 1, got {args.max_concurrent_trials}")
+    if args.max_hours is not None and not (math.isfinite(args.max_hours) and args.max_hours > 0):
+        raise UserError(f"--max-hours must be a finite number > 0, got {args.max_hours}")
     out_dir = Path(args.out or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     stored = check_out_dir(out_dir, resume=args.resume)
     if stored is not None:
-        (sweep, storage_location), gpu_from_cluster, workers_from_cluster = stored, False, False
+        (sweep, storage_location, sweep_id), gpu_from_cluster, workers_from_cluster = \
+            stored, False, False
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
+        sweep_id = new_sweep_id(out_dir)
+    _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
                         workers_from_cluster=workers_from_cluster, out_dir=out_dir,
-                        storage=storage_location, resume=args.resume,
-                        max_concurrent_trials=args.max_concurrent_trials)
+                        storage=storage_location, sweep_id=sweep_id, resume=args.resume,
+                        max_concurrent_trials=args.max_concurrent_trials,
+                        max_hours=args.max_hours)
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
@@ -94,11 +109,17 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
-    # As many trials at once as the cluster holds of the largest.
+    resources = sweep.base.resources_per_worker
     largest = max(point.train.num_workers for point in sweep.grid)
-    concurrent = (request.max_concurrent_trials
-                  or max(1, cluster.max_workers(sweep.base.resources_per_worker) // largest))
-    return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent)
+    fits = max(1, cluster.max_workers(resources) // largest)
+    # Trials on one node share its cores, memory bandwidth and PCIe: a speedup
+    # (more than one worker count) is measured one trial at a time, unless
+    # every node holds one worker at most, so that no two trials share one.
+    whole_nodes = max(cluster.node_capacities(resources)) <= 1
+    isolated = fits if whole_nodes or len(set(sweep.workers)) == 1 else 1
+    concurrent = request.max_concurrent_trials or isolated
+    return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
+                     side_by_side=concurrent > 1 and not whole_nodes)
 
 
 def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,
@@ -127,24 +148,43 @@ def workers_up_to(capacity: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _sweep_from(options: dict) -> tuple[SweepConfig, bool]:
+def _sweep_from(options: dict, *, source: str = "") -> tuple[SweepConfig, bool]:
     """The sweep the command line asks for, and whether its GPU use waits on the cluster.
 
     Until the cluster says, `auto` is checked as GPU workers (the permissive
     case: synchronised BatchNorm needs them), and open worker counts as (1,).
     """
     gpu_from_cluster = options.get("use_gpu", AUTO) == AUTO
-    checked = {**options, "workers": options.get("workers") or (1,)}
+    checked = dict(options)
+    if checked.get("workers", ()) is None:
+        checked["workers"] = (1,)
     if gpu_from_cluster:
         checked["use_gpu"] = True
-    return SweepConfig.from_dict(checked, source=""), gpu_from_cluster
+    return SweepConfig.from_dict(checked, source=source), gpu_from_cluster
 
 
-def _sweep_from_file(path: str) -> SweepConfig:
+def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
+    """The file's sweep; a file without `use_gpu` (or with "auto") leaves it to the
+    cluster, as the command line does."""
     try:
         values = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"--config {path}: unreadable or not JSON ({error})")
-    if isinstance(values, dict) and set(values) == {"sweep", "storage"}:
+    if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= {"sweep", "storage", "id"}:
         values = values["sweep"]  # a previous sweep's sweep.json
-    return SweepConfig.from_dict(values, source=path)
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: expected an object of sweep options, "
+                        f"got {type(values).__name__}")
+    return _sweep_from(values, source=path)
+
+
+def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None) -> None:
+    """`--use-gpu yes` for an embedded Ray on a machine without a GPU: refused
+    before Ray starts, since that Ray could only hold what this machine has."""
+    if not config.use_gpu or gpu_from_cluster or requested_address(address) is not None:
+        return
+    import torch  # only here: no other check needs its seconds of import
+    if not torch.cuda.is_available():
+        raise UserError("--use-gpu yes, but this machine has no GPU that torch can use and the "
+                        "run would start a Ray of its own here; give --address of a cluster "
+                        "with GPUs, or --use-gpu auto")

@@ -1,8 +1,9 @@
 """Aggregate a sweep's trials into tables, files and plots.
 
-Input: one row per (trial, epoch) as reported by the workers, and one row per
-trial with its grid values and how it ended. Output: `trials.csv`,
-`epochs.csv`, `report.md` and three PNG plots, each written atomically.
+Input: one row per (trial, epoch) and one per (trial, evaluation) as reported
+by the workers, and one row per trial with its grid values and how it ended.
+Output: `trials.csv`, `epochs.csv`, `evaluations.csv`, `report.md` and four
+PNG plots, each written atomically.
 """
 
 import math
@@ -10,29 +11,39 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator import time_to_accuracy
 from orchestrator.progress import book_line
 from orchestrator.rundir import write_atomically
 
 FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
+REACHED_TARGET = "reached target"  # ended by --stop-at-target
 INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
 
+# The sweep axes that are the run's own values: a speedup compares trials of one
+# momentum, strategy, split and precision.
+RUN_AXES = ["momentum", "sync", "split", "precision"]
 # Trials that share these differ only in the number of workers: the 1-worker
 # one is the baseline of the others' speedup. `batch_size` is the grid's b,
 # global or per worker as `batch_scaling` says.
-SCALING_GROUP = ["model", "sync", "batch_scaling", "batch_size", "base_lr"]
+SCALING_GROUP = ["model", *RUN_AXES, "batch_scaling", "batch_size", "base_lr"]
 # The tuning playbook's method: within each cell of the studied parameters,
 # the learning rate is the nuisance parameter to optimise over.
-ISOLATION_CELL = ["model", "sync", "batch_scaling", "num_workers", "batch_size"]
+ISOLATION_CELL = ["model", *RUN_AXES, "batch_scaling", "num_workers", "batch_size"]
+STRATEGY_CELL = ["model", *RUN_AXES, "num_workers"]
 
-PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png")
+PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
+              "test_acc_vs_time.png")
 
 
-def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: its grid values, derived values, outcome and speed.
+def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+                     target_acc: float | None = None) -> pd.DataFrame:
+    """One row per trial: its grid values, derived values, outcome, speed and time
+    to `target_acc`.
 
     `trials` holds the grid values and derived values of each trial, its
-    `error` (empty if none) and `early_stopping` (whether a scheduler may have
-    stopped it); `epochs` holds what the workers reported.
+    `error` (empty if none), `early_stopping` (whether a scheduler may have
+    stopped it) and `stop_at_target`; `epochs` and `evaluations` hold what the
+    workers reported.
     """
     per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
         epochs_run=("epoch", "max"),
@@ -47,7 +58,9 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame
         last_status=("status", "last"),
     )
     per_trial["sync_share"] = per_trial.pop("total_sync_time_s") / per_trial.pop("total_epoch_time_s")
-    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left")
+    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
+        time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
+        right_index=True, how="left")
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
     summary["status"] = [_status(row) for row in summary.itertuples()]
     return _with_speedup(summary).sort_values(
@@ -61,13 +74,45 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[summary["status"] != FAILED][columns].reset_index(drop=True)
 
 
+def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy, split, precision and worker count: seconds per epoch, sync share
+    and speedup, each the median over that cell's trials (other batches and lrs)."""
+    usable = summary[summary["status"] != FAILED]
+    if usable.empty:
+        return pd.DataFrame()
+    table = usable.groupby(STRATEGY_CELL, sort=True).agg(
+        trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "median"),
+        sync_share=("sync_share", "median"), speedup=("speedup", "median"))
+    return table.reset_index()
+
+
+def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """For each trial of several workers: each worker's share of the global batch
+    and its forward+backward seconds, in the first and the last epoch (a
+    proportional split starts even and re-sets the shares from the first)."""
+    rows = []
+    for row in summary[summary["num_workers"] > 1].itertuples():
+        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        if history.empty or "worker_shares" not in history:
+            continue
+        first, last = history.iloc[0], history.iloc[-1]
+        rows.append({"trial_id": row.trial_id, "sync": row.sync, "split": row.split,
+                     "num_workers": row.num_workers,
+                     "first_epoch_shares": _per_worker(first["worker_shares"], "g"),
+                     "first_epoch_compute_s": _per_worker(first["worker_compute_s"], ".2f"),
+                     "last_epoch": int(last["epoch"]),
+                     "last_epoch_shares": _per_worker(last["worker_shares"], "g"),
+                     "last_epoch_compute_s": _per_worker(last["worker_compute_s"], ".2f")})
+    return pd.DataFrame(rows)
+
+
 def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
     """For each (workers, batch) cell, the best learning rate and whether it
     sits on the edge of the range searched (then the range was too narrow)."""
     rows = []
     for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
         searched = sorted(group["base_lr"].unique())
-        usable = group[group["status"].isin([FINISHED, STOPPED_EARLY])].dropna(
+        usable = group[group["status"].isin([FINISHED, STOPPED_EARLY, REACHED_TARGET])].dropna(
             subset=["final_test_acc"])
         row = dict(zip(ISOLATION_CELL, cell))
         row["lrs_searched"] = " ".join(f"{lr:g}" for lr in searched)
@@ -83,41 +128,66 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame, *,
-                  title_lines: list[str]) -> dict[str, Path]:
+def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
+                  evaluations: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
-    `summary` is what `summarize_trials` made of the trials and `epochs`.
+    `summary` is what `summarize_trials` made of the trials, `epochs` and
+    `evaluations` for `target_acc`.
     """
-    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "report.md", *PLOT_FILES)}
+    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "evaluations.csv",
+                                               "report.md", *PLOT_FILES)}
     write_atomically(paths["trials.csv"], lambda path: summary.to_csv(path, index=False))
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
-    report = render_report(summary, epochs, title_lines=title_lines)
+    write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
+    report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
-    _plot_all(summary, epochs, paths)
+    _plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
 
 
-def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str]) -> str:
+def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              "The book's line for each trial (time per epoch is training only).", ""]
     for row in summary.itertuples():
         history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
         label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
-                 f"({row.batch_scaling}), lr {row.lr:g}")
+                 f"({row.batch_scaling}), lr {row.lr:g}, sync {row.sync}, split {row.split}, "
+                 f"{row.precision}")
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")
     lines += ["", "## Scaling", "",
               "Speedup is throughput (samples/s) against the 1-worker trial with the same "
-              "model, sync, batch and lr; efficiency is speedup / workers.", "",
+              "model, sync, split, precision, batch and lr; efficiency is speedup / workers.", "",
               markdown_table(scaling_table(summary)), "",
+              "## Strategies", "",
+              "Per sync strategy, split, precision and worker count: seconds per epoch, the "
+              "share of it spent in gradient sync, and the speedup, each the median over the "
+              "cell's trials.", "",
+              markdown_table(strategy_table(summary)), "",
+              "## Split per worker", "",
+              "Each worker's examples per step (its share of the global batch) and its seconds "
+              "of forward and backward, per rank, in a trial's first and last epoch; a "
+              "worker that computes much less than another waits for it at every step. "
+              "`epochs.csv` has every epoch.", "",
+              markdown_table(split_table(summary, epochs)), "",
               "## Learning rate per (workers, batch)", "",
               "The best base lr of each cell by final test accuracy; `on_edge` flags a best "
               "value at the end of the range searched, where a wider range may do better.", "",
-              markdown_table(isolation_table(summary)), "",
-              "## Files", "", *[f"- `{name}`" for name in
-                                ("trials.csv", "epochs.csv", *PLOT_FILES)], ""]
+              markdown_table(isolation_table(summary)), ""]
+    if target_acc is not None:
+        lines += ["## Time to accuracy", "",
+                  f"Target: test accuracy {target_acc:g}. Training seconds exclude evaluation; "
+                  f"wall seconds count from the trial's start (worker start-up, evaluations and "
+                  f"checkpoints included). The trials that reached it, fastest first:", "",
+                  markdown_table(time_to_accuracy.ranking(summary)), "",
+                  time_to_accuracy.baseline_line(summary, target_acc), "",
+                  f"**Recommended:** {time_to_accuracy.recommendation(summary, target_acc)}", ""]
+    lines += ["## Files", "", *[f"- `{name}`" for name in
+                                ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES)], ""]
     return "\n".join(lines)
 
 
@@ -139,9 +209,20 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
+def _per_worker(values, spec: str) -> str:
+    """A per-worker list as `a / b`; epochs.csv read back holds it as text."""
+    if isinstance(values, str):
+        return values
+    if not isinstance(values, list):
+        return ""  # a trial run before these were recorded
+    return " / ".join(format(value, spec) for value in values)
+
+
 def _status(row) -> str:
     if isinstance(row.error, str) and row.error:
         return FAILED
+    if row.stop_at_target and not math.isnan(row.train_s_to_target):
+        return REACHED_TARGET
     if row.last_status == DIVERGED:
         return DIVERGED
     if row.epochs_run < row.num_epochs:
@@ -169,7 +250,8 @@ def _edge_flag(best: float, searched: list[float]) -> str:
     return "no"
 
 
-def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path]) -> None:
+def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+              target_acc: float | None, paths: dict[str, Path]) -> None:
     # Imported here: matplotlib is slow to import and only needed for the files.
     import matplotlib
 
@@ -181,11 +263,19 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path
         write_atomically(paths[name], lambda path: figure.savefig(path, dpi=120, format="png"))
         plt.close(figure)
 
+    # Labels name the run axes the sweep varied.
+    varied = [axis for axis in RUN_AXES if summary[axis].nunique() > 1]
+
+    def run_label(values) -> str:
+        return "".join(f" m={values[axis]:g}" if axis == "momentum" else f" {values[axis]}"
+                       for axis in varied)
+
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for row in summary.itertuples():
         history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
         axes.plot(history["epoch"], history["test_acc"], marker="o",
-                  label=f"{row.num_workers}w b={row.batch_size} lr={row.lr:g}")
+                  label=f"{row.num_workers}w b={row.batch_size} lr={row.lr:g}"
+                        + run_label(row._asdict()))
     axes.set(xlabel="epoch", ylabel="test acc", title="Test accuracy per epoch (the book's animator)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
@@ -194,9 +284,11 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path
     figure, axes = plt.subplots(figsize=(6, 4.5))
     measured = summary.dropna(subset=["speedup"])
     for key, group in measured.groupby(SCALING_GROUP):
+        values = dict(zip(SCALING_GROUP, key))
         group = group.sort_values("num_workers")
         axes.plot(group["num_workers"], group["speedup"], marker="o",
-                  label=f"b={key[3]} ({key[2]}) lr={key[4]:g}")
+                  label=f"b={values['batch_size']} ({values['batch_scaling']}) "
+                        f"lr={values['base_lr']:g}" + run_label(values))
     max_workers = int(summary["num_workers"].max())
     axes.plot([1, max_workers], [1, max_workers], "k--", label="ideal (linear)")
     axes.set(xlabel="workers", ylabel="speedup (throughput)", title="Speedup against 1 worker")
@@ -205,12 +297,18 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, paths: dict[str, Path
     save(figure, "speedup.png")
 
     figure, axes = plt.subplots(figsize=(6, 4.5))
-    for (num_workers, batch_size), group in summary.groupby(["num_workers", "batch_size"]):
+    for key, group in summary.groupby(["num_workers", "batch_size", *varied]):
+        values = dict(zip(["num_workers", "batch_size", *varied], key))
         group = group.sort_values("base_lr")
         axes.plot(group["base_lr"], group["final_test_acc"], marker="o",
-                  label=f"{num_workers} workers, b={batch_size}")
+                  label=f"{values['num_workers']} workers, b={values['batch_size']}"
+                        + run_label(values))
     axes.set(xscale="log", xlabel="base learning rate", ylabel="final test acc",
              title="Test accuracy against learning rate")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
     save(figure, "test_acc_vs_lr.png")
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    time_to_accuracy.plot_test_acc_vs_time(axes, summary, evaluations, target_acc)
+    save(figure, "test_acc_vs_time.png")

@@ -1,13 +1,16 @@
 """The sweep's `--out` folder: claimed by one sweep, never mixed with another.
 
-A sweep writes `sweep.json` (its options and storage) into the folder before
-any trial runs. That file is how `--resume` finds what to continue, and how a
-second sweep is stopped from overwriting the first one's results. Every file
-of the folder is written atomically (`write_atomically`).
+A sweep creates `sweep.json` (its options, storage and id) in the folder,
+exclusively, before any trial runs. That file is how `--resume` finds what to
+continue, and how a second sweep is stopped from overwriting the first one's
+results, even one started at the same moment. Every file of the folder is
+written atomically (`write_atomically`).
 """
 
 import json
 import os
+import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,21 +20,24 @@ from orchestrator.errors import UserError
 SWEEP_FILE = "sweep.json"
 
 
-def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str] | None:
-    """Refuse a folder that this sweep must not write; on resume, what to continue.
+def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str | None] | None:
+    """Refuse a folder that this sweep must not or cannot write; on resume, what to continue.
 
-    Returns the stored (sweep, storage path) when resuming, else None.
+    Returns the stored (sweep, storage path, sweep id) when resuming, else None.
     """
     marker = out_dir / SWEEP_FILE
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir} is a file, not a folder")
+    _require_writable(out_dir)
     if resume:
         if not marker.is_file():
             raise UserError(f"nothing to resume in {out_dir}: it holds no {SWEEP_FILE} "
                             f"(start the sweep without --resume)")
         try:
             stored = json.loads(marker.read_text())
-            return SweepConfig.from_dict(stored["sweep"]), str(stored["storage"])
+            # No id: a sweep started before sweeps had one (see sweep.experiment_name).
+            return (SweepConfig.from_dict(stored["sweep"]), str(stored["storage"]),
+                    stored.get("id"))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserError(f"{marker} is unreadable or not a sweep's ({error})")
     if marker.exists():
@@ -47,10 +53,41 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str] | N
     return None
 
 
-def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str) -> None:
+def new_sweep_id(out_dir: Path) -> str:
+    """What names a sweep's Tune experiment and Train runs in a storage that
+    other sweeps may share: its folder's name, made unique."""
+    return f"{out_dir.name}-{secrets.token_hex(4)}"
+
+
+def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str) -> None:
+    """Create `sweep.json` whole and exclusively: of two sweeps claiming one
+    folder at once, one wins and the other gets a `UserError`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"sweep": sweep.to_dict(), "storage": storage}, indent=2)
-    write_atomically(out_dir / SWEEP_FILE, lambda path: path.write_text(text))
+    text = json.dumps({"sweep": sweep.to_dict(), "storage": storage, "id": sweep_id}, indent=2)
+    fd, temporary = tempfile.mkstemp(prefix=f".{SWEEP_FILE}.", dir=out_dir)
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        # A hard link fails if the name exists: an exclusive create of a whole file.
+        os.link(temporary, out_dir / SWEEP_FILE)
+    except FileExistsError:
+        raise UserError(f"{out_dir} was claimed by another sweep just now; choose another "
+                        f"--out") from None
+    finally:
+        os.unlink(temporary)
+
+
+def _require_writable(out_dir: Path) -> None:
+    """The folder, or its nearest existing parent, must let us create entries:
+    tried with a folder made and removed at once, so that nothing is left."""
+    existing = out_dir
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".orchestrator-probe-", dir=existing))
+    except OSError as error:
+        raise UserError(f"--out {out_dir} cannot be created or written "
+                        f"({error.strerror or error} in {existing})") from None
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:

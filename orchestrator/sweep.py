@@ -6,26 +6,33 @@ to Tune through `ray_fastpath.report_to_tune_callback`); the workers run
 `worker.train_loop_per_worker`.
 """
 
+import math
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
 import ray
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from orchestrator import checkpoint, ray_fastpath, storage
 from orchestrator.config import GridPoint, SweepConfig, TrainConfig
 from orchestrator.progress import book_line
 from orchestrator.results import INTERRUPTED
+from orchestrator.target import target_line
 from orchestrator.trial import run_trial
 
-EXPERIMENT_NAME = "sweep"
+# The names of a sweep started before sweeps had an id (see `experiment_name`).
+LEGACY_EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
-                 "samples_per_s", "sync_time_s", "num_workers", "global_batch_size",
-                 "batch_size_per_worker", "lr", "sync", "transport", "model", "device", "devices",
-                 "status"]
+                 "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",
+                 "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
+                 "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
+                 "transport", "model", "device", "devices", "status"]
+# What each row of evaluations.csv keeps: one per evaluation of the test set.
+EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
@@ -34,39 +41,132 @@ TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
 
 
+def experiment_name(sweep_id: str | None) -> str:
+    """The sweep's Tune experiment in its storage: named after the sweep, so
+    that sweeps sharing a `--storage` never restore each other's trials."""
+    return sweep_id or LEGACY_EXPERIMENT_NAME
+
+
+def train_runs_path(storage_path: str, sweep_id: str | None) -> str:
+    """The folder of the sweep's Train runs (one per trial), the sweep's own."""
+    return storage.join(storage_path, TRAIN_RUNS_DIR, *([sweep_id] if sweep_id else []))
+
+
 def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
     """One Tune trial: fit the TorchTrainer of one grid point."""
+    started_at = time.time()  # wall seconds to a target count from here
     train = TrainConfig(**config["point"]["train"])
-    run_trial(train, data_refs[0],
+    run_trial(train, data_refs[0], started_at=started_at,
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              storage_path=storage.join(config["storage"], TRAIN_RUNS_DIR),
+              # No sweep id: a trial of a sweep from before sweeps had one.
+              storage_path=train_runs_path(config["storage"], config.get("sweep_id")),
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
-class TrialLinePrinter(tune.Callback):
-    """One line as each trial ends: the book's line, or why it did not finish."""
+class TimeEstimate(tune.stopper.Stopper):
+    """After the sweep's first epoch, says how long the sweep takes at that pace;
+    with `max_hours`, stops it when that is longer (a ResNet-18 sweep on CPUs
+    would otherwise train for hours without a word)."""
 
-    def __init__(self):
-        self.histories: dict[str, list[dict]] = {}
+    # The limit of the command running now, not kept with the instance: Tune
+    # restores a resumed sweep's stopper as it was when the sweep started.
+    max_hours: float | None = None
+
+    def __init__(self, sweep: SweepConfig, max_concurrent: int):
+        self.num_trials, self.num_epochs = len(sweep.grid), sweep.base.num_epochs
+        self.max_concurrent = max_concurrent
+        self.estimated_hours: float | None = None
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        if self.estimated_hours is None and "epoch_time_s" in result:
+            self.estimated_hours = (result["epoch_time_s"] * self.num_trials * self.num_epochs
+                                    / min(self.max_concurrent, self.num_trials) / 3600)
+            print(f"first epoch: {result['epoch_time_s']:.0f} s of training; at that pace the "
+                  f"sweep's {self.num_trials} trial(s) x {self.num_epochs} epochs take about "
+                  f"{self.estimated_hours:.2f} h", flush=True)
+            if self.stop_all():
+                print(f"that exceeds --max-hours {self.max_hours:g}: stopping the sweep "
+                      f"(--resume continues it)", flush=True)
+        return False
+
+    def stop_all(self) -> bool:
+        return (self.max_hours is not None and self.estimated_hours is not None
+                and self.estimated_hours > self.max_hours)
+
+
+class TrialLinePrinter(tune.Callback):
+    """One line as each trial ends: the book's line, or why it did not finish, and
+    when it reached the target accuracy, if there is one."""
+
+    def __init__(self, target_acc: float | None):
+        self.target_acc = target_acc
+        self.evaluations: dict[str, list[dict]] = {}  # every result is an evaluation
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.histories.setdefault(trial.trial_id, []).append(result)
+        self.evaluations.setdefault(trial.trial_id, []).append(result)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        history = self.histories.get(trial.trial_id)
+        evaluations = self.evaluations.get(trial.trial_id, [])
+        history = [row for row in evaluations if row["end_of_epoch"]]
+        parts = []
         if history:
-            status = history[-1].get("status")
-            print(f"trial {trial.trial_id} done: {book_line(history)}"
-                  + (" (diverged)" if status == "diverged" else ""), flush=True)
+            parts.append(book_line(history)
+                         + (" (diverged)" if history[-1]["status"] == "diverged" else ""))
+        if evaluations and self.target_acc is not None:
+            parts.append(target_line(evaluations, self.target_acc))
+        if parts:
+            print(f"trial {trial.trial_id} done: {'; '.join(parts)}", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"trial {trial.trial_id} failed: see {trial.path}", flush=True)
 
 
+class ReachedTarget(tune.Stopper):
+    """--stop-at-target: Tune ends a trial at its first evaluation at or above the
+    target, and its workers go to the next trial."""
+
+    def __init__(self, target_acc: float):
+        self.target_acc = target_acc
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return result["test_acc"] >= self.target_acc
+
+    def stop_all(self) -> bool:
+        return False
+
+
+class TimeToAccuracyASHA(ASHAScheduler):
+    """ASHA (rungs in epochs) for a sweep with a target accuracy.
+
+    The book's recipe is never stopped early: its time to the target is the
+    baseline. A trial ended at the target before a rung still counts at that
+    rung, with the accuracy that got it there: the bar for the trials after
+    it (else the fastest learners, ended first, would set none).
+    """
+
+    def __init__(self, target_acc: float, **asha_options):
+        super().__init__(**asha_options)
+        self.target_acc = target_acc
+        self.num_epochs = asha_options["max_t"]
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if TrainConfig(**trial.config["point"]["train"]).is_book_recipe:
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        if result.get("test_acc", 0.0) >= self.target_acc:
+            # ASHA records a trial at the highest rung a result passes, once per rung.
+            for epoch in range(math.ceil(result["epoch"]), self.num_epochs):
+                super().on_trial_result(tune_controller, trial, {**result, "epoch": epoch})
+        super().on_trial_complete(tune_controller, trial, result)
+
+
 def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
-              max_concurrent: int, resume: bool) -> tune.ResultGrid:
+              sweep_id: str | None, max_concurrent: int, resume: bool,
+              max_hours: float | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
     # The data goes to the trials as a ref inside a list, so that Tune ships
     # the ref, not a second copy of the data set, to every trial.
@@ -78,21 +178,26 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    experiment_path = storage.join(storage_path, EXPERIMENT_NAME)
+    TimeEstimate.max_hours = max_hours
+    experiment_path = storage.join(storage_path, experiment_name(sweep_id))
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
         # each resumes from its own last checkpoint.
         tuner = tune.Tuner.restore(experiment_path, trainable,
                                    resume_unfinished=True, resume_errored=True)
     else:
-        scheduler = (ASHAScheduler(time_attr="epoch", metric="test_acc", mode="max",
-                                   max_t=sweep.base.num_epochs, grace_period=1)
-                     if sweep.scheduler == "asha" else None)
+        # `epoch` is fractional mid-epoch: a trial's rung is its first evaluation past it.
+        asha_options = dict(time_attr="epoch", metric="test_acc", mode="max",
+                            max_t=sweep.base.num_epochs, grace_period=1)
+        scheduler = None
+        if sweep.scheduler == "asha":
+            scheduler = (TimeToAccuracyASHA(sweep.base.target_acc, **asha_options)
+                         if sweep.base.target_acc is not None else ASHAScheduler(**asha_options))
         tuner = tune.Tuner(
             trainable,
             param_space={
                 "point": tune.grid_search([_point_to_dict(point) for point in sweep.grid]),
-                "storage": storage_path,
+                "storage": storage_path, "sweep_id": sweep_id,
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
@@ -101,11 +206,13 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
-                name=EXPERIMENT_NAME, storage_path=storage_path,
+                name=experiment_name(sweep_id), storage_path=storage_path,
+                stop=_stopper(sweep, max_concurrent),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=[TrialLinePrinter()], progress_reporter=_progress_table(),
+                callbacks=[TrialLinePrinter(sweep.base.target_acc)],
+                progress_reporter=_progress_table(),
                 verbose=1))  # the table, not every result in full
     return tuner.fit()
 
@@ -114,12 +221,21 @@ def _trial_id(trial) -> str:
     return trial.trial_id
 
 
+def _stopper(sweep: SweepConfig, max_concurrent: int) -> tune.Stopper:
+    estimate = TimeEstimate(sweep, max_concurrent)
+    if not sweep.stop_at_target:
+        return estimate
+    return tune.stopper.CombinedStopper(estimate, ReachedTarget(sweep.base.target_acc))
+
+
 def _progress_table() -> tune.CLIReporter:
     """Tune's live table, one column per swept value and the epoch's headline metrics."""
     return tune.CLIReporter(
         parameter_columns={"point/train/num_workers": "workers",
                            "point/train/global_batch_size": "global batch",
-                           "point/train/lr": "lr", "point/train/sync": "sync"},
+                           "point/train/lr": "lr", "point/train/momentum": "momentum",
+                           "point/train/sync": "sync", "point/train/split": "split",
+                           "point/train/precision": "precision"},
         metric_columns={"epoch": "epoch", "test_acc": "test acc", "epoch_time_s": "s/epoch"},
         max_report_frequency=30)
 
@@ -129,38 +245,54 @@ def _point_to_dict(point: GridPoint) -> dict:
             "train": point.train.to_dict()}
 
 
-def collect(result_grid: tune.ResultGrid, sweep: SweepConfig,
-            storage_path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(trials, epochs) frames from a finished (or interrupted) Tune experiment."""
+def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
+            sweep_id: str | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
     configs = tune.ExperimentAnalysis(result_grid.experiment_path).get_all_configs()
-    trial_rows, epoch_frames = [], []
+    trial_rows, epoch_frames, evaluation_frames = [], [], []
     for result in result_grid:
         trial_id = Path(result.path).name  # see trial_dirname_creator
         point = sweep.grid[configs[trial_id]["point"]["index"]]
         train = point.train
         trial_rows.append({
-            "trial_id": trial_id, "model": train.model, "sync": train.sync,
+            "trial_id": trial_id, "model": train.model, "sync": train.sync, "split": train.split,
+            "precision": train.precision,
             "num_workers": train.num_workers, "batch_size": point.batch_size,
             "batch_scaling": sweep.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
+            "momentum": train.momentum,
             "global_batch_size": train.global_batch_size,
             "batch_size_per_worker": train.batch_size_per_worker,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
+            "book_recipe": train.is_book_recipe,
             "error": _one_line(result.error) if result.error else "",
-            "early_stopping": sweep.scheduler != "fifo",
+            "early_stopping": sweep.scheduler != "fifo", "stop_at_target": sweep.stop_at_target,
         })
         # From the newest checkpoint, not Tune's record: a report reaches Tune
         # only after its checkpoint is stored, so an epoch trained and kept
         # counts even if the workers or the driver died before the report.
-        history = checkpoint.read_newest_history(storage.join(storage_path, TRAIN_RUNS_DIR, trial_id))
-        history = pd.DataFrame(history) if history else result.metrics_dataframe
+        stored = checkpoint.read_newest_history(
+            storage.join(train_runs_path(storage_path, sweep_id), trial_id))
+        if stored is not None:
+            history, evaluations = (pd.DataFrame(rows) for rows in stored)
+        else:
+            evaluations = history = result.metrics_dataframe  # every report is an evaluation
+            if history is not None and "end_of_epoch" in history:  # else an older version's
+                history = history[history["end_of_epoch"].astype(bool)]
+        # reindex: a trial run by an older version lacks the newer columns.
         if history is not None and "epoch" in history:
-            # reindex: a trial run by an older version lacks the newer columns.
             epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
-    epochs = (pd.concat(epoch_frames, ignore_index=True) if epoch_frames
-              else pd.DataFrame(columns=[*EPOCH_COLUMNS, "trial_id"]))
-    return pd.DataFrame(trial_rows), epochs
+        if evaluations is not None and "epoch" in evaluations:
+            evaluation_frames.append(
+                evaluations.reindex(columns=EVALUATION_COLUMNS).assign(trial_id=trial_id))
+    return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),
+            _concat(evaluation_frames, EVALUATION_COLUMNS))
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    return (pd.concat(frames, ignore_index=True) if frames
+            else pd.DataFrame(columns=[*columns, "trial_id"]))
 
 
 def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig,

@@ -57,35 +57,92 @@ def make_transport(device: torch.device, largest_tensor_bytes: int, *,
     return group_transport()
 
 
+class SyncTimer:
+    """Seconds spent communicating, summed from `start`/`stop` pairs.
+
+    On a CPU the clock is read around each sync. A GPU runs what the host
+    queued later: timing it with the host's clock would make every step wait
+    for the GPU twice and stall its launch queue, so CUDA events are recorded
+    in the queue instead and read once, when `seconds` is asked for (once an epoch).
+    """
+
+    def __init__(self, device: torch.device):
+        self.on_gpu = device.type == "cuda"
+        self._seconds = 0.0
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def start(self) -> "float | torch.cuda.Event":
+        """A mark, on the current CUDA stream on a GPU."""
+        if self.on_gpu:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def stop(self, started: "float | torch.cuda.Event") -> None:
+        """Adds the time since `started`; on a GPU, once the current stream gets here."""
+        if self.on_gpu:
+            stopped = torch.cuda.Event(enable_timing=True)
+            stopped.record()
+            self._events.append((started, stopped))
+        else:
+            self._seconds += time.perf_counter() - started
+
+    @property
+    def seconds(self) -> float:
+        if self._events:
+            # The one wait for the GPU; each stop, since ddp's may be on different streams.
+            for _, stop in self._events:
+                stop.synchronize()
+            self._seconds += sum(start.elapsed_time(stop) for start, stop in self._events) / 1000
+            self._events.clear()
+        return self._seconds
+
+    def reset(self, seconds: float = 0.0) -> None:
+        self._seconds, self._events = seconds, []
+
+
 class GradientSync:
     """Base: the loop runs forward on `module`, calls `synchronize` after backward,
-    `step` for the update and `zero_grad` after it."""
+    `step` for the update and `zero_grad` after it. A strategy times its
+    communication with `_timed` (or `self.timer.start`/`stop` where it cannot wrap
+    a call); `sync_time_s` reads the total, and setting it (to 0 at each epoch's
+    start) resets it."""
 
     def __init__(self, model: nn.Module, device: torch.device, transport: Transport):
         self.model = model
         self.module: nn.Module = model
         self.device = device
         self.num_workers = get_world_size()
-        self.sync_time_s = 0.0
+        self.timer = SyncTimer(device)
+        # Seconds backward itself spent blocked on the other workers (ddp's
+        # reductions run inside it): not this worker's compute.
+        self.backward_wait_s = 0.0
         self.transport = transport.name
         self.allreduce_ = transport.allreduce_
+
+    @property
+    def sync_time_s(self) -> float:
+        """Seconds communicating since the last reset; on a GPU, waits for its queue once."""
+        return self.timer.seconds
+
+    @sync_time_s.setter
+    def sync_time_s(self, seconds: float) -> None:
+        self.timer.reset(seconds)
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
 
     def synchronize(self) -> None:
         if self.num_workers == 1:
-            # Nothing to sum; timing nothing would still wait for a GPU twice a step.
-            return
+            return  # nothing to sum
         self._timed(self._reduce, [p.grad for p in self.model.parameters() if p.grad is not None])
 
     def _timed(self, communicate: Callable, *args) -> None:
-        _wait_for(self.device)
-        start = time.perf_counter()
+        """`communicate(*args)`, its time added to `sync_time_s` (on a GPU, without waiting)."""
+        started = self.timer.start()
         communicate(*args)
-        # On a GPU the collective returns before it finishes: wait, to time it honestly.
-        _wait_for(self.device)
-        self.sync_time_s += time.perf_counter() - start
+        self.timer.stop(started)
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         raise NotImplementedError
@@ -148,7 +205,10 @@ class BucketedSync(GradientSync):
             buffer = torch.zeros(sum(p.numel() for p in bucket), dtype=bucket[0].dtype,
                                  device=device)
             for param, view in zip(bucket, buffer.split([p.numel() for p in bucket])):
-                param.grad = view.view_as(param)
+                # Laid out as its parameter is (channels-last conv weights too),
+                # so that backward and the optimizer see matching strides.
+                assert _dense(param), f"a parameter of shape {list(param.shape)} is not dense"
+                param.grad = view.as_strided(param.shape, param.stride())
             self.buffers.append(buffer)
 
     def zero_grad(self) -> None:
@@ -167,7 +227,9 @@ class DDPSync(GradientSync):
     DDP averages gradients by default; a communication hook makes it sum, like
     the other strategies. `sync_time_s` adds up each bucket's allreduce from
     launch to completion, which overlaps backward where a core or a GPU is
-    spare (bench/notes/sync_strategies.md). Its transport is always the
+    spare (bench/notes/sync_strategies.md): on a GPU, from an event queued
+    before the allreduce to one queued by the future's callback, which runs on
+    a stream that waits for the allreduce. Its transport is always the
     process group's: DDP reduces on the group's own threads during backward.
     """
 
@@ -186,19 +248,21 @@ class DDPSync(GradientSync):
 
     def _timed_sum_hook(self, _state, bucket: dist.GradBucket
                         ) -> torch.futures.Future[torch.Tensor]:
-        start = time.perf_counter()
+        started = self.timer.start()
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
         if self.device.type == "cpu":
             self._works_in_flight.append(work)
             if bucket.is_last():
                 # Backward is over but for the reductions, which DDP would
                 # wait for blocked, its core idle; see `wait_busy`.
+                waiting_since = time.perf_counter()
                 for in_flight in self._works_in_flight:
                     wait_busy(in_flight, self.device)
                 self._works_in_flight.clear()
+                self.backward_wait_s += time.perf_counter() - waiting_since
 
         def finished(future: torch.futures.Future) -> torch.Tensor:
-            self.sync_time_s += time.perf_counter() - start
+            self.timer.stop(started)
             return future.value()[0]
 
         return work.get_future().then(finished)
@@ -291,6 +355,6 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _wait_for(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's elements fill its storage span without gaps or overlaps."""
+    return tensor.is_contiguous() or tensor.is_contiguous(memory_format=torch.channels_last)

@@ -6,6 +6,7 @@ The trainer class comes from `ray_fastpath`: Ray's own, or a leaner one.
 """
 
 import os
+import time
 from collections.abc import Sequence
 
 import ray
@@ -33,7 +34,8 @@ class RetryPrinter(UserCallback):
 
     def after_report(self, run_context, metrics, checkpoint):
         if checkpoint:
-            self.checkpointed_epoch = metrics[0]["epoch"]
+            # Mid-epoch checkpoints hold the last finished epoch's state.
+            self.checkpointed_epoch = int(metrics[0]["epoch"])
 
     def after_exception(self, run_context, worker_exceptions):
         self.failures += 1
@@ -53,12 +55,14 @@ class RetryPrinter(UserCallback):
 
 def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
               storage_path: str | None = None, max_failures: int | None = None,
-              callbacks: Sequence[UserCallback] = ()) -> ray.train.Result:
+              callbacks: Sequence[UserCallback] = (),
+              started_at: float | None = None) -> ray.train.Result:
     """Fit one TorchTrainer; raises ray.train.TrainingFailedError when retries run out.
 
     `data_ref` is Fashion-MNIST in the object store: workers read it from
     there, once per node, whatever node they land on. `max_failures`: None
-    means `config.max_failures`.
+    means `config.max_failures`. `started_at` (`time.time()`, default now): the
+    start the evaluations' wall seconds count from.
     """
     if max_failures is None:
         max_failures = config.max_failures
@@ -67,7 +71,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     trainer = ray_fastpath.trainer_class()(
         train_loop_per_worker,
-        train_loop_config={"train_config": config.to_dict(), "data": data_ref},
+        train_loop_config={"train_config": config.to_dict(), "data": data_ref,
+                           "started_at": time.time() if started_at is None else started_at},
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
                                      resources_per_worker=config.resources_per_worker),
         torch_config=TorchConfig(backend="nccl" if config.use_gpu else "gloo"),

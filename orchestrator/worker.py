@@ -5,6 +5,7 @@ resumes from Ray's checkpoint, and reports each epoch to Ray Train with a
 checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from orchestrator.loop import run_training
 def train_loop_per_worker(loop_config: dict) -> list[dict]:
     """Ray Train entry point: config and data come from the driver via the object store."""
     config = TrainConfig(**loop_config["train_config"])
+    if config.pin_cores:
+        pin_to_own_cores(ray.train.get_context().get_local_rank(), config.threads_per_worker)
     torch.set_num_threads(config.threads_per_worker)
     ray_fastpath.prepare_worker_process()
     data: FashionMNIST = ray.get(loop_config["data"])
@@ -33,11 +36,31 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
         with checkpoint.as_directory() as folder:
             resume_from = load_checkpoint(Path(folder))
     return run_training(config, data, device=ray.train.torch.get_device(),
-                        report=report_to_ray, resume_from=resume_from)
+                        report=report_to_ray, resume_from=resume_from,
+                        started_at=loop_config["started_at"])
 
 
-def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
-    """Report to Ray Train with an epoch checkpoint from rank 0.
+def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:
+    """Pin every thread of this process to `num_cores` cores of its own, the
+    `local_rank`-th group of the cores the process may use; returns them.
+
+    Workers on one node then never share a core, and a process put on a
+    worker's core slows that worker alone: a straggler (bench/straggler.py).
+    More workers than groups of cores wrap around.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = [allowed[(local_rank * num_cores + i) % len(allowed)] for i in range(num_cores)]
+    for thread_id in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread_id), cores)
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+    return cores
+
+
+def report_to_ray(metrics: dict, state: dict, history: list[dict],
+                  evaluations: list[dict]) -> None:
+    """Report an evaluation to Ray Train with a checkpoint from rank 0.
 
     Ray Train V2 keeps only metrics that come with a checkpoint, and the
     checkpoint is also what a restarted worker group resumes from.
@@ -45,6 +68,6 @@ def report_to_ray(metrics: dict, state: dict, history: list[dict]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = None
         if get_rank() == 0:
-            save_checkpoint(Path(folder), state, history)
+            save_checkpoint(Path(folder), state, history, evaluations)
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)

@@ -39,3 +39,15 @@ def test_without_a_gpu_it_says_it_did_not_run():
     record = _bench_record("--no-append")
     assert record["ran"] is False and "no CUDA device" in record["reason"]
     assert record["target_met"] == "not measured: no GPU on this machine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_records_nothing():
+    results = REPO / "bench" / "results"
+    before = {path.name: path.read_bytes() for path in results.iterdir()}
+    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines() == [finished.stdout.strip()]
+    assert "no CUDA device on this machine" in finished.stdout
+    assert {path.name: path.read_bytes() for path in results.iterdir()} == before

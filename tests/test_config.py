@@ -26,6 +26,12 @@ from orchestrator.errors import UserError
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
     ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
     ({"channels_last": "yes"}, "channels_last must be true or false"),
+    ({"momentum": 1.0}, "momentum must be in"),
+    ({"momentum": -0.1}, "momentum must be in"),
+    ({"target_acc": 0.0}, "target accuracy must be in"),
+    ({"target_acc": 1.5}, "target accuracy must be in"),
+    ({"evals_per_epoch": 0}, "evaluations per epoch must be >= 1"),
+    ({"evals_per_epoch": 5, "train_limit": 1024}, "5 evaluations per epoch exceed the 4 steps"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:
@@ -47,6 +53,16 @@ def test_precision_and_memory_format_reach_every_trial_of_a_sweep():
         ("bf16", True)}
     with pytest.raises(UserError, match="unknown precision 'half'"):
         SweepConfig.from_dict({"precision": "half"})
+
+
+def test_momentum_is_an_axis_and_stopping_at_a_target_needs_one():
+    sweep = SweepConfig.from_dict({"lrs": [0.1, 0.2], "momentums": [0.0, 0.9]})
+    assert [(point.train.lr, point.train.momentum) for point in sweep.grid] == [
+        (0.1, 0.0), (0.1, 0.9), (0.2, 0.0), (0.2, 0.9)]
+    with pytest.raises(UserError, match="--stop-at-target needs --target-acc"):
+        SweepConfig.from_dict({"stop_at_target": True})
+    with pytest.raises(UserError, match="the list of momentums repeats a value"):
+        SweepConfig.from_dict({"momentums": [0.9, 0.9]})
 
 
 @pytest.mark.parametrize("total, shards", [(255, 2), (256, 2), (10, 3), (7, 7), (1000, 16)])

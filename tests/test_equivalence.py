@@ -67,7 +67,7 @@ def _run(config: TrainConfig, dataset, device: torch.device = CPU) -> tuple[list
     """The epoch history and the final state (model, optimizer) of one run, on the CPU."""
     states = []
     history = run_training(config, dataset, device=device,
-                           report=lambda metrics, state, _: states.append(state))
+                           report=lambda metrics, state, *_: states.append(state))
     return history, {"model": {name: tensor.cpu() for name, tensor in states[-1]["model"].items()},
                      "optimizer": states[-1]["optimizer"]}
 
@@ -256,6 +256,6 @@ def test_two_ray_workers_match_one_device(ray_session, fashion_mnist_small, tmp_
                       and stores_in_program_order())
     assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else "gloo")
     with result.checkpoint.as_directory() as folder:
-        state, _ = load_checkpoint(Path(folder))
+        state, _, _ = load_checkpoint(Path(folder))
     _assert_same_parameters(state["model"], reference["model"],
                             build_model("lenet", seed=config.seed).state_dict(), precision)

@@ -51,7 +51,7 @@ def _sweep_with_a_worker_killed_in_epoch_2(out_dir, log, *args: str) -> tuple[in
         process = _popen("sweep.py", *args, "--out", str(out_dir), stdout=log_file)
     try:
         deadline = time.monotonic() + 180
-        while not list((out_dir / "ray" / "train-runs").glob("*/checkpoint_*")):
+        while not list((out_dir / "ray" / "train-runs").glob("*/*/checkpoint_*")):
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         victims = _training_worker_pids()

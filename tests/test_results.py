@@ -1,6 +1,6 @@
 """Aggregation on a recorded sweep history: speedup, efficiency, statuses,
-the isolation table and its edge flags, the files, and whether a sweep is
-complete."""
+the isolation table and its edge flags, time to a target accuracy, the files,
+and whether a sweep is complete."""
 
 import math
 from types import SimpleNamespace
@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from orchestrator import time_to_accuracy
 from orchestrator.config import SweepConfig
 from orchestrator.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
                                   write_results)
@@ -36,13 +37,15 @@ HISTORY = {
 }
 
 
-def _recorded() -> tuple[pd.DataFrame, pd.DataFrame]:
+def _recorded() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
-        "trial_id": trial_id, "model": "lenet", "sync": "scratch", "num_workers": workers,
+        "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
+        "precision": "fp32", "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
-        "global_batch_size": batch, "batch_size_per_worker": batch // workers,
-        "steps_per_epoch": 60_000 // batch, "num_epochs": 3, "error": error,
-        "early_stopping": True,
+        "momentum": 0.0, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
+        "steps_per_epoch": 60_000 // batch, "num_epochs": 3,
+        "book_recipe": batch == 256 and lr == 0.2, "error": error,
+        "early_stopping": True, "stop_at_target": False,
     } for trial_id, workers, batch, lr, error in TRIALS])
     epochs = pd.DataFrame([{
         "trial_id": trial_id, "epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": acc,
@@ -50,12 +53,16 @@ def _recorded() -> tuple[pd.DataFrame, pd.DataFrame]:
         "num_workers": int(trial_id[1]), "status": status, "devices": "[cpu]",
     } for trial_id, rows in HISTORY.items()
         for epoch, (acc, rate, seconds, sync, status) in enumerate(rows, start=1)])
-    return trials, epochs
+    # One evaluation at each epoch's end; training seconds add up, wall adds 2 s each.
+    epochs["train_s"] = epochs.groupby("trial_id")["epoch_time_s"].cumsum()
+    evaluations = epochs[["trial_id", "epoch", "test_acc", "train_s"]].assign(
+        wall_s=lambda frame: frame["train_s"] + 2 * frame["epoch"], eval_s=0.5)
+    return trials, epochs, evaluations
 
 
 @pytest.fixture
 def summary() -> pd.DataFrame:
-    return summarize_trials(*_recorded()).set_index("trial_id")
+    return summarize_trials(*_recorded(), target_acc=0.75).set_index("trial_id")
 
 
 def test_statuses(summary):
@@ -67,8 +74,9 @@ def test_statuses(summary):
 
 
 def test_without_early_stopping_an_unfinished_trial_was_interrupted():
-    trials, epochs = _recorded()
-    summary = summarize_trials(trials.assign(early_stopping=False), epochs).set_index("trial_id")
+    trials, epochs, evaluations = _recorded()
+    summary = summarize_trials(trials.assign(early_stopping=False), epochs,
+                               evaluations).set_index("trial_id")
     assert summary.loc["t2-b512", "status"] == "interrupted"
     assert summary.loc["t1-lr0.2", "status"] == "finished"
 
@@ -109,9 +117,10 @@ def test_isolation_table_picks_the_best_lr_and_flags_edges(summary):
 
 
 def test_every_file_is_written_with_the_books_lines(tmp_path, summary):
-    trials, epochs = _recorded()
-    paths = write_results(tmp_path, summarize_trials(trials, epochs), epochs, title_lines=["- test"])
-    assert set(paths) == {"trials.csv", "epochs.csv", "report.md", *PLOT_FILES}
+    trials, epochs, evaluations = _recorded()
+    paths = write_results(tmp_path, summarize_trials(trials, epochs, evaluations), epochs,
+                          evaluations, title_lines=["- test"])
+    assert set(paths) == {"trials.csv", "epochs.csv", "evaluations.csv", "report.md", *PLOT_FILES}
     assert all(path.stat().st_size > 0 for path in paths.values())
     assert len(pd.read_csv(paths["trials.csv"])) == len(TRIALS)
     assert len(pd.read_csv(paths["epochs.csv"])) == sum(map(len, HISTORY.values()))
@@ -119,6 +128,92 @@ def test_every_file_is_written_with_the_books_lines(tmp_path, summary):
     assert "test acc: 0.79, 5.3 sec/epoch on 2 workers [cpu] [finished]" in report
     assert "no epoch finished: WorkerGroupError: worker died [failed]" in report
     assert not list(tmp_path.glob(".*partial*"))
+
+
+# Time to accuracy 0.80, evaluated 4 times an epoch: (epoch, test_acc, train_s, wall_s).
+TARGET_EVALUATIONS = {
+    # at the very first evaluation, then below it again: the first time counts
+    "first": [(0.25, 0.81, 2.0, 7.0), (0.5, 0.79, 4.0, 9.5), (0.75, 0.83, 6.0, 12.0)],
+    # exactly at the target, mid-epoch; listed out of order
+    "mid": [(1.0, 0.82, 10.0, 16.4), (0.25, 0.50, 2.5, 8.0), (0.75, 0.80, 7.5, 13.6),
+            (0.5, 0.70, 5.0, 10.8)],
+    # the book's recipe, never there in 2 epochs
+    "recipe": [(epoch / 4, 0.09 * epoch, 4.5 * epoch, 5.0 + 5 * epoch) for epoch in range(1, 9)],
+}
+
+
+def _target_records(recipe_acc_scale: float = 1.0, stop_at_target: bool = True
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    trials = pd.DataFrame([{
+        "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
+        "precision": "fp32", "num_workers": workers,
+        "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
+        "momentum": momentum, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
+        "steps_per_epoch": 60_000 // batch, "num_epochs": 2, "book_recipe": trial_id == "recipe",
+        "error": "", "early_stopping": False, "stop_at_target": stop_at_target,
+    } for trial_id, workers, batch, lr, momentum in [
+        ("first", 2, 128, 0.05, 0.9), ("mid", 1, 256, 0.1, 0.9), ("recipe", 2, 256, 0.2, 0.0)]])
+    evaluations = pd.DataFrame([
+        {"trial_id": trial_id, "epoch": epoch,
+         "test_acc": acc * (recipe_acc_scale if trial_id == "recipe" else 1), "train_s": train_s,
+         "wall_s": wall_s, "eval_s": 0.3}
+        for trial_id, rows in TARGET_EVALUATIONS.items() for epoch, acc, train_s, wall_s in rows])
+    epochs = evaluations[evaluations["epoch"] == evaluations["epoch"].round()].assign(
+        train_loss=0.5, train_acc=0.8, epoch_time_s=10.0, samples_per_s=6000.0,
+        sync_time_s=0.1, status="ok", devices="[cpu]").astype({"epoch": int}).merge(
+        trials[["trial_id", "num_workers"]])
+    return trials, epochs, evaluations
+
+
+def _target_sweep(**options) -> pd.DataFrame:
+    return summarize_trials(*_target_records(**options), target_acc=0.8)
+
+
+def test_time_to_target_at_the_first_evaluation_mid_epoch_and_never():
+    summary = _target_sweep().set_index("trial_id")
+    assert summary.loc["first", ["epochs_to_target", "train_s_to_target",
+                                 "wall_s_to_target"]].tolist() == [0.25, 2.0, 7.0]
+    assert summary.loc["mid", ["epochs_to_target", "train_s_to_target",
+                               "wall_s_to_target"]].tolist() == [0.75, 7.5, 13.6]
+    assert summary.loc["recipe", ["epochs_to_target", "train_s_to_target",
+                                  "wall_s_to_target"]].isna().all()
+    assert summary.loc["recipe", "train_s_run"] == 36.0
+    # Ended by --stop-at-target before their epochs were done.
+    assert summary.loc["first", "status"] == summary.loc["mid", "status"] == "reached target"
+    assert summary.loc["recipe", "status"] == "finished"
+    without_stop = _target_sweep(stop_at_target=False).set_index("trial_id")
+    assert without_stop.loc["first", "status"] == "interrupted"
+    assert without_stop.loc["first", "train_s_to_target"] == 2.0
+
+
+def test_ranking_and_the_recommended_line_against_the_books_recipe():
+    summary = _target_sweep()
+    assert list(time_to_accuracy.ranking(summary)["trial_id"]) == ["first", "mid"]
+    # The recipe never got there: the factor is a lower bound, from its 36 s run.
+    assert time_to_accuracy.recommendation(summary, 0.8) == (
+        "2 worker(s), batch 128, lr 0.05 (momentum 0.9) reached 0.8 in 2.0 s of training, "
+        "more than 18.00 times faster than the book's recipe on this cluster, which had not "
+        "reached it after 36.0 s of training.")
+    # Scaled up, the recipe reaches 0.8 at its 6th evaluation (1.5 epochs, 27 s).
+    reached = _target_sweep(recipe_acc_scale=1.0 / 0.6)
+    assert time_to_accuracy.recommendation(reached, 0.8).endswith(
+        "13.50 times faster than the book's recipe on this cluster (27.0 s).")
+    without_recipe = summary[~summary["book_recipe"]]
+    assert "was not run in this sweep" in time_to_accuracy.recommendation(without_recipe, 0.8)
+
+
+def test_the_report_has_the_time_to_accuracy_section_and_plot(tmp_path):
+    trials, epochs, evaluations = _target_records()
+    paths = write_results(tmp_path, summarize_trials(trials, epochs, evaluations, target_acc=0.8),
+                          epochs, evaluations, title_lines=[], target_acc=0.8)
+    report = paths["report.md"].read_text()
+    section = report[report.index("## Time to accuracy"):report.index("## Files")]
+    assert section.index("| first | 2 | 128 |") < section.index("| mid | 1 | 256 |")
+    assert "2 worker(s) did not reach it in 36.0 s of training [finished]" in section
+    assert "**Recommended:** 2 worker(s), batch 128, lr 0.05 (momentum 0.9)" in section
+    assert paths["test_acc_vs_time.png"].stat().st_size > 0
+    trials = pd.read_csv(paths["trials.csv"])
+    assert {"epochs_to_target", "train_s_to_target", "wall_s_to_target", "momentum"} <= set(trials)
 
 
 @pytest.mark.reliability(
@@ -144,10 +239,10 @@ def test_a_stopped_trial_tune_calls_terminated_leaves_the_sweep_incomplete():
     sweep = SweepConfig.from_dict(dict(workers=(1, 2), batch_sizes=(256,), lrs=(0.1, 0.2),
                                        num_epochs=3, scheduler="fifo"))
     every_trial_ended = SimpleNamespace(num_terminated=3, num_errors=1)
-    trials, epochs = _recorded()
+    trials, epochs, evaluations = _recorded()
     finished = summarize_trials(trials[trials.trial_id != "t2-b512"].assign(early_stopping=False),
-                                epochs)
-    cut_short = summarize_trials(trials.assign(early_stopping=False), epochs)
+                                epochs, evaluations)
+    cut_short = summarize_trials(trials.assign(early_stopping=False), epochs, evaluations)
     assert is_complete(every_trial_ended, sweep, finished)
     assert not is_complete(every_trial_ended, sweep, cut_short)
     assert not is_complete(SimpleNamespace(num_terminated=2, num_errors=1), sweep, finished)

@@ -3,6 +3,7 @@ cluster, bad input."""
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 
 from helpers import run_script
@@ -53,12 +55,14 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     trials = _assert_complete_results(out_dir, 4, run.stdout)
-    assert len(list((store / "train-runs").glob("*/checkpoint_*/history.json"))) == 4
+    # The sweep's own Train runs, in a folder named after it (see test_rundir).
+    assert len(list((store / "train-runs").glob("out-*/*/checkpoint_*/history.json"))) == 4
     assert not (out_dir / "ray").exists()
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
     # Tune's progress table: the swept values and the epoch's metrics as columns.
-    columns = ["workers", "global batch", "lr", "sync", "epoch", "test acc", "s/epoch"]
+    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "epoch",
+               "test acc", "s/epoch"]
     assert re.search(r"\|\s+" + r"\s+\|\s+".join(map(re.escape, columns)) + r"\s+\|",
                      run.stdout + run.stderr), run.stdout[-3000:]
 
@@ -83,6 +87,40 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
     assert trials.loc[0.3, "status"] == "finished" and trials.loc[0.3, "epochs_run"] == 2
     for lr in (0.001, 0.002):
         assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
+
+
+@pytest.mark.cluster
+def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
+    out_dir = tmp_path / "out"
+    # Momentum 0.9 at lr 0.05 passes test accuracy 0.6 after about 250 steps
+    # (0.59 after 224, 0.69 after 256), an epoch of these 16,384 images; at lr
+    # 0.0005 it stays at chance (0.10), and ASHA stops it at its first rung
+    # (epoch 1), where the first trial, ended at the target, set the bar.
+    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64", "--lr", "0.05,0.0005",
+                     "--momentum", "0.9", "--epochs", "3", "--train-limit", "16384",
+                     "--test-limit", "500", "--target-acc", "0.6", "--evals-per-epoch", "4",
+                     "--stop-at-target", "--scheduler", "asha", "--max-concurrent-trials", "1",
+                     "--out", str(out_dir), timeout_s=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("lr")
+    assert (trials["momentum"] == 0.9).all()
+    fast, slow = trials.loc[0.05], trials.loc[0.0005]
+    assert fast["status"] == "reached target", trials[["status", "error"]]
+    assert 0 < fast["epochs_to_target"] < 3 and fast["epochs_run"] < 3
+    assert 0 < fast["train_s_to_target"] < fast["wall_s_to_target"]
+    assert slow["status"] == "stopped early" and math.isnan(slow["train_s_to_target"])
+    evaluations = pd.read_csv(out_dir / "evaluations.csv")
+    fast_evaluations = evaluations[evaluations["trial_id"] == fast["trial_id"]]
+    # Tune ended it at the target: nothing like its 12 evaluations ran.
+    assert fast_evaluations["epoch"].max() < 3
+    assert fast_evaluations["test_acc"].iloc[-1] >= 0.6 or len(fast_evaluations) < 12
+    assert (pd.read_csv(out_dir / "epochs.csv")["momentum"] == 0.9).all()
+    report = (out_dir / "report.md").read_text()
+    assert "## Time to accuracy" in report
+    assert re.search(r"\*\*Recommended:\*\* 1 worker\(s\), batch 64, lr 0.05 \(momentum 0.9\) "
+                     r"reached 0.6 in [\d.]+ s of training; the book's recipe", report), report
+    assert (out_dir / "test_acc_vs_time.png").stat().st_size > 0
+    assert re.search(r"trial \S+ done: .*reached test acc 0.6 after", run.stdout + run.stderr)
 
 
 @contextlib.contextmanager
@@ -177,6 +215,12 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     (["--epochs", "0"], "epochs must be >= 1"),
     (["--train-limit", "70000"], "larger than the 60000 training images"),
     (["--train-limit", "100"], "smaller than one global batch (256)"),
+    (["--momentum", "0,1"], "momentum must be in [0, 1), got 1.0"),
+    (["--target-acc", "1.5"], "target accuracy must be in (0, 1], got 1.5"),
+    (["--target-acc", "0"], "target accuracy must be in (0, 1], got 0.0"),
+    (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
+    (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
+    (["--stop-at-target"], "--stop-at-target needs --target-acc"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     out_dir = tmp_path / "out"
@@ -245,3 +289,79 @@ def test_a_config_file_is_the_whole_sweep(tmp_path):
     run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
     assert run.returncode == 2
     assert "give --config or --preset, not both" in run.stderr
+
+
+@pytest.mark.reliability(fault="sweep.py: an --out that cannot be created or written "
+                               "(`--out /proc/x`; a path under a file)", lost="nothing")
+def test_an_unwritable_out_is_one_line_before_ray_starts(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    for out in ("/proc/x", str(tmp_path / "a-file" / "out")):
+        run = run_script("sweep.py", *SMALL, "--out", out, timeout_s=60)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"--out {out} cannot be created or written" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "Ray" not in run.stdout  # decided before any Ray started
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.reliability(fault="--use-gpu yes on a machine without a GPU, no --address",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_use_gpu_yes_without_a_gpu_is_refused_before_ray_starts(tmp_path, script):
+    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+    run = run_script(script, "--use-gpu", "yes", *SMALL, *out, timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "--use-gpu yes, but this machine has no GPU" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cluster
+def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
+    """A head that claims 4 CPUs could hold the 1- and the 2-worker trial at once;
+    timed side by side, they would crowd each other's speedup."""
+    port = free_local_port(preferred=6379)
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    env.pop("RAY_ADDRESS", None)
+    head_args = ["--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
+                 f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
+    try:
+        with _ray_node(*head_args, env=env) as head:
+            deadline = time.monotonic() + 60
+            while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                                 capture_output=True).returncode != 0:
+                assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+                time.sleep(1)
+            out_dir = tmp_path / "out"
+            run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
+                             *SMALL, "--out", str(out_dir), env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert "1 node(s), 4 CPUs" in run.stdout
+            assert "2 trial(s), up to 1 at a time" in run.stdout
+            _assert_complete_results(out_dir, 2, run.stdout)
+            assert ("- timing: each trial timed with its nodes to itself"
+                    in (out_dir / "report.md").read_text())
+    finally:
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
+
+
+@pytest.mark.cluster
+@pytest.mark.reliability(
+    fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
+          "than its estimate", lost="the epochs not trained: the sweep stops after its first "
+                                    "epoch, saying how long it would take; --resume continues it")
+def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--preset", "d2l-13.6", "--workers", "1", "--batch-size", "32",
+                     "--train-limit", "64", "--test-limit", "100", "--max-hours", "0.00001",
+                     "--out", str(out_dir), timeout_s=300)
+    assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r"first epoch: \d+ s of training; at that pace the sweep's 1 trial\(s\) x "
+                     r"10 epochs take about [\d.]+ h", run.stdout), run.stdout[-3000:]
+    assert "that exceeds --max-hours 1e-05: stopping the sweep" in run.stdout
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert len(epochs) < 10 and (epochs["model"] == "resnet18").all()

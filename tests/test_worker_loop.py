@@ -7,8 +7,11 @@ import sys
 import pytest
 import torch
 
+from orchestrator import loop
 from orchestrator.config import TrainConfig
 from orchestrator.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from orchestrator.models import build_model
+from orchestrator.sync import BucketedSync, group_transport
 from helpers import REPO
 
 CPU = torch.device("cpu")
@@ -17,7 +20,8 @@ CPU = torch.device("cpu")
 def _train(config, dataset, resume_from=None):
     reports = []
     history = run_training(config, dataset, device=CPU, resume_from=resume_from,
-                           report=lambda metrics, state, hist: reports.append((metrics, state, list(hist))))
+                           report=lambda metrics, state, hist, evaluations: reports.append(
+                               (metrics, state, list(hist), list(evaluations))))
     return history, reports
 
 
@@ -67,18 +71,90 @@ def test_divergence_stops_the_run_and_says_so(fashion_mnist_small, train_limit, 
     assert len(reports) == 1
 
 
+@pytest.mark.reliability(
+    fault="a run that diverges where the non-finite check is read every 25 steps (as on a GPU)",
+    lost="the diverged run's weights, not finite by then: its checkpoint keeps the history only")
+def test_a_diverged_run_checkpoints_no_weights_that_are_not_finite(fashion_mnist_small,
+                                                                    monkeypatch):
+    # A CPU reading the check as rarely as a GPU does: non-finite steps are taken.
+    monkeypatch.setitem(loop.FINITE_CHECK_INTERVAL_STEPS, "cpu", 25)
+    config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
+                         test_limit=100)
+    history, reports = _train(config, fashion_mnist_small)
+    assert history[-1]["status"] == STATUS_DIVERGED
+    assert reports[-1][1] is None  # no weights to checkpoint
+    # A worker group restarted from that checkpoint trains nothing more.
+    assert _train(config, fashion_mnist_small, resume_from=(None, history, []))[0] == history
+
+
+def test_bucket_gradient_views_have_their_channels_last_parameters_layout(fashion_mnist_small):
+    model = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
+    reference = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
+    sync = BucketedSync(model, CPU, group_transport(), bucket_cap_mb=0.1)
+    images = loop.to_model_input(torch.from_numpy(fashion_mnist_small.train_images[:32]))
+    images = images.contiguous(memory_format=torch.channels_last)
+    for network in (model, reference):
+        network(images).sum().backward()
+    conv_weights = [param for param in model.parameters() if param.dim() == 4]
+    assert any(param.is_contiguous(memory_format=torch.channels_last)
+               and not param.is_contiguous() for param in conv_weights)
+    for param, expected in zip(model.parameters(), reference.parameters()):
+        assert param.grad.stride() == param.stride(), param.shape
+        assert torch.equal(param.grad, expected.grad)
+    assert len(sync.buffers) > 1  # the views span several buckets
+
+
 def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(fashion_mnist_small):
     config = TrainConfig(global_batch_size=128, lr=0.3, num_epochs=2, train_limit=1024, test_limit=100)
     _, full = _train(config, fashion_mnist_small)
     first_only = TrainConfig(**{**config.to_dict(), "num_epochs": 1})
     _, partial = _train(first_only, fashion_mnist_small)
-    _, state_after_1, history_after_1 = partial[-1]
-    _, resumed = _train(config, fashion_mnist_small, resume_from=(state_after_1, history_after_1))
+    _, state_after_1, history_after_1, evaluations_after_1 = partial[-1]
+    _, resumed = _train(config, fashion_mnist_small,
+                        resume_from=(state_after_1, history_after_1, evaluations_after_1))
     assert len(resumed) == 1  # only epoch 2 ran again
-    metrics, state, history = resumed[-1]
+    metrics, state, history, _ = resumed[-1]
     assert metrics["epoch"] == 2 and [row["epoch"] for row in history] == [1, 2]
     for name, tensor in full[-1][1]["model"].items():
         assert torch.equal(tensor, state["model"][name]), name
+
+
+def test_evaluations_within_an_epoch_are_timed_apart_from_training(fashion_mnist_small):
+    # 8 steps an epoch, evaluated after steps 2, 4, 6 and 8.
+    config = TrainConfig(global_batch_size=128, lr=0.05, momentum=0.9, num_epochs=2,
+                         evals_per_epoch=4, train_limit=1024, test_limit=200)
+    history, reports = _train(config, fashion_mnist_small)
+    assert [metrics["end_of_epoch"] for metrics, *_ in reports] == [False] * 3 + [True] + \
+        [False] * 3 + [True]
+    evaluations = reports[-1][3]
+    assert [row["epoch"] for row in evaluations] == [0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2]
+    # Training seconds exclude evaluation: they add up to the epochs' training time.
+    assert evaluations[3]["train_s"] == pytest.approx(history[0]["epoch_time_s"])
+    assert history[-1]["train_s"] == pytest.approx(sum(row["epoch_time_s"] for row in history))
+    assert history[0]["eval_time_s"] == pytest.approx(sum(row["eval_s"] for row in evaluations[:4]))
+    assert all(later["train_s"] > earlier["train_s"] for earlier, later in
+               zip(evaluations, evaluations[1:]))
+    assert evaluations[-1]["wall_s"] > evaluations[-1]["train_s"] + sum(
+        row["eval_s"] for row in evaluations[:-1])
+    # A mid-epoch checkpoint holds the last finished epoch's state.
+    _, first_epoch_only = _train(TrainConfig(**{**config.to_dict(), "num_epochs": 1}),
+                                 fashion_mnist_small)
+    end_of_1, mid_2 = first_epoch_only[-1][1]["model"], reports[5][1]["model"]
+    assert all(torch.equal(end_of_1[name], mid_2[name]) for name in end_of_1)
+    assert reports[-1][1]["optimizer"]["param_groups"][0]["momentum"] == 0.9
+    assert "momentum_buffer" in reports[-1][1]["optimizer"]["state"][0]
+
+
+def test_resuming_from_a_mid_epoch_checkpoint_redoes_that_epoch(fashion_mnist_small):
+    config = TrainConfig(global_batch_size=128, lr=0.05, momentum=0.9, num_epochs=2,
+                         evals_per_epoch=4, train_limit=1024, test_limit=200)
+    _, full = _train(config, fashion_mnist_small)
+    _, state, history, evaluations = full[5]  # at epoch 1.5
+    _, resumed = _train(config, fashion_mnist_small, resume_from=(state, history, evaluations))
+    assert [row["epoch"] for row in resumed[-1][3]] == [0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2]
+    assert [row["test_acc"] for row in resumed[-1][3]] == [row["test_acc"] for row in full[-1][3]]
+    for name, tensor in full[-1][1]["model"].items():
+        assert torch.equal(tensor, resumed[-1][1]["model"][name]), name
 
 
 def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
@@ -86,7 +162,7 @@ def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
     config = TrainConfig(global_batch_size=256, lr=0.4, num_epochs=3, warmup_epochs=2,
                          train_limit=1024, test_limit=100)
     run_training(config, fashion_mnist_small, device=CPU,
-                 report=lambda metrics, state, hist: seen.append(state["optimizer"]["param_groups"][0]["lr"]))
+                 report=lambda metrics, state, *_: seen.append(state["optimizer"]["param_groups"][0]["lr"]))
     # 4 steps per epoch, 8 warm-up steps: the lr after step s is 0.4 * s / 8.
     assert seen == [pytest.approx(0.2), pytest.approx(0.4), pytest.approx(0.4)]
 

@@ -1,0 +1,157 @@
+"""How each global batch is divided among the workers (13.6, exercise 2).
+
+`even`: as evenly as possible (data.shard_bounds). `proportional`: every
+worker times its own forward and backward pass, the seconds and examples
+are all-gathered, and each worker's share of the next global batches follows
+its measured speed, so that a slower device is given less rather than being
+waited for. Any split gives the single-device update (the loop divides the
+loss by the global batch), so the split only decides who waits for whom.
+Nothing here assumes equal devices: each share comes from its own worker's
+measurement.
+"""
+
+import math
+import time
+from collections.abc import Sequence
+
+import torch
+
+from orchestrator.collectives import allreduce_, get_rank, get_world_size
+from orchestrator.config import TrainConfig
+from orchestrator.data import shard_bounds
+
+
+def even_shares(total: int, num_workers: int) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in
+                 (shard_bounds(total, num_workers, rank) for rank in range(num_workers)))
+
+
+def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:
+    """`total` examples in integer shares proportional to `speeds` (examples/s), each >= 1.
+
+    Every worker keeps one example; the rest is split by largest remainders,
+    ties going to the lower rank, so every worker computes the same split
+    from the same gathered figures.
+    """
+    spare = total - len(speeds)
+    assert spare >= 0 and all(speed > 0 for speed in speeds), (total, speeds)
+    ideal = [spare * speed / sum(speeds) for speed in speeds]
+    shares = [math.floor(value) for value in ideal]
+    by_remainder = sorted(range(len(speeds)), key=lambda rank: (shares[rank] - ideal[rank], rank))
+    for rank in by_remainder[:spare - sum(shares)]:
+        shares[rank] += 1
+    return tuple(1 + share for share in shares)
+
+
+class ComputeTimer:
+    """Seconds this worker spends in forward and backward.
+
+    On a CPU by the clock; on a GPU by CUDA events, read only by `take`,
+    since reading one waits for the GPU (bench/notes/gpu.md).
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self._start: float | torch.cuda.Event = 0.0
+        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
+        self._seconds = 0.0
+
+    def start(self) -> None:
+        self._start = self._event() if self.cuda else time.perf_counter()
+
+    def stop(self, *, minus_s: float = 0.0) -> None:
+        """Ends the interval begun by `start`, less `minus_s` spent waiting on other workers."""
+        if self.cuda:
+            self._pending.append((self._start, self._event(), minus_s))
+        else:
+            self._seconds += time.perf_counter() - self._start - minus_s
+
+    def take(self) -> float:
+        """The seconds timed since the last `take`."""
+        for start, end, minus_s in self._pending:
+            end.synchronize()
+            self._seconds += start.elapsed_time(end) / 1000 - minus_s
+        self._pending.clear()
+        seconds, self._seconds = self._seconds, 0.0
+        return seconds
+
+    @staticmethod
+    def _event() -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+
+class BatchSplit:
+    """Which slice of each global batch this worker takes, and each worker's measured speed.
+
+    The loop calls `bounds` before each step, times the step's forward and
+    backward with `timer`, and calls `after_step` after it and `end_epoch`
+    at the end of each epoch (both collective calls: every worker makes them
+    at the same steps). `shares`: where a resumed run left off.
+    """
+
+    def __init__(self, config: TrainConfig, device: torch.device,
+                 shares: Sequence[int] | None = None):
+        self.proportional = config.split == "proportional"
+        self.interval_steps = config.split_interval_steps
+        self.total = config.global_batch_size
+        self.rank, num_workers = get_rank(), get_world_size()
+        self.device = device
+        self.shares = tuple(shares) if shares else even_shares(self.total, num_workers)
+        assert len(self.shares) == num_workers and sum(self.shares) == self.total, self.shares
+        self.timer = ComputeTimer(device)
+        self._steps = 0
+        # Since the last re-split, and in this epoch: this worker's examples and seconds.
+        self._window = [0, 0.0]
+        self._epoch = [0, 0.0]
+
+    def bounds(self) -> tuple[int, int]:
+        """[start, stop) of this worker's slice of the current global batch."""
+        start = sum(self.shares[:self.rank])
+        return start, start + self.shares[self.rank]
+
+    def after_step(self) -> None:
+        self._steps += 1
+        self._window[0] += self.shares[self.rank]
+        self._epoch[0] += self.shares[self.rank]
+        if self.proportional and self.interval_steps and self._steps % self.interval_steps == 0:
+            self._resplit()
+
+    def end_epoch(self, num_steps: int) -> dict:
+        """The epoch's per-worker shares (examples per step, averaged over its
+        `num_steps` steps) and per-worker forward+backward seconds; then, by
+        default, the next epoch's shares."""
+        self._drain()
+        examples, seconds = _all_gathered(self._epoch, self.device)
+        self._epoch = [0, 0.0]
+        if num_steps:
+            shares = [count // num_steps if count % num_steps == 0 else round(count / num_steps, 1)
+                      for count in examples]
+        else:
+            shares = list(self.shares)
+        if self.proportional and not self.interval_steps and num_steps:
+            self._resplit()
+        return {"worker_shares": shares, "worker_compute_s": seconds}
+
+    def _resplit(self) -> None:
+        self._drain()
+        examples, seconds = _all_gathered(self._window, self.device)
+        self._window = [0, 0.0]
+        self.shares = proportional_shares(
+            self.total, [count / time_s for count, time_s in zip(examples, seconds)])
+
+    def _drain(self) -> None:
+        seconds = self.timer.take()
+        self._window[1] += seconds
+        self._epoch[1] += seconds
+
+
+def _all_gathered(values: list, device: torch.device) -> tuple[list[int], list[float]]:
+    """Every worker's (examples, seconds), in rank order: each writes its own row
+    of a zero matrix and the sum is exact."""
+    rows = torch.zeros(get_world_size(), 2, dtype=torch.float64, device=device)
+    rows[get_rank()] = torch.tensor(values, dtype=torch.float64)
+    allreduce_(rows)
+    examples, seconds = rows.T.tolist()
+    return [int(count) for count in examples], seconds

@@ -1,0 +1,105 @@
+"""Time to accuracy in a sweep's results: the three columns of trials.csv, the
+report's ranking and recommendation, and the test-accuracy-against-time plot.
+
+DAWNBench's figure of merit: how soon a configuration gets a model of a given
+quality, not how fast its epochs are. Training seconds exclude evaluation;
+wall seconds count from the trial's start, worker start-up included.
+"""
+
+import math
+
+import pandas as pd
+
+from orchestrator.target import first_reaching
+
+TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
+RANKING_COLUMNS = ["trial_id", "num_workers", "global_batch_size", "lr", "momentum",
+                   "epochs_to_target", "train_s_to_target", "wall_s_to_target", "rank_by_wall",
+                   "book_recipe", "status"]
+
+
+def target_columns(evaluations: pd.DataFrame, target_acc: float | None) -> pd.DataFrame:
+    """Per trial (the index): when its test accuracy first reached `target_acc`, and
+    `train_s_run`, the training seconds it ran in all; NaN where it never got there."""
+    rows = {}
+    for trial_id, group in evaluations.groupby("trial_id"):
+        records = group.to_dict("records")
+        reached = first_reaching(records, target_acc) if target_acc is not None else None
+        rows[trial_id] = {
+            "epochs_to_target": reached["epoch"] if reached else math.nan,
+            "train_s_to_target": reached["train_s"] if reached else math.nan,
+            "wall_s_to_target": reached["wall_s"] if reached else math.nan,
+            "train_s_run": group["train_s"].max(),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index",
+                                  columns=[*TARGET_COLUMNS, "train_s_run"])
+
+
+def ranking(summary: pd.DataFrame) -> pd.DataFrame:
+    """The trials that reached the target, fastest in training seconds first, with
+    their rank by wall seconds beside."""
+    reached = summary.dropna(subset=["train_s_to_target"]).sort_values(
+        ["train_s_to_target", "wall_s_to_target"]).copy()
+    reached["rank_by_wall"] = reached["wall_s_to_target"].rank(method="min").astype(int)
+    return reached[RANKING_COLUMNS].reset_index(drop=True)
+
+
+def recommendation(summary: pd.DataFrame, target_acc: float) -> str:
+    """The one line: the fastest configuration, against the book's recipe on this cluster."""
+    table = ranking(summary)
+    if table.empty:
+        return f"No trial reached test accuracy {target_acc:g}."
+    best = table.iloc[0]
+    line = (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
+            f"lr {best['lr']:g} (momentum {best['momentum']:g}) reached {target_acc:g} in "
+            f"{best['train_s_to_target']:.1f} s of training")
+    recipe = summary[summary["book_recipe"].astype(bool)]
+    recipe_reached = recipe.dropna(subset=["train_s_to_target"])
+    if not recipe_reached.empty:
+        # The recipe's best worker count: the comparison least flattering to us.
+        baseline_s = recipe_reached["train_s_to_target"].min()
+        return (f"{line}, {baseline_s / best['train_s_to_target']:.2f} times faster than the "
+                f"book's recipe on this cluster ({baseline_s:.1f} s).")
+    if not recipe.empty and recipe["train_s_run"].notna().any():
+        run_s = recipe["train_s_run"].max()
+        return (f"{line}, more than {run_s / best['train_s_to_target']:.2f} times faster than "
+                f"the book's recipe on this cluster, which had not reached it after "
+                f"{run_s:.1f} s of training.")
+    return (f"{line}; the book's recipe (LeNet, batch 256, lr 0.2, plain SGD) was not run in "
+            f"this sweep, so there is no baseline.")
+
+
+def baseline_line(summary: pd.DataFrame, target_acc: float) -> str:
+    """How the book's recipe did in this sweep, trial by trial."""
+    recipe = summary[summary["book_recipe"].astype(bool)]
+    if recipe.empty:
+        return "The book's recipe (LeNet, batch 256, lr 0.2, plain SGD) was not in this sweep."
+    return ("The book's recipe (LeNet, batch 256, lr 0.2, plain SGD): "
+            + "; ".join(_recipe_outcome(row, target_acc) for row in recipe.itertuples()) + ".")
+
+
+def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame,
+                          target_acc: float | None) -> None:
+    """Every trial's test accuracy against its training seconds, the target as a line."""
+    for row in summary.itertuples():
+        trial = evaluations[evaluations["trial_id"] == row.trial_id].sort_values("epoch")
+        axes.plot(trial["train_s"], trial["test_acc"], marker=".",
+                  label=f"{row.num_workers}w b={row.global_batch_size} lr={row.lr:g} "
+                        f"m={row.momentum:g}")
+    if target_acc is not None:
+        axes.axhline(target_acc, color="k", linestyle="--", label=f"target {target_acc:g}")
+    axes.set(xlabel="training seconds (evaluation excluded)", ylabel="test acc",
+             title="Test accuracy against training time")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="x-small")
+
+
+def _recipe_outcome(row, target_acc: float) -> str:
+    where = f"{row.num_workers} worker(s)"
+    if not math.isnan(row.train_s_to_target):
+        return (f"{where} reached {target_acc:g} after {row.epochs_to_target:g} epochs, "
+                f"{row.train_s_to_target:.1f} s of training ({row.wall_s_to_target:.1f} s wall)")
+    if math.isnan(row.train_s_run):
+        return f"{where} did not run [{row.status}]"
+    return (f"{where} did not reach it in {row.train_s_run:.1f} s of training "
+            f"[{row.status}]")

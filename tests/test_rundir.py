@@ -1,0 +1,68 @@
+"""The --out folder and the sweep's names in a shared storage: one sweep each."""
+
+import json
+import threading
+
+import pytest
+
+from orchestrator import cli, plan
+from orchestrator.cluster import Cluster
+from orchestrator.config import SweepConfig
+from orchestrator.errors import UserError
+from orchestrator.rundir import SWEEP_FILE, claim_out_dir
+from orchestrator.sweep import experiment_name, train_runs_path
+
+
+@pytest.mark.reliability(fault="two sweeps claiming one empty --out at the same moment",
+                         lost="nothing: one claims it, the others stop with one line")
+def test_of_sweeps_claiming_one_folder_at_once_exactly_one_wins(tmp_path):
+    out_dir = tmp_path / "out"
+    start, outcomes = threading.Barrier(8), []
+
+    def claim(index: int) -> None:
+        start.wait()
+        try:
+            claim_out_dir(out_dir, SweepConfig(lrs=(0.1 * (index + 1),)), "store", f"id{index}")
+            outcomes.append(("won", index))
+        except UserError as error:
+            outcomes.append(("lost", str(error)))
+
+    threads = [threading.Thread(target=claim, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [index for outcome, index in outcomes if outcome == "won"]
+    assert len(winners) == 1, outcomes
+    assert all("claimed by another sweep" in text for outcome, text in outcomes if outcome == "lost")
+    stored = json.loads((out_dir / SWEEP_FILE).read_text())
+    assert stored["id"] == f"id{winners[0]}"  # the winner's file, whole
+    assert [path.name for path in out_dir.iterdir()] == [SWEEP_FILE]
+
+
+def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_path):
+    parser = cli.sweep_parser("")
+    requests = [plan.sweep_request(parser.parse_args(
+        ["--out", str(tmp_path / name), "--storage", str(tmp_path / "shared")]))
+        for name in ("first", "second")]
+    first, second = (request.sweep_id for request in requests)
+    assert first.startswith("first-") and second.startswith("second-")
+    storage = requests[0].storage
+    assert experiment_name(first) != experiment_name(second)
+    assert train_runs_path(storage, first) != train_runs_path(storage, second)
+    # The id is kept where --resume finds it.
+    fitted = plan.fit_to_cluster(requests[0], Cluster(address=None, dashboard_url=None,
+                                                      node_resources=({"CPU": 2.0},)))
+    claim_out_dir(tmp_path / "first", fitted.sweep, storage, first)
+    resumed = plan.sweep_request(parser.parse_args(["--out", str(tmp_path / "first"), "--resume"]))
+    assert resumed.sweep_id == first
+
+
+def test_a_claimed_sweep_json_still_serves_as_a_config_file(tmp_path):
+    sweep = SweepConfig(workers=(1, 2), lrs=(0.1, 0.3))
+    claim_out_dir(tmp_path / "first", sweep, "store", "first-1234")
+    request = plan.sweep_request(cli.sweep_parser("").parse_args(
+        ["--config", str(tmp_path / "first" / SWEEP_FILE), "--out", str(tmp_path / "second")]))
+    assert request.sweep.lrs == (0.1, 0.3) and request.sweep.workers == (1, 2)
+    assert not request.gpu_from_cluster  # the stored sweep had settled it
+    assert request.sweep_id != "first-1234"
