@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
 from orchestrator import data  # noqa: E402
-from orchestrator.config import MODELS, PRECISIONS, PRESETS, TrainConfig  # noqa: E402
+from orchestrator.config import MODELS, PRECISIONS, TrainConfig  # noqa: E402
+from orchestrator.presets import PRESETS  # noqa: E402
 from orchestrator.loop import STATUS_OK, run_training  # noqa: E402
 
 NAME = "gpu"

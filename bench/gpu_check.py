@@ -29,7 +29,8 @@ from common import command_line, emit, median  # noqa: E402
 from gpu import BOOK_PRESET, BOOK_RESNET18, TARGET, TARGET_EPOCH_S, TARGET_EPOCHS, TARGET_TEST_ACC  # noqa: E402
 
 from orchestrator import data  # noqa: E402
-from orchestrator.config import MODELS, PRESETS, SYNC_STRATEGIES, TrainConfig  # noqa: E402
+from orchestrator.config import MODELS, SYNC_STRATEGIES, TrainConfig  # noqa: E402
+from orchestrator.presets import PRESETS  # noqa: E402
 from orchestrator.loop import run_training  # noqa: E402
 
 NAME = "gpu_check"

@@ -16,7 +16,8 @@ import typing
 from collections.abc import Callable
 from typing import Literal
 
-from orchestrator.config import DEFAULT_PRESET, OPTION_FIELDS, PRESETS, SWEEP_FIELDS, TRAIN_FIELDS
+from orchestrator.config import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
+from orchestrator.presets import DEFAULT_PRESET, PRESETS
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2

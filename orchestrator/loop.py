@@ -19,8 +19,9 @@ from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST, shard_bounds
 from orchestrator.models import NUM_CLASSES, build_model
-from orchestrator.split import BatchSplit, ComputeTimer
+from orchestrator.split import BatchSplit
 from orchestrator.sync import GradientSync, make_sync
+from orchestrator.timing import DeviceTimer
 
 # Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
 # needs buffers over the 32 MB glibc serves from its heaps, mapped and faulted
@@ -239,7 +240,7 @@ def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
 
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                 labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck",
-                timer: ComputeTimer) -> tuple[torch.Tensor, torch.Tensor] | None:
+                timer: DeviceTimer) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
     forward, loss over the global batch, backward, gradient sync, SGD step.
 
@@ -248,13 +249,13 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     worker's own forward and backward (what a proportional split divides by).
     """
     waited_s = sync.backward_wait_s
-    timer.start()
+    started = timer.start()
     logits = _forward(sync.module, images, config)
     losses = F.cross_entropy(logits, labels, reduction="none")
     # Dividing by the *global* batch makes the summed gradients over workers
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
-    timer.stop(minus_s=sync.backward_wait_s - waited_s)
+    timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
     sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
     if check.failed():
         return None

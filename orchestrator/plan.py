@@ -17,7 +17,8 @@ from pathlib import Path
 from orchestrator import storage
 from orchestrator.cli import AUTO, config_options, given_flags
 from orchestrator.cluster import Cluster, requested_address
-from orchestrator.config import DEFAULT_PRESET, PRESETS, SweepConfig, TrainConfig
+from orchestrator.config import SweepConfig, TrainConfig
+from orchestrator.presets import DEFAULT_PRESET, PRESETS
 from orchestrator.errors import UserError
 from orchestrator.rundir import check_out_dir, new_sweep_id
 

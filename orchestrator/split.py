@@ -11,7 +11,6 @@ measurement.
 """
 
 import math
-import time
 from collections.abc import Sequence
 
 import torch
@@ -19,6 +18,7 @@ import torch
 from orchestrator.collectives import allreduce_, get_rank, get_world_size
 from orchestrator.config import TrainConfig
 from orchestrator.data import shard_bounds
+from orchestrator.timing import DeviceTimer
 
 
 def even_shares(total: int, num_workers: int) -> tuple[int, ...]:
@@ -43,45 +43,6 @@ def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:
     return tuple(1 + share for share in shares)
 
 
-class ComputeTimer:
-    """Seconds this worker spends in forward and backward.
-
-    On a CPU by the clock; on a GPU by CUDA events, read only by `take`,
-    since reading one waits for the GPU (bench/notes/gpu.md).
-    """
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self._start: float | torch.cuda.Event = 0.0
-        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
-        self._seconds = 0.0
-
-    def start(self) -> None:
-        self._start = self._event() if self.cuda else time.perf_counter()
-
-    def stop(self, *, minus_s: float = 0.0) -> None:
-        """Ends the interval begun by `start`, less `minus_s` spent waiting on other workers."""
-        if self.cuda:
-            self._pending.append((self._start, self._event(), minus_s))
-        else:
-            self._seconds += time.perf_counter() - self._start - minus_s
-
-    def take(self) -> float:
-        """The seconds timed since the last `take`."""
-        for start, end, minus_s in self._pending:
-            end.synchronize()
-            self._seconds += start.elapsed_time(end) / 1000 - minus_s
-        self._pending.clear()
-        seconds, self._seconds = self._seconds, 0.0
-        return seconds
-
-    @staticmethod
-    def _event() -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-
 class BatchSplit:
     """Which slice of each global batch this worker takes, and each worker's measured speed.
 
@@ -100,7 +61,7 @@ class BatchSplit:
         self.device = device
         self.shares = tuple(shares) if shares else even_shares(self.total, num_workers)
         assert len(self.shares) == num_workers and sum(self.shares) == self.total, self.shares
-        self.timer = ComputeTimer(device)
+        self.timer = DeviceTimer(device)
         self._steps = 0
         # Since the last re-split, and in this epoch: this worker's examples and seconds.
         self._window = [0, 0.0]

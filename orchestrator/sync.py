@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from orchestrator.collectives import allreduce_, flat_buckets, get_world_size, wait_busy
 from orchestrator.sharded import ParameterShards
 from orchestrator.shm_allreduce import SharedMemoryAllreduce
+from orchestrator.timing import DeviceTimer
 
 MEGABYTE = 1024 * 1024
 
@@ -57,51 +58,6 @@ def make_transport(device: torch.device, largest_tensor_bytes: int, *,
     return group_transport()
 
 
-class SyncTimer:
-    """Seconds spent communicating, summed from `start`/`stop` pairs.
-
-    On a CPU the clock is read around each sync. A GPU runs what the host
-    queued later: timing it with the host's clock would make every step wait
-    for the GPU twice and stall its launch queue, so CUDA events are recorded
-    in the queue instead and read once, when `seconds` is asked for (once an epoch).
-    """
-
-    def __init__(self, device: torch.device):
-        self.on_gpu = device.type == "cuda"
-        self._seconds = 0.0
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-
-    def start(self) -> "float | torch.cuda.Event":
-        """A mark, on the current CUDA stream on a GPU."""
-        if self.on_gpu:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def stop(self, started: "float | torch.cuda.Event") -> None:
-        """Adds the time since `started`; on a GPU, once the current stream gets here."""
-        if self.on_gpu:
-            stopped = torch.cuda.Event(enable_timing=True)
-            stopped.record()
-            self._events.append((started, stopped))
-        else:
-            self._seconds += time.perf_counter() - started
-
-    @property
-    def seconds(self) -> float:
-        if self._events:
-            # The one wait for the GPU; each stop, since ddp's may be on different streams.
-            for _, stop in self._events:
-                stop.synchronize()
-            self._seconds += sum(start.elapsed_time(stop) for start, stop in self._events) / 1000
-            self._events.clear()
-        return self._seconds
-
-    def reset(self, seconds: float = 0.0) -> None:
-        self._seconds, self._events = seconds, []
-
-
 class GradientSync:
     """Base: the loop runs forward on `module`, calls `synchronize` after backward,
     `step` for the update and `zero_grad` after it. A strategy times its
@@ -114,7 +70,7 @@ class GradientSync:
         self.module: nn.Module = model
         self.device = device
         self.num_workers = get_world_size()
-        self.timer = SyncTimer(device)
+        self.timer = DeviceTimer(device)
         # Seconds backward itself spent blocked on the other workers (ddp's
         # reductions run inside it): not this worker's compute.
         self.backward_wait_s = 0.0

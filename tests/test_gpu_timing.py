@@ -9,14 +9,15 @@ import torch.distributed as dist
 
 from orchestrator.cluster import free_local_port
 from orchestrator.models import build_model
-from orchestrator.sync import DDPSync, SyncTimer
+from orchestrator.sync import DDPSync
+from orchestrator.timing import DeviceTimer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 CUDA = torch.device("cuda")
 
 
 def test_the_timer_queues_events_and_waits_for_the_gpu_only_when_read():
-    timer = SyncTimer(CUDA)
+    timer = DeviceTimer(CUDA)
     started = timer.start()
     torch.cuda._sleep(200_000_000)  # a kernel that keeps the GPU busy for a while
     timer.stop(started)

@@ -123,6 +123,15 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     assert re.search(r"trial \S+ done: .*reached test acc 0.6 after", run.stdout + run.stderr)
 
 
+def _wait_for_head(head: subprocess.Popen, port: int) -> None:
+    """Until the head started by `ray start` answers on `port` (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                         capture_output=True).returncode != 0:
+        assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+        time.sleep(1)
+
+
 @contextlib.contextmanager
 def _ray_node(*args: str, env: dict):
     """`ray start --block ARGS`, stopped by its own handle: --block keeps the
@@ -167,11 +176,7 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
                  f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
     try:
         with _ray_node(*head_args, env=env) as head:
-            deadline = time.monotonic() + 60
-            while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
-                                 capture_output=True).returncode != 0:
-                assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
-                time.sleep(1)
+            _wait_for_head(head, port)
             agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
             with _ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
                            f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
@@ -329,11 +334,7 @@ def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
                  f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
     try:
         with _ray_node(*head_args, env=env) as head:
-            deadline = time.monotonic() + 60
-            while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
-                                 capture_output=True).returncode != 0:
-                assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
-                time.sleep(1)
+            _wait_for_head(head, port)
             out_dir = tmp_path / "out"
             run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
                              *SMALL, "--out", str(out_dir), env=env)

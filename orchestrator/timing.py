@@ -1,0 +1,59 @@
+"""Seconds on a device, timed without making the device wait.
+
+On a CPU the clock is read at each `start`/`stop`. A GPU runs what the host
+queued later: reading the host's clock around GPU work would make every
+step wait for the GPU and stall its launch queue, so CUDA events are
+recorded in the queue instead and read once, when `seconds` is asked for
+(once an epoch; bench/notes/gpu.md).
+"""
+
+import time
+
+import torch
+
+
+class DeviceTimer:
+    """Seconds summed from `start`/`stop` pairs, each less what `stop` is told to leave out."""
+
+    def __init__(self, device: torch.device):
+        self.on_gpu = device.type == "cuda"
+        self._seconds = 0.0
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
+
+    def start(self) -> "float | torch.cuda.Event":
+        """A mark, on the current CUDA stream on a GPU."""
+        if self.on_gpu:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def stop(self, started: "float | torch.cuda.Event", *, minus_s: float = 0.0) -> None:
+        """Adds the time since `started` less `minus_s`; on a GPU, once the
+        current stream gets here."""
+        if self.on_gpu:
+            stopped = torch.cuda.Event(enable_timing=True)
+            stopped.record()
+            self._events.append((started, stopped, minus_s))
+        else:
+            self._seconds += time.perf_counter() - started - minus_s
+
+    @property
+    def seconds(self) -> float:
+        if self._events:
+            # The one wait for the GPU; each stop, since ddp's may be on different streams.
+            for _, stop, _ in self._events:
+                stop.synchronize()
+            self._seconds += sum(start.elapsed_time(stop) / 1000 - minus_s
+                                 for start, stop, minus_s in self._events)
+            self._events.clear()
+        return self._seconds
+
+    def reset(self, seconds: float = 0.0) -> None:
+        self._seconds, self._events = seconds, []
+
+    def take(self) -> float:
+        """The seconds timed since the last `take` (or `reset`)."""
+        seconds = self.seconds
+        self.reset()
+        return seconds
