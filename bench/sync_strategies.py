@@ -8,7 +8,15 @@ barrier and, as in training, right after a backward pass (`*_after_backward`).
 For `ddp`, the share of communication hidden behind backward is
 1 - (DDP step - local step) / gloo bucketed reduction time.
 
-    python bench/sync_strategies.py [--repeats 80]
+`sharded` (each worker sums and updates half) is measured beside the others
+over whole steps (`*.steps`): backward, sync and an SGD update with momentum
+0.9 (so that there is optimizer state to shard), taking turns each repeat.
+Per strategy and worker: seconds in communication (the strategy's own
+`sync_time_s`), bytes written to gloo's sockets (the process's `wchar`,
+which counts them; shared memory writes none), the optimizer step's time,
+and the bytes held by parameters and optimizer state after the step.
+
+    python bench/sync_strategies.py [--repeats 80] [--no-append]
 """
 
 import argparse
@@ -26,11 +34,18 @@ from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator.collectives import allreduce_  # noqa: E402
 from orchestrator.models import build_model  # noqa: E402
-from orchestrator.sync import make_sync  # noqa: E402
+from orchestrator.sync import GradientSync, ShardedSync, make_sync  # noqa: E402
 
 WORLD_SIZE = 2
 LARGE_MESSAGE_BYTES = 64 * 1024 * 1024
 BATCH_PER_WORKER = {"lenet": 128, "resnet18": 16}
+MOMENTUM = 0.9
+# Whole steps per strategy, taking turns: ResNet-18's take a third of a second each.
+STEP_REPEATS_DIVISOR = {"lenet": 2, "resnet18": 8}
+# name in the record: (strategy, sums through the node's shared memory)
+STEP_STRATEGIES = {"scratch": ("scratch", True), "bucketed": ("bucketed", True),
+                   "scratch_gloo": ("scratch", False), "bucketed_gloo": ("bucketed", False),
+                   "ddp": ("ddp", False), "sharded": ("sharded", False)}
 
 
 def bus_bandwidth_mb_s(num_bytes: int, seconds: float) -> float:
@@ -69,7 +84,8 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
     cpu = torch.device("cpu")
     large = torch.ones(LARGE_MESSAGE_BYTES // 4)
     gloo_s = _timed(lambda: allreduce_(large), max(3, repeats // 4))
-    results = {"gloo_busbw_MB_s": bus_bandwidth_mb_s(LARGE_MESSAGE_BYTES, gloo_s)}
+    results = {"num_workers": WORLD_SIZE,
+               "gloo_busbw_MB_s": bus_bandwidth_mb_s(LARGE_MESSAGE_BYTES, gloo_s)}
     for name in ("lenet", "resnet18"):
         model = build_model(name, seed=0)
         x = torch.rand(BATCH_PER_WORKER[name], 1, 28, 28)
@@ -126,22 +142,88 @@ def _worker(rank: int, port: int, repeats: int, queue) -> None:
             "local_step_ms": local_s * 1e3, "ddp_step_ms": ddp_s * 1e3,
             "ddp_exposed_ms": exposed_s * 1e3,
             "ddp_hidden_share": 1 - min(exposed_s / reductions["bucketed_gloo"], 1.0),
+            "steps": _whole_steps(name, x, y, max(3, repeats // STEP_REPEATS_DIVISOR[name])),
         }
     if rank == 0:
         queue.put(results)
     dist.destroy_process_group()
 
 
+def _bytes_written() -> int:
+    """What this process has written through write calls, sockets included (gloo's)."""
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("wchar"))
+
+
+def _held_mb(tensors) -> float:
+    """MB of the distinct storages behind `tensors` (views of one buffer count once)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values()) / 1e6
+
+
+def _whole_steps(name: str, x: torch.Tensor, y: torch.Tensor, repeats: int) -> dict:
+    """Each strategy's backward, sync and SGD update on a model of its own, in turns."""
+    cpu = torch.device("cpu")
+    runs = {}
+    for label, (strategy, shared_memory) in STEP_STRATEGIES.items():
+        model = build_model(name, seed=0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=MOMENTUM)
+        sync = make_sync(strategy, model, cpu, bucket_cap_mb=25, shared_memory=shared_memory,
+                         optimizer=optimizer)
+        runs[label] = (model, optimizer, sync)
+    times = {label: {"comm": [], "sent": [], "sent_in_synchronize": [], "optimizer_step": []}
+             for label in runs}
+    for _ in range(repeats):
+        for label, (model, optimizer, sync) in runs.items():
+            _one_step(sync, optimizer, x, y, times[label])
+    figures = {}
+    for label, (model, optimizer, sync) in runs.items():
+        optimizers = [optimizer, *([sync.shards.optimizer] if isinstance(sync, ShardedSync) else [])]
+        state = [value for opt in optimizers for per_param in opt.state.values()
+                 for value in per_param.values() if isinstance(value, torch.Tensor)]
+        figures[label] = {"transport": sync.transport,
+                          "comm_ms": median(times[label]["comm"]) * 1e3,
+                          "sent_MB": median(times[label]["sent"]) / 1e6,
+                          # sharded: the reduce-scatter alone
+                          "sent_in_synchronize_MB": median(times[label]["sent_in_synchronize"]) / 1e6,
+                          "optimizer_step_ms": median(times[label]["optimizer_step"]) * 1e3,
+                          "params_MB": _held_mb(model.parameters()),
+                          "optimizer_state_MB": _held_mb(state)}
+    return figures
+
+
+def _one_step(sync: GradientSync, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+              y: torch.Tensor, times: dict) -> None:
+    """The loop's train_batch (loss and check included), its parts timed."""
+    dist.barrier()
+    sync.zero_grad()
+    sync_time_s, written = sync.sync_time_s, _bytes_written()
+    F.cross_entropy(sync.module(x), y).backward()  # ddp communicates in here
+    before_synchronize = _bytes_written()
+    sync.synchronize()
+    times["sent_in_synchronize"].append(_bytes_written() - before_synchronize)
+    sync.agreed_count(torch.zeros((), dtype=torch.int64))  # the non-finite check's read
+    start, comm_before_step_s = time.perf_counter(), sync.sync_time_s
+    sync.step(optimizer)
+    # sharded's step all-gathers too: that is communication, not the update.
+    times["optimizer_step"].append(time.perf_counter() - start
+                                   - (sync.sync_time_s - comm_before_step_s))
+    times["comm"].append(sync.sync_time_s - sync_time_s)
+    times["sent"].append(_bytes_written() - written)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=80)
+    parser.add_argument("--no-append", action="store_true",
+                        help="print the BENCH line without appending it to bench/results")
     args = parser.parse_args()
     port = free_port()
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     mp.start_processes(_worker, args=(port, args.repeats, queue), nprocs=WORLD_SIZE,
                        start_method="spawn")
-    emit("sync_strategies", command_line(), queue.get())
+    emit("sync_strategies", command_line(), queue.get(), append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,34 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def reduce_scatter_(flat: torch.Tensor) -> torch.Tensor:
+    """Sum `flat` over the workers, but only worker r's r-th of k equal parts,
+    which it receives in place; the other parts keep this worker's own values.
+
+    Returns that part (a view of `flat`). `flat.numel()` must divide by k.
+    """
+    part = flat.view(get_world_size(), -1)[get_rank()]
+    if get_world_size() > 1:
+        # In place: the output is the input's own part, which NCCL and gloo allow.
+        # Blocking, not `wait_busy`: gloo's reduce-scatter runs inside `wait()`,
+        # so polling its work for completion would never end.
+        _reduce_scatter(part, flat, op=dist.ReduceOp.SUM)
+    return part
+
+
+def all_gather_(flat: torch.Tensor) -> torch.Tensor:
+    """Fill every worker's `flat` with each worker r's r-th of k equal parts, in place."""
+    if get_world_size() > 1:
+        part = flat.view(get_world_size(), -1)[get_rank()]
+        wait_busy(_all_gather(flat, part, async_op=True), flat.device)
+    return flat
+
+
+# torch 2.14 renamed these two and warns at every call under the old names.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+
+
 def wait_busy(work: dist.Work, device: torch.device) -> None:
     """Wait for an asynchronous collective, keeping this CPU busy meanwhile.
 

@@ -21,7 +21,7 @@ from orchestrator.data import TEST_SIZE, TRAIN_SIZE, shard_bounds
 from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
-Sync = Literal["scratch", "bucketed", "ddp"]
+Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
 Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
 MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
@@ -54,7 +54,8 @@ class TrainConfig:
     momentum: float = option(0.0, "SGD momentum (0: the book's plain SGD)", swept=True)
     num_epochs: int = option(10, "passes over the training set", flag="--epochs")
     sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
-                                   "bucketed (a few flat buffers), ddp (overlapped with backward)",
+                                   "bucketed (a few flat buffers), ddp (overlapped with backward), "
+                                   "sharded (each worker sums and updates 1/k: ZeRO-1)",
                         swept=True)
     split: Split = option("even", "how each global batch is divided: even, or proportional to "
                                   "each worker's measured speed (13.6, exercise 2)", swept=True)

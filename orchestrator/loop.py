@@ -91,7 +91,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
-                     shared_memory=config.shared_memory)
+                     shared_memory=config.shared_memory, optimizer=optimizer)
     split = BatchSplit(config, device, shares)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # The uint8 data set (52 MB) goes to the device once and each batch is
@@ -115,7 +115,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     }
 
     def state_now() -> dict:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        return {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer),
                 "split_shares": list(split.shares)}
 
     # A mid-epoch checkpoint holds the last finished epoch's state (a copy:
@@ -183,7 +183,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     evaluate_after = mid_epoch_evaluation_steps(config) if on_evaluation else set()
     sync.module.train()
     sync.sync_time_s = 0.0
-    check = NonFiniteCheck(device)
+    check = NonFiniteCheck(sync, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
     status = STATUS_OK
@@ -214,7 +214,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             sync.module.train()
             start = time.perf_counter()
     epoch_time_s += _seconds_since(start, device)
-    if check.count.item():  # steps after the last read
+    if check.read():  # steps after the last read
         status = STATUS_DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
@@ -256,10 +256,10 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
-    sync.synchronize()  # every worker now holds the sum over all workers
-    if check.failed(sync.model):
+    sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
+    if check.failed():
         return None
-    optimizer.step()
+    sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
     sync.zero_grad()
     return losses.detach(), logits.detach()
 
@@ -269,20 +269,26 @@ class NonFiniteCheck:
     every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS["cuda"] on a GPU.
 
     The gradients are identical on every worker after the sync, so every
-    worker reaches the same verdict without an extra collective.
+    worker reaches the same verdict without an extra collective; `sharded`'s
+    workers each hold a part of them, and sum their counts when read.
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, sync: GradientSync, device: torch.device):
+        self.sync = sync
         self.interval_steps = FINITE_CHECK_INTERVAL_STEPS.get(device.type, 1)
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.num_steps = 0
 
-    def failed(self, model: nn.Module) -> bool:
+    def failed(self) -> bool:
         """Counts this step's gradients; True if this step reads a nonzero count."""
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        grads = self.sync.summed_grads()
         self.count += ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
         self.num_steps += 1
-        return self.num_steps % self.interval_steps == 0 and bool(self.count.item())
+        return self.num_steps % self.interval_steps == 0 and self.read()
+
+    def read(self) -> bool:
+        """Whether any step so far had a non-finite gradient, on any worker."""
+        return bool(self.sync.agreed_count(self.count).item())
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,

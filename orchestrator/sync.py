@@ -9,6 +9,7 @@ sizes are. Each strategy also counts the seconds it spends communicating.
 `scratch` and `bucketed` are given their transport when built
 (`make_transport`): the process group's collective (gloo, NCCL), or on CPU
 workers that share a node, the node's shared memory (shm_allreduce.py).
+`sharded` sums each worker's part only, and updates it (sharded.py).
 """
 
 import inspect
@@ -22,6 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from orchestrator.collectives import allreduce_, flat_buckets, get_world_size, wait_busy
+from orchestrator.sharded import ParameterShards
 from orchestrator.shm_allreduce import SharedMemoryAllreduce
 from orchestrator.timing import DeviceTimer
 
@@ -57,10 +59,11 @@ def make_transport(device: torch.device, largest_tensor_bytes: int, *,
 
 
 class GradientSync:
-    """Base: the loop runs forward on `module`, calls `synchronize` after backward and
-    `zero_grad` after the optimizer step. A strategy times its communication with
-    `_timed` (or `self.timer.start`/`stop` where it cannot wrap a call);
-    `sync_time_s` reads the total, and setting it (to 0 at each epoch's start) resets it."""
+    """Base: the loop runs forward on `module`, calls `synchronize` after backward,
+    `step` for the update and `zero_grad` after it. A strategy times its
+    communication with `_timed` (or `self.timer.start`/`stop` where it cannot wrap
+    a call); `sync_time_s` reads the total, and setting it (to 0 at each epoch's
+    start) resets it."""
 
     def __init__(self, model: nn.Module, device: torch.device, transport: Transport):
         self.model = model
@@ -99,6 +102,21 @@ class GradientSync:
 
     def _reduce(self, grads: list[torch.Tensor]) -> None:
         raise NotImplementedError
+
+    def summed_grads(self) -> list[torch.Tensor]:
+        """The gradients that `synchronize` summed on this worker: all of them."""
+        return [p.grad for p in self.model.parameters() if p.grad is not None]
+
+    def agreed_count(self, count: torch.Tensor) -> torch.Tensor:
+        """A count of non-finite `summed_grads`, as every worker reads it: here
+        already the same everywhere, every worker holding every summed gradient."""
+        return count
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        return optimizer.state_dict()
 
 
 class ScratchSync(GradientSync):
@@ -206,6 +224,46 @@ class DDPSync(GradientSync):
         return work.get_future().then(finished)
 
 
+class ShardedSync(GradientSync):
+    """Each worker sums, and updates, only its 1/k of the parameters (sharded.py):
+
+        synchronize:  reduce-scatter the gradients
+        step:         SGD on this worker's part, then all-gather the parameters
+
+    Every worker holds the whole model between steps, and the checkpoint
+    the whole optimizer state, as with the other strategies. Its transport
+    is the process group's reduce-scatter and all-gather.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device, optimizer: torch.optim.SGD):
+        super().__init__(model, device, group_transport())
+        self.shards = ParameterShards(model, optimizer, device)
+
+    def _reduce(self, grads: list[torch.Tensor]) -> None:
+        self.shards.reduce_scatter_grads()
+
+    def summed_grads(self) -> list[torch.Tensor]:
+        return [self.shards.own_param.grad]
+
+    def agreed_count(self, count: torch.Tensor) -> torch.Tensor:
+        # Each worker checked its own part only: the verdict is the sum of theirs.
+        total = count.clone()
+        if self.num_workers > 1:
+            self._timed(self.allreduce_, total)
+        return total
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.shards.step(optimizer)
+        if self.num_workers > 1:
+            self._timed(self.shards.all_gather_params)
+
+    def zero_grad(self) -> None:
+        self.shards.zero_grad()
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        return self.shards.full_state_dict(optimizer)
+
+
 def _no_forward_buffer_sync() -> dict:
     """DDP's option to leave buffers (BatchNorm statistics) per worker in forward,
     as the other strategies do; the loop broadcasts them before evaluation.
@@ -220,10 +278,12 @@ def _no_forward_buffer_sync() -> dict:
 
 
 def make_sync(name: str, model: nn.Module, device: torch.device, *,
-              bucket_cap_mb: float, shared_memory: bool) -> GradientSync:
+              bucket_cap_mb: float, shared_memory: bool,
+              optimizer: torch.optim.Optimizer | None = None) -> GradientSync:
     """Strategy `name` for `model`, with its transport chosen once, here.
 
     A collective call (see `make_transport`): every worker makes it.
+    `sharded` takes over `optimizer`'s update, so it needs it.
     """
     if name == "scratch":
         largest_bytes = max(_nbytes(p) for p in model.parameters())
@@ -237,6 +297,8 @@ def make_sync(name: str, model: nn.Module, device: torch.device, *,
                             bucket_cap_mb=bucket_cap_mb)
     if name == "ddp":
         return DDPSync(model, device, bucket_cap_mb=bucket_cap_mb)
+    if name == "sharded":
+        return ShardedSync(model, device, optimizer)
     raise AssertionError(f"unvalidated sync strategy {name!r}")
 
 

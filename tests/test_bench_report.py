@@ -35,3 +35,34 @@ def test_machines_are_ordered_by_their_newest_record():
 def test_one_machine_needs_no_comparison():
     doc = report.render([[_record("EPYC", "2026-11-23", 1.70)]], {})
     assert "Newest record from each machine" not in doc
+
+
+def _steps(sharded_sent_mb: float, sharded_step_ms: float) -> dict:
+    def figures(transport, comm_ms, sent_mb, step_ms, state_mb):
+        return {"transport": transport, "comm_ms": comm_ms, "sent_MB": sent_mb,
+                "sent_in_synchronize_MB": sent_mb * 2 / 3, "optimizer_step_ms": step_ms,
+                "params_MB": 44.7, "optimizer_state_MB": state_mb}
+    return {"bucketed": figures("shared memory", 11.0, 0.0, 20.0, 44.7),
+            "bucketed_gloo": figures("gloo", 23.0, 44.7, 20.0, 44.7),
+            "ddp": figures("gloo", 30.0, 44.7, 20.0, 44.7),
+            "sharded": figures("gloo", 35.0, sharded_sent_mb, sharded_step_ms, 22.35)}
+
+
+def test_the_sharded_answer_is_written_from_the_record():
+    record = {"benchmark": "sync_strategies", "date": "2026-11-24", "machine": "2 cores, EPYC",
+              "command": "python bench/sync_strategies.py", "num_workers": 2,
+              "resnet18": {"grad_MB": 44.7, "steps": _steps(67.05, 10.0)}}
+    doc = report.render([[record]], {})
+    assert "| sharded | gloo | 35 | 67.05 | 44.7 | 10 | 44.7 | 22.35 |" in doc
+    assert "| resnet18 | grad_MB 44.7 |" in doc  # the steps have their own table
+    assert "the update took 10 ms per worker against 20 ms for the whole model (0.50x)" in doc
+    assert "held 67.1 MB against 89.4 MB (0.75x)" in doc
+    # Where the numbers say it is not more efficient, the paragraph says so.
+    assert "it sends 1.50x the bytes of one allreduce, its reduce-scatter alone writing 1.00 " \
+           "of the gradients' 44.7 MB where a ring's would write (k-1)/k = 0.50" in doc
+    assert "communication is 3.18x that of `bucketed`" in doc
+    assert "(the fastest, `bucketed` over shared memory, 11 ms)" in doc
+    assert "halved update is not faster" not in doc
+    slow_update = {**record, "resnet18": {"grad_MB": 44.7, "steps": _steps(44.7, 19.0)}}
+    doc = report.render([[slow_update]], {})
+    assert "halved update is not faster (0.95x)" in doc and "the bytes of one allreduce" not in doc

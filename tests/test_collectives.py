@@ -10,8 +10,8 @@ from torch import nn
 
 from helpers import shared_dict
 from orchestrator.cluster import free_local_port
-from orchestrator.collectives import (allreduce_, broadcast_, flat_buckets, gather_strings, get_rank,
-                                      get_world_size)
+from orchestrator.collectives import (all_gather_, allreduce_, broadcast_, flat_buckets,
+                                      gather_strings, get_rank, get_world_size, reduce_scatter_)
 from orchestrator.shm_allreduce import stores_in_program_order
 from orchestrator.sync import GradientSync, make_sync
 
@@ -89,6 +89,8 @@ def test_helpers_are_the_identity_without_a_process_group():
     tensors = _tensors_of(0)
     originals = [t.clone() for t in tensors]
     assert allreduce_(tensors[0]) is tensors[0]
+    flat = tensors[3]  # with one worker, its part is the whole
+    assert torch.equal(reduce_scatter_(flat), flat) and all_gather_(flat) is flat
     broadcast_(tensors)
     assert all(torch.equal(a, b) for a, b in zip(tensors, originals))
     assert gather_strings("cpu") == ["cpu"]

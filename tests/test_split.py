@@ -26,7 +26,7 @@ from orchestrator.models import build_model
 from orchestrator.progress import epoch_line
 from orchestrator.split import even_shares, proportional_shares
 from orchestrator.trial import run_trial
-from test_equivalence import FP64_RTOL, _config, _single_device_parameters
+from test_equivalence import FP64_RTOL, _config, _run
 
 UNEVEN_BATCH = 255  # 128 + 127 on 2 workers, 85 each on 3 before the first re-split
 
@@ -78,8 +78,12 @@ def _uneven(history: list[dict]) -> bool:
                for row in history)
 
 
+def _one_device_parameters(dataset) -> dict[str, torch.Tensor]:
+    return _run(_config(("scratch", "lenet", UNEVEN_BATCH, "fp64")), dataset)[1]["model"]
+
+
 def _proportional(num_workers: int, sync: str):
-    return _config(UNEVEN_BATCH, "fp64", num_workers=num_workers, sync=sync,
+    return _config((sync, "lenet", UNEVEN_BATCH, "fp64"), num_workers=num_workers,
                    split="proportional", split_interval_steps=1)
 
 
@@ -87,7 +91,7 @@ def _proportional(num_workers: int, sync: str):
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_two_workers_with_proportional_shares_match_one_device(ray_session, fashion_mnist_small,
                                                                 tmp_path, sync):
-    reference = _single_device_parameters(_config(UNEVEN_BATCH, "fp64"), fashion_mnist_small)
+    reference = _one_device_parameters(fashion_mnist_small)
     result = run_trial(_proportional(2, sync), ray.put(fashion_mnist_small),
                        name=f"split-{sync}", storage_path=str(tmp_path), max_failures=0)
     assert _uneven(result.return_value), [row["worker_shares"] for row in result.return_value]
@@ -104,7 +108,7 @@ def _three_process_body(rank: int, port: int, sync: str, dataset, results) -> No
     try:
         states = []
         history = run_training(_proportional(3, sync), dataset, device=torch.device("cpu"),
-                               report=lambda metrics, state, history: states.append(state))
+                               report=lambda metrics, state, *_: states.append(state))
         if rank == 0:
             results["model"], results["history"] = states[-1]["model"], history
     finally:
@@ -115,7 +119,7 @@ def _three_process_body(rank: int, port: int, sync: str, dataset, results) -> No
 @pytest.mark.cluster
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_three_workers_with_proportional_shares_match_one_device(fashion_mnist_small, sync):
-    reference = _single_device_parameters(_config(UNEVEN_BATCH, "fp64"), fashion_mnist_small)
+    reference = _one_device_parameters(fashion_mnist_small)
     with shared_dict() as results:
         mp.spawn(_three_process_body, nprocs=3,
                  args=(free_local_port(), sync, fashion_mnist_small, results))
