@@ -57,9 +57,10 @@ def one_trial(base: dict, axes: dict, target_acc: float, num_epochs: int) -> dic
 
 def time_to_target(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict:
     with tempfile.TemporaryDirectory() as storage:
-        result_grid = run_sweep(sweep, data_ref, storage_path=storage, max_concurrent=1,
-                                resume=False)
-        summary = summarize_trials(*collect(result_grid, sweep, storage), sweep.base.target_acc)
+        result_grid = run_sweep(sweep, data_ref, storage_path=storage, sweep_id="bench",
+                                max_concurrent=1, resume=False)
+        summary = summarize_trials(*collect(result_grid, sweep, storage, sweep_id="bench"),
+                                   sweep.base.target_acc)
     row = summary.iloc[0]
     outcome = (f"{row['train_s_to_target']:.1f} s of training to {sweep.base.target_acc:g}"
                if pd.notna(row["train_s_to_target"]) else
