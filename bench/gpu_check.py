@@ -77,7 +77,7 @@ def ray_trial_runner(dataset: data.FashionMNIST, storage: str):
 def loop_runner(dataset: data.FashionMNIST):
     def run(config: TrainConfig) -> list[dict]:
         return run_training(config, dataset, device=torch.device("cuda"),
-                            report=lambda metrics, state, history: None)
+                            report=lambda *_: None)
     return run
 
 
