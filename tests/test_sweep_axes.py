@@ -37,7 +37,7 @@ def test_a_file_holding_one_value_is_a_one_point_axis():
 @pytest.mark.reliability(fault="sweep.py bad sync, split or precision list", lost="nothing")
 @pytest.mark.parametrize("args, fragment", [
     (["--sync", "scratch,,ddp"], "--sync: an empty item in 'scratch,,ddp'"),
-    (["--sync", "scratch,ring"], "unknown sync 'ring'; choose one of scratch, bucketed, ddp"),
+    (["--sync", "scratch,ring"], "unknown sync 'ring'; choose one of scratch, bucketed, ddp, sharded"),
     (["--split", "even,lopsided"], "unknown split 'lopsided'; choose one of even, proportional"),
     (["--precision", "fp32,"], "--precision: an empty item in 'fp32,'"),
     (["--split", "even,even"], "the list of splits repeats a value"),
