@@ -19,7 +19,6 @@ proportional split settled on. Needs 2 free cores: run it alone.
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -32,13 +31,9 @@ from orchestrator import cluster as ray_cluster  # noqa: E402
 from orchestrator import data  # noqa: E402
 from orchestrator.config import TrainConfig  # noqa: E402
 from orchestrator.trial import run_trial  # noqa: E402
+from orchestrator.worker import busy_process_on  # noqa: E402
 
 GLOBAL_BATCH = 256
-
-
-def busy_process_on(core: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c",
-                             f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
 
 
 def main() -> None:

@@ -309,6 +309,6 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataF
     axes.legend(fontsize="small")
     save(figure, "test_acc_vs_lr.png")
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(9.5, 4.5))
     time_to_accuracy.plot_test_acc_vs_time(axes, summary, evaluations, target_acc)
     save(figure, "test_acc_vs_time.png")

@@ -20,6 +20,6 @@ def target_line(evaluations: list[dict], target_acc: float) -> str:
     if reached is None:
         last = max(evaluations, key=lambda row: row["epoch"], default=None)
         return (f"did not reach test acc {target_acc:g}" + (
-            f" in {last['epoch']:g} epochs ({last['train_s']:.1f} s of training)" if last else ""))
-    return (f"reached test acc {target_acc:g} after {reached['epoch']:g} epochs: "
+            f" in {round(last['epoch'], 2):g} epochs ({last['train_s']:.1f} s of training)" if last else ""))
+    return (f"reached test acc {target_acc:g} after {round(reached['epoch'], 2):g} epochs: "
             f"{reached['train_s']:.1f} s of training, {reached['wall_s']:.1f} s from the start")

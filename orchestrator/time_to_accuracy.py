@@ -91,13 +91,14 @@ def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame
     axes.set(xlabel="training seconds (evaluation excluded)", ylabel="test acc",
              title="Test accuracy against training time")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="x-small")
+    # Beside the plot: a sweep's many trials would hide the curves under it.
+    axes.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 def _recipe_outcome(row, target_acc: float) -> str:
     where = f"{row.num_workers} worker(s)"
     if not math.isnan(row.train_s_to_target):
-        return (f"{where} reached {target_acc:g} after {row.epochs_to_target:g} epochs, "
+        return (f"{where} reached {target_acc:g} after {round(row.epochs_to_target, 2):g} epochs, "
                 f"{row.train_s_to_target:.1f} s of training ({row.wall_s_to_target:.1f} s wall)")
     if math.isnan(row.train_s_run):
         return f"{where} did not run [{row.status}]"

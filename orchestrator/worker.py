@@ -6,6 +6,8 @@ checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,9 @@ from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
 from orchestrator.data import FashionMNIST
 from orchestrator.loop import run_training
+
+# Ray starts its worker processes at this niceness (its `worker_niceness` setting).
+RAY_WORKER_NICENESS = 15
 
 
 def train_loop_per_worker(loop_config: dict) -> list[dict]:
@@ -56,6 +61,16 @@ def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:
         except ProcessLookupError:
             pass  # a thread that ended meanwhile
     return cores
+
+
+def busy_process_on(core: int) -> subprocess.Popen:
+    """A process that spins on `core` alone, at the niceness Ray gives its workers:
+    a worker pinned there (`--pin-cores`) gets about half of that core, a
+    straggler at half speed (bench/straggler.py). At the default niceness 0 it
+    would leave a niced worker a few percent."""
+    niceness = int(os.environ.get("RAY_worker_niceness", RAY_WORKER_NICENESS))
+    return subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\n"
+                             f"os.nice({niceness})\nwhile True: pass"])
 
 
 def report_to_ray(metrics: dict, state: dict, history: list[dict],
