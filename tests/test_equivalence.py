@@ -158,6 +158,7 @@ def _assert_same_parameters(got: dict, expected: dict, initial: dict, precision:
                                    msg=lambda message: f"update of {name}: {message}")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", LENET_CASES, ids=lambda case: f"{case[0]}-{case[3]}")
 def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     num_workers, results = k_worker_runs
@@ -182,6 +183,7 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     assert state["optimizer"]["state"].keys() == want_state["optimizer"]["state"].keys()
 
 
+@pytest.mark.processes
 def test_per_worker_batchnorm_is_not_the_one_device_optimizer(k_worker_runs, one_device_runs):
     """What per-worker BatchNorm changes: every strategy on k workers computes
     the same parameters as every other (the syncs are not the difference), and

@@ -21,8 +21,9 @@ from orchestrator.shm_allreduce import (FILE_PREFIX, MismatchError, PeerExitedEr
                                         PeerTimeoutError, SharedMemoryAllreduce, _create,
                                         stores_in_program_order)
 
-pytestmark = pytest.mark.skipif(not stores_in_program_order(),
-                                reason="the shared-memory allreduce runs on x86-64 only")
+pytestmark = [pytest.mark.skipif(not stores_in_program_order(),
+                                 reason="the shared-memory allreduce runs on x86-64 only"),
+              pytest.mark.processes]
 
 # 256 bytes hold 64 float32s or 32 float64s: the larger tensors below go in pieces.
 CAPACITY_BYTES = 256

@@ -129,6 +129,7 @@ def test_three_workers_with_proportional_shares_match_one_device(fashion_mnist_s
     _assert_same_updates(results["model"], reference)
 
 
+@pytest.mark.processes
 def test_pinning_gives_each_local_rank_its_own_cores():
     allowed = sorted(os.sched_getaffinity(0))
     script = ("import os, sys; from orchestrator.worker import pin_to_own_cores; "
