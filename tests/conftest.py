@@ -30,9 +30,6 @@ _reliability_rows: dict[str, tuple[str, str, str, str]] = {}
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "processes: starts several worker processes without Ray (k workers against "
-                   "one device, shared memory): the full suite's, not the fast layer's")
-    config.addinivalue_line(
         "markers", "reliability(fault, lost): a fault or bad input this test injects, and what "
                    "may be lost; listed in docs/RELIABILITY.md")
 
