@@ -179,9 +179,9 @@ class TrainConfig:
     @property
     def is_book_recipe(self) -> bool:
         """13.5's own run (any number of workers): LeNet, global batch 256, lr 0.2,
-        plain SGD, no warm-up; the baseline of time to accuracy."""
+        plain SGD, no warm-up, fp32; the baseline of time to accuracy."""
         return (self.model, self.global_batch_size, self.lr, self.momentum,
-                self.warmup_epochs) == ("lenet", 256, 0.2, 0.0, 0)
+                self.warmup_epochs, self.precision) == ("lenet", 256, 0.2, 0.0, 0, "fp32")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

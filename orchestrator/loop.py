@@ -88,6 +88,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         shares = state.get("split_shares")  # absent from checkpoints of older versions
         # The state is the last finished epoch's: later evaluations run again.
         evaluations = [row for row in evaluations if row["epoch"] <= len(history)]
+        if evaluations:  # a resumed sweep's trial: its wall clock goes on from there
+            started_at = min(started_at, time.time() - evaluations[-1]["wall_s"])
     # Identical replicas come from rank 0's weights, not from trusting seeds.
     broadcast_([*model.parameters(), *model.buffers()])
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,

@@ -19,17 +19,16 @@ FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverg
 REACHED_TARGET = "reached target"  # ended by --stop-at-target
 INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
 
-# The sweep axes that are the run's own values: a speedup compares trials of one
-# momentum, strategy, split and precision.
-RUN_AXES = ["momentum", "sync", "split", "precision"]
+# A speedup compares trials of one momentum, strategy, split and precision.
+SPEEDUP_AXES = ["momentum", "sync", "split", "precision"]
 # Trials that share these differ only in the number of workers: the 1-worker
 # one is the baseline of the others' speedup. `batch_size` is the grid's b,
 # global or per worker as `batch_scaling` says.
-SCALING_GROUP = ["model", *RUN_AXES, "batch_scaling", "batch_size", "base_lr"]
+SCALING_GROUP = ["model", *SPEEDUP_AXES, "batch_scaling", "batch_size", "base_lr"]
 # The tuning playbook's method: within each cell of the studied parameters,
 # the learning rate is the nuisance parameter to optimise over.
-ISOLATION_CELL = ["model", *RUN_AXES, "batch_scaling", "num_workers", "batch_size"]
-STRATEGY_CELL = ["model", *RUN_AXES, "num_workers"]
+ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch_size"]
+STRATEGY_CELL = ["model", *SPEEDUP_AXES, "num_workers"]
 
 PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
               "test_acc_vs_time.png")
@@ -264,7 +263,7 @@ def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataF
         plt.close(figure)
 
     # Labels name the run axes the sweep varied.
-    varied = [axis for axis in RUN_AXES if summary[axis].nunique() > 1]
+    varied = [axis for axis in SPEEDUP_AXES if summary[axis].nunique() > 1]
 
     def run_label(values) -> str:
         return "".join(f" m={values[axis]:g}" if axis == "momentum" else f" {values[axis]}"

@@ -13,7 +13,8 @@ import pandas as pd
 from orchestrator.target import first_reaching
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
-RANKING_COLUMNS = ["trial_id", "num_workers", "global_batch_size", "lr", "momentum",
+RANKING_COLUMNS = ["trial_id", "num_workers", "global_batch_size", "lr", "momentum", "sync",
+                   "split", "precision",
                    "epochs_to_target", "train_s_to_target", "wall_s_to_target", "rank_by_wall",
                    "book_recipe", "status"]
 

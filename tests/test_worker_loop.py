@@ -153,6 +153,9 @@ def test_resuming_from_a_mid_epoch_checkpoint_redoes_that_epoch(fashion_mnist_sm
     _, resumed = _train(config, fashion_mnist_small, resume_from=(state, history, evaluations))
     assert [row["epoch"] for row in resumed[-1][3]] == [0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2]
     assert [row["test_acc"] for row in resumed[-1][3]] == [row["test_acc"] for row in full[-1][3]]
+    # A resumed sweep's trial starts its clock anew: wall seconds go on from the last evaluation.
+    walls = [row["wall_s"] for row in resumed[-1][3]]
+    assert walls == sorted(walls), walls
     for name, tensor in full[-1][1]["model"].items():
         assert torch.equal(tensor, resumed[-1][1]["model"][name]), name
 
