@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.data import TEST_SIZE, TRAIN_SIZE, shard_bounds
+from orchestrator.data import TEST_SIZE, TRAIN_SIZE, even_shares
 from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
@@ -161,9 +161,7 @@ class TrainConfig:
     @property
     def batch_sizes_per_worker(self) -> tuple[int, ...]:
         """The even split; a proportional split starts from it."""
-        return tuple(stop - start for start, stop in
-                     (shard_bounds(self.global_batch_size, self.num_workers, rank)
-                      for rank in range(self.num_workers)))
+        return even_shares(self.global_batch_size, self.num_workers)
 
     @property
     def batch_size_per_worker(self) -> int:

@@ -114,6 +114,12 @@ def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:
     return start, start + base + (1 if rank < extra else 0)
 
 
+def even_shares(total: int, num_shards: int) -> tuple[int, ...]:
+    """The sizes of the `num_shards` shards of `shard_bounds`."""
+    return tuple(stop - start for start, stop in
+                 (shard_bounds(total, num_shards, rank) for rank in range(num_shards)))
+
+
 def _path_of(folder: Path, spec: _IdxFile) -> Path:
     plain = folder / spec.name
     return plain if plain.exists() else folder / f"{spec.name}.gz"

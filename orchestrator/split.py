@@ -17,13 +17,8 @@ import torch
 
 from orchestrator.collectives import allreduce_, get_rank, get_world_size
 from orchestrator.config import TrainConfig
-from orchestrator.data import shard_bounds
+from orchestrator.data import even_shares
 from orchestrator.timing import DeviceTimer
-
-
-def even_shares(total: int, num_workers: int) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in
-                 (shard_bounds(total, num_workers, rank) for rank in range(num_workers)))
 
 
 def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:

@@ -24,7 +24,8 @@ from orchestrator.config import SYNC_STRATEGIES, TrainConfig
 from orchestrator.loop import run_training
 from orchestrator.models import build_model
 from orchestrator.progress import epoch_line
-from orchestrator.split import even_shares, proportional_shares
+from orchestrator.data import even_shares
+from orchestrator.split import proportional_shares
 from orchestrator.trial import run_trial
 from orchestrator.worker import busy_process_on
 from test_equivalence import FP64_RTOL, _config, _run
