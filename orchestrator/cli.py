@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from orchestrator.config import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
-from orchestrator.presets import DEFAULT_PRESET, PRESETS
+from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -25,7 +25,7 @@ EXIT_USER_ERROR = 2
 AUTO = "auto"
 _METAVARS = {int: "N", float: "X"}
 # Options of a sweep's trials as Tune runs them: train.py has no Tune.
-SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target")
+SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target", "study", "baseline_threads")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -64,6 +64,9 @@ def sweep_parser(description: str) -> OneLineParser:
     parser.add_argument("--preset", default=argparse.SUPPRESS,
                         help=f"starting point for the grid: {', '.join(PRESETS)} "
                              f"(default {DEFAULT_PRESET}); the options below override it")
+    parser.add_argument("--quick", action="store_true",
+                        help="the preset reduced to data subsets and fewer epochs: "
+                             + ", ".join(f"{name} {value}" for name, value in QUICK.items()))
     add_config_options(parser, one_run=False)
     parser.add_argument("--out", default=None,
                         help="results folder (default: results/<preset or config file>-<time>)")

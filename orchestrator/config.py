@@ -19,6 +19,7 @@ from typing import Literal
 
 from orchestrator.data import TEST_SIZE, TRAIN_SIZE, even_shares
 from orchestrator.errors import UserError
+from orchestrator.exercises import exercise_specs
 
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
@@ -61,6 +62,9 @@ class TrainConfig:
                                   "each worker's measured speed (13.6, exercise 2)", swept=True)
     split_interval_steps: int = option(0, "with --split proportional, re-set the shares every "
                                           "N steps; 0: at each epoch boundary")
+    straggler_slowdown: float = option(1.0, "the last of several workers emulates a device this "
+                                            "many times slower: it sleeps after its forward and "
+                                            "backward (13.6, exercise 2)")
     pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
                                     "local rank")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
@@ -134,6 +138,10 @@ class TrainConfig:
                 raise UserError(
                     f"test limit {self.test_limit} is larger than the {TEST_SIZE} test images"
                 )
+        if not (isinstance(self.straggler_slowdown, (int, float))
+                and math.isfinite(self.straggler_slowdown) and self.straggler_slowdown >= 1):
+            raise UserError(f"straggler slowdown must be a number >= 1, got "
+                            f"{self.straggler_slowdown!r}")
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
         _require_int(self.split_interval_steps, "split interval steps", minimum=0)
@@ -199,6 +207,9 @@ class GridPoint:
     """The grid's b (global or per worker, as the sweep's batch scaling says)."""
     base_lr: float
     train: TrainConfig
+    batch_scaling: str
+    part: str = ""
+    """Which question of the exercises study the trial serves (exercises.py)."""
 
 
 # The axes whose values are the run's own field values, by the field's name.
@@ -246,6 +257,12 @@ class SweepConfig:
 
     stop_at_target: bool = option(False, "end a trial once its test accuracy reaches "
                                          "--target-acc, freeing its workers for the next")
+    study: Literal["grid", "exercises"] = option(
+        "grid", "grid: every combination of the axes; exercises: the trials the book's "
+                "exercises need, drawn from the axes (orchestrator/exercises.py)")
+    baseline_threads: int | None = option(
+        0, "exercises: one more 1-worker trial with this many threads, the best single "
+           "process of a CPU node (the preset's: a node's CPUs); 0: none")
 
     def __post_init__(self):
         _check_choices(self)
@@ -255,12 +272,16 @@ class SweepConfig:
             raise UserError(f"stop_at_target must be true or false, got {self.stop_at_target!r}")
         if self.stop_at_target and self.base.target_acc is None:
             raise UserError("--stop-at-target needs --target-acc: which accuracy to stop at")
+        if self.baseline_threads is not None:
+            _require_int(self.baseline_threads, "baseline threads", minimum=0)
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
     def grid(self) -> tuple[GridPoint, ...]:
         """One point per (workers, batch size, lr, momentum, sync, split, precision),
-        with its derived values; computed once."""
+        with its derived values (the exercises study: its own union of grids); computed once."""
+        if self.study == "exercises":
+            return self._exercise_grid()
         points = []
         for num_workers in self.workers:
             for batch_size in self.batch_sizes:
@@ -272,8 +293,22 @@ class SweepConfig:
                                 self.base, momentum=momentum, **dict(zip(RUN_AXES, run_values)),
                                 **_swept_values(num_workers, batch_size, base_lr,
                                                 self.batch_scaling, self.lr_scaling))
-                            points.append(GridPoint(len(points), batch_size, base_lr, train))
+                            points.append(GridPoint(len(points), batch_size, base_lr, train,
+                                                    self.batch_scaling))
         return tuple(points)
+
+    def _exercise_grid(self) -> tuple[GridPoint, ...]:
+        specs = exercise_specs(
+            workers=self.workers, batch_size=self.batch_sizes[0], lrs=self.lrs, syncs=self.sync,
+            splits=self.split, num_epochs=self.base.num_epochs,
+            straggler_slowdown=self.base.straggler_slowdown,
+            baseline_threads=self.baseline_threads or 0,
+            threads_per_worker=self.base.threads_per_worker, use_gpu=self.base.use_gpu)
+        return tuple(GridPoint(index, spec.batch_size, spec.base_lr, dataclasses.replace(
+            self.base, momentum=self.momentums[0], precision=self.precision[0],
+            **{**_swept_values(spec.num_workers, spec.batch_size, spec.base_lr,
+                               spec.batch_scaling, self.lr_scaling), **spec.run}),
+            spec.batch_scaling, spec.part) for index, spec in enumerate(specs))
 
     def to_dict(self) -> dict:
         """The flat form of a `--config` file: the base's options beside the axes."""

@@ -18,7 +18,7 @@ from orchestrator import storage
 from orchestrator.cli import AUTO, config_options, given_flags
 from orchestrator.cluster import Cluster, requested_address
 from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.presets import DEFAULT_PRESET, PRESETS
+from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK
 from orchestrator.errors import UserError
 from orchestrator.rundir import check_out_dir, new_sweep_id
 
@@ -67,16 +67,16 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     if args.config:
         if preset:
             raise UserError("--config holds the whole sweep: give --config or --preset, not both")
-        if options:
-            raise UserError(f"--config holds the whole sweep; put {', '.join(given_flags(args))} "
-                            f"in the file")
+        if options or args.quick:
+            flags = [*given_flags(args), *(["--quick"] if args.quick else [])]
+            raise UserError(f"--config holds the whole sweep; put {', '.join(flags)} in the file")
         (sweep, gpu_from_cluster), label = _sweep_from_file(args.config), Path(args.config).stem
         workers_from_cluster = False
     else:
         label = preset or DEFAULT_PRESET
         if label not in PRESETS:
             raise UserError(f"unknown preset {label!r}; choose one of {', '.join(PRESETS)}")
-        options = {**PRESETS[label], **options}
+        options = {**PRESETS[label], **(QUICK if args.quick else {}), **options}
         workers_from_cluster = options["workers"] is None
         sweep, gpu_from_cluster = _sweep_from(options)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
@@ -107,6 +107,9 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     if request.workers_from_cluster:
         capacity = cluster.max_workers(sweep.base.resources_per_worker)
         sweep = dataclasses.replace(sweep, workers=workers_up_to(max(capacity, 1)))
+    if sweep.baseline_threads is None:  # the preset's: a node's CPUs, on a CPU cluster
+        node_cpus = max(int(node.get("CPU", 0)) for node in cluster.node_resources)
+        sweep = dataclasses.replace(sweep, baseline_threads=0 if sweep.base.use_gpu else node_cpus)
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")

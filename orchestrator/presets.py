@@ -22,5 +22,14 @@ PRESETS: dict[str, dict] = {
     # 13.6: ResNet-18, batch 256 per GPU, lr 0.1 on one GPU scaled linearly (0.2 on two).
     "d2l-13.6": dict(model="resnet18", workers=(1, 2), batch_sizes=(256,), lrs=(0.1,),
                      batch_scaling="per-worker", lr_scaling="linear", num_epochs=10),
+    # The seven exercises of 13.5 and 13.6 answered from one sweep (exercises.py lists
+    # its parts): the first lr, batch and strategy are the book's, the timing parts'.
+    # workers and baseline_threads None: from the cluster.
+    "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
+                      lrs=(0.2, 0.1, 0.4), sync=("scratch", "bucketed", "ddp", "sharded"),
+                      split=("even", "proportional"), straggler_slowdown=2.0,
+                      baseline_threads=None, num_epochs=10),
 }
 DEFAULT_PRESET = "d2l-13.5"
+# `--quick`: any preset, reduced to data subsets and 3 epochs (the report says so).
+QUICK = dict(train_limit=12000, test_limit=2000, num_epochs=3)

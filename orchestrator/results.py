@@ -24,7 +24,8 @@ SPEEDUP_AXES = ["momentum", "sync", "split", "precision"]
 # Trials that share these differ only in the number of workers: the 1-worker
 # one is the baseline of the others' speedup. `batch_size` is the grid's b,
 # global or per worker as `batch_scaling` says.
-SCALING_GROUP = ["model", *SPEEDUP_AXES, "batch_scaling", "batch_size", "base_lr"]
+SCALING_GROUP = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown",
+                 "batch_scaling", "batch_size", "base_lr"]
 # The tuning playbook's method: within each cell of the studied parameters,
 # the learning rate is the nuisance parameter to optimise over.
 ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch_size"]
@@ -50,6 +51,7 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         best_test_acc=("test_acc", "max"),
         final_train_loss=("train_loss", "last"),
         mean_epoch_time_s=("epoch_time_s", "mean"),
+        mean_eval_time_s=("eval_time_s", "mean"),
         # The median ignores a first epoch slowed by warm-up effects.
         samples_per_s=("samples_per_s", "median"),
         total_sync_time_s=("sync_time_s", "sum"),

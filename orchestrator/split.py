@@ -56,7 +56,9 @@ class BatchSplit:
         self.device = device
         self.shares = tuple(shares) if shares else even_shares(self.total, num_workers)
         assert len(self.shares) == num_workers and sum(self.shares) == self.total, self.shares
-        self.timer = DeviceTimer(device)
+        # The last of several workers emulates a slower device (--straggler-slowdown).
+        slowed = num_workers > 1 and self.rank == num_workers - 1
+        self.timer = DeviceTimer(device, slowdown=config.straggler_slowdown if slowed else 1.0)
         self._steps = 0
         # Since the last re-split, and in this epoch: this worker's examples and seconds.
         self._window = [0, 0.0]

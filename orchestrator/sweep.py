@@ -257,10 +257,12 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         point = sweep.grid[configs[trial_id]["point"]["index"]]
         train = point.train
         trial_rows.append({
-            "trial_id": trial_id, "model": train.model, "sync": train.sync, "split": train.split,
-            "precision": train.precision,
+            "trial_id": trial_id, "part": point.part, "model": train.model, "sync": train.sync,
+            "split": train.split, "precision": train.precision,
+            "threads_per_worker": train.threads_per_worker,
+            "straggler_slowdown": train.straggler_slowdown,
             "num_workers": train.num_workers, "batch_size": point.batch_size,
-            "batch_scaling": sweep.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
+            "batch_scaling": point.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
             "momentum": train.momentum,
             "global_batch_size": train.global_batch_size,
             "batch_size_per_worker": train.batch_size_per_worker,

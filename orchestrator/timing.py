@@ -5,6 +5,10 @@ queued later: reading the host's clock around GPU work would make every
 step wait for the GPU and stall its launch queue, so CUDA events are
 recorded in the queue instead and read once, when `seconds` is asked for
 (once an epoch; bench/notes/gpu.md).
+
+`slowdown` emulates a slower device (13.6, exercise 2: a CPU beside GPUs):
+each timed span is stretched to that many times its length by sleeping, and
+the sleep counts as the device's time.
 """
 
 import time
@@ -15,8 +19,9 @@ import torch
 class DeviceTimer:
     """Seconds summed from `start`/`stop` pairs, each less what `stop` is told to leave out."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, *, slowdown: float = 1.0):
         self.on_gpu = device.type == "cuda"
+        self.slowdown = slowdown
         self._seconds = 0.0
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event, float]] = []
 
@@ -34,9 +39,19 @@ class DeviceTimer:
         if self.on_gpu:
             stopped = torch.cuda.Event(enable_timing=True)
             stopped.record()
+            if self.slowdown > 1:  # the emulation has to wait for the GPU to know the span
+                stopped.synchronize()
+                minus_s -= self._stretch(started.elapsed_time(stopped) / 1000 - minus_s)
             self._events.append((started, stopped, minus_s))
         else:
-            self._seconds += time.perf_counter() - started - minus_s
+            seconds = time.perf_counter() - started - minus_s
+            self._seconds += seconds + (self._stretch(seconds) if self.slowdown > 1 else 0.0)
+
+    def _stretch(self, seconds: float) -> float:
+        """Sleeps the extra time a device `slowdown` times slower would take; returns it."""
+        extra_s = (self.slowdown - 1) * max(seconds, 0.0)
+        time.sleep(extra_s)
+        return extra_s
 
     @property
     def seconds(self) -> float:

@@ -40,7 +40,7 @@ HISTORY = {
 def _recorded() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
         "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
-        "precision": "fp32", "num_workers": workers,
+        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "", "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "momentum": 0.0, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 3,
@@ -49,7 +49,7 @@ def _recorded() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     } for trial_id, workers, batch, lr, error in TRIALS])
     epochs = pd.DataFrame([{
         "trial_id": trial_id, "epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": acc,
-        "test_acc": acc, "epoch_time_s": seconds, "samples_per_s": rate, "sync_time_s": sync,
+        "test_acc": acc, "epoch_time_s": seconds, "eval_time_s": 0.5, "samples_per_s": rate, "sync_time_s": sync,
         "num_workers": int(trial_id[1]), "status": status, "devices": "[cpu]",
     } for trial_id, rows in HISTORY.items()
         for epoch, (acc, rate, seconds, sync, status) in enumerate(rows, start=1)])
@@ -146,7 +146,7 @@ def _target_records(recipe_acc_scale: float = 1.0, stop_at_target: bool = True
                     ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
         "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
-        "precision": "fp32", "num_workers": workers,
+        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "", "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "momentum": momentum, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 2, "book_recipe": trial_id == "recipe",
@@ -159,7 +159,7 @@ def _target_records(recipe_acc_scale: float = 1.0, stop_at_target: bool = True
          "wall_s": wall_s, "eval_s": 0.3}
         for trial_id, rows in TARGET_EVALUATIONS.items() for epoch, acc, train_s, wall_s in rows])
     epochs = evaluations[evaluations["epoch"] == evaluations["epoch"].round()].assign(
-        train_loss=0.5, train_acc=0.8, epoch_time_s=10.0, samples_per_s=6000.0,
+        train_loss=0.5, train_acc=0.8, epoch_time_s=10.0, eval_time_s=0.3, samples_per_s=6000.0,
         sync_time_s=0.1, status="ok", devices="[cpu]").astype({"epoch": int}).merge(
         trials[["trial_id", "num_workers"]])
     return trials, epochs, evaluations

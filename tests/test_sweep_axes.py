@@ -61,7 +61,7 @@ TRIALS = [("s1", "scratch", "even", 1, 1000, 10.0, 0.0),
 
 def _summary() -> tuple[pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
-        "trial_id": trial_id, "model": "lenet", "sync": sync, "split": split, "precision": "fp32",
+        "trial_id": trial_id, "model": "lenet", "sync": sync, "split": split, "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "",
         "num_workers": workers, "batch_size": 256, "batch_scaling": "global", "base_lr": 0.2,
         "lr": 0.2, "momentum": 0.0, "global_batch_size": 256, "batch_size_per_worker": 256 // workers,
         "steps_per_epoch": 234, "num_epochs": 2, "error": "", "early_stopping": False,
@@ -69,7 +69,7 @@ def _summary() -> tuple[pd.DataFrame, pd.DataFrame]:
     } for trial_id, sync, split, workers, *_ in TRIALS])
     epochs = pd.DataFrame([{
         "trial_id": trial_id, "epoch": epoch, "train_loss": 1.0, "train_acc": 0.5,
-        "test_acc": 0.5, "epoch_time_s": seconds, "samples_per_s": rate, "sync_time_s": sync_s,
+        "test_acc": 0.5, "epoch_time_s": seconds, "eval_time_s": 0.5, "samples_per_s": rate, "sync_time_s": sync_s,
         "num_workers": workers, "status": "ok", "devices": "[cpu]",
         "worker_shares": [256] if workers == 1 else [128, 128] if epoch == 1 else [170, 86],
         "worker_compute_s": [seconds] if workers == 1 else [2.0, 4.0] if epoch == 1 else [3.0, 3.1],

@@ -1,0 +1,130 @@
+"""The sweep's microbenchmark, run on the cluster before its trials: what one
+gradient sum costs per call and per byte on each transport the strategies use,
+and how much workers that compute at once slow each other (on a CPU node they
+share memory bandwidth). The scaling model (scaling_model.py) is fitted from
+it; it is kept as calibration.json beside the results.
+"""
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from orchestrator.collectives import allreduce_, get_rank, get_world_size
+from orchestrator.config import SweepConfig, TrainConfig
+from orchestrator.loop import to_model_input
+from orchestrator.models import NUM_CLASSES, build_model
+from orchestrator.sync import group_transport, make_transport
+
+FILE_NAME = "calibration.json"
+SMALLEST_BYTES = 1024
+LARGEST_BYTES = 64 * 1024 * 1024
+REPEATS = 9
+# Each worker count computes for about this long: long enough to cover the
+# noise of a shared node, short beside a trial.
+COMPUTE_PROBE_S = 0.5
+
+
+def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
+            transports: tuple[str, ...]) -> dict:
+    """The microbenchmark on this worker group (every worker calls it); rank 0's
+    result is the one kept. `transports`: "shared memory" and/or "group"."""
+    model = build_model(config.model, seed=config.seed).to(device)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    largest_bytes = min(LARGEST_BYTES, 4 * param_bytes)
+    samples = []
+    for kind in transports if get_world_size() > 1 else ():
+        transport = (make_transport(device, largest_bytes, shared_memory=True)
+                     if kind == "shared memory" else group_transport())
+        samples += [{"transport": transport.name, "num_workers": get_world_size(),
+                     "bytes": nbytes, "seconds": _allreduce_s(transport.allreduce_, nbytes, device)}
+                    for nbytes in _sizes(largest_bytes)]
+    return {"num_workers": get_world_size(), "device": device.type, "model": config.model,
+            "threads_per_worker": config.threads_per_worker, "allreduce": samples,
+            "compute": _compute_probe(model, device, worker_counts,
+                                      max(1, config.global_batch_size // max(worker_counts)))}
+
+
+def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
+    """Which transports the sweep's trials sum their gradients over."""
+    node_memory = (not sweep.base.use_gpu and sweep.base.shared_memory
+                   and bool({"scratch", "bucketed"} & set(sweep.sync)))
+    return ("shared memory", "group") if node_memory else ("group",)
+
+
+def _sizes(largest_bytes: int) -> list[int]:
+    """1 KB, 4 KB, ... up to the largest: the latency end and the bandwidth end."""
+    sizes = [SMALLEST_BYTES]
+    while sizes[-1] * 4 <= largest_bytes:
+        sizes.append(sizes[-1] * 4)
+    return sizes
+
+
+def _allreduce_s(allreduce, nbytes: int, device: torch.device) -> float:
+    tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    seconds = []
+    for repeat in range(REPEATS + 2):  # two to warm up
+        _synchronize(device)
+        started = time.perf_counter()
+        allreduce(tensor)
+        _synchronize(device)
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds[2:])
+
+
+def _compute_probe(model, device: torch.device, worker_counts: tuple[int, ...],
+                   batch_per_worker: int) -> list[dict]:
+    """Seconds per example of forward and backward when the first j workers compute
+    at once, for each j; the others wait at a barrier meanwhile."""
+    images = torch.randint(0, 256, (batch_per_worker, 28, 28), dtype=torch.uint8)
+    x = to_model_input(images).to(device)
+    labels = torch.randint(0, NUM_CLASSES, (batch_per_worker,), device=device)
+
+    def step():
+        F.cross_entropy(model(x), labels).backward()
+
+    for _ in range(2):
+        step()
+    steps = _steps_for(step, device)
+    rows = []
+    for count in sorted(set(worker_counts)):
+        if count > get_world_size():
+            continue
+        _barrier()
+        seconds = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
+        if get_rank() < count:
+            _synchronize(device)
+            started = time.perf_counter()
+            for _ in range(steps):
+                step()
+            _synchronize(device)
+            seconds[get_rank()] = time.perf_counter() - started
+        allreduce_(seconds)  # every rank's time, for the slowest of the busy ones
+        rows.append({"num_workers": count, "batch_per_worker": batch_per_worker,
+                     "seconds_per_example": seconds.max().item() / (steps * batch_per_worker)})
+    return rows
+
+
+def _steps_for(step, device: torch.device) -> int:
+    """Steps that take about COMPUTE_PROBE_S on rank 0, agreed by every worker."""
+    _synchronize(device)
+    started = time.perf_counter()
+    step()
+    _synchronize(device)
+    steps = torch.tensor([max(3, round(COMPUTE_PROBE_S / (time.perf_counter() - started)))],
+                         device=device)
+    if dist.is_initialized():
+        dist.broadcast(steps, src=0)
+    return int(steps)
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,60 @@
+"""The trials the book's seven exercises need (`--preset exercises`), drawn from a
+sweep's axes: a union of small grids, one per question, not their product.
+
+Each trial carries its part, which the answers (answers.py) select by:
+- "batch-global": 13.5's experiment, the global batch b kept as workers grow;
+- "batch-lr": b per worker (global k*b) at every lr, for every k (13.5.1, 13.5.2);
+- "strategies": the other sync strategies, timed (13.5.3, 13.6.3);
+- "split": even and proportional splits beside a slowed last worker (13.6.2);
+- "threads": one worker using a node's cores as threads, the best single process;
+- "resnet18": 13.6's network, where the workers are GPUs (13.6.1).
+The first lr, batch size and strategy of the axes are the reference that the
+timing parts use (the book's: b 256, lr 0.2, scratch). 13.5.4 (parallel
+evaluation) and the scaling model read the trials above.
+"""
+
+from typing import NamedTuple
+
+# Timing needs two epochs (the second free of the first's warm-up), not the
+# ten that accuracy needs.
+TIMING_EPOCHS = 2
+# 13.6's recipe: ResNet-18 at lr 0.1 per 256 examples per GPU, scaled linearly.
+RESNET_LR = 0.1
+
+
+class PointSpec(NamedTuple):
+    part: str
+    num_workers: int
+    batch_size: int
+    batch_scaling: str
+    base_lr: float
+    run: dict
+    """TrainConfig fields set for this trial, over those the axes give."""
+
+
+def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[float, ...],
+                   syncs: tuple[str, ...], splits: tuple[str, ...], num_epochs: int,
+                   straggler_slowdown: float, baseline_threads: int, threads_per_worker: int,
+                   use_gpu: bool) -> list[PointSpec]:
+    timing = {"num_epochs": min(TIMING_EPOCHS, num_epochs)}
+    reference = {"sync": syncs[0], "split": "even", "straggler_slowdown": 1.0}
+    specs = [PointSpec("batch-global", k, batch_size, "global", lrs[0], reference)
+             for k in workers]
+    specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference)
+              for k in workers for lr in sorted(lrs)]
+    specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
+                        {**reference, **timing, "sync": sync})
+              for sync in syncs[1:] for k in workers]
+    if max(workers) > 1:
+        specs += [PointSpec("split", max(workers), batch_size, "global", lrs[0],
+                            {**reference, **timing, "split": split,
+                             "straggler_slowdown": straggler_slowdown})
+                  for split in splits]
+    if not use_gpu and baseline_threads > threads_per_worker:
+        specs.append(PointSpec("threads", 1, batch_size, "global", lrs[0],
+                               {**reference, **timing, "threads_per_worker": baseline_threads}))
+    if use_gpu:
+        specs += [PointSpec("resnet18", k, batch_size, "per-worker", RESNET_LR,
+                            {**reference, "model": "resnet18", "lr": RESNET_LR * k})
+                  for k in workers]
+    return specs
