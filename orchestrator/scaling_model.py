@@ -1,0 +1,304 @@
+"""An alpha-beta model of one data-parallel epoch, fitted from a sweep's own
+measurements, checked against its multi-worker trials, extrapolated to 64 workers.
+
+Per step on k workers (docs/SCALING_MODEL.md has the derivation):
+
+    compute(k) = s1 * largest_shard(k) * contention(k)   # s1: seconds per example, 1 worker
+    other      = the 1-worker step's remainder            # optimizer update, slicing: not / k
+    comm(k)    = calls * alpha + volume(k) * bytes / beta # volume 2(k-1)/k for a ring allreduce
+
+`s1` and `other` come from the 1-worker trial, `contention` from the calibration's
+concurrent compute, `alpha` and `beta` from its allreduce microbenchmark (per
+transport) or from a named interconnect. ddp's comm is counted as exposed, as
+bucketed's: an upper bound, since ddp overlaps it with backward. No Ray here.
+"""
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from orchestrator.collectives import flat_buckets
+from orchestrator.config import TrainConfig
+from orchestrator.data import even_shares
+from orchestrator.models import build_model
+from orchestrator.results import FAILED, SCALING_GROUP
+
+PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
+MEGABYTE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str  # "shared memory (measured)", "gloo (measured)", "10 Gb/s Ethernet", ...
+    alpha_s: float  # seconds per collective call
+    beta_bytes_per_s: float  # effective (bus) bandwidth of a ring allreduce
+    source: str  # where the numbers come from, short; docs/SCALING_MODEL.md in full
+
+
+# Named interconnects for the extrapolation; derivations in docs/SCALING_MODEL.md.
+INTERCONNECTS = (
+    Link("10 Gb/s Ethernet", 100e-6, 0.9 * 1.25e9,
+         "assumed: IEEE 802.3ae line rate 1.25e9 B/s at 90%, 100 us per call (TCP)"),
+    Link("100 Gb/s Ethernet (RDMA)", 50e-6, 0.9 * 12.5e9,
+         "assumed: line rate 12.5e9 B/s at 90%; ~50 us per call as in "
+         "github.com/NVIDIA/nccl/issues/1244"),
+    Link("NVLink, 8x H100 (NCCL)", 10e-6, 370e9,
+         "ring busbw ~370 GB/s: github.com/NVIDIA/nccl-tests/issues/212; 10 us assumed"),
+)
+
+
+def fit_link(transport: str, samples: list[dict]) -> Link:
+    """Least squares of `seconds = alpha + 2(k-1)/k * bytes / beta` over the allreduce
+    samples of `transport`, alpha clamped at 0 (refitted through the origin then).
+
+    A slope that is not positive (sizes too close to resolve it) gives an infinite beta.
+    """
+    own = [s for s in samples if s["transport"] == transport]
+    volume_bytes = np.array([_ring_volume(s["num_workers"]) * s["bytes"] for s in own], float)
+    seconds = np.array([s["seconds"] for s in own], float)
+    design = np.column_stack([np.ones_like(volume_bytes), volume_bytes])
+    (alpha_s, s_per_byte), *_ = np.linalg.lstsq(design, seconds, rcond=None)
+    if alpha_s < 0:
+        alpha_s, s_per_byte = 0.0, volume_bytes @ seconds / (volume_bytes @ volume_bytes)
+    workers = ", ".join(str(k) for k in sorted({s["num_workers"] for s in own}))
+    return Link(f"{transport} (measured)", float(alpha_s),
+                1.0 / s_per_byte if s_per_byte > 0 else math.inf,
+                f"measured at the sweep's start, {workers} workers")
+
+
+def contention(calibration: dict, num_workers: int) -> float:
+    """s(k) / s(1): how much slower one worker computes while k compute at once.
+
+    Interpolated between measured worker counts; above the largest measured, that
+    one's value (contention is not extrapolated); 1.0 without a 1-worker measurement.
+    """
+    measured = {int(c["num_workers"]): c["seconds_per_example"]
+                for c in calibration.get("compute", [])}
+    if 1 not in measured:
+        return 1.0
+    counts = sorted(measured)
+    per_example_s = np.interp(num_workers, counts, [measured[k] for k in counts])
+    return float(per_example_s / measured[1])
+
+
+@dataclass(frozen=True)
+class ScalingResult:
+    links: pd.DataFrame  # link, alpha_s, beta_bytes_per_s, source
+    # trial_id, model, sync, transport, num_workers, global_batch_size, measured_epoch_s,
+    # predicted_epoch_s, error (signed fraction), measured_speedup (over its baseline)
+    validation: pd.DataFrame
+    # link, model, sync, num_workers, global_batch_size, epoch_s, compute_s, comm_s,
+    # speedup, efficiency; num_workers in PREDICTED_WORKERS
+    predictions: pd.DataFrame
+    contention: dict[int, float]
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    """What a 1-worker trial says about one step."""
+
+    trial: pd.Series
+    per_example_s: float  # forward+backward seconds per example
+    other_s: float  # per step: neither compute nor communication
+    epoch_s: float  # measured, median of the steady epochs
+
+
+def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
+                     calibration: dict) -> ScalingResult | None:
+    """Fit, validate and predict; None without a usable 1-worker trial or allreduce sample."""
+    samples = calibration.get("allreduce", [])
+    usable = summary[summary["status"] != FAILED]
+    singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
+    singles = singles[singles["trial_id"].isin(epochs["trial_id"])]
+    if not samples or singles.empty:
+        return None
+    measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
+    validation, baselines = [], {}
+    candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
+                        & (usable["straggler_slowdown"] == 1)]
+    for _, trial in candidates.iterrows():
+        row = _validate(trial, singles, epochs, measured, calibration)
+        if row is not None:
+            baseline = row.pop("baseline")
+            validation.append(row)
+            baselines.setdefault((baseline.trial["model"], baseline.trial["sync"]), baseline)
+    if not baselines:  # no multi-worker trial: predict from each 1-worker one alone
+        for _, single in singles.iterrows():
+            baselines.setdefault((single["model"], single["sync"]),
+                                 _baseline_costs(single, epochs))
+    # On the sweep's own links workers contend as calibrated; on a named
+    # interconnect each has a device of its own (an empty calibration: contention 1).
+    links = [*((link, calibration) for link in measured.values()),
+             *((link, {}) for link in INTERCONNECTS)]
+    predictions = [_predict_curve(baseline, link, contending)
+                   for baseline in baselines.values() for link, contending in links]
+    return ScalingResult(
+        links=pd.DataFrame([vars(link) for link, _ in links]).rename(columns={"name": "link"}),
+        validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
+        predictions=pd.concat(predictions, ignore_index=True),
+        contention={k: contention(calibration, k) for k in PREDICTED_WORKERS})
+
+
+_VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
+                       "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
+                       "measured_speedup"]
+
+
+def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
+              measured: dict[str, Link], calibration: dict) -> dict | None:
+    """The trial's predicted against its measured epoch, or None if it has no
+    baseline or its transport was not calibrated."""
+    history = epochs[epochs["trial_id"] == trial["trial_id"]]
+    transport = next((t for t in history["transport"] if t != "none"), None)
+    single = _baseline_trial(trial, singles)
+    if single is None or transport not in measured:
+        return None
+    baseline = _baseline_costs(single, epochs)
+    num_workers = int(trial["num_workers"])
+    step = _step_s(baseline, measured[transport], num_workers,
+                   int(trial["batch_size_per_worker"]), contention(calibration, num_workers))
+    # Only the trial's own plan (steps, shard) and transport name: never its timings.
+    predicted_s = int(trial["steps_per_epoch"]) * sum(step)
+    measured_s = _steady(history)["epoch_time_s"].median()
+    return {"trial_id": trial["trial_id"], "model": trial["model"], "sync": trial["sync"],
+            "transport": transport, "num_workers": num_workers,
+            "global_batch_size": int(trial["global_batch_size"]),
+            "measured_epoch_s": measured_s, "predicted_epoch_s": predicted_s,
+            "error": (predicted_s - measured_s) / measured_s,
+            "measured_speedup": baseline.epoch_s / measured_s, "baseline": baseline}
+
+
+def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None:
+    """The 1-worker trial of the same scaling group, threads and straggler; else the
+    one of the same model, sync, precision and threads with the closest global batch."""
+    exact = [*SCALING_GROUP, "threads_per_worker", "straggler_slowdown"]
+    same = singles[(singles[exact] == trial[exact]).all(axis=1)]
+    if not same.empty:
+        return same.iloc[0]
+    loose = ["model", "sync", "precision", "threads_per_worker"]
+    near = singles[(singles[loose] == trial[loose]).all(axis=1)]
+    if near.empty:
+        return None
+    return near.loc[(near["global_batch_size"] - trial["global_batch_size"]).abs().idxmin()]
+
+
+def _baseline_costs(single: pd.Series, epochs: pd.DataFrame) -> _Baseline:
+    history = _steady(epochs[epochs["trial_id"] == single["trial_id"]])
+    compute_s = history["worker_compute_s"].map(lambda v: max(_as_list(v)))
+    steps = int(single["steps_per_epoch"])
+    other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
+    return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).median(),
+                     other_s.median(), history["epoch_time_s"].median())
+
+
+def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.DataFrame:
+    """Global batch fixed, shard = global / k: the book's 13.5/13.6 experiment.
+    An empty `calibration` means contention 1: each worker on a device of its own."""
+    trial = baseline.trial
+    global_batch_size, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
+    rows = []
+    for k in PREDICTED_WORKERS:
+        largest_shard = max(even_shares(global_batch_size, k))
+        compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
+                                             contention(calibration, k))
+        rows.append({"link": link.name, "model": trial["model"], "sync": trial["sync"],
+                     "num_workers": k, "global_batch_size": global_batch_size,
+                     "epoch_s": steps * (compute_s + other_s + comm_s),
+                     "compute_s": steps * compute_s, "comm_s": steps * comm_s})
+    curve = pd.DataFrame(rows)
+    curve["speedup"] = curve["epoch_s"].iloc[0] / curve["epoch_s"]
+    curve["efficiency"] = curve["speedup"] / curve["num_workers"]
+    return curve
+
+
+def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: int,
+            contention_factor: float) -> tuple[float, float, float]:
+    """(compute, other, communication) seconds of one step."""
+    trial = baseline.trial
+    compute_s = baseline.per_example_s * largest_shard * contention_factor
+    cap_mb = trial.get("bucket_cap_mb", TrainConfig.bucket_cap_mb)
+    comm_s = _comm_s(link, trial["model"], trial["precision"], trial["sync"], cap_mb, num_workers)
+    return compute_s, baseline.other_s, comm_s
+
+
+def _comm_s(link: Link, model: str, precision: str, sync: str, bucket_cap_mb: float,
+            num_workers: int) -> float:
+    """Seconds of one step's collectives: a ring allreduce per message, or for sharded
+    a reduce-scatter and an all-gather of the flat parameters, (k-1)/k each."""
+    if num_workers == 1:
+        return 0.0
+    tensor_bytes = _parameter_bytes(model, precision)
+    if sync == "sharded":
+        messages = [(sum(tensor_bytes), (num_workers - 1) / num_workers)] * 2
+    else:
+        sizes = (tensor_bytes if sync == "scratch"
+                 else _bucket_bytes(model, precision, bucket_cap_mb))
+        messages = [(size, _ring_volume(num_workers)) for size in sizes]
+    return sum(link.alpha_s + volume * size / link.beta_bytes_per_s for size, volume in messages)
+
+
+def _ring_volume(num_workers: int) -> float:
+    """Bytes each worker sends per byte of a ring allreduce: reduce-scatter, then all-gather."""
+    return 2 * (num_workers - 1) / num_workers
+
+
+@functools.cache
+def _parameters(model: str, precision: str) -> tuple[torch.Tensor, ...]:
+    # bf16 autocasts the compute only: its parameters and gradients stay fp32.
+    dtype = torch.float64 if precision == "fp64" else torch.float32
+    return tuple(p for p in build_model(model, seed=0).to(dtype).parameters() if p.requires_grad)
+
+
+def _parameter_bytes(model: str, precision: str) -> list[int]:
+    return [p.numel() * p.element_size() for p in _parameters(model, precision)]
+
+
+@functools.cache
+def _bucket_bytes(model: str, precision: str, bucket_cap_mb: float) -> tuple[int, ...]:
+    buckets = flat_buckets(_parameters(model, precision), int(bucket_cap_mb * MEGABYTE))
+    return tuple(sum(p.numel() * p.element_size() for p in bucket) for bucket in buckets)
+
+
+def _steady(history: pd.DataFrame) -> pd.DataFrame:
+    """The epochs past warm-up: all but the first when there are at least three."""
+    return history[history["epoch"] > history["epoch"].min()] if len(history) >= 3 else history
+
+
+def _as_list(values) -> list[float]:
+    """A per-worker list; epochs.csv read back holds it as text, "[7.02, 7.14]"."""
+    if isinstance(values, str):
+        return [float(v) for v in values.strip("[]").split(",")]
+    return list(values)
+
+
+def plot_scaling_model(axes, result: ScalingResult) -> None:
+    """Speedup against workers: measured points, model curves, the ideal line.
+
+    Curves: every sync on a measured link; on a named interconnect, one sync
+    (bucketed if predicted) to keep the plot readable.
+    """
+    axes.plot(PREDICTED_WORKERS, PREDICTED_WORKERS, "k--", linewidth=1, label="ideal")
+    predictions = result.predictions
+    syncs = list(predictions["sync"].unique())
+    shown_sync = "bucketed" if "bucketed" in syncs else syncs[0]
+    several_models = predictions["model"].nunique() > 1
+    for (link, model, sync), curve in predictions.groupby(["link", "model", "sync"], sort=False):
+        if not link.endswith("(measured)") and sync != shown_sync:
+            continue
+        label = f"{link}, {sync}" + (f", {model}" if several_models else "")
+        axes.plot(curve["num_workers"], curve["speedup"], linewidth=1, label=label)
+    markers = dict(zip(("scratch", "bucketed", "ddp", "sharded"), "osD^"))
+    for sync, points in result.validation.groupby("sync"):
+        axes.scatter(points["num_workers"], points["measured_speedup"], zorder=3,
+                     marker=markers.get(sync, "x"), color="black", label=f"measured, {sync}")
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xticks(PREDICTED_WORKERS, [str(k) for k in PREDICTED_WORKERS])
+    axes.set_xlabel("workers (global batch fixed)")
+    axes.set_ylabel("speedup over 1 worker")
+    axes.set_title("Scaling model: measured points and predictions")
+    axes.legend(fontsize="xx-small")

@@ -1,0 +1,150 @@
+"""The alpha-beta scaling model on synthetic sweeps generated from known costs."""
+
+import matplotlib
+import pandas as pd
+import pytest
+
+from orchestrator.models import build_model
+from orchestrator.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, contention,
+                                        fit_and_validate, fit_link, plot_scaling_model)
+
+PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a step
+ALPHA_S, BETA_BYTES_PER_S = 20e-6, 2e9
+CONTENTION = {1: 1.0, 2: 1.1, 4: 1.3}
+GLOBAL_BATCH, STEPS = 256, 100
+LENET_BYTES = [p.numel() * 4 for p in build_model("lenet", seed=0).parameters()]
+
+
+def allreduce_samples(alpha_s: float, beta: float, transport: str = "shared memory") -> list[dict]:
+    return [{"transport": transport, "num_workers": k, "bytes": size,
+             "seconds": alpha_s + 2 * (k - 1) / k * size / beta}
+            for k in (2, 4) for size in (1024, 16384, 262144, 4 * 1024 * 1024)]
+
+
+def calibration() -> dict:
+    return {"num_workers": 4, "device": "cpu", "model": "lenet", "threads_per_worker": 1,
+            "allreduce": allreduce_samples(ALPHA_S, BETA_BYTES_PER_S),
+            "compute": [{"num_workers": k, "batch_per_worker": 128,
+                         "seconds_per_example": PER_EXAMPLE_S * c} for k, c in CONTENTION.items()]}
+
+
+def comm_per_step_s(sync: str, k: int) -> float:
+    """One allreduce per tensor (scratch) or of one flat bucket (LeNet's fit in 25 MB)."""
+    if k == 1:
+        return 0.0
+    sizes = LENET_BYTES if sync == "scratch" else [sum(LENET_BYTES)]
+    return sum(ALPHA_S + 2 * (k - 1) / k * size / BETA_BYTES_PER_S for size in sizes)
+
+
+def expected_epoch_s(sync: str, k: int) -> float:
+    compute_s = PER_EXAMPLE_S * (GLOBAL_BATCH // k) * CONTENTION[k]
+    return STEPS * (compute_s + OTHER_S + comm_per_step_s(sync, k))
+
+
+def trial(trial_id: str, sync: str, k: int, *, split: str = "even", straggler: float = 1.0,
+          status: str = "finished") -> tuple[dict, list[dict]]:
+    """A summary row and its three epochs (the first one slowed by warm-up)."""
+    compute_s = STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // k) * CONTENTION[k]
+    epoch_s = expected_epoch_s(sync, k)
+    row = {"trial_id": trial_id, "model": "lenet", "sync": sync, "split": split,
+           "precision": "fp32", "momentum": 0.0, "batch_scaling": "global",
+           "batch_size": GLOBAL_BATCH, "base_lr": 0.1, "num_workers": k,
+           "global_batch_size": GLOBAL_BATCH, "batch_size_per_worker": GLOBAL_BATCH // k,
+           "steps_per_epoch": STEPS, "status": status, "threads_per_worker": 1,
+           "straggler_slowdown": straggler, "mean_epoch_time_s": epoch_s}
+    workers = ", ".join(f"{compute_s * (1 - 0.01 * r):.9g}" for r in range(k))
+    epochs = [{"trial_id": trial_id, "epoch": epoch,
+               "epoch_time_s": epoch_s * (1.5 if epoch == 1 else 1.0),
+               "sync_time_s": STEPS * comm_per_step_s(sync, k),
+               "worker_compute_s": f"[{workers}]",
+               "transport": "shared memory" if k > 1 else "none", "num_workers": k,
+               "global_batch_size": GLOBAL_BATCH, "model": "lenet", "sync": sync}
+              for epoch in (1, 2, 3)]
+    return row, epochs
+
+
+def sweep(*trials: tuple[dict, list[dict]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return (pd.DataFrame([row for row, _ in trials]),
+            pd.DataFrame([epoch for _, epochs in trials for epoch in epochs]))
+
+
+@pytest.fixture(scope="module")
+def result():
+    trials = [trial(f"{sync}-{k}", sync, k) for sync in ("scratch", "bucketed") for k in (1, 2, 4)]
+    summary, epochs = sweep(*trials)
+    return fit_and_validate(summary, epochs, calibration())
+
+
+def test_fit_link_recovers_alpha_and_beta():
+    link = fit_link("gloo", allreduce_samples(50e-6, 1.5e9, "gloo")
+                    + allreduce_samples(1e-6, 9e9, "shared memory"))
+    assert link.name == "gloo (measured)"
+    assert link.alpha_s == pytest.approx(50e-6, rel=0.01)
+    assert link.beta_bytes_per_s == pytest.approx(1.5e9, rel=0.01)
+
+
+def test_contention_interpolates_and_holds_the_largest_measured():
+    assert contention(calibration(), 1) == 1.0
+    assert contention(calibration(), 3) == pytest.approx(1.2)
+    assert contention(calibration(), 64) == pytest.approx(1.3)
+    assert contention({}, 8) == 1.0
+
+
+def test_validation_errors_are_small(result):
+    assert sorted(result.validation["trial_id"]) == ["bucketed-2", "bucketed-4",
+                                                     "scratch-2", "scratch-4"]
+    assert result.validation["error"].abs().max() < 0.01
+    assert set(result.validation["transport"]) == {"shared memory"}
+
+
+def test_predictions_reproduce_the_measured_epochs(result):
+    measured = result.predictions[result.predictions["link"] == "shared memory (measured)"]
+    for sync in ("scratch", "bucketed"):
+        for k in (1, 2, 4):
+            (epoch_s,) = measured[(measured["sync"] == sync) & (measured["num_workers"] == k)][
+                "epoch_s"]
+            assert epoch_s == pytest.approx(expected_epoch_s(sync, k), rel=0.01)
+
+
+def test_predictions_cover_every_link_and_worker_count(result):
+    links = {"shared memory (measured)", *(link.name for link in INTERCONNECTS)}
+    assert set(result.links["link"]) == links
+    for (_, _, _), curve in result.predictions.groupby(["link", "model", "sync"]):
+        assert tuple(curve["num_workers"]) == PREDICTED_WORKERS
+        assert curve["speedup"].iloc[0] == 1.0
+    assert set(result.predictions["link"]) == links
+    assert result.contention[64] == pytest.approx(1.3)
+
+
+def test_only_even_unslowed_finished_trials_are_validated():
+    summary, epochs = sweep(trial("one", "scratch", 1), trial("even", "scratch", 2),
+                            trial("proportional", "scratch", 2, split="proportional"),
+                            trial("straggler", "scratch", 2, straggler=2.0),
+                            trial("failed", "scratch", 4, status="failed"))
+    result = fit_and_validate(summary, epochs, calibration())
+    assert list(result.validation["trial_id"]) == ["even"]
+
+
+def test_one_worker_trials_alone_still_predict():
+    summary, epochs = sweep(trial("one", "bucketed", 1))
+    result = fit_and_validate(summary, epochs, calibration())
+    assert result.validation.empty
+    assert set(result.predictions["sync"]) == {"bucketed"}
+
+
+def test_no_one_worker_trial_or_no_allreduce_sample_gives_none():
+    summary, epochs = sweep(trial("two", "scratch", 2))
+    assert fit_and_validate(summary, epochs, calibration()) is None
+    summary, epochs = sweep(trial("one", "scratch", 1))
+    assert fit_and_validate(summary, epochs, {**calibration(), "allreduce": []}) is None
+
+
+def test_plot_draws(result, tmp_path):
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots()
+    plot_scaling_model(axes, result)
+    figure.savefig(tmp_path / "scaling_model.png")
+    plt.close(figure)
+    assert (tmp_path / "scaling_model.png").stat().st_size > 0
