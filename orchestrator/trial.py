@@ -5,6 +5,7 @@ Ray Tune trial of the sweep calls it with a callback that reports to Tune.
 The trainer class comes from `ray_fastpath`: Ray's own, or a leaner one.
 """
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -14,9 +15,9 @@ from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
                        ScalingConfig, UserCallback)
 from ray.train.torch import TorchConfig
 
-from orchestrator import ray_fastpath
-from orchestrator.config import TrainConfig
-from orchestrator.worker import train_loop_per_worker
+from orchestrator import calibration, ray_fastpath
+from orchestrator.config import SweepConfig, TrainConfig
+from orchestrator.worker import calibration_loop_per_worker, train_loop_per_worker
 
 
 class RetryPrinter(UserCallback):
@@ -69,19 +70,36 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     # Read where the trainer is built: the dashboard's Train API
     # (/api/train/v2/runs/v1) lists each run with its status. The user's setting wins.
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
-    trainer = ray_fastpath.trainer_class()(
-        train_loop_per_worker,
-        train_loop_config={"train_config": config.to_dict(), "data": data_ref,
-                           "started_at": time.time() if started_at is None else started_at},
+    return _trainer(
+        train_loop_per_worker, config,
+        {"train_config": config.to_dict(), "data": data_ref,
+         "started_at": time.time() if started_at is None else started_at},
+        RunConfig(name=name, storage_path=storage_path,
+                  failure_config=FailureConfig(max_failures=max_failures),
+                  # The newest checkpoint carries the whole epoch history; older ones
+                  # are only disk, and a resumed trial restarts from the newest.
+                  checkpoint_config=CheckpointConfig(num_to_keep=1),
+                  callbacks=[*callbacks, RetryPrinter(name, max_failures)],
+                  logging_config=LoggingConfig(log_level="WARNING"))).fit()
+
+
+def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str) -> dict:
+    """The sweep's microbenchmark (calibration.py) on as many workers as its
+    largest trial, placed as that trial's are; returns its measurements."""
+    workers = max(point.train.num_workers for point in sweep.grid)
+    config = dataclasses.replace(sweep.base, num_workers=workers)
+    loop_config = {"train_config": config.to_dict(), "worker_counts": sorted(sweep.workers),
+                   "transports": calibration.transports_of(sweep)}
+    run_config = RunConfig(name=name, storage_path=storage_path,
+                           failure_config=FailureConfig(max_failures=0),
+                           logging_config=LoggingConfig(log_level="WARNING"))
+    return _trainer(calibration_loop_per_worker, config, loop_config, run_config).fit().return_value
+
+
+def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig):
+    return ray_fastpath.trainer_class()(
+        loop, train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
                                      resources_per_worker=config.resources_per_worker),
         torch_config=TorchConfig(backend="nccl" if config.use_gpu else "gloo"),
-        run_config=RunConfig(
-            name=name, storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=max_failures),
-            # The newest checkpoint carries the whole epoch history; older ones
-            # are only disk, and a resumed trial restarts from the newest.
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-            callbacks=[*callbacks, RetryPrinter(name, max_failures)],
-            logging_config=LoggingConfig(log_level="WARNING")))
-    return trainer.fit()
+        run_config=run_config)

@@ -3,6 +3,7 @@
 `train_loop_per_worker` takes the config and the data from the driver,
 resumes from Ray's checkpoint, and reports each epoch to Ray Train with a
 checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
+`calibration_loop_per_worker` runs the sweep's microbenchmark (calibration.py).
 """
 
 import os
@@ -16,7 +17,7 @@ import ray.train
 import ray.train.torch
 import torch
 
-from orchestrator import ray_fastpath
+from orchestrator import calibration, ray_fastpath
 from orchestrator.checkpoint import load_checkpoint, save_checkpoint
 from orchestrator.collectives import get_rank
 from orchestrator.config import TrainConfig
@@ -43,6 +44,16 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
     return run_training(config, data, device=ray.train.torch.get_device(),
                         report=report_to_ray, resume_from=resume_from,
                         started_at=loop_config["started_at"])
+
+
+def calibration_loop_per_worker(loop_config: dict) -> dict:
+    """Ray Train entry point of the microbenchmark; rank 0's result is the run's."""
+    config = TrainConfig(**loop_config["train_config"])
+    torch.set_num_threads(config.threads_per_worker)
+    ray_fastpath.prepare_worker_process()
+    return calibration.measure(config, ray.train.torch.get_device(),
+                               worker_counts=tuple(loop_config["worker_counts"]),
+                               transports=tuple(loop_config["transports"]))
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:
