@@ -1,0 +1,169 @@
+"""13.6's three exercises answered from a sweep (answers.py renders them):
+ResNet-18 and 16 workers, devices of different speed, overlapping steps."""
+
+import pandas as pd
+
+from orchestrator.answers_base import (EXERCISES_COMMAND, GPU_COMMAND, Noise, as_list,
+                                       at_workers, compare_times, missing_part, numbers,
+                                       one_worker_count, part_trials, percent, timed,
+                                       within_noise)
+from orchestrator.results import FAILED, markdown_table
+
+PREDICTED_WORKERS = 16  # the book's p2.16xlarge
+
+
+def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
+                  rule_held_up_to: int | None) -> list[str]:
+    """`rule_held_up_to`: the largest global batch at which 13.5.2 found the linear
+    scaling rule to hold, None where it did not or was not tested."""
+    usable = summary[summary["status"] != FAILED]
+    tried = (f"This sweep tried {numbers(usable['num_epochs'])} epochs, global batches "
+             f"{numbers(usable['global_batch_size'])} and lrs {numbers(usable['lr'])}, on "
+             f"{', '.join(sorted(usable['model'].unique()))}.")
+    resnet = timed(part_trials(summary, "resnet18"))
+    if not resnet.empty:
+        k = int(resnet["num_workers"].max())
+        largest = at_workers(resnet, k)
+        paragraphs = [markdown_table(resnet[["num_workers", "global_batch_size", "lr",
+                                             "mean_epoch_time_s", "speedup",
+                                             "final_test_acc"]].reset_index(drop=True)),
+                      f"{tried} ResNet-18 on {k} GPUs (global batch "
+                      f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
+                      f"{largest['mean_epoch_time_s']:.1f} s per epoch, speedup "
+                      f"{largest['speedup']:.2f}, final test accuracy "
+                      f"{largest['final_test_acc']:.3f}."]
+    elif use_gpu:
+        paragraphs = [f"{tried} {missing_part('resnet18')}"]
+    else:
+        paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
+                      f"`{GPU_COMMAND}` trains it."]
+    return paragraphs + _sixteen_workers(scaling, rule_held_up_to)
+
+
+def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
+    if scaling is None:
+        return [f"No scaling model came with this sweep, so there is no prediction for "
+                f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
+                f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
+    errors = scaling.validation["error"].abs()
+    validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
+                 f"{percent(errors.max())} (the largest |error|)." if len(errors)
+                 else "No measured epoch time validated the scaling model.")
+    predicted = scaling.predictions[scaling.predictions["num_workers"] == PREDICTED_WORKERS]
+    if predicted.empty:
+        return [f"{validated} Its predictions stop short of {PREDICTED_WORKERS} workers."]
+    best = predicted.sort_values("speedup").groupby("link", sort=False).tail(1)
+    per_link = "; ".join(f"{row['speedup']:.2f} (efficiency {row['efficiency']:.2f}) over "
+                         f"{row['link']}" for _, row in best.iterrows())
+    if rule_held_up_to is None:
+        tuned = "13.5.2 found no global batch beyond 1 worker's at which linear scaling held"
+    else:
+        tuned = f"linear scaling held up to global batch {rule_held_up_to} in this sweep (13.5.2)"
+    return [markdown_table(predicted[["link", "model", "sync", "global_batch_size", "epoch_s",
+                                      "compute_s", "comm_s", "speedup",
+                                      "efficiency"]].reset_index(drop=True)),
+            f"{validated} At {PREDICTED_WORKERS} workers it predicts a speedup of at most "
+            f"{per_link}; `scaling_model.png` draws the curves. The prediction covers time "
+            f"only, not accuracy: at {PREDICTED_WORKERS} workers the global batch is "
+            f"{numbers(predicted['global_batch_size'])}, whose lr must be re-tuned, and "
+            f"{tuned}."]
+
+
+def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> list[str]:
+    split = timed(part_trials(summary, "split"))
+    even, proportional = (split[split["split"] == name] for name in ("even", "proportional"))
+    if even.empty or proportional.empty:
+        return [missing_part("split")]
+    even, proportional = even.iloc[0], proportional.iloc[0]
+    k, slowdown = proportional["num_workers"], proportional["straggler_slowdown"]
+    plain = timed(part_trials(summary, "batch-global"))
+    plain = at_workers(plain[plain["straggler_slowdown"] == 1.0], k)
+    even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
+                                    for trial in (even, proportional))
+    ideal_s = _ideal_epoch_s(even_last)
+    rows = [("even, straggler", even["mean_epoch_time_s"], even_last),
+            ("proportional, straggler", proportional["mean_epoch_time_s"], proportional_last)]
+    if plain is not None:
+        rows.append(("even, no straggler", plain["mean_epoch_time_s"], None))
+    if ideal_s is not None:
+        rows.append(("ideal for the even trial's measured speeds", ideal_s, None))
+    table = pd.DataFrame([{"setup": setup, "mean_epoch_time_s": time_s,
+                           "last_epoch_shares": _joined(last, "worker_shares", "g"),
+                           "last_epoch_compute_s": _joined(last, "worker_compute_s", ".2f")}
+                          for setup, time_s, last in rows])
+    shares = _joined(proportional_last, "worker_shares", "g")
+    sentences = [
+        f"With the last of {k} workers slowed {slowdown:g}x, an even split of the global batch "
+        f"of {proportional['global_batch_size']} took {even['mean_epoch_time_s']:.1f} s per "
+        f"epoch and the proportional split {proportional['mean_epoch_time_s']:.1f} s: "
+        f"proportional was "
+        f"{compare_times(proportional['mean_epoch_time_s'], even['mean_epoch_time_s'], noise)} "
+        f"even" + (f"; without the straggler the same {k} workers took "
+                   f"{plain['mean_epoch_time_s']:.1f} s." if plain is not None else ".")]
+    if shares:
+        sentences.append(f"The proportional split settled on shares {shares} (examples per "
+                         f"step, last epoch).")
+    if ideal_s is not None:
+        sentences.append(f"For the speeds the even trial measured in its last epoch "
+                         f"({even_last['epoch_time_s']:.1f} s), the ideal split would take "
+                         f"{ideal_s:.1f} s, {even_last['epoch_time_s'] / ideal_s:.2f}x faster.")
+    worth = proportional["mean_epoch_time_s"] < even["mean_epoch_time_s"] and not within_noise(
+        proportional["mean_epoch_time_s"], even["mean_epoch_time_s"], noise)
+    sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
+                      "Not worth it here: the gain is not beyond the noise. ") + (
+        "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
+        "of very different speed, an even split makes the GPU wait for the CPU at every step; "
+        "the proportional split gives each its share, but the gain is bounded by the slow "
+        "device's share of the work, small when the CPU is much slower, and its cost is "
+        "re-timing every device and re-splitting the batch."))
+    return [markdown_table(table), " ".join(sentences)]
+
+
+def answer_13_6_3(summary: pd.DataFrame, noise: Noise) -> list[str]:
+    strategies = timed(part_trials(summary, "strategies"))
+    if strategies.empty:
+        return [missing_part("strategies")]
+    k = int(strategies["num_workers"].max())
+    ddp, bucketed = (at_workers(strategies[strategies["sync"] == name], k)
+                     for name in ("ddp", "bucketed"))
+    explanation = (
+        "PyTorch, like MXNet's engine, queues GPU work asynchronously: dropping the wait lets "
+        "the host run ahead and overlap communication with computation, which is what ddp "
+        "does within a step, summing gradient buckets while backward still runs. Overlapping "
+        "up to two steps would mean computing step t+1's forward and backward while step t's "
+        "gradients are summed, so every update would use a gradient one step stale: a "
+        "different optimizer, which this product does not run because its k workers must "
+        "equal one device.")
+    if k < 2:
+        return [one_worker_count(strategies), explanation]
+    if ddp is None or bucketed is None:
+        return [missing_part("strategies (sync ddp and bucketed)"), explanation]
+    measured = (
+        f"At {k} workers ddp (allreduce overlapped with backward) took "
+        f"{ddp['mean_epoch_time_s']:.1f} s per epoch, {percent(ddp['sync_share'])} of it in "
+        f"sync, and bucketed (sync after backward) {bucketed['mean_epoch_time_s']:.1f} s, "
+        f"{percent(bucketed['sync_share'])} in sync: ddp was "
+        f"{compare_times(ddp['mean_epoch_time_s'], bucketed['mean_epoch_time_s'], noise)} "
+        f"bucketed.")
+    return [f"{measured} {explanation}"]
+
+
+def _last_epoch(epochs: pd.DataFrame, trial_id: str) -> pd.Series | None:
+    history = epochs[epochs["trial_id"] == trial_id].sort_values("epoch")
+    return None if history.empty else history.iloc[-1]
+
+
+def _joined(epoch: pd.Series | None, column: str, spec: str) -> str:
+    values = as_list(epoch[column]) if epoch is not None and column in epoch else None
+    return " / ".join(format(value, spec) for value in values) if values else ""
+
+
+def _ideal_epoch_s(last: pd.Series | None) -> float | None:
+    """An epoch with its compute re-divided by measured speed: each worker's
+    examples per second from its share and seconds, the rest of the epoch kept."""
+    shares = as_list(last["worker_shares"]) if last is not None else None
+    compute_s = as_list(last["worker_compute_s"]) if last is not None else None
+    if not shares or not compute_s:
+        return None
+    speeds = [share / seconds for share, seconds in zip(shares, compute_s)]
+    return last["epoch_time_s"] - max(compute_s) + sum(shares) / sum(speeds)

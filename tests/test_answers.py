@@ -1,0 +1,192 @@
+"""The report's answers to the book's exercises, rendered from hand-made frames:
+headings and questions in the book's order, numbers that match the frames,
+noise respected, and gaps in a sweep named with the command that fills them."""
+
+import re
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from orchestrator.answers import EXERCISES, render_answers
+from orchestrator.answers_base import EXERCISES_COMMAND, GPU_COMMAND
+
+# A CPU node of 2 cores, K = (1, 2), 3 epochs, every part of the exercises preset:
+# trial_id, part, sync, split, batch_scaling, batch_size, lr, workers, threads,
+# straggler slowdown, seconds per epoch, sync share, final test acc, seconds per evaluation.
+TRIALS = [
+    ("g1", "batch-global", "scratch", "even", "global", 256, 0.2, 1, 1, 1.0, 17.0, 0.0, 0.745, 1.20),
+    ("g2", "batch-global", "scratch", "even", "global", 256, 0.2, 2, 1, 1.0, 10.2, 0.15, 0.744, 0.65),
+    ("l1-0.1", "batch-lr", "scratch", "even", "per-worker", 256, 0.1, 1, 1, 1.0, 17.3, 0.0, 0.700, 1.2),
+    # The twin of g1: 2.4% slower and 0.004 less accurate, the sweep's noise.
+    ("l1-0.2", "batch-lr", "scratch", "even", "per-worker", 256, 0.2, 1, 1, 1.0, 17.4, 0.0, 0.741, 1.2),
+    ("l1-0.4", "batch-lr", "scratch", "even", "per-worker", 256, 0.4, 1, 1, 1.0, 17.2, 0.0, 0.720, 1.2),
+    ("l2-0.1", "batch-lr", "scratch", "even", "per-worker", 256, 0.1, 2, 1, 1.0, 9.2, 0.1, 0.660, 0.6),
+    ("l2-0.2", "batch-lr", "scratch", "even", "per-worker", 256, 0.2, 2, 1, 1.0, 9.1, 0.1, 0.700, 0.6),
+    ("l2-0.4", "batch-lr", "scratch", "even", "per-worker", 256, 0.4, 2, 1, 1.0, 9.0, 0.1, 0.735, 0.6),
+    ("b1", "strategies", "bucketed", "even", "global", 256, 0.2, 1, 1, 1.0, 16.9, 0.0, 0.744, 1.2),
+    ("b2", "strategies", "bucketed", "even", "global", 256, 0.2, 2, 1, 1.0, 9.6, 0.12, 0.743, 0.6),
+    ("d1", "strategies", "ddp", "even", "global", 256, 0.2, 1, 1, 1.0, 17.1, 0.0, 0.745, 1.2),
+    # Within the noise of bucketed at 2 workers: 9.6 / 9.4 is 2.1% apart.
+    ("d2", "strategies", "ddp", "even", "global", 256, 0.2, 2, 1, 1.0, 9.4, 0.05, 0.744, 0.6),
+    ("s1", "strategies", "sharded", "even", "global", 256, 0.2, 1, 1, 1.0, 17.3, 0.0, 0.745, 1.2),
+    ("s2", "strategies", "sharded", "even", "global", 256, 0.2, 2, 1, 1.0, 10.0, 0.2, 0.744, 0.6),
+    ("se", "split", "scratch", "even", "global", 256, 0.2, 2, 1, 2.0, 15.0, 0.3, 0.744, 0.9),
+    ("sp", "split", "scratch", "proportional", "global", 256, 0.2, 2, 1, 2.0, 11.3, 0.1, 0.745, 0.9),
+    ("th", "threads", "scratch", "even", "global", 256, 0.2, 1, 2, 1.0, 12.0, 0.0, 0.745, 0.8),
+]
+# Per-worker shares and seconds of the last epoch: the even split's as lists, the
+# proportional split's as text, as epochs.csv reads back.
+SPLIT_EPOCHS = {"se": ([128, 128], [3.0, 6.0]), "sp": ("[170, 86]", "[4.0, 4.1]")}
+TRAIN_IMAGES = 60_000
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for (trial_id, part, sync, split, scaling, batch, lr, workers, threads, slowdown, epoch_s,
+         sync_share, acc, eval_s) in TRIALS:
+        global_batch = batch * workers if scaling == "per-worker" else batch
+        rows.append({
+            "trial_id": trial_id, "part": part, "model": "lenet", "sync": sync, "split": split,
+            "precision": "fp32", "momentum": 0.0, "batch_scaling": scaling, "batch_size": batch,
+            "base_lr": lr, "lr": lr, "num_workers": workers, "global_batch_size": global_batch,
+            "batch_size_per_worker": global_batch // workers,
+            "steps_per_epoch": TRAIN_IMAGES // global_batch, "num_epochs": 3, "epochs_run": 3,
+            "threads_per_worker": threads, "straggler_slowdown": slowdown, "status": "finished",
+            "final_test_acc": acc, "best_test_acc": acc, "mean_epoch_time_s": epoch_s,
+            "mean_eval_time_s": eval_s, "samples_per_s": TRAIN_IMAGES / epoch_s,
+            "sync_share": sync_share})
+    summary = pd.DataFrame(rows)
+    # Against the 1-worker trial of the same part, sync and lr (split: 13.5's own).
+    baselines = {(row.part, row.sync, row.lr): row.samples_per_s
+                 for row in summary[summary["num_workers"] == 1].itertuples()}
+    summary["speedup"] = [row.samples_per_s / baselines[
+        ("batch-global" if row.part == "split" else row.part, row.sync, row.lr)]
+        for row in summary.itertuples()]
+    summary["efficiency"] = summary["speedup"] / summary["num_workers"]
+    return summary
+
+
+def _epochs(summary: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for row in summary.itertuples():
+        shares, compute_s = SPLIT_EPOCHS.get(row.trial_id, (None, None))
+        for epoch in (1, 2, 3):
+            rows.append({"trial_id": row.trial_id, "epoch": epoch, "train_loss": 1.0 / epoch,
+                         "train_acc": row.final_test_acc, "test_acc": row.final_test_acc,
+                         "epoch_time_s": row.mean_epoch_time_s, "sync_time_s": 0.1,
+                         "eval_time_s": row.mean_eval_time_s, "worker_shares": shares,
+                         "worker_compute_s": compute_s, "transport": "shared memory",
+                         "status": "ok"})
+    return pd.DataFrame(rows)
+
+
+def _scaling() -> SimpleNamespace:
+    links = ["shared memory (measured)", "10 Gb/s Ethernet", "NVLink, 8x H100 (NCCL)"]
+    predictions = pd.DataFrame([
+        {"link": link, "model": "lenet", "sync": "bucketed", "num_workers": k,
+         "global_batch_size": 256 * k, "epoch_s": 17.0 / k + comm, "compute_s": 17.0 / k,
+         "comm_s": comm, "speedup": 17.0 / (17.0 / k + comm),
+         "efficiency": 17.0 / (17.0 / k + comm) / k}
+        for link, comm in zip(links, (0.4, 1.5, 0.05)) for k in (1, 2, 4, 8, 16, 32, 64)])
+    validation = pd.DataFrame({"trial_id": ["b1", "b2"], "model": "lenet", "sync": "bucketed",
+                               "transport": "shared memory", "num_workers": [1, 2],
+                               "global_batch_size": 256, "measured_epoch_s": [16.9, 9.6],
+                               "predicted_epoch_s": [17.0, 9.1], "error": [0.006, -0.052]})
+    return SimpleNamespace(validation=validation, predictions=predictions,
+                           links=pd.DataFrame({"link": links}), contention={2: 1.1})
+
+
+def _render(summary=None, scaling="fake", data_note="", use_gpu=False) -> str:
+    summary = _summary() if summary is None else summary
+    return render_answers(summary, _epochs(summary), _scaling() if scaling == "fake" else scaling,
+                          data_note=data_note, use_gpu=use_gpu)
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Each exercise's text by its number."""
+    parts = re.split(r"^### (\d+\.\d+\.\d+) ", text, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_seven_headings_in_the_books_order_each_quoting_its_question():
+    text = _render()
+    headings = re.findall(r"^### (\d+\.\d+\.\d+) ", text, flags=re.MULTILINE)
+    assert headings == ["13.5.1", "13.5.2", "13.5.3", "13.5.4", "13.6.1", "13.6.2", "13.6.3"]
+    sections = _sections(text)
+    for number, _, question in EXERCISES:
+        assert f"> {question}" in sections[number]
+    assert "npx.waitall()" in sections["13.6.3"] and "$k \\cdot b$" in sections["13.5.1"]
+
+
+def test_sentences_carry_the_frames_numbers():
+    summary = _summary()
+    sections = _sections(_render())
+    by_id = summary.set_index("trial_id")
+    per_worker, fixed_global = by_id.loc["l2-0.2"], by_id.loc["g2"]
+    assert f"an epoch took {per_worker['mean_epoch_time_s']:.1f} s" in sections["13.5.1"]
+    assert f"speedup {per_worker['speedup']:.2f}." in sections["13.5.1"]
+    assert f"speedup {fixed_global['speedup']:.2f}." in sections["13.5.1"]
+    # Against the best single process too, on a CPU node.
+    threads_speedup = per_worker["samples_per_s"] / by_id.loc["th", "samples_per_s"]
+    assert f"speedup {threads_speedup:.2f} in throughput" in sections["13.5.1"]
+    evals = by_id.loc["g1", "mean_eval_time_s"] / by_id.loc["g2", "mean_eval_time_s"]
+    assert f"(speedup {evals:.2f})" in sections["13.5.4"]
+    assert "shares 170 / 86" in sections["13.6.2"]
+    at_16 = _scaling().predictions.query("num_workers == 16")
+    for speedup in at_16["speedup"]:
+        assert f"{speedup:.2f} (efficiency" in sections["13.6.1"]
+    assert "within 5.2%" in sections["13.6.1"]
+
+
+def test_linear_scaling_rule_verdict_and_the_global_batch_it_held_to():
+    sections = _sections(_render())
+    assert "the best was 0.4 (0.735), as the rule predicts" in sections["13.5.2"]
+    assert "The rule held up to global batch 512 in this sweep." in sections["13.5.2"]
+    assert "linear scaling held up to global batch 512" in sections["13.6.1"]
+
+
+def test_a_difference_under_the_noise_is_within_noise():
+    text = _render()
+    assert "differed by 2.4% in epoch time and 0.004" in text
+    sections = _sections(text)
+    assert "ddp was within noise (2.1% apart, noise 2.4%) of bucketed" in sections["13.6.3"]
+    assert "1.33x faster than even" in sections["13.6.2"]
+    assert "Worth it here" in sections["13.6.2"]
+
+
+def test_without_twin_trials_the_noise_is_assumed():
+    summary = _summary()
+    text = _render(summary[summary["trial_id"] != "l1-0.2"])
+    assert "the noise is assumed: 5.0% in time and 0.010" in text
+    assert "noise 5.0% assumed" in text
+
+
+def test_one_worker_count_says_what_is_missing_and_names_the_command():
+    summary = _summary()
+    sections = _sections(_render(summary[summary["num_workers"] == 1]))
+    for number in ("13.5.1", "13.5.2", "13.5.3", "13.5.4", "13.6.3"):
+        assert "two worker counts or more" in sections[number], number
+        assert f"`{EXERCISES_COMMAND}" in sections[number], number
+
+
+def test_missing_scaling_model_and_gpus_are_named():
+    sections = _sections(_render(scaling=None))
+    assert "No scaling model came with this sweep" in sections["13.6.1"]
+    assert f"ResNet-18 needs GPUs, which this sweep's workers were not: `{GPU_COMMAND}`" in (
+        sections["13.6.1"])
+
+
+def test_data_note_tells_that_accuracies_come_from_subsets():
+    text = _render(data_note="quick: 6000 train / 2000 test images, 3 epochs")
+    assert "Accuracies come from data subsets (quick: 6000 train" in text
+    assert "data subsets" not in _render()
+
+
+@pytest.mark.parametrize("use_gpu", [False, True])
+def test_a_plain_grid_sweep_without_parts_renders(use_gpu):
+    summary = _summary().assign(part="")
+    sections = _sections(_render(summary, scaling=None, use_gpu=use_gpu))
+    assert len(sections) == 7
+    for number in ("13.5.1", "13.5.2", "13.5.3", "13.5.4", "13.6.2", "13.6.3"):
+        assert "no usable trials of part" in sections[number], number
