@@ -39,6 +39,7 @@ HEADLINES = {
                   "slowed_worker_relative_speed"],
     "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
                          "recipe_over_recommended", "target_met"],
+    "scaling_model": ["measured_points", "max_abs_error", "target_met"],
 }
 
 

@@ -43,10 +43,11 @@ EXERCISES = [
 
 
 def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
-                   data_note: str, use_gpu: bool) -> str:
+                   data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions`, `links` and `contention`."""
-    noise = estimate_noise(summary)
+    `validation`, `predictions`, `links` and `contention`; `num_test_examples`
+    sets the accuracy noise's floor."""
+    noise = estimate_noise(summary, num_test_examples)
     rule = linear_rule(summary, noise)
     answers = [answer_13_5_1(summary, noise), answer_13_5_2(rule, noise),
                answer_13_5_3(summary, noise), answer_13_5_4(summary, noise),

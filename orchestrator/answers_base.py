@@ -24,8 +24,9 @@ TWIN_KEYS = ["model", "sync", "split", "precision", "momentum", "batch_size", "l
 @dataclass(frozen=True)
 class Noise:
     time_fraction: float  # two identical trials' epoch times: larger / smaller - 1
-    acc: float  # their final test accuracies: absolute difference
+    acc: float  # their accuracies' difference, at least the test set's sampling error
     assumed: bool
+    num_test_examples: int | None = None
 
     def time_label(self) -> str:
         return percent(self.time_fraction) + (" assumed" if self.assumed else "")
@@ -38,12 +39,18 @@ class Noise:
             return (f"This sweep holds no two identical trials, so the noise is assumed: "
                     f"{percent(self.time_fraction)} in time and {self.acc:.3f} in test "
                     f"accuracy. Differences below these are reported as within noise.")
+        sampling = (f" (at least two standard errors of an accuracy measured on "
+                    f"{self.num_test_examples} test images: the runs are seeded alike, so two "
+                    f"identical ones agree to the digit)" if self.num_test_examples else "")
         return (f"Noise: two identical 1-worker trials (parts batch-global and batch-lr) "
-                f"differed by {percent(self.time_fraction)} in epoch time and {self.acc:.3f} "
-                f"in final test accuracy. Differences below these are reported as within noise.")
+                f"differed by {percent(self.time_fraction)} in epoch time; the accuracy noise "
+                f"is {self.acc:.3f}{sampling}. Differences below these are reported as "
+                f"within noise.")
 
 
-def estimate_noise(summary: pd.DataFrame) -> Noise:
+def estimate_noise(summary: pd.DataFrame, num_test_examples: int | None = None) -> Noise:
+    """From the two identical 1-worker trials; the accuracy noise is at least two
+    standard errors of a test accuracy on `num_test_examples` images."""
     one_worker = summary[summary["num_workers"] == 1]
     pairs = timed(part_trials(one_worker, "batch-global")).merge(
         timed(part_trials(one_worker, "batch-lr")), on=TWIN_KEYS, suffixes=("_a", "_b"))
@@ -52,8 +59,11 @@ def estimate_noise(summary: pd.DataFrame) -> Noise:
         return Noise(ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE, assumed=True)
     pair = pairs.iloc[0]
     times_s = sorted([pair["mean_epoch_time_s_a"], pair["mean_epoch_time_s_b"]])
+    acc = pair["final_test_acc_a"]
+    sampling = 2 * math.sqrt(acc * (1 - acc) / num_test_examples) if num_test_examples else 0.0
     return Noise(times_s[1] / times_s[0] - 1,
-                 abs(pair["final_test_acc_a"] - pair["final_test_acc_b"]), assumed=False)
+                 max(abs(acc - pair["final_test_acc_b"]), sampling), assumed=False,
+                 num_test_examples=num_test_examples)
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from orchestrator.config import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
-from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK
+from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK, QUICK_PER_PRESET
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -66,7 +66,10 @@ def sweep_parser(description: str) -> OneLineParser:
                              f"(default {DEFAULT_PRESET}); the options below override it")
     parser.add_argument("--quick", action="store_true",
                         help="the preset reduced to data subsets and fewer epochs: "
-                             + ", ".join(f"{name} {value}" for name, value in QUICK.items()))
+                             + ", ".join(f"{name} {value}" for name, value in QUICK.items())
+                             + "".join(f"; {preset}: also " + ", ".join(
+                                 f"{name} {value}" for name, value in extra.items()
+                                 if name not in QUICK) for preset, extra in QUICK_PER_PRESET.items()))
     add_config_options(parser, one_run=False)
     parser.add_argument("--out", default=None,
                         help="results folder (default: results/<preset or config file>-<time>)")

@@ -7,6 +7,7 @@ typo costs a second, not the 5 s those imports take on a 2-core machine.
 
 import argparse
 import datetime
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import ray
 
 from orchestrator import cluster as ray_cluster
 from orchestrator import data, plan, storage
-from orchestrator.rundir import claim_out_dir
+from orchestrator.rundir import claim_out_dir, write_atomically
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     request = plan.sweep_request(args)
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
+    from orchestrator import answer_sheet
     from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
                                       strategy_table, summarize_trials, write_results)
     from orchestrator.time_to_accuracy import recommendation
@@ -94,6 +96,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
         _print_plan(sweep_plan)
         started = time.monotonic()
+        calibration = _calibration(request, sweep)
         result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
@@ -103,7 +106,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         summary = summarize_trials(trials, epochs, evaluations, base.target_acc)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
-                 f"- grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
+                 f"- {'exercises study (orchestrator/exercises.py) over ' if sweep.study == 'exercises' else ''}"
+                 f"grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
                  f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
                  f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
@@ -111,10 +115,16 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
                  f"{base.target_acc if base.target_acc is not None else 'none'}"
                  f"{' (trials stop there)' if sweep.stop_at_target else ''}",
+                 f"- data: {base.num_train_examples} training and {base.num_test_examples} "
+                 f"test images{' (subsets)' if _data_note(base) else ''}",
                  f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {time.monotonic() - started:.0f} s"]
+        sheet = answer_sheet.build(summary, epochs, calibration, data_note=_data_note(base),
+                                   use_gpu=base.use_gpu, num_test_examples=base.num_test_examples)
         paths = write_results(request.out_dir, summary, epochs, evaluations, title_lines=title,
-                              target_acc=base.target_acc)
+                              target_acc=base.target_acc,
+                              sections=(sheet.model_section, sheet.answers))
+        paths |= answer_sheet.write(request.out_dir, sheet)
         tables = ("Scaling\n" + markdown_table(scaling_table(summary))
                   + "\n\nStrategies\n" + markdown_table(strategy_table(summary))
                   + "\n\nLearning rate per (workers, batch)\n"
@@ -126,6 +136,40 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                             failed_trials=list(summary[summary["status"] == FAILED]["trial_id"]))
     finally:
         ray.shutdown()
+
+
+def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
+    """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
+    its calibration.json. None for a sweep of one worker count (nothing to model)."""
+    path = request.out_dir / "calibration.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    if len(set(sweep.workers)) < 2:
+        return None
+    from ray.train import TrainingFailedError
+
+    from orchestrator.sweep import train_runs_path
+    from orchestrator.trial import run_calibration
+
+    print("calibrating: allreduce per transport and compute on "
+          f"{max(sweep.workers)} workers at once, for the scaling model")
+    try:
+        measured = run_calibration(
+            sweep, name="calibration",
+            storage_path=train_runs_path(request.storage, request.sweep_id))
+    except TrainingFailedError as error:
+        print(f"calibration failed, the report will have no scaling model: {error}")
+        return None
+    write_atomically(path, lambda target: target.write_text(json.dumps(measured, indent=1)))
+    return measured
+
+
+def _data_note(base) -> str:
+    """What the report says of data subsets (--quick, --train-limit); empty on full data."""
+    if base.train_limit is None and base.test_limit is None:
+        return ""
+    return (f"{base.num_train_examples} training / {base.num_test_examples} test images, "
+            f"{base.num_epochs} epochs")
 
 
 def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:

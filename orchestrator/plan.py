@@ -18,7 +18,7 @@ from orchestrator import storage
 from orchestrator.cli import AUTO, config_options, given_flags
 from orchestrator.cluster import Cluster, requested_address
 from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK
+from orchestrator.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
 from orchestrator.rundir import check_out_dir, new_sweep_id
 
@@ -76,7 +76,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         label = preset or DEFAULT_PRESET
         if label not in PRESETS:
             raise UserError(f"unknown preset {label!r}; choose one of {', '.join(PRESETS)}")
-        options = {**PRESETS[label], **(QUICK if args.quick else {}), **options}
+        options = {**PRESETS[label], **(quick(label) if args.quick else {}), **options}
         workers_from_cluster = options["workers"] is None
         sweep, gpu_from_cluster = _sweep_from(options)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:

@@ -131,25 +131,27 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
                   evaluations: pd.DataFrame, *, title_lines: list[str],
-                  target_acc: float | None = None) -> dict[str, Path]:
+                  target_acc: float | None = None, sections: tuple[str, ...] = ()
+                  ) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
     `summary` is what `summarize_trials` made of the trials, `epochs` and
-    `evaluations` for `target_acc`.
+    `evaluations` for `target_acc`; `sections` (markdown) end the report.
     """
     paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "evaluations.csv",
                                                "report.md", *PLOT_FILES)}
     write_atomically(paths["trials.csv"], lambda path: summary.to_csv(path, index=False))
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
     write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
-    report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc)
+    report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc,
+                           sections=sections)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
     _plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
 
 
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
-                  target_acc: float | None = None) -> str:
+                  target_acc: float | None = None, sections: tuple[str, ...] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              "The book's line for each trial (time per epoch is training only).", ""]
     for row in summary.itertuples():
@@ -187,7 +189,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                   markdown_table(time_to_accuracy.ranking(summary)), "",
                   time_to_accuracy.baseline_line(summary, target_acc), "",
                   f"**Recommended:** {time_to_accuracy.recommendation(summary, target_acc)}", ""]
-    lines += ["## Files", "", *[f"- `{name}`" for name in
+    lines += [*sections, "## Files", "", *[f"- `{name}`" for name in
                                 ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES)], ""]
     return "\n".join(lines)
 

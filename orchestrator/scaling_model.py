@@ -113,7 +113,9 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != FAILED]
     singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
-    singles = singles[singles["trial_id"].isin(epochs["trial_id"])]
+    # A baseline needs its workers' compute seconds (older sweeps did not record them).
+    timed = epochs["worker_compute_s"].map(lambda values: isinstance(values, (str, list)))
+    singles = singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
     if not samples or singles.empty:
         return None
     measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}

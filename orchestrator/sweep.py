@@ -75,17 +75,19 @@ class TimeEstimate(tune.stopper.Stopper):
     max_hours: float | None = None
 
     def __init__(self, sweep: SweepConfig, max_concurrent: int):
-        self.num_trials, self.num_epochs = len(sweep.grid), sweep.base.num_epochs
+        # Per point: the exercises study times some trials over fewer epochs.
+        self.num_trials = len(sweep.grid)
+        self.num_epochs = sum(point.train.num_epochs for point in sweep.grid)
         self.max_concurrent = max_concurrent
         self.estimated_hours: float | None = None
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         if self.estimated_hours is None and "epoch_time_s" in result:
-            self.estimated_hours = (result["epoch_time_s"] * self.num_trials * self.num_epochs
+            self.estimated_hours = (result["epoch_time_s"] * self.num_epochs
                                     / min(self.max_concurrent, self.num_trials) / 3600)
             print(f"first epoch: {result['epoch_time_s']:.0f} s of training; at that pace the "
-                  f"sweep's {self.num_trials} trial(s) x {self.num_epochs} epochs take about "
-                  f"{self.estimated_hours:.2f} h", flush=True)
+                  f"sweep's {self.num_trials} trial(s), {self.num_epochs} epochs in all, take "
+                  f"about {self.estimated_hours:.2f} h", flush=True)
             if self.stop_all():
                 print(f"that exceeds --max-hours {self.max_hours:g}: stopping the sweep "
                       f"(--resume continues it)", flush=True)

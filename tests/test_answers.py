@@ -148,11 +148,19 @@ def test_linear_scaling_rule_verdict_and_the_global_batch_it_held_to():
 
 def test_a_difference_under_the_noise_is_within_noise():
     text = _render()
-    assert "differed by 2.4% in epoch time and 0.004" in text
+    assert "differed by 2.4% in epoch time; the accuracy noise is 0.004." in text
     sections = _sections(text)
     assert "ddp was within noise (2.1% apart, noise 2.4%) of bucketed" in sections["13.6.3"]
     assert "1.33x faster than even" in sections["13.6.2"]
     assert "Worth it here" in sections["13.6.2"]
+
+
+def test_the_accuracy_noise_is_at_least_the_test_sets_sampling_error():
+    summary = _summary()
+    text = render_answers(summary, _epochs(summary), _scaling(), data_note="", use_gpu=False,
+                          num_test_examples=2000)
+    # Two standard errors of the twins' 0.745 measured on 2,000 images.
+    assert "the accuracy noise is 0.019 (at least two standard errors" in text
 
 
 def test_without_twin_trials_the_noise_is_assumed():

@@ -1,0 +1,64 @@
+"""Benchmark 8: the scaling model validated on a finished `--preset exercises` sweep.
+
+Each measured multi-worker trial of the sweep (even split, no straggler) is
+predicted from its 1-worker trial and the sweep's microbenchmark
+(calibration.json) alone, and compared with its measured seconds per epoch.
+Figures: the error per point, the largest, the fitted alpha and beta of each
+transport, the measured contention, and the model's speedup at 16 workers.
+Target: at most 15% error on every measured point.
+
+    python experiments/sweep.py --preset exercises --out results/exercises
+    python bench/scaling_model.py --sweep results/exercises
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import command_line, emit  # noqa: E402
+
+from orchestrator.answer_sheet import VALIDATION_TARGET  # noqa: E402
+from orchestrator.scaling_model import fit_and_validate  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", required=True, type=Path,
+                        help="folder of a finished --preset exercises sweep")
+    args = parser.parse_args()
+    calibration = json.loads((args.sweep / "calibration.json").read_text())
+    summary = pd.read_csv(args.sweep / "trials.csv")
+    epochs = pd.read_csv(args.sweep / "epochs.csv")
+    result = fit_and_validate(summary, epochs, calibration)
+    if result is None or result.validation.empty:
+        sys.exit(f"{args.sweep}: no multi-worker trial to validate the model on")
+    validation = result.validation
+    points = {f"{row.sync} {row.num_workers}w b{row.global_batch_size} ({row.trial_id})":
+              round(row.error, 4) for row in validation.itertuples()}
+    worst = float(validation["error"].abs().max())
+    at_16 = result.predictions[result.predictions["num_workers"] == 16]
+    sweep_line = next(line for line in (args.sweep / "report.md").read_text().splitlines()
+                      if line.startswith("- sweep wall time"))
+    emit("scaling_model", command_line(), {
+        "sweep": str(args.sweep), "sweep_wall_time": sweep_line.split(": ", 1)[1],
+        "measured_points": len(validation), "max_abs_error": worst,
+        "target_max_abs_error": VALIDATION_TARGET, "target_met": worst <= VALIDATION_TARGET,
+        "error_per_point": points,
+        "links": {row.link: {"alpha_us": round(row.alpha_s * 1e6, 2),
+                             "beta_GB_per_s": round(row.beta_bytes_per_s / 1e9, 3)}
+                  for row in result.links.itertuples() if "measured" in row.link},
+        "contention": {str(row["num_workers"]): round(
+            row["seconds_per_example"] / calibration["compute"][0]["seconds_per_example"], 3)
+            for row in calibration["compute"]},
+        "predicted_speedup_at_16": {f"{row.link}, {row.sync}": round(row.speedup, 2)
+                                    for row in at_16.itertuples()},
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The answer sheet: the scaling model fitted and validated from the sweep's
+calibration, its section of report.md and the Answers, written beside the
+report as answers.md, scaling_model.csv and scaling_model.png.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.answers import render_answers
+from orchestrator.results import markdown_table
+from orchestrator.rundir import write_atomically
+from orchestrator.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
+                                         contention as contention_factor)
+
+FILES = ("answers.md", "scaling_model.csv", "scaling_model.png")
+# The issue's target for the model: every measured point within this of its prediction.
+VALIDATION_TARGET = 0.15
+
+
+@dataclass(frozen=True)
+class AnswerSheet:
+    scaling: ScalingResult | None
+    model_section: str
+    answers: str
+
+
+def build(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None, *,
+          data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> AnswerSheet:
+    scaling = fit_and_validate(summary, epochs, calibration) if calibration else None
+    return AnswerSheet(scaling, _model_section(scaling, calibration),
+                       render_answers(summary, epochs, scaling, data_note=data_note,
+                                      use_gpu=use_gpu, num_test_examples=num_test_examples))
+
+
+def write(out_dir: Path, sheet: AnswerSheet) -> dict[str, Path]:
+    paths = {name: out_dir / name for name in FILES}
+    write_atomically(paths["answers.md"], lambda path: path.write_text(sheet.answers + "\n"))
+    if sheet.scaling is None:
+        return {"answers.md": paths["answers.md"]}
+    write_atomically(paths["scaling_model.csv"],
+                     lambda path: sheet.scaling.predictions.to_csv(path, index=False))
+    import matplotlib  # slow to import: only for the file
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    plot_scaling_model(axes, sheet.scaling)
+    figure.tight_layout()
+    write_atomically(paths["scaling_model.png"],
+                     lambda path: figure.savefig(path, dpi=120, format="png"))
+    plt.close(figure)
+    return paths
+
+
+def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> str:
+    lines = ["## Scaling model", ""]
+    if calibration is None:
+        return "\n".join(lines + ["No calibration.json: the sweep ran no microbenchmark "
+                                  "(one worker count only, or it failed; see the sweep's output).",
+                                  ""])
+    if scaling is None:
+        return "\n".join(lines + ["The model needs a finished 1-worker trial and allreduce "
+                                  "samples from at least two workers; this sweep has not both.",
+                                  ""])
+    measured = ", ".join(f"{row['num_workers']} worker(s) "
+                           f"{contention_factor(calibration, row['num_workers']):.2f}x"
+                           for row in calibration["compute"])
+    lines += ["An alpha-beta model of an epoch (docs/SCALING_MODEL.md): compute per example "
+              "from the 1-worker trial, slowed by the contention measured when workers compute "
+              f"at once ({measured}); per allreduce call alpha seconds plus 2(k-1)/k bytes "
+              "over beta, from the microbenchmark run at the sweep's start (calibration.json).",
+              "", markdown_table(scaling.links), ""]
+    validation = scaling.validation
+    if validation.empty:
+        lines += ["No multi-worker trial to validate the model against.", ""]
+    else:
+        worst = validation["error"].abs().max()
+        verdict = "met" if worst <= VALIDATION_TARGET else "missed"
+        lines += [f"Each measured multi-worker trial predicted from its 1-worker trial and the "
+                  f"microbenchmark alone: the largest error is {worst:.1%} (target "
+                  f"{VALIDATION_TARGET:.0%}: {verdict}).", "", markdown_table(validation), ""]
+    at_16 = scaling.predictions[scaling.predictions["num_workers"] == 16]
+    lines += ["Predicted at 16 workers (`scaling_model.csv` has 1 to 64; time only, not "
+              "accuracy):", "", markdown_table(at_16.reset_index(drop=True)), "",
+              "![scaling model](scaling_model.png)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""The answer sheet from recorded frames: the model's section with its validation
+verdict, answers.md, scaling_model.csv and scaling_model.png."""
+
+import re
+
+import pandas as pd
+
+from orchestrator import answer_sheet
+from test_answers import _epochs, _summary
+from test_scaling_model import calibration
+
+
+def _timed_epochs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The answers' epochs, each with its workers' compute seconds: 90% of the epoch."""
+    epochs = _epochs(summary)
+    workers = epochs["trial_id"].map(summary.set_index("trial_id")["num_workers"])
+    epochs["worker_compute_s"] = [
+        values if isinstance(values, (str, list)) else [0.9 * seconds] * count
+        for values, seconds, count in zip(epochs["worker_compute_s"], epochs["epoch_time_s"],
+                                          workers)]
+    return epochs
+
+
+def test_the_sheet_writes_its_files_and_states_the_validation_verdict(tmp_path):
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    paths = answer_sheet.write(tmp_path, sheet)
+    assert sorted(paths) == sorted(answer_sheet.FILES)
+    assert all(path.stat().st_size > 0 for path in paths.values())
+    assert (tmp_path / "answers.md").read_text().startswith("## Answers")
+    predictions = pd.read_csv(tmp_path / "scaling_model.csv")
+    assert sorted(predictions["num_workers"].unique()) == [1, 2, 4, 8, 16, 32, 64]
+    worst = sheet.scaling.validation["error"].abs().max()
+    match = re.search(r"the largest error is ([\d.]+)% \(target 15%: (met|missed)\)",
+                      sheet.model_section)
+    assert float(match[1]) == round(100 * worst, 1)
+    assert match[2] == ("met" if worst <= 0.15 else "missed")
+
+
+def test_without_a_calibration_the_answers_still_come_and_say_what_is_missing(tmp_path):
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _epochs(summary), None, data_note="", use_gpu=False)
+    assert "No calibration.json" in sheet.model_section
+    assert sorted(answer_sheet.write(tmp_path, sheet)) == ["answers.md"]
+    assert "13.6.1" in sheet.answers

@@ -1,0 +1,93 @@
+"""`--preset exercises`: the union of small grids the book's exercises need, fitted
+to a cluster, `--quick`, and the emulated straggler of 13.6's exercise 2."""
+
+import time
+from collections import Counter
+
+import pytest
+import torch
+
+from orchestrator import cli, plan
+from orchestrator.cluster import Cluster
+from orchestrator.errors import UserError
+from orchestrator.timing import DeviceTimer
+
+
+def _fitted(tmp_path, *argv: str, nodes=({"CPU": 2.0},)):
+    request = plan.sweep_request(cli.sweep_parser("").parse_args(
+        ["--preset", "exercises", *argv, "--out", str(tmp_path / "out")]))
+    cluster = Cluster(address=None, dashboard_url=None, node_resources=tuple(nodes))
+    return plan.fit_to_cluster(request, cluster).sweep
+
+
+def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
+    sweep = _fitted(tmp_path)
+    assert sweep.workers == (1, 2) and sweep.baseline_threads == 2
+    parts = Counter(point.part for point in sweep.grid)
+    # 13.5's experiment, 3 lrs per worker count, 3 more strategies per count,
+    # the two splits at 2 workers, and one 2-thread worker.
+    assert parts == {"batch-global": 2, "batch-lr": 6, "strategies": 6, "split": 2, "threads": 1}
+    by_part = {}
+    for point in sweep.grid:
+        by_part.setdefault(point.part, []).append(point)
+    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][3:] == [
+        (512, 0.1), (512, 0.2), (512, 0.4)]  # b per worker; the rule is tested, not applied
+    assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded"}
+    assert all(p.train.num_epochs == 2 for p in by_part["strategies"])  # timing only
+    assert {(p.train.split, p.train.straggler_slowdown) for p in by_part["split"]} == {
+        ("even", 2.0), ("proportional", 2.0)}
+    assert all(p.train.straggler_slowdown == 1.0 for p in sweep.grid if p.part != "split")
+    (threads,) = by_part["threads"]
+    assert (threads.train.num_workers, threads.train.threads_per_worker) == (1, 2)
+    # The book's own run is the reference of every timing part.
+    assert all((p.train.lr, p.train.sync if p.part != "strategies" else "scratch") == (0.2, "scratch")
+               for p in sweep.grid if p.part in ("batch-global", "strategies", "split", "threads"))
+    assert not any(p.part == "resnet18" for p in sweep.grid)
+
+
+def test_on_gpus_resnet18_joins_and_the_threads_baseline_goes(tmp_path):
+    sweep = _fitted(tmp_path, "--use-gpu", "auto", nodes=({"CPU": 8.0, "GPU": 2.0},))
+    assert sweep.base.use_gpu and sweep.baseline_threads == 0
+    resnet = [p.train for p in sweep.grid if p.part == "resnet18"]
+    # 13.6's recipe: 256 per GPU, lr 0.1 scaled linearly.
+    assert [(t.model, t.num_workers, t.global_batch_size, t.lr) for t in resnet] == [
+        ("resnet18", 1, 256, 0.1), ("resnet18", 2, 512, 0.2)]
+    assert not any(p.part == "threads" for p in sweep.grid)
+
+
+def test_one_worker_count_has_no_split_part(tmp_path):
+    sweep = _fitted(tmp_path, nodes=({"CPU": 1.0},))
+    assert sweep.workers == (1,)
+    assert not any(p.part in ("split", "threads") for p in sweep.grid)
+
+
+def test_quick_reduces_the_data_epochs_and_batch_and_options_still_win(tmp_path):
+    base = _fitted(tmp_path, "--quick").base
+    assert (base.train_limit, base.test_limit, base.num_epochs) == (12000, 2000, 3)
+    assert {p.batch_size for p in _fitted(tmp_path, "--quick").grid} == {64}
+    assert _fitted(tmp_path, "--quick", "--epochs", "4").base.num_epochs == 4
+
+
+def test_quick_beside_a_config_file_is_refused(tmp_path):
+    config = tmp_path / "sweep.json"
+    config.write_text('{"workers": [1]}')
+    with pytest.raises(UserError, match="--quick"):
+        plan.sweep_request(cli.sweep_parser("").parse_args(
+            ["--config", str(config), "--quick", "--out", str(tmp_path / "out")]))
+
+
+@pytest.mark.parametrize("value", ["0.5", "nan"])
+def test_a_straggler_slowdown_below_1_is_refused(tmp_path, value):
+    with pytest.raises(UserError, match="straggler slowdown"):
+        _fitted(tmp_path, "--straggler-slowdown", value)
+
+
+def test_a_slowed_timer_stretches_each_span_and_counts_the_stretch():
+    timer = DeviceTimer(torch.device("cpu"), slowdown=3.0)
+    started_wall = time.perf_counter()
+    started = timer.start()
+    time.sleep(0.02)
+    timer.stop(started)
+    wall_s = time.perf_counter() - started_wall
+    assert timer.seconds == pytest.approx(wall_s, rel=0.1)  # the sleep counts as compute
+    assert 0.058 <= timer.seconds < 0.2  # 3x the 20 ms span

@@ -1,0 +1,56 @@
+"""`--preset exercises --quick` end to end on a real embedded Ray: every exercise
+answered from the sweep's own trials, the scaling model fitted from its
+calibration, and `--resume` on the finished sweep rewriting the answer sheet
+without running a trial again."""
+
+import json
+import os
+import re
+
+import pandas as pd
+import pytest
+
+from helpers import run_script
+from orchestrator.answers import EXERCISES
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it(tmp_path):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--preset", "exercises", "--quick", "--out", str(out_dir),
+                     timeout_s=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert (trials["status"] == "finished").all(), trials[["trial_id", "status", "error"]]
+    parts = set(trials["part"])
+    assert {"batch-global", "batch-lr", "strategies"} <= parts
+    if len(os.sched_getaffinity(0)) >= 2:  # room for 2 workers: the straggler and threads
+        assert {"split", "threads"} <= parts
+    calibration = json.loads((out_dir / "calibration.json").read_text())
+    assert {s["transport"] for s in calibration["allreduce"]} >= {"gloo"}
+
+    report = (out_dir / "report.md").read_text()
+    answers = (out_dir / "answers.md").read_text()
+    assert answers.strip() in report
+    headings = re.findall(r"^### (13\.\d\.\d)", answers, flags=re.MULTILINE)
+    assert headings == [number for number, _, _ in EXERCISES]
+    assert "data subsets (12000 training / 2000 test images, 3 epochs)" in answers
+    # 13.5.4's sentence carries the evaluation seconds of the trials' own table.
+    evaluating = re.search(r"Evaluating the test set took ([\d.]+) s on 1 worker", answers)
+    one_worker = trials[(trials["part"] == "batch-global") & (trials["num_workers"] == 1)]
+    assert float(evaluating[1]) == pytest.approx(one_worker["mean_eval_time_s"].iloc[0], abs=0.006)
+    error = re.search(r"the largest error is ([\d.]+)%", report)
+    assert error, report[report.find("## Scaling model"):][:2000]
+    predictions = pd.read_csv(out_dir / "scaling_model.csv")
+    assert sorted(predictions["num_workers"].unique()) == [1, 2, 4, 8, 16, 32, 64]
+
+    for name in ("answers.md", "scaling_model.csv", "scaling_model.png", "report.md"):
+        (out_dir / name).unlink()
+    again = run_script("sweep.py", "--resume", "--out", str(out_dir), timeout_s=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "calibrating" not in again.stdout  # read back from calibration.json
+    assert (out_dir / "answers.md").read_text() == answers
+    assert (out_dir / "scaling_model.png").stat().st_size > 0
+    resumed = pd.read_csv(out_dir / "trials.csv")
+    pd.testing.assert_series_equal(resumed["mean_epoch_time_s"], trials["mean_epoch_time_s"])
