@@ -82,8 +82,13 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
         lines += [f"Each measured multi-worker trial predicted from its 1-worker trial and the "
                   f"microbenchmark alone: the largest error is {worst:.1%} (target "
                   f"{VALIDATION_TARGET:.0%}: {verdict}).", "", markdown_table(validation), ""]
-    at_16 = scaling.predictions[scaling.predictions["num_workers"] == 16]
-    lines += ["Predicted at 16 workers (`scaling_model.csv` has 1 to 64; time only, not "
-              "accuracy):", "", markdown_table(at_16.reset_index(drop=True)), "",
-              "![scaling model](scaling_model.png)", ""]
+    at_16 = scaling.predictions[scaling.predictions["num_workers"] == 16].pivot_table(
+        index=["link", "model", "sync"], columns="batch_scaling", values="speedup",
+        sort=False).reset_index()
+    lines += ["Predicted speedup at 16 workers, keeping the global batch or the batch per "
+              "worker (`scaling_model.csv` has 1 to 64 workers with epoch, compute and "
+              "communication seconds; time only, not accuracy):", "",
+              markdown_table(at_16.rename(columns={"global": "global batch kept",
+                                                   "per-worker": "batch per worker kept"})),
+              "", "![scaling model](scaling_model.png)", ""]
     return "\n".join(lines)

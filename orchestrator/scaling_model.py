@@ -91,8 +91,9 @@ class ScalingResult:
     # trial_id, model, sync, transport, num_workers, global_batch_size, measured_epoch_s,
     # predicted_epoch_s, error (signed fraction), measured_speedup (over its baseline)
     validation: pd.DataFrame
-    # link, model, sync, num_workers, global_batch_size, epoch_s, compute_s, comm_s,
-    # speedup, efficiency; num_workers in PREDICTED_WORKERS
+    # link, model, sync, batch_scaling (global: b kept; per-worker: k*b), num_workers,
+    # global_batch_size, epoch_s, compute_s, comm_s, speedup, efficiency;
+    # num_workers in PREDICTED_WORKERS
     predictions: pd.DataFrame
     contention: dict[int, float]
 
@@ -198,21 +199,29 @@ def _baseline_costs(single: pd.Series, epochs: pd.DataFrame) -> _Baseline:
 
 
 def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.DataFrame:
-    """Global batch fixed, shard = global / k: the book's 13.5/13.6 experiment.
+    """Both of 13.5.1's ways to add workers, from the baseline's global batch b:
+    "global" keeps it (shard b/k, 13.5's experiment), "per-worker" gives each worker
+    b (global k*b, 13.6's, and 1/k of the steps). Speedup is the epoch's.
     An empty `calibration` means contention 1: each worker on a device of its own."""
     trial = baseline.trial
-    global_batch_size, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
+    batch, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
     rows = []
-    for k in PREDICTED_WORKERS:
-        largest_shard = max(even_shares(global_batch_size, k))
-        compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
-                                             contention(calibration, k))
-        rows.append({"link": link.name, "model": trial["model"], "sync": trial["sync"],
-                     "num_workers": k, "global_batch_size": global_batch_size,
-                     "epoch_s": steps * (compute_s + other_s + comm_s),
-                     "compute_s": steps * compute_s, "comm_s": steps * comm_s})
+    for scaling in ("global", "per-worker"):
+        for k in PREDICTED_WORKERS:
+            global_batch_size = batch if scaling == "global" else k * batch
+            largest_shard = max(even_shares(global_batch_size, k))
+            compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
+                                                 contention(calibration, k))
+            # The same examples per epoch: fewer, larger steps with a larger global batch.
+            num_steps = steps * batch / global_batch_size
+            rows.append({"link": link.name, "model": trial["model"], "sync": trial["sync"],
+                         "batch_scaling": scaling, "num_workers": k,
+                         "global_batch_size": global_batch_size,
+                         "epoch_s": num_steps * (compute_s + other_s + comm_s),
+                         "compute_s": num_steps * compute_s, "comm_s": num_steps * comm_s})
     curve = pd.DataFrame(rows)
-    curve["speedup"] = curve["epoch_s"].iloc[0] / curve["epoch_s"]
+    single_s = curve.groupby("batch_scaling")["epoch_s"].transform("first")
+    curve["speedup"] = single_s / curve["epoch_s"]
     curve["efficiency"] = curve["speedup"] / curve["num_workers"]
     return curve
 
@@ -288,7 +297,8 @@ def plot_scaling_model(axes, result: ScalingResult) -> None:
     syncs = list(predictions["sync"].unique())
     shown_sync = "bucketed" if "bucketed" in syncs else syncs[0]
     several_models = predictions["model"].nunique() > 1
-    for (link, model, sync), curve in predictions.groupby(["link", "model", "sync"], sort=False):
+    global_batch = predictions[predictions["batch_scaling"] == "global"]
+    for (link, model, sync), curve in global_batch.groupby(["link", "model", "sync"], sort=False):
         if not link.endswith("(measured)") and sync != shown_sync:
             continue
         label = f"{link}, {sync}" + (f", {model}" if several_models else "")

@@ -84,11 +84,13 @@ def _epochs(summary: pd.DataFrame) -> pd.DataFrame:
 def _scaling() -> SimpleNamespace:
     links = ["shared memory (measured)", "10 Gb/s Ethernet", "NVLink, 8x H100 (NCCL)"]
     predictions = pd.DataFrame([
-        {"link": link, "model": "lenet", "sync": "bucketed", "num_workers": k,
-         "global_batch_size": 256 * k, "epoch_s": 17.0 / k + comm, "compute_s": 17.0 / k,
+        {"link": link, "model": "lenet", "sync": "bucketed", "batch_scaling": scaling,
+         "num_workers": k, "global_batch_size": 256 * k if scaling == "per-worker" else 256,
+         "epoch_s": 17.0 / k + comm, "compute_s": 17.0 / k,
          "comm_s": comm, "speedup": 17.0 / (17.0 / k + comm),
          "efficiency": 17.0 / (17.0 / k + comm) / k}
-        for link, comm in zip(links, (0.4, 1.5, 0.05)) for k in (1, 2, 4, 8, 16, 32, 64)])
+        for link, comm in zip(links, (0.4, 1.5, 0.05)) for k in (1, 2, 4, 8, 16, 32, 64)
+        for scaling in ("global", "per-worker")])
     validation = pd.DataFrame({"trial_id": ["b1", "b2"], "model": "lenet", "sync": "bucketed",
                                "transport": "shared memory", "num_workers": [1, 2],
                                "global_batch_size": 256, "measured_epoch_s": [16.9, 9.6],

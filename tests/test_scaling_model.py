@@ -98,7 +98,8 @@ def test_validation_errors_are_small(result):
 
 
 def test_predictions_reproduce_the_measured_epochs(result):
-    measured = result.predictions[result.predictions["link"] == "shared memory (measured)"]
+    predictions = result.predictions[result.predictions["batch_scaling"] == "global"]
+    measured = predictions[predictions["link"] == "shared memory (measured)"]
     for sync in ("scratch", "bucketed"):
         for k in (1, 2, 4):
             (epoch_s,) = measured[(measured["sync"] == sync) & (measured["num_workers"] == k)][
@@ -109,11 +110,24 @@ def test_predictions_reproduce_the_measured_epochs(result):
 def test_predictions_cover_every_link_and_worker_count(result):
     links = {"shared memory (measured)", *(link.name for link in INTERCONNECTS)}
     assert set(result.links["link"]) == links
-    for (_, _, _), curve in result.predictions.groupby(["link", "model", "sync"]):
+    for (_, _, _, _), curve in result.predictions.groupby(["link", "model", "sync",
+                                                             "batch_scaling"]):
         assert tuple(curve["num_workers"]) == PREDICTED_WORKERS
         assert curve["speedup"].iloc[0] == 1.0
     assert set(result.predictions["link"]) == links
     assert result.contention[64] == pytest.approx(1.3)
+
+
+def test_a_batch_per_worker_makes_fewer_larger_steps(result):
+    """k workers of b each: 1/k of the steps, each of b examples per worker."""
+    predictions = result.predictions
+    curve = predictions[(predictions["batch_scaling"] == "per-worker")
+                        & (predictions["link"] == "shared memory (measured)")
+                        & (predictions["sync"] == "bucketed")].set_index("num_workers")
+    assert list(curve["global_batch_size"]) == [GLOBAL_BATCH * k for k in PREDICTED_WORKERS]
+    compute_s = PER_EXAMPLE_S * GLOBAL_BATCH * CONTENTION[4]
+    step_s = compute_s + OTHER_S + comm_per_step_s("bucketed", 4)
+    assert curve.loc[4, "epoch_s"] == pytest.approx(STEPS / 4 * step_s, rel=0.01)
 
 
 def test_only_even_unslowed_finished_trials_are_validated():
