@@ -90,5 +90,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               "communication seconds; time only, not accuracy):", "",
               markdown_table(at_16.rename(columns={"global": "global batch kept",
                                                    "per-worker": "batch per worker kept"})),
-              "", "![scaling model](scaling_model.png)", ""]
+              "", "![scaling model](scaling_model.png)", "",
+              "Beside this report: `calibration.json` (the microbenchmark), "
+              "`scaling_model.csv`, `scaling_model.png`, and `answers.md` (the next section "
+              "alone, for sharing).", ""]
     return "\n".join(lines)

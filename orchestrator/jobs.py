@@ -192,11 +192,14 @@ def timing_line(sweep_plan: plan.SweepPlan) -> str:
 
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
-    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
-          f"{sweep_plan.sweep.base.num_epochs} epochs each:")
+    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time:")
     for point in points:
         train = point.train
-        print(f"  {train.num_workers} worker(s), global batch {train.global_batch_size} "
+        print(f"  {f'[{point.part}] ' if point.part else ''}"
+              f"{train.num_workers} worker(s), global batch {train.global_batch_size} "
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
               f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
-              f"{train.precision}, {train.steps_per_epoch} steps/epoch")
+              f"{train.precision}, {train.num_epochs} epochs of {train.steps_per_epoch} steps"
+              + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
+              + (f", last worker slowed {train.straggler_slowdown:g}x"
+                 if train.straggler_slowdown > 1 else ""))
