@@ -46,6 +46,7 @@ def main() -> None:
                       if line.startswith("- sweep wall time"))
     emit("scaling_model", command_line(), {
         "sweep": str(args.sweep), "sweep_wall_time": sweep_line.split(": ", 1)[1],
+        "sweep_ended": json.loads((args.sweep / "sessions.json").read_text())[0]["ended"],
         "measured_points": len(validation), "max_abs_error": worst,
         "target_max_abs_error": VALIDATION_TARGET, "target_met": worst <= VALIDATION_TARGET,
         "error_per_point": points,
@@ -55,8 +56,10 @@ def main() -> None:
         "contention": {str(row["num_workers"]): round(
             row["seconds_per_example"] / calibration["compute"][0]["seconds_per_example"], 3)
             for row in calibration["compute"]},
-        "predicted_speedup_at_16": {f"{row.link}, {row.sync}": round(row.speedup, 2)
-                                    for row in at_16.itertuples()},
+        "predicted_speedup_at_16_bucketed": {f"{row.link}, {row.batch_scaling} batch":
+                                             round(row.speedup, 2)
+                                             for row in at_16.itertuples()
+                                             if row.sync == "bucketed"},
     })
 
 

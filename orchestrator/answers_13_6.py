@@ -93,35 +93,36 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
     plain = at_workers(plain[plain["straggler_slowdown"] == 1.0], k)
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
+    plain_last = _last_epoch(epochs, plain["trial_id"]) if plain is not None else None
     ideal_s = _ideal_epoch_s(even_last)
-    rows = [("even, straggler", even["mean_epoch_time_s"], even_last),
-            ("proportional, straggler", proportional["mean_epoch_time_s"], proportional_last)]
-    if plain is not None:
-        rows.append(("even, no straggler", plain["mean_epoch_time_s"], None))
-    if ideal_s is not None:
-        rows.append(("ideal for the even trial's measured speeds", ideal_s, None))
-    table = pd.DataFrame([{"setup": setup, "mean_epoch_time_s": time_s,
+    # Last epochs: a proportional split starts even and re-sets its shares after the first.
+    rows = [("even, straggler", even_last), ("proportional, straggler", proportional_last),
+            ("even, no straggler", plain_last)]
+    table = pd.DataFrame([{"setup": setup, "last_epoch_s": last["epoch_time_s"],
                            "last_epoch_shares": _joined(last, "worker_shares", "g"),
                            "last_epoch_compute_s": _joined(last, "worker_compute_s", ".2f")}
-                          for setup, time_s, last in rows])
+                          for setup, last in rows if last is not None])
+    if ideal_s is not None:
+        table.loc[len(table)] = ["ideal for the even trial's measured speeds", ideal_s, "", ""]
+    even_s, proportional_s = even_last["epoch_time_s"], proportional_last["epoch_time_s"]
     shares = _joined(proportional_last, "worker_shares", "g")
     sentences = [
-        f"With the last of {k} workers slowed {slowdown:g}x, an even split of the global batch "
-        f"of {proportional['global_batch_size']} took {even['mean_epoch_time_s']:.1f} s per "
-        f"epoch and the proportional split {proportional['mean_epoch_time_s']:.1f} s: "
-        f"proportional was "
-        f"{compare_times(proportional['mean_epoch_time_s'], even['mean_epoch_time_s'], noise)} "
-        f"even" + (f"; without the straggler the same {k} workers took "
-                   f"{plain['mean_epoch_time_s']:.1f} s." if plain is not None else ".")]
+        f"With the last of {k} workers slowed {slowdown:g}x, in the last epoch (a proportional "
+        f"split starts even and re-sets its shares after the first) an even split of the "
+        f"global batch of {proportional['global_batch_size']} took {even_s:.1f} s and the "
+        f"proportional split {proportional_s:.1f} s: proportional was "
+        f"{compare_times(proportional_s, even_s, noise)} even"
+        + (f"; without the straggler the same {k} workers took "
+           f"{plain_last['epoch_time_s']:.1f} s." if plain_last is not None else ".")]
     if shares:
         sentences.append(f"The proportional split settled on shares {shares} (examples per "
-                         f"step, last epoch).")
+                         f"step).")
     if ideal_s is not None:
-        sentences.append(f"For the speeds the even trial measured in its last epoch "
-                         f"({even_last['epoch_time_s']:.1f} s), the ideal split would take "
-                         f"{ideal_s:.1f} s, {even_last['epoch_time_s'] / ideal_s:.2f}x faster.")
-    worth = proportional["mean_epoch_time_s"] < even["mean_epoch_time_s"] and not within_noise(
-        proportional["mean_epoch_time_s"], even["mean_epoch_time_s"], noise)
+        sentences.append(f"For the speeds the even trial measured, the ideal split would take "
+                         f"{ideal_s:.1f} s ({even_s / ideal_s:.2f}x faster than even); the "
+                         f"proportional split's {proportional_s:.1f} s is "
+                         f"{compare_times(proportional_s, ideal_s, noise)} that.")
+    worth = proportional_s < even_s and not within_noise(proportional_s, even_s, noise)
     sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
                       "Not worth it here: the gain is not beyond the noise. ") + (
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "

@@ -118,7 +118,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"- data: {base.num_train_examples} training and {base.num_test_examples} "
                  f"test images{' (subsets)' if _data_note(base) else ''}",
                  f"- timing: {timing_line(sweep_plan)}",
-                 f"- sweep wall time: {time.monotonic() - started:.0f} s"]
+                 f"- sweep wall time: {_sessions_line(request.out_dir, started)}"]
         sheet = answer_sheet.build(summary, epochs, calibration, data_note=_data_note(base),
                                    use_gpu=base.use_gpu, num_test_examples=base.num_test_examples)
         paths = write_results(request.out_dir, summary, epochs, evaluations, title_lines=title,
@@ -162,6 +162,20 @@ def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
         return None
     write_atomically(path, lambda target: target.write_text(json.dumps(measured, indent=1)))
     return measured
+
+
+def _sessions_line(out_dir: Path, started: float) -> str:
+    """The sweep's wall seconds over every session (a --resume is one more), kept in
+    sessions.json so that rewriting the report keeps the first session's time."""
+    path = out_dir / "sessions.json"
+    sessions = json.loads(path.read_text()) if path.exists() else []
+    sessions.append({"ended": datetime.datetime.now().isoformat(timespec="seconds"),
+                     "wall_s": round(time.monotonic() - started)})
+    write_atomically(path, lambda target: target.write_text(json.dumps(sessions, indent=1)))
+    if len(sessions) == 1:
+        return f"{sessions[0]['wall_s']} s"
+    return (f"{sum(session['wall_s'] for session in sessions)} s over {len(sessions)} sessions "
+            f"({', '.join(str(session['wall_s']) for session in sessions)} s)")
 
 
 def _data_note(base) -> str:
