@@ -111,9 +111,9 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"re-tunes the lr).")
     if not threads.empty:
         best = threads.iloc[0]
-        against = [f"with {label} fixed "
-                   f"{compare_times(arm['mean_epoch_time_s'], best['mean_epoch_time_s'], noise)} "
-                   f"it (speedup {arm['samples_per_s'] / best['samples_per_s']:.2f} in throughput)"
+        against = [f"{compare_times(arm['mean_epoch_time_s'], best['mean_epoch_time_s'], noise)} "
+                   f"it with {label} fixed (speedup "
+                   f"{arm['samples_per_s'] / best['samples_per_s']:.2f} in throughput)"
                    for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))
                    if arm is not None]
         sentences.append(
@@ -177,8 +177,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         return [*paragraphs, one_worker_count(table)]
     bests = "; ".join(f"{row.num_workers} worker(s), global batch {row.global_batch_size}: "
                       f"{row.best_lr:g}" for row in table.itertuples())
-    sentences = [f"The best lr per worker count (a b of {table['global_batch_size'].iloc[0]} "
-                 f"per worker): {bests}."]
+    sentences = [f"The best lr per worker count, each worker's batch "
+                 f"{table['global_batch_size'].iloc[0]}: {bests}."]
     if rule.empty:
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from orchestrator.collectives import allreduce_, get_rank, get_world_size
+from orchestrator.collectives import (all_gather_, allreduce_, get_rank, get_world_size,
+                                      reduce_scatter_)
 from orchestrator.config import SweepConfig, TrainConfig
 from orchestrator.loop import to_model_input
 from orchestrator.models import NUM_CLASSES, build_model
@@ -22,15 +23,20 @@ FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
 LARGEST_BYTES = 64 * 1024 * 1024
 REPEATS = 9
-# Each worker count computes for about this long: long enough to cover the
-# noise of a shared node, short beside a trial.
-COMPUTE_PROBE_S = 0.5
+# Each worker count computes for about this long per round, in rounds that
+# alternate the counts; their mean follows a shared node's contention as a
+# trial's epochs average it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs).
+COMPUTE_PROBE_S = 0.3
+COMPUTE_ROUNDS = 10
+# `sharded`'s two collectives, timed as one: gloo's reduce-scatter is no ring.
+SHARDED_PAIR = "reduce-scatter + all-gather"
 
 
 def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
-            transports: tuple[str, ...]) -> dict:
+            transports: tuple[str, ...], sharded: bool = False) -> dict:
     """The microbenchmark on this worker group (every worker calls it); rank 0's
-    result is the one kept. `transports`: "shared memory" and/or "group"."""
+    result is the one kept. `transports`: "shared memory" and/or "group";
+    `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them."""
     model = build_model(config.model, seed=config.seed).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     largest_bytes = min(LARGEST_BYTES, 4 * param_bytes)
@@ -40,6 +46,11 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
                      if kind == "shared memory" else group_transport())
         samples += [{"transport": transport.name, "num_workers": get_world_size(),
                      "bytes": nbytes, "seconds": _allreduce_s(transport.allreduce_, nbytes, device)}
+                    for nbytes in _sizes(largest_bytes)]
+    if sharded and get_world_size() > 1:
+        samples += [{"transport": f"{group_transport().name} {SHARDED_PAIR}",
+                     "num_workers": get_world_size(), "bytes": nbytes,
+                     "seconds": _allreduce_s(_reduce_scatter_all_gather, nbytes, device)}
                     for nbytes in _sizes(largest_bytes)]
     return {"num_workers": get_world_size(), "device": device.type, "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
@@ -62,8 +73,16 @@ def _sizes(largest_bytes: int) -> list[int]:
     return sizes
 
 
+def _reduce_scatter_all_gather(flat: torch.Tensor) -> None:
+    reduce_scatter_(flat)
+    all_gather_(flat)
+
+
 def _allreduce_s(allreduce, nbytes: int, device: torch.device) -> float:
-    tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    """Median seconds of one call of `allreduce` (or another in-place collective) on
+    `nbytes` of float32, a multiple of the workers in elements."""
+    numel = nbytes // 4 - nbytes // 4 % get_world_size()
+    tensor = torch.ones(numel, dtype=torch.float32, device=device)
     seconds = []
     for repeat in range(REPEATS + 2):  # two to warm up
         _synchronize(device)
@@ -88,23 +107,23 @@ def _compute_probe(model, device: torch.device, worker_counts: tuple[int, ...],
     for _ in range(2):
         step()
     steps = _steps_for(step, device)
-    rows = []
-    for count in sorted(set(worker_counts)):
-        if count > get_world_size():
-            continue
-        _barrier()
-        seconds = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
-        if get_rank() < count:
-            _synchronize(device)
-            started = time.perf_counter()
-            for _ in range(steps):
-                step()
-            _synchronize(device)
-            seconds[get_rank()] = time.perf_counter() - started
-        allreduce_(seconds)  # every rank's time, for the slowest of the busy ones
-        rows.append({"num_workers": count, "batch_per_worker": batch_per_worker,
-                     "seconds_per_example": seconds.max().item() / (steps * batch_per_worker)})
-    return rows
+    counts = [count for count in sorted(set(worker_counts)) if count <= get_world_size()]
+    rounds: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(COMPUTE_ROUNDS):
+        for count in counts:
+            _barrier()
+            seconds = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
+            if get_rank() < count:
+                _synchronize(device)
+                started = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                _synchronize(device)
+                seconds[get_rank()] = time.perf_counter() - started
+            allreduce_(seconds)  # every rank's time, for the slowest of the busy ones
+            rounds[count].append(seconds.max().item() / (steps * batch_per_worker))
+    return [{"num_workers": count, "batch_per_worker": batch_per_worker,
+             "seconds_per_example": statistics.mean(rounds[count])} for count in counts]
 
 
 def _steps_for(step, device: torch.device) -> int:

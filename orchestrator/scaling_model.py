@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from orchestrator.calibration import SHARDED_PAIR
 from orchestrator.collectives import flat_buckets
 from orchestrator.config import TrainConfig
 from orchestrator.data import even_shares
@@ -133,14 +134,18 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
         for _, single in singles.iterrows():
             baselines.setdefault((single["model"], single["sync"]),
                                  _baseline_costs(single, epochs))
-    # On the sweep's own links workers contend as calibrated; on a named
-    # interconnect each has a device of its own (an empty calibration: contention 1).
-    links = [*((link, calibration) for link in measured.values()),
-             *((link, {}) for link in INTERCONNECTS)]
+    # On this cluster each strategy sums over the transport it used, its workers
+    # contending as calibrated; on a named interconnect each worker has a device of
+    # its own (an empty calibration: contention 1).
     predictions = [_predict_curve(baseline, link, contending)
-                   for baseline in baselines.values() for link, contending in links]
+                   for baseline in baselines.values()
+                   for link, contending in [(_own_link(baseline.trial["sync"], measured),
+                                             calibration),
+                                            *((link, {}) for link in INTERCONNECTS)]
+                   if link is not None]
+    links = [*measured.values(), *INTERCONNECTS]
     return ScalingResult(
-        links=pd.DataFrame([vars(link) for link, _ in links]).rename(columns={"name": "link"}),
+        links=pd.DataFrame([vars(link) for link in links]).rename(columns={"name": "link"}),
         validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
         predictions=pd.concat(predictions, ignore_index=True),
         contention={k: contention(calibration, k) for k in PREDICTED_WORKERS})
@@ -158,6 +163,8 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     history = epochs[epochs["trial_id"] == trial["trial_id"]]
     transport = next((t for t in history["transport"] if t != "none"), None)
     single = _baseline_trial(trial, singles)
+    if trial["sync"] == "sharded":  # its own two collectives, where they were timed
+        transport = next((t for t in measured if t == f"{transport} {SHARDED_PAIR}"), transport)
     if single is None or transport not in measured:
         return None
     baseline = _baseline_costs(single, epochs)
@@ -173,6 +180,18 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "measured_epoch_s": measured_s, "predicted_epoch_s": predicted_s,
             "error": (predicted_s - measured_s) / measured_s,
             "measured_speedup": baseline.epoch_s / measured_s, "baseline": baseline}
+
+
+def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
+    """The measured transport `sync` sums over on this cluster: scratch and bucketed
+    a node's shared memory where it was measured, ddp the process group's
+    allreduce, sharded the group's reduce-scatter and all-gather."""
+    group = next((t for t in measured if t in ("gloo", "nccl")), None)
+    if sync in ("scratch", "bucketed") and "shared memory" in measured:
+        return measured["shared memory"]
+    if sync == "sharded" and f"{group} {SHARDED_PAIR}" in measured:
+        return measured[f"{group} {SHARDED_PAIR}"]
+    return measured.get(group)
 
 
 def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None:
@@ -243,7 +262,10 @@ def _comm_s(link: Link, model: str, precision: str, sync: str, bucket_cap_mb: fl
     if num_workers == 1:
         return 0.0
     tensor_bytes = _parameter_bytes(model, precision)
-    if sync == "sharded":
+    if sync == "sharded" and SHARDED_PAIR in link.name:
+        # Both collectives timed as one call: the pair moves a ring allreduce's bytes.
+        messages = [(sum(tensor_bytes), _ring_volume(num_workers))]
+    elif sync == "sharded":
         messages = [(sum(tensor_bytes), (num_workers - 1) / num_workers)] * 2
     else:
         sizes = (tensor_bytes if sync == "scratch"

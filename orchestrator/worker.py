@@ -53,7 +53,8 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
     ray_fastpath.prepare_worker_process()
     return calibration.measure(config, ray.train.torch.get_device(),
                                worker_counts=tuple(loop_config["worker_counts"]),
-                               transports=tuple(loop_config["transports"]))
+                               transports=tuple(loop_config["transports"]),
+                               sharded=loop_config["sharded"])
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:

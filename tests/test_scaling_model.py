@@ -162,3 +162,25 @@ def test_plot_draws(result, tmp_path):
     figure.savefig(tmp_path / "scaling_model.png")
     plt.close(figure)
     assert (tmp_path / "scaling_model.png").stat().st_size > 0
+
+
+def test_sharded_is_predicted_from_its_own_two_collectives_where_they_were_timed():
+    """gloo's reduce-scatter is no ring: the calibration times sharded's pair of
+    collectives, and sharded's trials and curves use that, not the allreduce."""
+    pair_alpha_s, pair_beta = 400e-6, 0.5e9
+    measured = calibration()
+    measured["allreduce"] = (allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, "gloo")
+                             + allreduce_samples(pair_alpha_s, pair_beta,
+                                                 "gloo reduce-scatter + all-gather"))
+    comm_s = pair_alpha_s + 2 * (2 - 1) / 2 * sum(LENET_BYTES) / pair_beta
+    single, single_epochs = trial("one", "sharded", 1)
+    row, epochs = trial("two", "sharded", 2)
+    epoch_s = STEPS * (PER_EXAMPLE_S * (GLOBAL_BATCH // 2) * CONTENTION[2] + OTHER_S + comm_s)
+    row["mean_epoch_time_s"] = epoch_s
+    for epoch in epochs:
+        epoch.update(epoch_time_s=epoch_s, transport="gloo")
+    summary, frames = sweep((single, single_epochs), (row, epochs))
+    result = fit_and_validate(summary, frames, measured)
+    assert result.validation["error"].abs().max() < 0.01
+    own = result.predictions[~result.predictions["link"].isin([link.name for link in INTERCONNECTS])]
+    assert set(own["link"]) == {"gloo reduce-scatter + all-gather (measured)"}

@@ -226,6 +226,10 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
     (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
     (["--stop-at-target"], "--stop-at-target needs --target-acc"),
+    (["--preset", "exercises", "--straggler-slowdown", "0.5"],
+     "straggler slowdown must be a number >= 1, got 0.5"),
+    (["--preset", "exercises", "--quick", "--baseline-threads", "-1"],
+     "baseline threads must be >= 0, got -1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     out_dir = tmp_path / "out"
