@@ -119,8 +119,10 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"test images{' (subsets)' if _data_note(base) else ''}",
                  f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {_sessions_line(request.out_dir, started)}"]
+        # The fitted sweep's: before the cluster is known, `auto` reads as GPU workers.
         sheet = answer_sheet.build(summary, epochs, calibration, data_note=_data_note(base),
-                                   use_gpu=base.use_gpu, num_test_examples=base.num_test_examples)
+                                   use_gpu=sweep.base.use_gpu,
+                                   num_test_examples=base.num_test_examples)
         paths = write_results(request.out_dir, summary, epochs, evaluations, title_lines=title,
                               target_acc=base.target_acc,
                               sections=(sheet.model_section, sheet.answers))

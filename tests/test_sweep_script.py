@@ -192,7 +192,8 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
                 assert f"Ray cluster at 127.0.0.1:{port}: 2 node(s), 2 CPUs" in run.stdout
                 _assert_complete_results(out_dir, 2, run.stdout)
                 workers = _ray_list("actors", "class_name=RayTrainWorker", dashboard_port, env)
-                assert len(workers) == 3 and len({w["node_id"] for w in workers}) == 2
+                # 1 + 2 for the trials, 2 for the calibration before them (one per node).
+                assert len(workers) == 5 and len({w["node_id"] for w in workers}) == 2
                 # A cluster we did not start may autoscale: the fits asked Ray's
                 # autoscaling coordinator for their workers, as Ray Train does.
                 assert len(_ray_list("actors", "class_name=_AutoscalingCoordinatorActor",
