@@ -3,11 +3,11 @@ ResNet-18 and 16 workers, devices of different speed, overlapping steps."""
 
 import pandas as pd
 
-from orchestrator.answers_base import (EXERCISES_COMMAND, GPU_COMMAND, Noise, as_list,
+from orchestrator.answers_base import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
                                        at_workers, compare_times, missing_part, numbers,
                                        one_worker_count, part_trials, percent, timed,
                                        within_noise)
-from orchestrator.results import FAILED, markdown_table
+from orchestrator.results import FAILED, markdown_table, per_worker_values
 
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 
@@ -168,15 +168,15 @@ def _last_epoch(epochs: pd.DataFrame, trial_id: str) -> pd.Series | None:
 
 
 def _joined(epoch: pd.Series | None, column: str, spec: str) -> str:
-    values = as_list(epoch[column]) if epoch is not None and column in epoch else None
+    values = per_worker_values(epoch[column]) if epoch is not None and column in epoch else None
     return " / ".join(format(value, spec) for value in values) if values else ""
 
 
 def _ideal_epoch_s(last: pd.Series | None) -> float | None:
     """An epoch with its compute re-divided by measured speed: each worker's
     examples per second from its share and seconds, the rest of the epoch kept."""
-    shares = as_list(last["worker_shares"]) if last is not None else None
-    compute_s = as_list(last["worker_compute_s"]) if last is not None else None
+    shares = per_worker_values(last["worker_shares"]) if last is not None else None
+    compute_s = per_worker_values(last["worker_compute_s"]) if last is not None else None
     if not shares or not compute_s:
         return None
     speeds = [share / seconds for share, seconds in zip(shares, compute_s)]

@@ -2,7 +2,6 @@
 two identical trials, comparisons that respect it, and the commands that fill
 a gap in a sweep."""
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -118,15 +117,6 @@ def one_worker_count(trials: pd.DataFrame) -> str:
     return (f"This sweep ran {counts} worker(s) only, and the answer needs two worker counts "
             f"or more: `{MORE_WORKERS_COMMAND}` runs 1, 2, 4, ... up to what the cluster "
             f"holds.")
-
-
-def as_list(values) -> list | None:
-    """A per-worker list; epochs.csv read back holds it as text like "[170, 86]"."""
-    if isinstance(values, (list, tuple)):
-        return list(values)
-    if isinstance(values, str) and values.startswith("["):
-        return json.loads(values)
-    return None
 
 
 def numbers(values) -> str:

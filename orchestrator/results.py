@@ -6,6 +6,7 @@ Output: `trials.csv`, `epochs.csv`, `evaluations.csv`, `report.md` and four
 PNG plots, each written atomically.
 """
 
+import json
 import math
 from pathlib import Path
 
@@ -210,6 +211,16 @@ def markdown_table(frame: pd.DataFrame) -> str:
     body = ["| " + " | ".join(cell(value) for value in row) + " |"
             for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
+
+
+def per_worker_values(values) -> list | None:
+    """A per-worker list (shares, compute seconds); epochs.csv read back holds it as
+    text, "[170, 86]"; None for a trial run before these were recorded."""
+    if isinstance(values, (list, tuple)):
+        return list(values)
+    if isinstance(values, str) and values.startswith("["):
+        return json.loads(values)
+    return None
 
 
 def _per_worker(values, spec: str) -> str:

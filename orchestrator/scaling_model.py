@@ -26,7 +26,7 @@ from orchestrator.collectives import flat_buckets
 from orchestrator.config import TrainConfig
 from orchestrator.data import even_shares
 from orchestrator.models import build_model
-from orchestrator.results import FAILED, SCALING_GROUP
+from orchestrator.results import FAILED, SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 MEGABYTE = 1024 * 1024
@@ -116,7 +116,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     usable = summary[summary["status"] != FAILED]
     singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
     # A baseline needs its workers' compute seconds (older sweeps did not record them).
-    timed = epochs["worker_compute_s"].map(lambda values: isinstance(values, (str, list)))
+    timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
     singles = singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
     if not samples or singles.empty:
         return None
@@ -210,7 +210,7 @@ def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None
 
 def _baseline_costs(single: pd.Series, epochs: pd.DataFrame) -> _Baseline:
     history = _steady(epochs[epochs["trial_id"] == single["trial_id"]])
-    compute_s = history["worker_compute_s"].map(lambda v: max(_as_list(v)))
+    compute_s = history["worker_compute_s"].map(lambda v: max(per_worker_values(v)))
     steps = int(single["steps_per_epoch"])
     other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
     return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).median(),
@@ -299,13 +299,6 @@ def _bucket_bytes(model: str, precision: str, bucket_cap_mb: float) -> tuple[int
 def _steady(history: pd.DataFrame) -> pd.DataFrame:
     """The epochs past warm-up: all but the first when there are at least three."""
     return history[history["epoch"] > history["epoch"].min()] if len(history) >= 3 else history
-
-
-def _as_list(values) -> list[float]:
-    """A per-worker list; epochs.csv read back holds it as text, "[7.02, 7.14]"."""
-    if isinstance(values, str):
-        return [float(v) for v in values.strip("[]").split(",")]
-    return list(values)
 
 
 def plot_scaling_model(axes, result: ScalingResult) -> None:
