@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.answers import render_answers
-from orchestrator.results import markdown_table
+from orchestrator.results import markdown_table, pyplot, save_png
 from orchestrator.rundir import write_atomically
 from orchestrator.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
                                          contention as contention_factor)
@@ -41,17 +41,9 @@ def write(out_dir: Path, sheet: AnswerSheet) -> dict[str, Path]:
         return {"answers.md": paths["answers.md"]}
     write_atomically(paths["scaling_model.csv"],
                      lambda path: sheet.scaling.predictions.to_csv(path, index=False))
-    import matplotlib  # slow to import: only for the file
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = pyplot().subplots(figsize=(7, 4.5))
     plot_scaling_model(axes, sheet.scaling)
-    figure.tight_layout()
-    write_atomically(paths["scaling_model.png"],
-                     lambda path: figure.savefig(path, dpi=120, format="png"))
-    plt.close(figure)
+    save_png(figure, paths["scaling_model.png"])
     return paths
 
 

@@ -45,12 +45,12 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
         transport = (make_transport(device, largest_bytes, shared_memory=True)
                      if kind == "shared memory" else group_transport())
         samples += [{"transport": transport.name, "num_workers": get_world_size(),
-                     "bytes": nbytes, "seconds": _allreduce_s(transport.allreduce_, nbytes, device)}
+                     "bytes": nbytes, "seconds": _collective_s(transport.allreduce_, nbytes, device)}
                     for nbytes in _sizes(largest_bytes)]
     if sharded and get_world_size() > 1:
         samples += [{"transport": f"{group_transport().name} {SHARDED_PAIR}",
                      "num_workers": get_world_size(), "bytes": nbytes,
-                     "seconds": _allreduce_s(_reduce_scatter_all_gather, nbytes, device)}
+                     "seconds": _collective_s(_reduce_scatter_all_gather, nbytes, device)}
                     for nbytes in _sizes(largest_bytes)]
     return {"num_workers": get_world_size(), "device": device.type, "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
@@ -78,16 +78,16 @@ def _reduce_scatter_all_gather(flat: torch.Tensor) -> None:
     all_gather_(flat)
 
 
-def _allreduce_s(allreduce, nbytes: int, device: torch.device) -> float:
-    """Median seconds of one call of `allreduce` (or another in-place collective) on
-    `nbytes` of float32, a multiple of the workers in elements."""
+def _collective_s(collective, nbytes: int, device: torch.device) -> float:
+    """Median seconds of one call of an in-place collective on `nbytes` of float32,
+    a multiple of the workers in elements."""
     numel = nbytes // 4 - nbytes // 4 % get_world_size()
     tensor = torch.ones(numel, dtype=torch.float32, device=device)
     seconds = []
     for repeat in range(REPEATS + 2):  # two to warm up
         _synchronize(device)
         started = time.perf_counter()
-        allreduce(tensor)
+        collective(tensor)
         _synchronize(device)
         seconds.append(time.perf_counter() - started)
     return statistics.median(seconds[2:])

@@ -264,18 +264,29 @@ def _edge_flag(best: float, searched: list[float]) -> str:
     return "no"
 
 
-def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
-              target_acc: float | None, paths: dict[str, Path]) -> None:
-    # Imported here: matplotlib is slow to import and only needed for the files.
+def pyplot():
+    """matplotlib's pyplot, drawing to files; imported only here, where a plot is
+    made: it is slow to import."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+    return plt
+
+
+def save_png(figure, path: Path) -> None:
+    """Write `figure` to `path` atomically and free it."""
+    figure.tight_layout()
+    write_atomically(path, lambda target: figure.savefig(target, dpi=120, format="png"))
+    pyplot().close(figure)
+
+
+def _plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+              target_acc: float | None, paths: dict[str, Path]) -> None:
+    plt = pyplot()
 
     def save(figure, name: str) -> None:
-        figure.tight_layout()
-        write_atomically(paths[name], lambda path: figure.savefig(path, dpi=120, format="png"))
-        plt.close(figure)
+        save_png(figure, paths[name])
 
     # Labels name the run axes the sweep varied.
     varied = [axis for axis in SPEEDUP_AXES if summary[axis].nunique() > 1]
