@@ -45,7 +45,8 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
         transport = (make_transport(device, largest_bytes, shared_memory=True)
                      if kind == "shared memory" else group_transport())
         samples += [{"transport": transport.name, "num_workers": get_world_size(),
-                     "bytes": nbytes, "seconds": _collective_s(transport.allreduce_, nbytes, device)}
+                     "bytes": nbytes,
+                     "seconds": _collective_s(transport.allreduce_, nbytes, device)}
                     for nbytes in _sizes(largest_bytes)]
     if sharded and get_world_size() > 1:
         samples += [{"transport": f"{group_transport().name} {SHARDED_PAIR}",
