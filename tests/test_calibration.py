@@ -36,9 +36,9 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
         sizes = [s["bytes"] for s in samples]
         # From 1 KB by 4x up to 4x the model's bytes.
         assert sizes[0] == SMALLEST_BYTES and sizes[-1] <= 4 * LENET_BYTES < 4 * sizes[-1]
+        # Only that each size was timed: which size costs more is a measurement, and
+        # a loaded CI node once took 3.8 ms over 1 KB, 0.4 ms over 1 MB.
         assert all(s["num_workers"] == 2 and s["seconds"] > 0 for s in samples)
-        # The bandwidth end costs more than the latency end.
-        assert samples[-1]["seconds"] > samples[0]["seconds"]
     compute = {row["num_workers"]: row["seconds_per_example"] for row in measured["compute"]}
     assert sorted(compute) == [1, 2] and all(s > 0 for s in compute.values())
 
