@@ -274,6 +274,8 @@ class SweepConfig:
             raise UserError("--stop-at-target needs --target-acc: which accuracy to stop at")
         if self.baseline_threads is not None:
             _require_int(self.baseline_threads, "baseline threads", minimum=0)
+        if self.study == "exercises":
+            _check_one_value_each(self)
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
@@ -379,6 +381,19 @@ def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple
             raise UserError(f"the list of {name} is empty")
         if len(set(values)) != len(values):
             raise UserError(f"the list of {name} repeats a value: {list(values)}")
+
+
+def _check_one_value_each(sweep: "SweepConfig") -> None:
+    """The exercises study draws its own grids: an axis it takes one value of, or a
+    batch scaling it sets per part, given otherwise would be silently dropped."""
+    for name, values in (("batch sizes", sweep.batch_sizes), ("momentums", sweep.momentums),
+                         ("precisions", sweep.precision)):
+        if len(values) > 1:
+            raise UserError(f"the exercises study takes one of its {name}, got {list(values)}; "
+                            f"sweep them with --study grid")
+    if sweep.batch_scaling != "global":
+        raise UserError("the exercises study sets the batch scaling of each part itself; "
+                        "drop --batch-scaling or use --study grid")
 
 
 def _check_choices(config) -> None:

@@ -1,6 +1,7 @@
 """`--preset exercises`: the union of small grids the book's exercises need, fitted
 to a cluster, `--quick`, and the emulated straggler of 13.6's exercise 2."""
 
+import re
 import time
 from collections import Counter
 
@@ -74,6 +75,22 @@ def test_quick_beside_a_config_file_is_refused(tmp_path):
     with pytest.raises(UserError, match="--quick"):
         plan.sweep_request(cli.sweep_parser("").parse_args(
             ["--config", str(config), "--quick", "--out", str(tmp_path / "out")]))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--batch-size", "64,128"], "one of its batch sizes, got [64, 128]"),
+    (["--momentum", "0,0.9"], "one of its momentums, got [0.0, 0.9]"),
+    (["--precision", "fp32,bf16"], "one of its precisions, got ['fp32', 'bf16']"),
+    (["--batch-scaling", "per-worker"], "sets the batch scaling of each part itself"),
+])
+def test_an_axis_the_study_would_drop_is_refused(tmp_path, args, fragment):
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        _fitted(tmp_path, *args)
+
+
+def test_one_value_of_an_axis_is_taken(tmp_path):
+    sweep = _fitted(tmp_path, "--momentum", "0.9", "--precision", "bf16")
+    assert {(p.train.momentum, p.train.precision) for p in sweep.grid} == {(0.9, "bf16")}
 
 
 @pytest.mark.parametrize("value", ["0.5", "nan"])
