@@ -45,7 +45,7 @@ EXERCISES = [
 def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
                    data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions`, `links` and `contention`; `num_test_examples`
+    `validation`, `predictions` and `links`; `num_test_examples`
     sets the accuracy noise's floor."""
     noise = estimate_noise(summary, num_test_examples)
     rule = linear_rule(summary, noise)

@@ -96,7 +96,6 @@ class ScalingResult:
     # global_batch_size, epoch_s, compute_s, comm_s, speedup, efficiency;
     # num_workers in PREDICTED_WORKERS
     predictions: pd.DataFrame
-    contention: dict[int, float]
 
 
 @dataclass(frozen=True)
@@ -147,8 +146,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     return ScalingResult(
         links=pd.DataFrame([vars(link) for link in links]).rename(columns={"name": "link"}),
         validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
-        predictions=pd.concat(predictions, ignore_index=True),
-        contention={k: contention(calibration, k) for k in PREDICTED_WORKERS})
+        predictions=pd.concat(predictions, ignore_index=True))
 
 
 _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
