@@ -109,3 +109,15 @@ def flat_buckets(tensors: Iterable[torch.Tensor], cap_bytes: int) -> Iterator[li
         size += nbytes
     if bucket:
         yield bucket
+
+
+def views_like(tensors: Iterable[torch.Tensor], flat: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Each tensor's place in `flat`, one after another, laid out in memory as the
+    tensor is: channels-last conv weights stay channels-last, so that backward and
+    the optimizer see the strides they expect."""
+    offset = 0
+    for tensor in tensors:
+        dense = tensor.is_contiguous() or tensor.is_contiguous(memory_format=torch.channels_last)
+        assert dense, f"a tensor of shape {list(tensor.shape)} is not dense"
+        yield flat[offset:offset + tensor.numel()].as_strided(tensor.size(), tensor.stride())
+        offset += tensor.numel()

@@ -17,12 +17,11 @@ statistics are buffers, not parameters: they stay per worker, as with the
 other strategies. No Ray here, and no import of sync.py (which uses this).
 """
 
-from collections.abc import Iterator
-
 import torch
 from torch import nn
 
-from orchestrator.collectives import all_gather_, get_rank, get_world_size, reduce_scatter_
+from orchestrator.collectives import (all_gather_, get_rank, get_world_size, reduce_scatter_,
+                                      views_like)
 
 
 class ParameterShards:
@@ -43,8 +42,8 @@ class ParameterShards:
         self.flat_param = torch.zeros(num_workers * part_numel, dtype=dtype, device=device)
         self.flat_grad = torch.zeros_like(self.flat_param)
         with torch.no_grad():
-            for param, param_view, grad_view in zip(self.params, self._views(self.flat_param),
-                                                    self._views(self.flat_grad)):
+            for param, param_view, grad_view in zip(self.params, views_like(self.params, self.flat_param),
+                                                    views_like(self.params, self.flat_grad)):
                 param_view.copy_(param)
                 param.data = param_view
                 param.grad = grad_view
@@ -55,7 +54,7 @@ class ParameterShards:
         self.optimizer = torch.optim.SGD([self.own_param], **_hyperparameters(optimizer))
         for key in _state_keys(optimizer):  # SGD's: momentum_buffer, once it has stepped
             flat = torch.zeros_like(self.flat_param)
-            for param, view in zip(self.params, self._views(flat)):
+            for param, view in zip(self.params, views_like(self.params, flat)):
                 view.copy_(optimizer.state[param][key])
             self.optimizer.state[self.own_param][key] = flat.view(num_workers, -1)[get_rank()].clone()
         optimizer.state.clear()  # held in parts from now on
@@ -84,18 +83,9 @@ class ParameterShards:
             flat.view(get_world_size(), -1)[get_rank()].copy_(part)
             all_gather_(flat)
             # Views of `flat`, not copies: one whole state in memory, once an epoch.
-            for index, view in enumerate(self._views(flat)):
+            for index, view in enumerate(views_like(self.params, flat)):
                 state_dict["state"].setdefault(index, {})[key] = view
         return state_dict
-
-    def _views(self, flat: torch.Tensor) -> Iterator[torch.Tensor]:
-        """Each parameter's place in `flat`, laid out in memory as the parameter is
-        (channels-last weights stay channels-last)."""
-        offset = 0
-        for param in self.params:
-            assert param.is_contiguous() or param.is_contiguous(memory_format=torch.channels_last)
-            yield flat[offset:offset + param.numel()].as_strided(param.size(), param.stride())
-            offset += param.numel()
 
 
 def _hyperparameters(optimizer: torch.optim.Optimizer) -> dict:

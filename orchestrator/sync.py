@@ -22,7 +22,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from orchestrator.collectives import allreduce_, flat_buckets, get_world_size, wait_busy
+from orchestrator.collectives import (allreduce_, flat_buckets, get_world_size, views_like,
+                                      wait_busy)
 from orchestrator.sharded import ParameterShards
 from orchestrator.shm_allreduce import SharedMemoryAllreduce
 from orchestrator.timing import DeviceTimer
@@ -160,11 +161,8 @@ class BucketedSync(GradientSync):
         for bucket in _buckets(model, bucket_cap_mb):
             buffer = torch.zeros(sum(p.numel() for p in bucket), dtype=bucket[0].dtype,
                                  device=device)
-            for param, view in zip(bucket, buffer.split([p.numel() for p in bucket])):
-                # Laid out as its parameter is (channels-last conv weights too),
-                # so that backward and the optimizer see matching strides.
-                assert _dense(param), f"a parameter of shape {list(param.shape)} is not dense"
-                param.grad = view.as_strided(param.shape, param.stride())
+            for param, view in zip(bucket, views_like(bucket, buffer)):
+                param.grad = view
             self.buffers.append(buffer)
 
     def zero_grad(self) -> None:
@@ -309,8 +307,3 @@ def _buckets(model: nn.Module, bucket_cap_mb: float) -> Iterator[list[torch.Tens
 
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
-
-
-def _dense(tensor: torch.Tensor) -> bool:
-    """Whether the tensor's elements fill its storage span without gaps or overlaps."""
-    return tensor.is_contiguous() or tensor.is_contiguous(memory_format=torch.channels_last)
