@@ -25,7 +25,7 @@ EXIT_USER_ERROR = 2
 AUTO = "auto"
 _METAVARS = {int: "N", float: "X"}
 # Options of a sweep's trials as Tune runs them: train.py has no Tune.
-SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target", "study", "baseline_threads")
+SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target", "study", "calibrate", "baseline_threads")
 
 
 class OneLineParser(argparse.ArgumentParser):

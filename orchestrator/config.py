@@ -260,6 +260,9 @@ class SweepConfig:
     study: Literal["grid", "exercises"] = option(
         "grid", "grid: every combination of the axes; exercises: the trials the book's "
                 "exercises need, drawn from the axes (orchestrator/exercises.py)")
+    calibrate: bool = option(
+        True, "a sweep of two or more worker counts first times its transports and its "
+              "workers' compute contention, for the report's scaling model")
     baseline_threads: int | None = option(
         0, "exercises: one more 1-worker trial with this many threads, the best single "
            "process of a CPU node (the preset's: a node's CPUs); 0: none")
@@ -268,8 +271,9 @@ class SweepConfig:
         _check_choices(self)
         _check_axes(self.workers, self.batch_sizes, self.lrs, self.momentums,
                     *(getattr(self, name) for name in RUN_AXES))
-        if not isinstance(self.stop_at_target, bool):
-            raise UserError(f"stop_at_target must be true or false, got {self.stop_at_target!r}")
+        for name in ("stop_at_target", "calibrate"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.stop_at_target and self.base.target_acc is None:
             raise UserError("--stop-at-target needs --target-acc: which accuracy to stop at")
         if self.baseline_threads is not None:

@@ -142,11 +142,12 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
 
 def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
     """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
-    its calibration.json. None for a sweep of one worker count (nothing to model)."""
+    its calibration.json. None for a sweep of one worker count (nothing to model),
+    or one told not to calibrate."""
     path = request.out_dir / "calibration.json"
     if path.exists():
         return json.loads(path.read_text())
-    if len(set(sweep.workers)) < 2:
+    if len(set(sweep.workers)) < 2 or not sweep.calibrate:
         return None
     from ray.train import TrainingFailedError
 

@@ -54,7 +54,8 @@ def test_defaults_come_from_the_dataclass():
 
 def test_a_sweep_round_trips_through_its_flat_form():
     sweep = SweepConfig.from_dict({"workers": [1, 2], "lrs": [0.1, 0.3], "num_epochs": 2,
-                                   "batch_scaling": "per-worker", "batch_sizes": [64]})
+                                   "batch_scaling": "per-worker", "batch_sizes": [64],
+                                   "calibrate": False})
     assert SweepConfig.from_dict(sweep.to_dict()) == sweep
     assert [point.index for point in sweep.grid] == [0, 1, 2, 3]
     assert [point.train.global_batch_size for point in sweep.grid] == [64, 64, 128, 128]

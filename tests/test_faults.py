@@ -124,7 +124,8 @@ def test_a_killed_worker_in_a_sweep_trial_restarts_and_the_trial_finishes(tmp_pa
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGKILL"])
 def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, stop):
     out_dir = tmp_path / "out"
-    args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--out", str(out_dir)]
+    args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--no-calibrate",
+            "--out", str(out_dir)]
     process = _popen("sweep.py", *args)
     seen: list[str] = []
     try:
