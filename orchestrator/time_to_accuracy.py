@@ -13,8 +13,8 @@ import pandas as pd
 from orchestrator.target import first_reaching
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
-RANKING_COLUMNS = ["trial_id", "num_workers", "global_batch_size", "lr", "momentum", "sync",
-                   "split", "precision",
+RANKING_COLUMNS = ["trial_id", "model", "num_workers", "global_batch_size", "lr", "momentum",
+                   "sync", "split", "precision",
                    "epochs_to_target", "train_s_to_target", "wall_s_to_target", "rank_by_wall",
                    "book_recipe", "status"]
 
@@ -51,9 +51,10 @@ def recommendation(summary: pd.DataFrame, target_acc: float) -> str:
     if table.empty:
         return f"No trial reached test accuracy {target_acc:g}."
     best = table.iloc[0]
+    setup = "".join(f", {value}" for value in _swept_setup(best, summary))
     line = (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
-            f"lr {best['lr']:g} (momentum {best['momentum']:g}) reached {target_acc:g} in "
-            f"{best['train_s_to_target']:.1f} s of training")
+            f"lr {best['lr']:g} (momentum {best['momentum']:g}){setup} reached {target_acc:g} "
+            f"in {best['train_s_to_target']:.1f} s of training")
     recipe = summary[summary["book_recipe"].astype(bool)]
     recipe_reached = recipe.dropna(subset=["train_s_to_target"])
     if not recipe_reached.empty:
@@ -85,8 +86,9 @@ def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame
     for row in summary.itertuples():
         trial = evaluations[evaluations["trial_id"] == row.trial_id].sort_values("epoch")
         axes.plot(trial["train_s"], trial["test_acc"], marker=".",
-                  label=f"{row.num_workers}w b={row.global_batch_size} lr={row.lr:g} "
-                        f"m={row.momentum:g}")
+                  label=" ".join([f"{row.num_workers}w b={row.global_batch_size} lr={row.lr:g} "
+                                  f"m={row.momentum:g}",
+                                  *_swept_setup(row._asdict(), summary)]))
     if target_acc is not None:
         axes.axhline(target_acc, color="k", linestyle="--", label=f"target {target_acc:g}")
     axes.set(xlabel="training seconds (evaluation excluded)", ylabel="test acc",
@@ -94,6 +96,13 @@ def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame
     axes.grid(alpha=0.3)
     # Beside the plot: a sweep's many trials would hide the curves under it.
     axes.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
+def _swept_setup(trial, summary: pd.DataFrame) -> list[str]:
+    """The trial's model, sync strategy, split and precision, each only where the
+    sweep had more than one: what tells two otherwise equal trials apart."""
+    return [f"{column} {trial[column]}" for column in ("model", "sync", "split", "precision")
+            if summary[column].nunique() > 1]
 
 
 def _recipe_outcome(row, target_acc: float) -> str:

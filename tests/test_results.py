@@ -200,6 +200,12 @@ def test_ranking_and_the_recommended_line_against_the_books_recipe():
         "13.50 times faster than the book's recipe on this cluster (27.0 s).")
     without_recipe = summary[~summary["book_recipe"]]
     assert "was not run in this sweep" in time_to_accuracy.recommendation(without_recipe, 0.8)
+    # Where the sweep had more than one strategy or precision, the line names the best's.
+    first = summary["trial_id"] == "first"
+    strategies = summary.assign(sync=first.map({True: "sharded", False: "scratch"}),
+                                precision=first.map({True: "bf16", False: "fp32"}))
+    assert time_to_accuracy.recommendation(strategies, 0.8).startswith(
+        "2 worker(s), batch 128, lr 0.05 (momentum 0.9), sync sharded, precision bf16 reached 0.8")
 
 
 def test_the_report_has_the_time_to_accuracy_section_and_plot(tmp_path):
@@ -208,7 +214,7 @@ def test_the_report_has_the_time_to_accuracy_section_and_plot(tmp_path):
                           epochs, evaluations, title_lines=[], target_acc=0.8)
     report = paths["report.md"].read_text()
     section = report[report.index("## Time to accuracy"):report.index("## Files")]
-    assert section.index("| first | 2 | 128 |") < section.index("| mid | 1 | 256 |")
+    assert section.index("| first | lenet | 2 | 128 |") < section.index("| mid | lenet | 1 | 256 |")
     assert "2 worker(s) did not reach it in 36.0 s of training [finished]" in section
     assert "**Recommended:** 2 worker(s), batch 128, lr 0.05 (momentum 0.9)" in section
     assert paths["test_acc_vs_time.png"].stat().st_size > 0
