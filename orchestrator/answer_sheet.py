@@ -51,9 +51,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
     lines = ["## Scaling model", ""]
     if calibration is None:
         return "\n".join(lines + ["No calibration.json: the sweep ran no microbenchmark "
-                                  "(one worker count only, --no-calibrate, or it failed; see the sweep's "
-                                  "output).",
-                                  ""])
+                                  "(one worker count only, --no-calibrate, or it failed; see "
+                                  "the sweep's output).", ""])
     if scaling is None:
         return "\n".join(lines + ["The model needs a finished 1-worker trial and allreduce "
                                   "samples from at least two workers; this sweep has not both.",

@@ -42,8 +42,9 @@ class ParameterShards:
         self.flat_param = torch.zeros(num_workers * part_numel, dtype=dtype, device=device)
         self.flat_grad = torch.zeros_like(self.flat_param)
         with torch.no_grad():
-            for param, param_view, grad_view in zip(self.params, views_like(self.params, self.flat_param),
-                                                    views_like(self.params, self.flat_grad)):
+            for param, param_view, grad_view in zip(
+                    self.params, views_like(self.params, self.flat_param),
+                    views_like(self.params, self.flat_grad)):
                 param_view.copy_(param)
                 param.data = param_view
                 param.grad = grad_view
