@@ -80,8 +80,10 @@ def _uneven(history: list[dict]) -> bool:
                for row in history)
 
 
-def _one_device_parameters(dataset) -> dict[str, torch.Tensor]:
-    return _run(_config(("scratch", "lenet", UNEVEN_BATCH, "fp64")), dataset)[1]["model"]
+@pytest.fixture(scope="module")
+def one_device_parameters(fashion_mnist_small) -> dict[str, torch.Tensor]:
+    """The reference of every strategy: they are one update on one device."""
+    return _run(_config(("scratch", "lenet", UNEVEN_BATCH, "fp64")), fashion_mnist_small)[1]["model"]
 
 
 def _proportional(num_workers: int, sync: str):
@@ -92,42 +94,49 @@ def _proportional(num_workers: int, sync: str):
 @pytest.mark.cluster
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_two_workers_with_proportional_shares_match_one_device(ray_session, fashion_mnist_small,
-                                                                tmp_path, sync):
-    reference = _one_device_parameters(fashion_mnist_small)
+                                                                one_device_parameters, tmp_path,
+                                                                sync):
     result = run_trial(_proportional(2, sync), ray.put(fashion_mnist_small),
                        name=f"split-{sync}", storage_path=str(tmp_path), max_failures=0)
     assert _uneven(result.return_value), [row["worker_shares"] for row in result.return_value]
     with result.checkpoint.as_directory() as folder:
         state, _, _ = load_checkpoint(Path(folder))
-    _assert_same_updates(state["model"], reference)
+    _assert_same_updates(state["model"], one_device_parameters)
 
 
-def _three_process_body(rank: int, port: int, sync: str, dataset, results) -> None:
+def _three_process_body(rank: int, port: int, dataset, results) -> None:
     # Three workers do not fit the tests' 2-CPU Ray, so a plain gloo group runs
-    # the same loop, as a Ray Train worker group would.
+    # the same loop, as a Ray Train worker group would: every strategy in turn.
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
     try:
-        states = []
-        history = run_training(_proportional(3, sync), dataset, device=torch.device("cpu"),
-                               report=lambda metrics, state, *_: states.append(state))
-        if rank == 0:
-            results["model"], results["history"] = states[-1]["model"], history
+        for sync in SYNC_STRATEGIES:
+            states = []
+            history = run_training(_proportional(3, sync), dataset, device=torch.device("cpu"),
+                                   report=lambda metrics, state, *_: states.append(state))
+            if rank == 0:
+                results[sync] = states[-1]["model"], history
     finally:
         dist.destroy_process_group()
 
 
-# Three processes on the CI's two cores take 20-45 s each: the slow layer's.
-@pytest.mark.cluster
-@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
-def test_three_workers_with_proportional_shares_match_one_device(fashion_mnist_small, sync):
-    reference = _one_device_parameters(fashion_mnist_small)
+@pytest.fixture(scope="module")
+def three_worker_runs(fashion_mnist_small) -> dict:
+    """(final parameters, history) per strategy, from one start of three processes."""
     with shared_dict() as results:
         mp.spawn(_three_process_body, nprocs=3,
-                 args=(free_local_port(), sync, fashion_mnist_small, results))
-        results = dict(results)
-    assert _uneven(results["history"]), [row["worker_shares"] for row in results["history"]]
-    _assert_same_updates(results["model"], reference)
+                 args=(free_local_port(), fashion_mnist_small, results))
+        return dict(results)
+
+
+# Three processes on the CI's two cores take 30-60 s: the slow layer's.
+@pytest.mark.cluster
+@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+def test_three_workers_with_proportional_shares_match_one_device(three_worker_runs,
+                                                                  one_device_parameters, sync):
+    parameters, history = three_worker_runs[sync]
+    assert _uneven(history), [row["worker_shares"] for row in history]
+    _assert_same_updates(parameters, one_device_parameters)
 
 
 @pytest.mark.processes
