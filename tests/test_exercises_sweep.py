@@ -1,8 +1,7 @@
 """`--preset exercises --quick` end to end on a real embedded Ray: every exercise
 answered from the sweep's own trials, the scaling model fitted from its
 calibration, and `--resume` on the finished sweep rewriting the answer sheet
-without running a trial again. To keep the suite short it narrows --quick further:
-smaller subsets, 2 epochs, two learning rates and two strategies (11 trials, not 17)."""
+without running a trial again."""
 
 import json
 import os
@@ -19,9 +18,8 @@ from orchestrator.answers import EXERCISES
 @pytest.mark.timeout(900)
 def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it(tmp_path):
     out_dir = tmp_path / "out"
-    run = run_script("sweep.py", "--preset", "exercises", "--quick", "--train-limit", "3072",
-                     "--test-limit", "1000", "--epochs", "2", "--lr", "0.2,0.4",
-                     "--sync", "scratch,sharded", "--out", str(out_dir), timeout_s=600)
+    run = run_script("sweep.py", "--preset", "exercises", "--quick", "--out", str(out_dir),
+                     timeout_s=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     trials = pd.read_csv(out_dir / "trials.csv")
     assert (trials["status"] == "finished").all(), trials[["trial_id", "status", "error"]]
@@ -37,8 +35,7 @@ def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it
     assert answers.strip() in report
     headings = re.findall(r"^### (13\.\d\.\d)", answers, flags=re.MULTILINE)
     assert headings == [number for number, _, _ in EXERCISES]
-    assert "data subsets (3072 training / 1000 test images, 2 epochs)" in answers
-    assert set(trials["sync"]) == {"scratch", "sharded"} and set(trials["lr"]) >= {0.2, 0.4}
+    assert "data subsets (12000 training / 2000 test images, 3 epochs)" in answers
     # 13.5.4's sentence carries the evaluation seconds of the trials' own table.
     evaluating = re.search(r"Evaluating the test set took ([\d.]+) s on 1 worker", answers)
     one_worker = trials[(trials["part"] == "batch-global") & (trials["num_workers"] == 1)]
