@@ -37,7 +37,8 @@ from orchestrator.time_to_accuracy import ranking  # noqa: E402
 TARGET_ACC = 0.80
 TARGET_TRAIN_S = 20.0
 RECIPE = {"batch_sizes": (256,), "lrs": (0.2,), "momentums": (0.0,), "batch_scaling": "global",
-          "lr_scaling": "none", "warmup_epochs": 0}
+          "lr_scaling": "none", "warmup_epochs": 0, "model": "lenet", "sync": ("scratch",),
+          "split": ("even",), "precision": ("fp32",)}
 
 
 def recommended(sweep_dir: Path) -> tuple[SweepConfig, pd.Series]:
@@ -98,7 +99,10 @@ def main() -> None:
     chosen = one_trial(base, {"workers": (int(best["num_workers"]),),
                               "batch_sizes": (int(best["global_batch_size"]),),
                               "batch_scaling": "global", "lr_scaling": "none",
-                              "lrs": (float(best["lr"]),), "momentums": (float(best["momentum"]),)},
+                              "lrs": (float(best["lr"]),), "momentums": (float(best["momentum"]),),
+                              # What else the ranking tells trials apart by: this trial's own.
+                              "model": best["model"], "sync": (best["sync"],),
+                              "split": (best["split"],), "precision": (best["precision"],)},
                        args.target_acc, sweep.base.num_epochs)
     recipe = one_trial(base, {**RECIPE, "workers": (int(best["num_workers"]),)},
                        args.target_acc, args.recipe_epochs)
@@ -112,7 +116,9 @@ def main() -> None:
     ray.shutdown()
     figures = {"target_acc": args.target_acc,
                "recommended": (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
-                               f"lr {best['lr']:g}, momentum {best['momentum']:g}"),
+                               f"lr {best['lr']:g}, momentum {best['momentum']:g}, "
+                               f"{best['model']}, {best['sync']}, {best['split']} split, "
+                               f"{best['precision']}"),
                "threads_per_worker": chosen.base.threads_per_worker,
                "evals_per_epoch": chosen.base.evals_per_epoch}
     for name, results in runs.items():

@@ -1,8 +1,9 @@
-"""Collective helpers over torch.distributed, the identity without a process group.
+"""Collective helpers over torch.distributed, the identity without a process group,
+and the flat buffers they sum.
 
 Ray Train creates the process group (gloo on CPUs, NCCL on GPUs); nothing
-here creates one. With no group, or a group of one, every helper returns its
-input unchanged, so the training loop also runs in a single process.
+here creates one. With no group, or a group of one, every collective returns
+its input unchanged, so the training loop also runs in a single process.
 """
 
 import os

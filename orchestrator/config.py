@@ -393,11 +393,11 @@ def _check_one_value_each(sweep: "SweepConfig") -> None:
     for name, values in (("batch sizes", sweep.batch_sizes), ("momentums", sweep.momentums),
                          ("precisions", sweep.precision)):
         if len(values) > 1:
-            raise UserError(f"the exercises study takes one of its {name}, got {list(values)}; "
-                            f"sweep them with --study grid")
+            raise UserError(f"the exercises study uses one value of its {name}, got "
+                            f"{list(values)}: give one, or sweep them with --study grid")
     if sweep.batch_scaling != "global":
-        raise UserError("the exercises study sets the batch scaling of each part itself; "
-                        "drop --batch-scaling or use --study grid")
+        raise UserError(f"the exercises study sets each part's batch scaling itself, got "
+                        f"{sweep.batch_scaling}: use --batch-scaling global or --study grid")
 
 
 def _check_choices(config) -> None:

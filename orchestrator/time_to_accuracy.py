@@ -100,7 +100,8 @@ def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame
 
 def _swept_setup(trial, summary: pd.DataFrame) -> list[str]:
     """The trial's model, sync strategy, split and precision, each only where the
-    sweep had more than one: what tells two otherwise equal trials apart."""
+    sweep had more than one: beside workers, batch, lr and momentum, what a
+    sweep's axes tell trials apart by."""
     return [f"{column} {trial[column]}" for column in ("model", "sync", "split", "precision")
             if summary[column].nunique() > 1]
 

@@ -96,7 +96,7 @@ def _scaling() -> SimpleNamespace:
                                "global_batch_size": 256, "measured_epoch_s": [16.9, 9.6],
                                "predicted_epoch_s": [17.0, 9.1], "error": [0.006, -0.052]})
     return SimpleNamespace(validation=validation, predictions=predictions,
-                           links=pd.DataFrame({"link": links}), contention={2: 1.1})
+                           links=pd.DataFrame({"link": links}))
 
 
 def _render(summary=None, scaling="fake", data_note="", use_gpu=False) -> str:

@@ -78,10 +78,10 @@ def test_quick_beside_a_config_file_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--batch-size", "64,128"], "one of its batch sizes, got [64, 128]"),
-    (["--momentum", "0,0.9"], "one of its momentums, got [0.0, 0.9]"),
-    (["--precision", "fp32,bf16"], "one of its precisions, got ['fp32', 'bf16']"),
-    (["--batch-scaling", "per-worker"], "sets the batch scaling of each part itself"),
+    (["--batch-size", "64,128"], "one value of its batch sizes, got [64, 128]"),
+    (["--momentum", "0,0.9"], "one value of its momentums, got [0.0, 0.9]"),
+    (["--precision", "fp32,bf16"], "one value of its precisions, got ['fp32', 'bf16']"),
+    (["--batch-scaling", "per-worker"], "sets each part's batch scaling itself, got per-worker"),
 ])
 def test_an_axis_the_study_would_drop_is_refused(tmp_path, args, fragment):
     with pytest.raises(UserError, match=re.escape(fragment)):

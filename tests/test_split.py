@@ -129,7 +129,7 @@ def three_worker_runs(fashion_mnist_small) -> dict:
         return dict(results)
 
 
-# Three processes on the CI's two cores take 30-60 s: the slow layer's.
+# Three processes on the CI's two cores, every strategy: about 20 s, the slow layer's.
 @pytest.mark.cluster
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_three_workers_with_proportional_shares_match_one_device(three_worker_runs,

@@ -232,7 +232,7 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     (["--preset", "exercises", "--quick", "--baseline-threads", "-1"],
      "baseline threads must be >= 0, got -1"),
     (["--preset", "exercises", "--momentum", "0,0.9"],
-     "the exercises study takes one of its momentums, got [0.0, 0.9]"),
+     "the exercises study uses one value of its momentums, got [0.0, 0.9]"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     out_dir = tmp_path / "out"
