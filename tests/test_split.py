@@ -83,7 +83,8 @@ def _uneven(history: list[dict]) -> bool:
 @pytest.fixture(scope="module")
 def one_device_parameters(fashion_mnist_small) -> dict[str, torch.Tensor]:
     """The reference of every strategy: they are one update on one device."""
-    return _run(_config(("scratch", "lenet", UNEVEN_BATCH, "fp64")), fashion_mnist_small)[1]["model"]
+    reference = _config(("scratch", "lenet", UNEVEN_BATCH, "fp64"))
+    return _run(reference, fashion_mnist_small)[1]["model"]
 
 
 def _proportional(num_workers: int, sync: str):
