@@ -7,7 +7,7 @@ from orchestrator.answers_base import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
                                        at_workers, compare_times, missing_part, numbers,
                                        one_worker_count, part_trials, percent, timed,
                                        within_noise)
-from orchestrator.results import FAILED, markdown_table, per_worker_values
+from orchestrator.results import FAILED, markdown_table, per_worker_text, per_worker_values
 
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 
@@ -168,8 +168,7 @@ def _last_epoch(epochs: pd.DataFrame, trial_id: str) -> pd.Series | None:
 
 
 def _joined(epoch: pd.Series | None, column: str, spec: str) -> str:
-    values = per_worker_values(epoch[column]) if epoch is not None and column in epoch else None
-    return " / ".join(format(value, spec) for value in values) if values else ""
+    return per_worker_text(epoch[column], spec) if epoch is not None and column in epoch else ""
 
 
 def _ideal_epoch_s(last: pd.Series | None) -> float | None:

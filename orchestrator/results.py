@@ -100,11 +100,11 @@ def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
         first, last = history.iloc[0], history.iloc[-1]
         rows.append({"trial_id": row.trial_id, "sync": row.sync, "split": row.split,
                      "num_workers": row.num_workers,
-                     "first_epoch_shares": _per_worker(first["worker_shares"], "g"),
-                     "first_epoch_compute_s": _per_worker(first["worker_compute_s"], ".2f"),
+                     "first_epoch_shares": per_worker_text(first["worker_shares"], "g"),
+                     "first_epoch_compute_s": per_worker_text(first["worker_compute_s"], ".2f"),
                      "last_epoch": int(last["epoch"]),
-                     "last_epoch_shares": _per_worker(last["worker_shares"], "g"),
-                     "last_epoch_compute_s": _per_worker(last["worker_compute_s"], ".2f")})
+                     "last_epoch_shares": per_worker_text(last["worker_shares"], "g"),
+                     "last_epoch_compute_s": per_worker_text(last["worker_compute_s"], ".2f")})
     return pd.DataFrame(rows)
 
 
@@ -223,13 +223,10 @@ def per_worker_values(values) -> list | None:
     return None
 
 
-def _per_worker(values, spec: str) -> str:
-    """A per-worker list as `a / b`; epochs.csv read back holds it as text."""
-    if isinstance(values, str):
-        return values
-    if not isinstance(values, list):
-        return ""  # a trial run before these were recorded
-    return " / ".join(format(value, spec) for value in values)
+def per_worker_text(values, spec: str) -> str:
+    """A per-worker list as `a / b`, each value formatted by `spec`; empty for a
+    trial run before these were recorded."""
+    return " / ".join(format(value, spec) for value in per_worker_values(values) or ())
 
 
 def _status(row) -> str:
