@@ -27,10 +27,10 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
-from orchestrator import data  # noqa: E402
-from orchestrator.config import MODELS, PRECISIONS, TrainConfig  # noqa: E402
-from orchestrator.presets import PRESETS  # noqa: E402
-from orchestrator.loop import STATUS_OK, run_training  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import MODELS, PRECISIONS, TrainConfig  # noqa: E402
+from orchestrator.config.presets import PRESETS  # noqa: E402
+from orchestrator.training.loop import STATUS_OK, run_training  # noqa: E402
 
 NAME = "gpu"
 BOOK_PRESET = {"lenet": "d2l-13.5", "resnet18": "d2l-13.6"}

@@ -28,10 +28,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 from gpu import BOOK_PRESET, BOOK_RESNET18, TARGET, TARGET_EPOCH_S, TARGET_EPOCHS, TARGET_TEST_ACC  # noqa: E402
 
-from orchestrator import data  # noqa: E402
-from orchestrator.config import MODELS, SYNC_STRATEGIES, TrainConfig  # noqa: E402
-from orchestrator.presets import PRESETS  # noqa: E402
-from orchestrator.loop import run_training  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import MODELS, SYNC_STRATEGIES, TrainConfig  # noqa: E402
+from orchestrator.config.presets import PRESETS  # noqa: E402
+from orchestrator.training.loop import run_training  # noqa: E402
 
 NAME = "gpu_check"
 VARIANTS = {"fp32": dict(precision="fp32", channels_last=False),
@@ -60,8 +60,8 @@ def ray_trial_runner(dataset: data.FashionMNIST, storage: str):
     try:
         import ray
 
-        from orchestrator import cluster
-        from orchestrator.trial import run_trial
+        from orchestrator.driver import cluster
+        from orchestrator.driver.trial import run_trial
         cluster.connect(None)
         data_ref = ray.put(dataset)
     except Exception as error:  # whatever stops Ray there, the loop's figures still count

@@ -31,11 +31,11 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, free_port, median  # noqa: E402
 
-from orchestrator import cluster as ray_cluster  # noqa: E402
-from orchestrator import data  # noqa: E402
-from orchestrator.config import TrainConfig  # noqa: E402
-from orchestrator.trial import run_trial  # noqa: E402
-from orchestrator.loop import run_training  # noqa: E402
+from orchestrator.driver import cluster as ray_cluster  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import TrainConfig  # noqa: E402
+from orchestrator.driver.trial import run_trial  # noqa: E402
+from orchestrator.training.loop import run_training  # noqa: E402
 
 PER_WORKER_BATCH = 128
 GLOBAL_BATCH = 256

@@ -27,11 +27,11 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
-from orchestrator import cluster as ray_cluster  # noqa: E402
-from orchestrator import data  # noqa: E402
-from orchestrator.config import TrainConfig  # noqa: E402
-from orchestrator.trial import run_trial  # noqa: E402
-from orchestrator.worker import busy_process_on  # noqa: E402
+from orchestrator.driver import cluster as ray_cluster  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import TrainConfig  # noqa: E402
+from orchestrator.driver.trial import run_trial  # noqa: E402
+from orchestrator.training.worker import busy_process_on  # noqa: E402
 
 GLOBAL_BATCH = 256
 

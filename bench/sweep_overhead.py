@@ -26,10 +26,11 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
-from orchestrator import cluster as ray_cluster  # noqa: E402
-from orchestrator import data, ray_fastpath  # noqa: E402
-from orchestrator.config import SweepConfig  # noqa: E402
-from orchestrator.sweep import collect, run_sweep  # noqa: E402
+from orchestrator.driver import cluster as ray_cluster  # noqa: E402
+from orchestrator.training import data
+from orchestrator import ray_fastpath  # noqa: E402
+from orchestrator.config.options import SweepConfig  # noqa: E402
+from orchestrator.driver.tune_experiment import collect, run_sweep  # noqa: E402
 
 
 def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]:

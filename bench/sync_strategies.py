@@ -32,9 +32,9 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, free_port, median  # noqa: E402
 
-from orchestrator.collectives import allreduce_  # noqa: E402
-from orchestrator.models import build_model  # noqa: E402
-from orchestrator.sync import GradientSync, ShardedSync, make_sync  # noqa: E402
+from orchestrator.training.sync.collectives import allreduce_  # noqa: E402
+from orchestrator.training.models import build_model  # noqa: E402
+from orchestrator.training.sync.strategies import GradientSync, ShardedSync, make_sync  # noqa: E402
 
 WORLD_SIZE = 2
 LARGE_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -26,13 +26,13 @@ import ray
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
-from orchestrator import cluster as ray_cluster  # noqa: E402
-from orchestrator import data  # noqa: E402
-from orchestrator.config import SweepConfig  # noqa: E402
-from orchestrator.results import summarize_trials  # noqa: E402
-from orchestrator.rundir import SWEEP_FILE  # noqa: E402
-from orchestrator.sweep import collect, run_sweep  # noqa: E402
-from orchestrator.time_to_accuracy import ranking  # noqa: E402
+from orchestrator.driver import cluster as ray_cluster  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import SweepConfig  # noqa: E402
+from orchestrator.report.results import summarize_trials  # noqa: E402
+from orchestrator.driver.rundir import SWEEP_FILE  # noqa: E402
+from orchestrator.driver.tune_experiment import collect, run_sweep  # noqa: E402
+from orchestrator.report.time_to_accuracy import ranking  # noqa: E402
 
 TARGET_ACC = 0.80
 TARGET_TRAIN_S = 20.0

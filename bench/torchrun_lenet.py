@@ -22,10 +22,10 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from orchestrator import data  # noqa: E402
-from orchestrator.config import TrainConfig  # noqa: E402
-from orchestrator.models import build_model  # noqa: E402
-from orchestrator.sync import DDPSync  # noqa: E402
+from orchestrator.training import data  # noqa: E402
+from orchestrator.config.options import TrainConfig  # noqa: E402
+from orchestrator.training.models import build_model  # noqa: E402
+from orchestrator.training.sync.strategies import DDPSync  # noqa: E402
 
 
 def main() -> None:

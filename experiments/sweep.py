@@ -11,7 +11,8 @@ the options; each is a field of orchestrator.config.TrainConfig or SweepConfig.
 
 import sys
 
-from orchestrator import cli, jobs
+from orchestrator.config import cli
+from orchestrator.driver import jobs
 
 EXIT_TRIALS_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C

@@ -9,7 +9,8 @@ options; each is a field of orchestrator.config.TrainConfig.
 
 import sys
 
-from orchestrator import cli, jobs
+from orchestrator.config import cli
+from orchestrator.driver import jobs
 
 EXIT_TRAINING_FAILED = 1
 

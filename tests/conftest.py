@@ -4,7 +4,8 @@ import pytest
 import ray
 
 from helpers import REPO
-from orchestrator import cluster, data
+from orchestrator.driver import cluster
+from orchestrator.training import data
 
 
 @pytest.fixture(scope="session")

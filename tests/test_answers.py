@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator.answers import EXERCISES, render_answers
-from orchestrator.answers_base import EXERCISES_COMMAND, GPU_COMMAND
+from orchestrator.report.answers.sheet13_5 import EXERCISES, render_answers
+from orchestrator.report.answers.evidence import EXERCISES_COMMAND, GPU_COMMAND
 
 # A CPU node of 2 cores, K = (1, 2), 3 epochs, every part of the exercises preset:
 # trial_id, part, sync, split, batch_scaling, batch_size, lr, workers, threads,

@@ -7,10 +7,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator.calibration import SMALLEST_BYTES, measure
-from orchestrator.cluster import free_local_port
-from orchestrator.config import TrainConfig
-from orchestrator.models import build_model
+from orchestrator.training.calibration import SMALLEST_BYTES, measure
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.models import build_model
 
 LENET_BYTES = sum(p.numel() * p.element_size() for p in build_model("lenet", seed=0).parameters())
 

@@ -6,8 +6,9 @@ import re
 import pytest
 
 from helpers import REPO
-from orchestrator import cli, plan
-from orchestrator.config import SWEEP_FIELDS, TRAIN_FIELDS, SweepConfig, TrainConfig
+from orchestrator.config import cli
+from orchestrator.driver import plan
+from orchestrator.config.options import SWEEP_FIELDS, TRAIN_FIELDS, SweepConfig, TrainConfig
 
 
 def _flags(parser) -> set[str]:

@@ -11,7 +11,7 @@ import pytest
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
 
-from orchestrator.cluster import Cluster, free_local_port
+from orchestrator.driver.cluster import Cluster, free_local_port
 
 
 @ray.remote(num_cpus=0)

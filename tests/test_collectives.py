@@ -9,11 +9,11 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from helpers import shared_dict
-from orchestrator.cluster import free_local_port
-from orchestrator.collectives import (all_gather_, allreduce_, broadcast_, flat_buckets,
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.training.sync.collectives import (all_gather_, allreduce_, broadcast_, flat_buckets,
                                       gather_strings, get_rank, get_world_size, reduce_scatter_)
-from orchestrator.shm_allreduce import stores_in_program_order
-from orchestrator.sync import GradientSync, make_sync
+from orchestrator.training.sync.shm_allreduce import stores_in_program_order
+from orchestrator.training.sync.strategies import GradientSync, make_sync
 
 
 def _tensors_of(rank: int) -> list[torch.Tensor]:

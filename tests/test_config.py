@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.data import shard_bounds
+from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.training.data import shard_bounds
 from orchestrator.errors import UserError
 
 

@@ -4,7 +4,7 @@ import shutil
 import numpy as np
 import pytest
 
-from orchestrator import data
+from orchestrator.training import data
 from orchestrator.errors import UserError
 
 

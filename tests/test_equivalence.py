@@ -28,14 +28,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator import loop, models
-from orchestrator.checkpoint import load_checkpoint
-from orchestrator.cluster import free_local_port
-from orchestrator.config import SYNC_STRATEGIES, TrainConfig
-from orchestrator.loop import run_training
-from orchestrator.models import build_model
-from orchestrator.shm_allreduce import stores_in_program_order
-from orchestrator.trial import run_trial
+from orchestrator.training import loop
+from orchestrator.training import models
+from orchestrator.training.checkpoint import load_checkpoint
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
+from orchestrator.training.loop import run_training
+from orchestrator.training.models import build_model
+from orchestrator.training.sync.shm_allreduce import stores_in_program_order
+from orchestrator.driver.trial import run_trial
 
 # Two epochs of three steps: several updates, and a reshuffle in between.
 STEPS_PER_EPOCH = 3

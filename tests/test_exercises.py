@@ -8,10 +8,11 @@ from collections import Counter
 import pytest
 import torch
 
-from orchestrator import cli, plan
-from orchestrator.cluster import Cluster
+from orchestrator.config import cli
+from orchestrator.driver import plan
+from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
-from orchestrator.timing import DeviceTimer
+from orchestrator.training.timing import DeviceTimer
 
 
 def _fitted(tmp_path, *argv: str, nodes=({"CPU": 2.0},)):

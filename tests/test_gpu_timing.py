@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from orchestrator.cluster import free_local_port
-from orchestrator.models import build_model
-from orchestrator.sync import DDPSync
-from orchestrator.timing import DeviceTimer
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.training.models import build_model
+from orchestrator.training.sync.strategies import DDPSync
+from orchestrator.training.timing import DeviceTimer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 CUDA = torch.device("cuda")

@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from orchestrator.models import build_model
+from orchestrator.training.models import build_model
 
 
 def _num_parameters(model: nn.Module) -> int:

@@ -3,8 +3,10 @@ decided once from what the cluster's nodes hold (a `Cluster` as `connect` return
 
 import pytest
 
-from orchestrator import cli, jobs, plan
-from orchestrator.cluster import Cluster
+from orchestrator.config import cli
+from orchestrator.driver import jobs
+from orchestrator.driver import plan
+from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
 
 

@@ -24,9 +24,10 @@ STOCK_ENV = {**os.environ, ray_fastpath.SWITCH_ENV_VAR: "0"}
 STOCK_FIT = textwrap.dedent("""
     import json, sys
     import ray
-    from orchestrator import cluster, data
-    from orchestrator.config import TrainConfig
-    from orchestrator.trial import run_trial
+    from orchestrator.driver import cluster
+    from orchestrator.training import data
+    from orchestrator.config.options import TrainConfig
+    from orchestrator.driver.trial import run_trial
     from helpers import num_actors
 
     @ray.remote(num_cpus=0)

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator import time_to_accuracy
-from orchestrator.config import SweepConfig
-from orchestrator.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
+from orchestrator.report import time_to_accuracy
+from orchestrator.config.options import SweepConfig
+from orchestrator.report.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
                                   write_results)
-from orchestrator.rundir import write_atomically
-from orchestrator.sweep import is_complete
+from orchestrator.driver.rundir import write_atomically
+from orchestrator.driver.tune_experiment import is_complete
 
 # A sweep of LeNet, batch 256 (global), 3 epochs: lr 0.1/0.2/0.4 on 1 and 2 workers,
 # one 4-worker trial that failed before its first epoch, and one trial in a

@@ -5,12 +5,13 @@ import threading
 
 import pytest
 
-from orchestrator import cli, plan
-from orchestrator.cluster import Cluster
-from orchestrator.config import SweepConfig
+from orchestrator.config import cli
+from orchestrator.driver import plan
+from orchestrator.driver.cluster import Cluster
+from orchestrator.config.options import SweepConfig
 from orchestrator.errors import UserError
-from orchestrator.rundir import SWEEP_FILE, claim_out_dir
-from orchestrator.sweep import experiment_name, train_runs_path
+from orchestrator.driver.rundir import SWEEP_FILE, claim_out_dir
+from orchestrator.driver.tune_experiment import experiment_name, train_runs_path
 
 
 @pytest.mark.reliability(fault="two sweeps claiming one empty --out at the same moment",

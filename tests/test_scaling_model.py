@@ -4,8 +4,8 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from orchestrator.models import build_model
-from orchestrator.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, contention,
+from orchestrator.training.models import build_model
+from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, contention,
                                         fit_and_validate, fit_link, plot_scaling_model)
 
 PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a step

@@ -12,10 +12,10 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from helpers import shared_dict
-from orchestrator.cluster import free_local_port
-from orchestrator.config import TrainConfig
-from orchestrator.loop import STATUS_DIVERGED, run_training
-from orchestrator.sync import make_sync
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.loop import STATUS_DIVERGED, run_training
+from orchestrator.training.sync.strategies import make_sync
 
 # Not the loop's plain SGD: every piece of state and every hyperparameter the
 # shard's optimizer must copy from the full one.

@@ -14,10 +14,10 @@ import torch.multiprocessing as mp
 from pathlib import Path
 
 from helpers import shared_dict
-from orchestrator.cluster import free_local_port
-from orchestrator.collectives import allreduce_
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.training.sync.collectives import allreduce_
 from helpers import REPO
-from orchestrator.shm_allreduce import (FILE_PREFIX, MismatchError, PeerExitedError,
+from orchestrator.training.sync.shm_allreduce import (FILE_PREFIX, MismatchError, PeerExitedError,
                                         PeerTimeoutError, SharedMemoryAllreduce, _create,
                                         stores_in_program_order)
 
@@ -239,7 +239,7 @@ NAMESPACED_PEER = """
 import os, sys, time, torch
 sys.path[:0] = {paths!r}
 import test_shm_allreduce as t
-from orchestrator.shm_allreduce import SharedMemoryAllreduce
+from orchestrator.training.sync.shm_allreduce import SharedMemoryAllreduce
 rank = int(sys.argv[1])
 t._start(rank, 2, {port}, timeout_s=120)
 reducer = SharedMemoryAllreduce.connect(t.CAPACITY_BYTES)

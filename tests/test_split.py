@@ -18,16 +18,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator.checkpoint import load_checkpoint
-from orchestrator.cluster import free_local_port
-from orchestrator.config import SYNC_STRATEGIES, TrainConfig
-from orchestrator.loop import run_training
-from orchestrator.models import build_model
-from orchestrator.progress import epoch_line
-from orchestrator.data import even_shares
-from orchestrator.split import proportional_shares
-from orchestrator.trial import run_trial
-from orchestrator.worker import busy_process_on
+from orchestrator.training.checkpoint import load_checkpoint
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
+from orchestrator.training.loop import run_training
+from orchestrator.training.models import build_model
+from orchestrator.driver.printers import epoch_line
+from orchestrator.training.data import even_shares
+from orchestrator.training.split import proportional_shares
+from orchestrator.driver.trial import run_trial
+from orchestrator.training.worker import busy_process_on
 from test_equivalence import FP64_RTOL, _config, _run
 
 UNEVEN_BATCH = 255  # 128 + 127 on 2 workers, 85 each on 3 before the first re-split
@@ -143,7 +143,7 @@ def test_three_workers_with_proportional_shares_match_one_device(three_worker_ru
 @pytest.mark.processes
 def test_pinning_gives_each_local_rank_its_own_cores():
     allowed = sorted(os.sched_getaffinity(0))
-    script = ("import os, sys; from orchestrator.worker import pin_to_own_cores; "
+    script = ("import os, sys; from orchestrator.training.worker import pin_to_own_cores; "
               "print(pin_to_own_cores(int(sys.argv[1]), 1), sorted(os.sched_getaffinity(0)))")
     for local_rank in range(2):
         run = subprocess.run([sys.executable, "-c", script, str(local_rank)], check=True,

@@ -5,9 +5,10 @@ import pandas as pd
 import pytest
 
 from helpers import run_script
-from orchestrator import cli, plan
-from orchestrator.config import SPLITS, SweepConfig
-from orchestrator.results import render_report, strategy_table, summarize_trials
+from orchestrator.config import cli
+from orchestrator.driver import plan
+from orchestrator.config.options import SPLITS, SweepConfig
+from orchestrator.report.results import render_report, strategy_table, summarize_trials
 
 
 def test_each_axis_takes_a_list_and_the_grid_crosses_them():

@@ -7,8 +7,8 @@ import pytest
 import ray
 from ray.util.state import list_placement_groups
 
-from orchestrator.config import SweepConfig
-from orchestrator.sweep import collect, run_sweep
+from orchestrator.config.options import SweepConfig
+from orchestrator.driver.tune_experiment import collect, run_sweep
 from helpers import num_actors
 
 pytestmark = pytest.mark.cluster

@@ -17,8 +17,8 @@ import torch
 import pytest
 
 from helpers import run_script
-from orchestrator.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
-from orchestrator.results import PLOT_FILES
+from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
+from orchestrator.report.results import PLOT_FILES
 
 # Ray's default port for a node's dashboard agent: fixed, so two nodes on one
 # machine need one each.

@@ -5,8 +5,8 @@ The stock path is tested in test_ray_fastpath.py."""
 import pytest
 import ray
 
-from orchestrator.config import TrainConfig
-from orchestrator.trial import run_trial
+from orchestrator.config.options import TrainConfig
+from orchestrator.driver.trial import run_trial
 from helpers import num_actors
 
 pytestmark = pytest.mark.cluster

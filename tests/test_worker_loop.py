@@ -7,11 +7,11 @@ import sys
 import pytest
 import torch
 
-from orchestrator import loop
-from orchestrator.config import TrainConfig
-from orchestrator.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
-from orchestrator.models import build_model
-from orchestrator.sync import BucketedSync, group_transport
+from orchestrator.training import loop
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from orchestrator.training.models import build_model
+from orchestrator.training.sync.strategies import BucketedSync, group_transport
 from helpers import REPO
 
 CPU = torch.device("cpu")
@@ -172,8 +172,8 @@ def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
 
 def test_the_loop_imports_no_ray():
     # The GPU benchmark runs the loop on machines where Ray is not installed.
-    modules = "orchestrator.loop, orchestrator.config, orchestrator.data, orchestrator.models, " \
-              "orchestrator.sync, orchestrator.collectives"
+    modules = "orchestrator.training.loop, orchestrator.config.options, orchestrator.training.data, orchestrator.training.models, " \
+              "orchestrator.training.sync.strategies, orchestrator.training.sync.collectives"
     subprocess.run([sys.executable, "-c", f"import sys, {modules}; "
                     "assert not [m for m in sys.modules if m.split('.')[0] == 'ray']"],
                    check=True, cwd=REPO)

@@ -16,12 +16,14 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-from orchestrator import checkpoint, ray_fastpath, storage
-from orchestrator.config import GridPoint, SweepConfig, TrainConfig
-from orchestrator.progress import book_line
-from orchestrator.results import INTERRUPTED
-from orchestrator.target import target_line
-from orchestrator.trial import run_trial
+from orchestrator.training import checkpoint
+from orchestrator import ray_fastpath
+from orchestrator.driver import storage
+from orchestrator.config.options import GridPoint, SweepConfig, TrainConfig
+from orchestrator.driver.printers import book_line
+from orchestrator.report.results import INTERRUPTED
+from orchestrator.report.target import target_line
+from orchestrator.driver.trial import run_trial
 
 # The names of a sweep started before sweeps had an id (see `experiment_name`).
 LEGACY_EXPERIMENT_NAME = "sweep"

@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from orchestrator.collectives import (all_gather_, allreduce_, get_rank, get_world_size,
+from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get_rank, get_world_size,
                                       reduce_scatter_)
-from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.loop import to_model_input
-from orchestrator.models import NUM_CLASSES, build_model
-from orchestrator.sync import group_transport, make_transport
+from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.training.loop import to_model_input
+from orchestrator.training.models import NUM_CLASSES, build_model
+from orchestrator.training.sync.strategies import group_transport, make_transport
 
 FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024

@@ -17,12 +17,13 @@ import ray.train
 import ray.train.torch
 import torch
 
-from orchestrator import calibration, ray_fastpath
-from orchestrator.checkpoint import load_checkpoint, save_checkpoint
-from orchestrator.collectives import get_rank
-from orchestrator.config import TrainConfig
-from orchestrator.data import FashionMNIST
-from orchestrator.loop import run_training
+from orchestrator.training import calibration
+from orchestrator import ray_fastpath
+from orchestrator.training.checkpoint import load_checkpoint, save_checkpoint
+from orchestrator.training.sync.collectives import get_rank
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.data import FashionMNIST
+from orchestrator.training.loop import run_training
 
 # Ray starts its worker processes at this niceness (its `worker_niceness` setting).
 RAY_WORKER_NICENESS = 15

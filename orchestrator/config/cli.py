@@ -16,8 +16,8 @@ import typing
 from collections.abc import Callable
 from typing import Literal
 
-from orchestrator.config import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
-from orchestrator.presets import DEFAULT_PRESET, PRESETS, QUICK, QUICK_PER_PRESET
+from orchestrator.config.options import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
+from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, QUICK, QUICK_PER_PRESET
 from orchestrator.errors import UserError
 
 EXIT_USER_ERROR = 2

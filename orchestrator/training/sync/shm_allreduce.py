@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from orchestrator.collectives import gather_strings, get_rank, get_world_size
+from orchestrator.training.sync.collectives import gather_strings, get_rank, get_world_size
 
 CACHE_LINE_BYTES = 64
 # Each worker's header (its counter, then what it passes) has two cache lines

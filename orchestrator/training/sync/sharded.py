@@ -20,7 +20,7 @@ other strategies. No Ray here, and no import of sync.py (which uses this).
 import torch
 from torch import nn
 
-from orchestrator.collectives import (all_gather_, get_rank, get_world_size, reduce_scatter_,
+from orchestrator.training.sync.collectives import (all_gather_, get_rank, get_world_size, reduce_scatter_,
                                       views_like)
 
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import ray
 
-from orchestrator import cluster as ray_cluster
-from orchestrator import data, plan, storage
-from orchestrator.rundir import claim_out_dir, write_atomically
+from orchestrator.driver import cluster as ray_cluster
+from orchestrator.training import data
+from orchestrator.driver import plan
+from orchestrator.driver import storage
+from orchestrator.driver.rundir import claim_out_dir, write_atomically
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,10 @@ def train(args: argparse.Namespace) -> RunOutcome:
                         test_limit=config.test_limit)
     from ray.train import TrainingFailedError
 
-    from orchestrator.checkpoint import load_checkpoint
-    from orchestrator.progress import EpochPrinter, book_line
-    from orchestrator.target import target_line
-    from orchestrator.trial import run_trial
+    from orchestrator.training.checkpoint import load_checkpoint
+    from orchestrator.driver.printers import EpochPrinter, book_line
+    from orchestrator.report.target import target_line
+    from orchestrator.driver.trial import run_trial
 
     cluster = _connect(args)
     try:
@@ -80,11 +82,11 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     request = plan.sweep_request(args)
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
-    from orchestrator import answer_sheet
-    from orchestrator.results import (FAILED, isolation_table, markdown_table, scaling_table,
+    from orchestrator.report import answer_sheet
+    from orchestrator.report.results import (FAILED, isolation_table, markdown_table, scaling_table,
                                       strategy_table, summarize_trials, write_results)
-    from orchestrator.time_to_accuracy import recommendation
-    from orchestrator.sweep import collect, is_complete, run_sweep
+    from orchestrator.report.time_to_accuracy import recommendation
+    from orchestrator.driver.tune_experiment import collect, is_complete, run_sweep
 
     cluster = _connect(args)
     try:
@@ -106,7 +108,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         summary = summarize_trials(trials, epochs, evaluations, base.target_acc)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
-                 f"- {'exercises study (orchestrator/exercises.py) over ' if sweep.study == 'exercises' else ''}"
+                 f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
                  f"grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
                  f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
                  f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
@@ -151,8 +153,8 @@ def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
         return None
     from ray.train import TrainingFailedError
 
-    from orchestrator.sweep import train_runs_path
-    from orchestrator.trial import run_calibration
+    from orchestrator.driver.tune_experiment import train_runs_path
+    from orchestrator.driver.trial import run_calibration
 
     print("calibrating: allreduce per transport and compute on "
           f"{max(sweep.workers)} workers at once, for the scaling model")

@@ -3,11 +3,11 @@ ResNet-18 and 16 workers, devices of different speed, overlapping steps."""
 
 import pandas as pd
 
-from orchestrator.answers_base import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
+from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
                                        at_workers, compare_times, missing_part, numbers,
                                        one_worker_count, part_trials, percent, timed,
                                        within_noise)
-from orchestrator.results import FAILED, markdown_table, per_worker_text, per_worker_values
+from orchestrator.report.results import FAILED, markdown_table, per_worker_text, per_worker_values
 
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 

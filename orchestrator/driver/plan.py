@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import storage
-from orchestrator.cli import AUTO, config_options, given_flags
-from orchestrator.cluster import Cluster, requested_address
-from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.presets import DEFAULT_PRESET, PRESETS, quick
+from orchestrator.driver import storage
+from orchestrator.config.cli import AUTO, config_options, given_flags
+from orchestrator.driver.cluster import Cluster, requested_address
+from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
-from orchestrator.rundir import check_out_dir, new_sweep_id
+from orchestrator.driver.rundir import check_out_dir, new_sweep_id
 
 
 @dataclass(frozen=True)

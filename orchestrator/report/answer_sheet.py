@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.answers import render_answers
-from orchestrator.results import markdown_table, pyplot, save_png
-from orchestrator.rundir import write_atomically
-from orchestrator.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
+from orchestrator.report.answers.sheet13_5 import render_answers
+from orchestrator.report.results import markdown_table, pyplot, save_png
+from orchestrator.driver.rundir import write_atomically
+from orchestrator.report.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
                                          contention as contention_factor)
 
 FILES = ("answers.md", "scaling_model.csv", "scaling_model.png")

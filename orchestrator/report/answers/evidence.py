@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.results import FAILED
+from orchestrator.report.results import FAILED
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"

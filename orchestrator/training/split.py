@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import torch
 
-from orchestrator.collectives import allreduce_, get_rank, get_world_size
-from orchestrator.config import TrainConfig
-from orchestrator.data import even_shares
-from orchestrator.timing import DeviceTimer
+from orchestrator.training.sync.collectives import allreduce_, get_rank, get_world_size
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.data import even_shares
+from orchestrator.training.timing import DeviceTimer
 
 
 def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from orchestrator.target import first_reaching
+from orchestrator.report.target import first_reaching
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
 RANKING_COLUMNS = ["trial_id", "model", "num_workers", "global_batch_size", "lr", "momentum",

@@ -21,12 +21,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from orchestrator.calibration import SHARDED_PAIR
-from orchestrator.collectives import flat_buckets
-from orchestrator.config import TrainConfig
-from orchestrator.data import even_shares
-from orchestrator.models import build_model
-from orchestrator.results import FAILED, SCALING_GROUP, per_worker_values
+from orchestrator.training.calibration import SHARDED_PAIR
+from orchestrator.training.sync.collectives import flat_buckets
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.data import even_shares
+from orchestrator.training.models import build_model
+from orchestrator.report.results import FAILED, SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 MEGABYTE = 1024 * 1024

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.config import SweepConfig
+from orchestrator.config.options import SweepConfig
 from orchestrator.errors import UserError
 
 SWEEP_FILE = "sweep.json"

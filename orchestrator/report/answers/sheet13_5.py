@@ -10,11 +10,11 @@ that would provide it. 13.6's answers are in answers_13_6.py.
 import numpy as np
 import pandas as pd
 
-from orchestrator import answers_13_6
-from orchestrator.answers_base import (EXERCISES_COMMAND, Noise, at_workers, compare_acc, compare_times,
+from orchestrator.report.answers import sheet13_6 as answers_13_6
+from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, compare_acc, compare_times,
                                        estimate_noise, missing_part, one_worker_count,
                                        part_trials, percent, timed)
-from orchestrator.results import markdown_table
+from orchestrator.report.results import markdown_table
 
 EXERCISES = [
     ("13.5.1", "A minibatch of k*b on k workers",

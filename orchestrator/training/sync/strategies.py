@@ -22,11 +22,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from orchestrator.collectives import (allreduce_, flat_buckets, get_world_size, views_like,
+from orchestrator.training.sync.collectives import (allreduce_, flat_buckets, get_world_size, views_like,
                                       wait_busy)
-from orchestrator.sharded import ParameterShards
-from orchestrator.shm_allreduce import SharedMemoryAllreduce
-from orchestrator.timing import DeviceTimer
+from orchestrator.training.sync.sharded import ParameterShards
+from orchestrator.training.sync.shm_allreduce import SharedMemoryAllreduce
+from orchestrator.training.timing import DeviceTimer
 
 MEGABYTE = 1024 * 1024
 

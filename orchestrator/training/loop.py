@@ -15,13 +15,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
-from orchestrator.config import TrainConfig
-from orchestrator.data import FashionMNIST, shard_bounds
-from orchestrator.models import NUM_CLASSES, build_model
-from orchestrator.split import BatchSplit
-from orchestrator.sync import GradientSync, make_sync
-from orchestrator.timing import DeviceTimer
+from orchestrator.training.sync.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.data import FashionMNIST, shard_bounds
+from orchestrator.training.models import NUM_CLASSES, build_model
+from orchestrator.training.split import BatchSplit
+from orchestrator.training.sync.strategies import GradientSync, make_sync
+from orchestrator.training.timing import DeviceTimer
 
 # Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
 # needs buffers over the 32 MB glibc serves from its heaps, mapped and faulted

@@ -2,7 +2,7 @@
 
 `TrainConfig` is one data-parallel run; `SweepConfig` is a base `TrainConfig`
 plus the swept axes. Each field carries its default, a one-line doc and
-(where the name alone is not it) its command-line flag: orchestrator/cli.py
+(where the name alone is not it) its command-line flag: orchestrator/config/cli.py
 generates both scripts' options from these fields, and `SweepConfig.from_dict`
 reads a `--config` file or a `sweep.json` by them. A config is checked when it
 is built, before anything touches a cluster.
@@ -17,9 +17,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.data import TEST_SIZE, TRAIN_SIZE, even_shares
+from orchestrator.training.data import TEST_SIZE, TRAIN_SIZE, even_shares
 from orchestrator.errors import UserError
-from orchestrator.exercises import exercise_specs
+from orchestrator.config.studies import exercise_specs
 
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
@@ -259,7 +259,7 @@ class SweepConfig:
                                          "--target-acc, freeing its workers for the next")
     study: Literal["grid", "exercises"] = option(
         "grid", "grid: every combination of the axes; exercises: the trials the book's "
-                "exercises need, drawn from the axes (orchestrator/exercises.py)")
+                "exercises need, drawn from the axes (orchestrator/config/studies.py)")
     calibrate: bool = option(
         True, "a sweep of two or more worker counts first times its transports and its "
               "workers' compute contention, for the report's scaling model")

@@ -15,9 +15,10 @@ from ray.train import (CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
                        ScalingConfig, UserCallback)
 from ray.train.torch import TorchConfig
 
-from orchestrator import calibration, ray_fastpath
-from orchestrator.config import SweepConfig, TrainConfig
-from orchestrator.worker import calibration_loop_per_worker, train_loop_per_worker
+from orchestrator.training import calibration
+from orchestrator import ray_fastpath
+from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.training.worker import calibration_loop_per_worker, train_loop_per_worker
 
 
 class RetryPrinter(UserCallback):
