@@ -22,7 +22,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit  # noqa: E402
 
-from orchestrator.report.answer_sheet import VALIDATION_TARGET  # noqa: E402
+from orchestrator.report.answers.sheet import VALIDATION_TARGET  # noqa: E402
 from orchestrator.report.scaling_model import fit_and_validate  # noqa: E402
 
 

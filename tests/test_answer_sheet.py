@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from orchestrator.report import answer_sheet
+from orchestrator.report.answers import sheet as answer_sheet
 from test_answers import _epochs, _summary
 from test_scaling_model import calibration
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator.report.answers.sheet13_5 import EXERCISES, render_answers
+from orchestrator.report.answers.sheet import EXERCISES, render_answers
 from orchestrator.report.answers.evidence import EXERCISES_COMMAND, GPU_COMMAND
 
 # A CPU node of 2 cores, K = (1, 2), 3 epochs, every part of the exercises preset:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.report import answer_sheet
-from orchestrator.report.answers.sheet13_5 import EXERCISES
+from orchestrator.report.answers import sheet as answer_sheet
+from orchestrator.report.answers.sheet import EXERCISES
 
 RECORDED = Path(__file__).parent / "data" / "exercises-quick"
 

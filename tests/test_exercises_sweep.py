@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from helpers import run_script
-from orchestrator.report.answers.sheet13_5 import EXERCISES
+from orchestrator.report.answers.sheet import EXERCISES
 
 
 @pytest.mark.cluster

@@ -1,7 +1,7 @@
 """The trials the book's seven exercises need (`--preset exercises`), drawn from a
 sweep's axes: a union of small grids, one per question, not their product.
 
-Each trial carries its part, which the answers (answers.py) select by:
+Each trial carries its part, which the answers (report/answers/) select by:
 - "batch-global": 13.5's experiment, the global batch b kept as workers grow;
 - "batch-lr": b per worker (global k*b) at every lr, for every k (13.5.1, 13.5.2);
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3);

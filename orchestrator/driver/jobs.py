@@ -82,7 +82,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     request = plan.sweep_request(args)
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
-    from orchestrator.report import answer_sheet
+    from orchestrator.report.answers import sheet as answer_sheet
     from orchestrator.report.results import (FAILED, isolation_table, markdown_table, scaling_table,
                                       strategy_table, summarize_trials, write_results)
     from orchestrator.report.time_to_accuracy import recommendation

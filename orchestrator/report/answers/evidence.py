@@ -1,4 +1,4 @@
-"""What every answer in `answers.py` uses: a part's trials, the noise between
+"""What every answer in `report/answers/` uses: a part's trials, the noise between
 two identical trials, comparisons that respect it, and the commands that fill
 a gap in a sweep."""
 

@@ -1,69 +1,15 @@
-"""The "## Answers" section of a sweep's report: the book's seven exercises of
-13.5 and 13.6, each answered from the sweep's own trials.
-
-Every number in a sentence is read from the frames; a difference smaller than
-the noise between two identical trials is reported as within noise. Where the
-sweep lacks what a question needs, the answer says so and names the command
-that would provide it. 13.6's answers are in answers_13_6.py.
+"""13.5's four exercises answered from a sweep's trials: a bigger minibatch on
+k workers, the learning rate against k, a more efficient allreduce, and test
+accuracy on several workers. Each function returns the answer's paragraphs.
 """
 
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers import sheet13_6 as answers_13_6
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, compare_acc, compare_times,
-                                       estimate_noise, missing_part, one_worker_count,
-                                       part_trials, percent, timed)
+                                                  missing_part, one_worker_count, part_trials,
+                                                  percent, timed)
 from orchestrator.report.results import markdown_table
-
-EXERCISES = [
-    ("13.5.1", "A minibatch of k*b on k workers",
-     "When training on multiple GPUs, change the minibatch size from $b$ to $k \\cdot b$, "
-     "i.e., scale it up by the number of GPUs."),
-    ("13.5.2", "Learning rate and the number of workers",
-     "Compare accuracy for different learning rates. How does it scale with the number of "
-     "GPUs."),
-    ("13.5.3", "A more efficient allreduce",
-     "Implement a more efficient allreduce that aggregates different parameters on different "
-     "GPUs (why is this more efficient in the first place)."),
-    ("13.5.4", "Test accuracy on several workers",
-     "Implement multi-GPU test accuracy computation."),
-    ("13.6.1", "ResNet-18, and 16 workers",
-     "This section uses ResNet-18. Try different epochs, batch sizes, and learning rates. Use "
-     "more GPUs for computation. What happens if you try this with 16 GPUs (e.g., on an AWS "
-     "p2.16xlarge instance)?"),
-    ("13.6.2", "Devices of different speed",
-     "Sometimes, different devices provide different computing power. We could use the GPUs "
-     "and the CPU at the same time. How should we divide the work? Is it worth the effort? "
-     "Why? Why not?"),
-    ("13.6.3", "Overlapping steps",
-     "What happens if we drop `npx.waitall()`? How would you modify training such that you "
-     "have an overlap of up to two steps for parallelism?"),
-]
-
-
-def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
-                   data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> str:
-    """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions` and `links`; `num_test_examples`
-    sets the accuracy noise's floor."""
-    noise = estimate_noise(summary, num_test_examples)
-    rule = linear_rule(summary, noise)
-    answers = [answer_13_5_1(summary, noise), answer_13_5_2(summary, rule, noise),
-               answer_13_5_3(summary, noise), answer_13_5_4(summary, noise),
-               answers_13_6.answer_13_6_1(summary, scaling, use_gpu, held_up_to(rule)),
-               answers_13_6.answer_13_6_2(summary, epochs, noise),
-               answers_13_6.answer_13_6_3(summary, noise)]
-    lines = ["## Answers", ""]
-    if data_note:
-        lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
-                  f"book's.", ""]
-    lines += [noise.sentence(), ""]
-    for (number, title, question), paragraphs in zip(EXERCISES, answers):
-        lines += [f"### {number} {title}", "", f"> {question}", ""]
-        for paragraph in paragraphs:
-            lines += [paragraph, ""]
-    return "\n".join(lines)
 
 
 def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:

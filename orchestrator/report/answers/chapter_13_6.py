@@ -1,4 +1,4 @@
-"""13.6's three exercises answered from a sweep (answers.py renders them):
+"""13.6's three exercises answered from a sweep (sheet.py renders them):
 ResNet-18 and 16 workers, devices of different speed, overlapping steps."""
 
 import pandas as pd

@@ -1,6 +1,13 @@
 """The answer sheet: the scaling model fitted and validated from the sweep's
-calibration, its section of report.md and the Answers, written beside the
-report as answers.md, scaling_model.csv and scaling_model.png.
+calibration, its section of report.md and the "## Answers" section, written
+beside the report as answers.md, scaling_model.csv and scaling_model.png.
+
+The Answers take the book's seven exercises of 13.5 and 13.6 in turn
+(chapter_13_5.py, chapter_13_6.py), each answered from the sweep's own trials:
+every number in a sentence is read from the frames; a difference smaller than
+the noise (evidence.py) is reported as within noise. Where the sweep lacks
+what a question needs, the answer says so and names the command that would
+provide it.
 """
 
 from dataclasses import dataclass
@@ -8,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.answers.sheet13_5 import render_answers
+from orchestrator.report.answers import chapter_13_5, chapter_13_6
+from orchestrator.report.answers.evidence import estimate_noise
 from orchestrator.report.results import markdown_table, pyplot, save_png
 from orchestrator.driver.rundir import write_atomically
 from orchestrator.report.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
@@ -86,4 +94,54 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               "Beside this report: `calibration.json` (the microbenchmark), "
               "`scaling_model.csv`, `scaling_model.png`, and `answers.md` (the next section "
               "alone, for sharing).", ""]
+    return "\n".join(lines)
+
+
+EXERCISES = [
+    ("13.5.1", "A minibatch of k*b on k workers",
+     "When training on multiple GPUs, change the minibatch size from $b$ to $k \\cdot b$, "
+     "i.e., scale it up by the number of GPUs."),
+    ("13.5.2", "Learning rate and the number of workers",
+     "Compare accuracy for different learning rates. How does it scale with the number of "
+     "GPUs."),
+    ("13.5.3", "A more efficient allreduce",
+     "Implement a more efficient allreduce that aggregates different parameters on different "
+     "GPUs (why is this more efficient in the first place)."),
+    ("13.5.4", "Test accuracy on several workers",
+     "Implement multi-GPU test accuracy computation."),
+    ("13.6.1", "ResNet-18, and 16 workers",
+     "This section uses ResNet-18. Try different epochs, batch sizes, and learning rates. Use "
+     "more GPUs for computation. What happens if you try this with 16 GPUs (e.g., on an AWS "
+     "p2.16xlarge instance)?"),
+    ("13.6.2", "Devices of different speed",
+     "Sometimes, different devices provide different computing power. We could use the GPUs "
+     "and the CPU at the same time. How should we divide the work? Is it worth the effort? "
+     "Why? Why not?"),
+    ("13.6.3", "Overlapping steps",
+     "What happens if we drop `npx.waitall()`? How would you modify training such that you "
+     "have an overlap of up to two steps for parallelism?"),
+]
+
+
+def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
+                   data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> str:
+    """The section in markdown. `scaling` is None or has the scaling model's
+    `validation`, `predictions` and `links`; `num_test_examples`
+    sets the accuracy noise's floor."""
+    noise = estimate_noise(summary, num_test_examples)
+    rule = chapter_13_5.linear_rule(summary, noise)
+    answers = [chapter_13_5.answer_13_5_1(summary, noise), chapter_13_5.answer_13_5_2(summary, rule, noise),
+               chapter_13_5.answer_13_5_3(summary, noise), chapter_13_5.answer_13_5_4(summary, noise),
+               chapter_13_6.answer_13_6_1(summary, scaling, use_gpu, chapter_13_5.held_up_to(rule)),
+               chapter_13_6.answer_13_6_2(summary, epochs, noise),
+               chapter_13_6.answer_13_6_3(summary, noise)]
+    lines = ["## Answers", ""]
+    if data_note:
+        lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
+                  f"book's.", ""]
+    lines += [noise.sentence(), ""]
+    for (number, title, question), paragraphs in zip(EXERCISES, answers):
+        lines += [f"### {number} {title}", "", f"> {question}", ""]
+        for paragraph in paragraphs:
+            lines += [paragraph, ""]
     return "\n".join(lines)
