@@ -30,7 +30,8 @@ from common import command_line, emit, median  # noqa: E402
 from orchestrator.training import data  # noqa: E402
 from orchestrator.config.options import MODELS, PRECISIONS, TrainConfig  # noqa: E402
 from orchestrator.config.presets import PRESETS  # noqa: E402
-from orchestrator.training.loop import STATUS_OK, run_training  # noqa: E402
+from orchestrator.records import Status  # noqa: E402
+from orchestrator.training.loop import run_training  # noqa: E402
 
 NAME = "gpu"
 BOOK_PRESET = {"lenet": "d2l-13.5", "resnet18": "d2l-13.6"}
@@ -91,7 +92,7 @@ def measure(config: TrainConfig, dataset: data.FashionMNIST, device: torch.devic
         "test_acc": history[-1]["test_acc"],
         "epochs_run": len(history),
     }
-    if history[-1]["status"] != STATUS_OK:
+    if history[-1]["status"] != Status.OK:
         figures["status"] = history[-1]["status"]
     return {f"{config.model}_{key}": value for key, value in figures.items()}
 

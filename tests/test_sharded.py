@@ -14,7 +14,8 @@ from torch import nn
 from helpers import shared_dict
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.loop import STATUS_DIVERGED, run_training
+from orchestrator.records import Status
+from orchestrator.training.loop import run_training
 from orchestrator.training.sync.strategies import make_sync
 
 # Not the loop's plain SGD: every piece of state and every hyperparameter the
@@ -133,4 +134,4 @@ def test_a_non_finite_part_stops_every_worker(fashion_mnist_small):
     with shared_dict() as results:
         mp.spawn(_diverging_body, args=(free_local_port(), fashion_mnist_small, results), nprocs=2)
         results = dict(results)
-    assert results == {0: [STATUS_DIVERGED], 1: [STATUS_DIVERGED]}
+    assert results == {0: [Status.DIVERGED], 1: [Status.DIVERGED]}

@@ -23,7 +23,7 @@ from orchestrator.driver.cluster import free_local_port
 from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
-from orchestrator.driver.printers import epoch_line
+from orchestrator.records import epoch_line
 from orchestrator.training.data import even_shares
 from orchestrator.training.split import proportional_shares
 from orchestrator.driver.trial import run_trial

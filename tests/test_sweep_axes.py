@@ -8,7 +8,9 @@ from helpers import run_script
 from orchestrator.config import cli
 from orchestrator.driver import plan
 from orchestrator.config.options import SPLITS, SweepConfig
-from orchestrator.report.results import render_report, strategy_table, summarize_trials
+from orchestrator.report.summary import summarize_trials
+from orchestrator.report.sweep_report import render_report
+from orchestrator.report.tables import strategy_table
 
 
 def test_each_axis_takes_a_list_and_the_grid_crosses_them():
@@ -94,5 +96,7 @@ def test_the_report_compares_strategies_and_shows_each_workers_share():
     summary, epochs = _summary()
     report = render_report(summary, epochs, title_lines=[])
     assert "## Strategies" in report and "## Split per worker" in report
-    assert ("| p2 | scratch | proportional | 2 | 128 / 128 | 2.00 / 4.00 | 2 | 170 / 86 "
+    # What every row shares is said once above the table, not repeated in a column.
+    assert "Every row: num_workers 2, last_epoch 2." in report
+    assert ("| p2 | scratch | proportional | 128 / 128 | 2.00 / 4.00 | 170 / 86 "
             "| 3.00 / 3.10 |") in report

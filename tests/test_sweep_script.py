@@ -18,7 +18,7 @@ import pytest
 
 from helpers import run_script
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
-from orchestrator.report.results import PLOT_FILES
+from orchestrator.report.plots import PLOT_FILES
 
 # Ray's default port for a node's dashboard agent: fixed, so two nodes on one
 # machine need one each.

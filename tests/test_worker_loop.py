@@ -9,7 +9,8 @@ import torch
 
 from orchestrator.training import loop
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.loop import DIVERGED_LOSS, STATUS_DIVERGED, run_training
+from orchestrator.records import Status
+from orchestrator.training.loop import DIVERGED_LOSS, run_training
 from orchestrator.training.models import build_model
 from orchestrator.training.sync.strategies import BucketedSync, group_transport
 from helpers import REPO
@@ -66,7 +67,7 @@ def test_divergence_stops_the_run_and_says_so(fashion_mnist_small, train_limit, 
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=train_limit,
                          test_limit=100)
     history, reports = _train(config, fashion_mnist_small)
-    assert len(history) == 1 and history[0]["status"] == STATUS_DIVERGED
+    assert len(history) == 1 and history[0]["status"] == Status.DIVERGED
     assert loss_is_as_expected(history[0]["train_loss"])
     assert len(reports) == 1
 
@@ -81,7 +82,7 @@ def test_a_diverged_run_checkpoints_no_weights_that_are_not_finite(fashion_mnist
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
                          test_limit=100)
     history, reports = _train(config, fashion_mnist_small)
-    assert history[-1]["status"] == STATUS_DIVERGED
+    assert history[-1]["status"] == Status.DIVERGED
     assert reports[-1][1] is None  # no weights to checkpoint
     # A worker group restarted from that checkpoint trains nothing more.
     assert _train(config, fashion_mnist_small, resume_from=(None, history, []))[0] == history

@@ -18,7 +18,8 @@ from orchestrator.driver import cluster as ray_cluster
 from orchestrator.training import data
 from orchestrator.driver import plan
 from orchestrator.driver import storage
-from orchestrator.driver.rundir import claim_out_dir, write_atomically
+from orchestrator.driver.rundir import claim_out_dir
+from orchestrator.records import write_atomically
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
     from ray.train import TrainingFailedError
 
     from orchestrator.training.checkpoint import load_checkpoint
-    from orchestrator.driver.printers import EpochPrinter, book_line
-    from orchestrator.report.target import target_line
+    from orchestrator.driver.printers import EpochPrinter
+    from orchestrator.records import book_line, target_line
     from orchestrator.driver.trial import run_trial
 
     cluster = _connect(args)
@@ -82,11 +83,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     request = plan.sweep_request(args)
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
-    from orchestrator.report.answers import sheet as answer_sheet
-    from orchestrator.report.results import (FAILED, isolation_table, markdown_table, scaling_table,
-                                      strategy_table, summarize_trials, write_results)
-    from orchestrator.report.time_to_accuracy import recommendation
-    from orchestrator.driver.tune_experiment import collect, is_complete, run_sweep
+    from orchestrator.driver.tune_experiment import all_trials_ended, collect, run_sweep
+    from orchestrator.report import write_sweep_report
 
     cluster = _connect(args)
     try:
@@ -105,7 +103,6 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                                 resume=request.resume, max_hours=request.max_hours)
         trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
                                               sweep_id=request.sweep_id)
-        summary = summarize_trials(trials, epochs, evaluations, base.target_acc)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
                  f"- cluster: {cluster.describe()}",
                  f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
@@ -121,23 +118,14 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"test images{' (subsets)' if _data_note(base) else ''}",
                  f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {_sessions_line(request.out_dir, started)}"]
-        # The fitted sweep's: before the cluster is known, `auto` reads as GPU workers.
-        sheet = answer_sheet.build(summary, epochs, calibration, data_note=_data_note(base),
-                                   use_gpu=sweep.base.use_gpu,
-                                   num_test_examples=base.num_test_examples)
-        paths = write_results(request.out_dir, summary, epochs, evaluations, title_lines=title,
-                              target_acc=base.target_acc,
-                              sections=(sheet.model_section, sheet.answers))
-        paths |= answer_sheet.write(request.out_dir, sheet)
-        tables = ("Scaling\n" + markdown_table(scaling_table(summary))
-                  + "\n\nStrategies\n" + markdown_table(strategy_table(summary))
-                  + "\n\nLearning rate per (workers, batch)\n"
-                  + markdown_table(isolation_table(summary)))
-        if base.target_acc is not None:
-            tables += "\n\nTime to accuracy\n" + recommendation(summary, base.target_acc)
-        return SweepOutcome(tables=tables, paths=list(paths.values()),
-                            interrupted=not is_complete(result_grid, sweep, summary),
-                            failed_trials=list(summary[summary["status"] == FAILED]["trial_id"]))
+        # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
+        report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
+                                    title_lines=title, target_acc=base.target_acc,
+                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
+                                    num_test_examples=base.num_test_examples)
+        interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
+        return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
+                            interrupted=interrupted, failed_trials=report.failed_trials)
     finally:
         ray.shutdown()
 

@@ -1,41 +1,9 @@
-"""What a person reads while and after a run: the epoch line and the book's line."""
-
-import statistics
+"""What a person reads while a run trains: one line per epoch and per mid-epoch
+evaluation, printed from Ray Train's controller (records.py formats them)."""
 
 from ray.train import UserCallback
 
-
-def epoch_line(metrics: dict, num_epochs: int) -> str:
-    return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
-            f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
-            f"{metrics['epoch_time_s']:.2f} s ({metrics['samples_per_s']:.0f} samples/s, "
-            f"sync {metrics['sync_time_s']:.2f} s)" + _split_part(metrics)
-            + ("  DIVERGED: non-finite gradients" if metrics["status"] == "diverged" else ""))
-
-
-def _split_part(metrics: dict) -> str:
-    """Each worker's share of the global batch and its forward+backward seconds."""
-    shares, seconds = metrics["worker_shares"], metrics["worker_compute_s"]
-    if len(shares) < 2:
-        return ""
-    return (f", shares {'/'.join(f'{share:g}' for share in shares)} "
-            f"computing {'/'.join(f'{time_s:.2f}' for time_s in seconds)} s")
-
-
-def evaluation_line(metrics: dict) -> str:
-    """A mid-epoch evaluation (--evals-per-epoch)."""
-    return (f"  at epoch {metrics['epoch']:.2f}: test acc {metrics['test_acc']:.3f} "
-            f"after {metrics['train_s']:.1f} s of training")
-
-
-def book_line(history: list[dict]) -> str:
-    """The line the book prints after training, e.g.
-    `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
-    last = history[-1]
-    seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
-    workers = "worker" if last["num_workers"] == 1 else "workers"
-    return (f"test acc: {last['test_acc']:.2f}, {seconds_per_epoch:.1f} sec/epoch "
-            f"on {last['num_workers']} {workers} {last['devices']}")
+from orchestrator.records import epoch_line, evaluation_line
 
 
 class EpochPrinter(UserCallback):

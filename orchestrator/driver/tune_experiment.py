@@ -20,21 +20,11 @@ from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage
 from orchestrator.config.options import GridPoint, SweepConfig, TrainConfig
-from orchestrator.driver.printers import book_line
-from orchestrator.report.results import INTERRUPTED
-from orchestrator.report.target import target_line
+from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
 from orchestrator.driver.trial import run_trial
 
 # The names of a sweep started before sweeps had an id (see `experiment_name`).
 LEGACY_EXPERIMENT_NAME = "sweep"
-# What each epoch row of epochs.csv keeps of a worker's report.
-EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
-                 "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",
-                 "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
-                 "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
-                 "transport", "model", "device", "devices", "status"]
-# What each row of evaluations.csv keeps: one per evaluation of the test set.
-EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
@@ -117,7 +107,7 @@ class TrialLinePrinter(tune.Callback):
         parts = []
         if history:
             parts.append(book_line(history)
-                         + (" (diverged)" if history[-1]["status"] == "diverged" else ""))
+                         + (" (diverged)" if history[-1]["status"] == Status.DIVERGED else ""))
         if evaluations and self.target_acc is not None:
             parts.append(target_line(evaluations, self.target_acc))
         if parts:
@@ -301,20 +291,18 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
             else pd.DataFrame(columns=[*columns, "trial_id"]))
 
 
-def is_complete(result_grid: tune.ResultGrid, sweep: SweepConfig,
-                summary: pd.DataFrame) -> bool:
-    """Whether every grid point's trial ended (finished, stopped or failed).
+def all_trials_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
+    """Whether Tune ended every grid point's trial (finished, stopped or failed).
 
     Tune creates trials as slots free up, so an interrupted sweep may hold
     fewer trials than the grid has points. Tune's statuses alone are not
     enough either: after a Ctrl-C, Tune stops the running trials, and a trial
     it stopped can come back as terminated (seen once in CI: exit 0, no
-    --resume hint). Its epoch count in `summary` (`summarize_trials`) still
-    says it did not finish, and the Tune state that --resume reads, saved
-    before the stop, has it running.
+    --resume hint); the report's summary then still counts it interrupted by
+    its epochs (`SweepReport.interrupted_trials`), and the Tune state that
+    --resume reads, saved before the stop, has it running.
     """
-    all_ended = result_grid.num_terminated + result_grid.num_errors == len(sweep.grid)
-    return all_ended and not (summary["status"] == INTERRUPTED).any()
+    return result_grid.num_terminated + result_grid.num_errors == len(sweep.grid)
 
 
 def _one_line(error: BaseException) -> str:

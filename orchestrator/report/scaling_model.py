@@ -26,7 +26,8 @@ from orchestrator.training.sync.collectives import flat_buckets
 from orchestrator.config.options import TrainConfig
 from orchestrator.training.data import even_shares
 from orchestrator.training.models import build_model
-from orchestrator.report.results import FAILED, SCALING_GROUP, per_worker_values
+from orchestrator.records import Status
+from orchestrator.report.summary import SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 MEGABYTE = 1024 * 1024
@@ -112,7 +113,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
                      calibration: dict) -> ScalingResult | None:
     """Fit, validate and predict; None without a usable 1-worker trial or allreduce sample."""
     samples = calibration.get("allreduce", [])
-    usable = summary[summary["status"] != FAILED]
+    usable = summary[summary["status"] != Status.FAILED]
     singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
     # A baseline needs its workers' compute seconds (older sweeps did not record them).
     timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)

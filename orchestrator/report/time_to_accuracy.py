@@ -10,13 +10,14 @@ import math
 
 import pandas as pd
 
-from orchestrator.report.target import first_reaching
+from orchestrator.records import first_reaching
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
-RANKING_COLUMNS = ["trial_id", "model", "num_workers", "global_batch_size", "lr", "momentum",
-                   "sync", "split", "precision",
-                   "epochs_to_target", "train_s_to_target", "wall_s_to_target", "rank_by_wall",
-                   "book_recipe", "status"]
+# What a row of the ranking is; the other columns are measured.
+RANKING_KEYS = ["model", "num_workers", "global_batch_size", "lr", "momentum", "sync", "split",
+                "precision", "book_recipe", "status"]
+RANKING_COLUMNS = ["trial_id", *RANKING_KEYS[:-2], "epochs_to_target", "train_s_to_target",
+                   "wall_s_to_target", "rank_by_wall", "book_recipe", "status"]
 
 
 def target_columns(evaluations: pd.DataFrame, target_acc: float | None) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from orchestrator.training.sync.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config.options import TrainConfig
+from orchestrator.records import Status
 from orchestrator.training.data import FashionMNIST, shard_bounds
 from orchestrator.training.models import NUM_CLASSES, build_model
 from orchestrator.training.split import BatchSplit
@@ -28,8 +29,6 @@ from orchestrator.training.timing import DeviceTimer
 # afresh at every batch (bench/notes/ray_overhead.md).
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
-STATUS_OK = "ok"
-STATUS_DIVERGED = "diverged"
 # An epoch's training loss 100 times a uniform guess's (ln 10) means blown up:
 # a too-large lr can throw the loss to 1e20 and then, its ReLUs dead, leave it
 # at a finite constant that no non-finite check catches.
@@ -138,7 +137,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
 
     def evaluate_mid_epoch(epoch: int, steps_done: int, epoch_train_s: float) -> None:
         evaluation = evaluate_now(epoch, steps_done, epoch_train_s)
-        metrics = {**evaluation, "end_of_epoch": False, "status": STATUS_OK, **run_fields}
+        metrics = {**evaluation, "end_of_epoch": False, "status": Status.OK, **run_fields}
         report(metrics, epoch_start_state, history, evaluations)
 
     for epoch in range(len(history), config.num_epochs):
@@ -157,11 +156,11 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
                                       if device.type == "cuda" else None)}
         history.append(metrics)
         # A diverged run's weights may not be finite: its checkpoint keeps the history only.
-        state = None if metrics["status"] == STATUS_DIVERGED else state_now()
+        state = None if metrics["status"] == Status.DIVERGED else state_now()
         if epoch_start_state is not None and state is not None:
             epoch_start_state = copy.deepcopy(state)
         report(metrics, state, history, evaluations)
-        if metrics["status"] == STATUS_DIVERGED:
+        if metrics["status"] == Status.DIVERGED:
             break
     return history
 
@@ -188,7 +187,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     check = NonFiniteCheck(sync, device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
-    status = STATUS_OK
+    status = Status.OK
     num_steps = 0
     epoch_time_s = 0.0
     start = time.perf_counter()
@@ -203,7 +202,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         y = labels[index].long()
         outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer)
         if outcome is None:
-            status = STATUS_DIVERGED
+            status = Status.DIVERGED
             break
         losses, logits = outcome
         loss_sum += losses.sum()
@@ -217,12 +216,12 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             start = time.perf_counter()
     epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
-        status = STATUS_DIVERGED
+        status = Status.DIVERGED
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
-    train_loss = totals[0].item() / num_examples if status == STATUS_OK else math.nan
+    train_loss = totals[0].item() / num_examples if status == Status.OK else math.nan
     if train_loss > DIVERGED_LOSS:  # the same all-reduced value, so the same verdict everywhere
-        status = STATUS_DIVERGED
+        status = Status.DIVERGED
     return {
         "train_loss": train_loss,
         "train_acc": totals[1].item() / num_examples,

@@ -9,7 +9,7 @@ import pandas as pd
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
                                                   percent, timed)
-from orchestrator.report.results import markdown_table
+from orchestrator.report.tables import markdown_table
 
 
 def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:

@@ -7,7 +7,9 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND
                                        at_workers, compare_times, missing_part, numbers,
                                        one_worker_count, part_trials, percent, timed,
                                        within_noise)
-from orchestrator.report.results import FAILED, markdown_table, per_worker_text, per_worker_values
+from orchestrator.records import Status
+from orchestrator.report.summary import per_worker_text, per_worker_values
+from orchestrator.report.tables import markdown_table
 
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 
@@ -16,7 +18,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                   rule_held_up_to: int | None) -> list[str]:
     """`rule_held_up_to`: the largest global batch at which 13.5.2 found the linear
     scaling rule to hold, None where it did not or was not tested."""
-    usable = summary[summary["status"] != FAILED]
+    usable = summary[summary["status"] != Status.FAILED]
     tried = (f"This sweep tried {numbers(usable['num_epochs'])} epochs, global batches "
              f"{numbers(usable['global_batch_size'])} and lrs {numbers(usable['lr'])}, on "
              f"{', '.join(sorted(usable['model'].unique()))}.")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.report.results import FAILED
+from orchestrator.records import Status
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
@@ -94,7 +94,7 @@ def percent(fraction: float) -> str:
 
 def part_trials(summary: pd.DataFrame, part: str) -> pd.DataFrame:
     """The trials the exercises preset made for `part`, failed ones left out."""
-    return summary[(summary["part"] == part) & (summary["status"] != FAILED)]
+    return summary[(summary["part"] == part) & (summary["status"] != Status.FAILED)]
 
 
 def timed(trials: pd.DataFrame) -> pd.DataFrame:

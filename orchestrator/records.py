@@ -1,0 +1,102 @@
+"""What a run records, in the one vocabulary every layer reads: how an epoch or a
+trial ended, the columns kept of each epoch and evaluation, and the lines that
+print them. Plain Python: the workers write these records, the driver collects
+and prints them, the report reads them back from files.
+"""
+
+import enum
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+
+class Status(str, enum.Enum):
+    """How an epoch ended (`OK` or `DIVERGED`, from the loop) and how a trial ended
+    (every member but `OK`, from the report's summary); written as the value."""
+
+    OK = "ok"
+    DIVERGED = "diverged"  # a non-finite gradient, or a loss past DIVERGED_LOSS
+    FINISHED = "finished"
+    STOPPED_EARLY = "stopped early"  # by ASHA
+    REACHED_TARGET = "reached target"  # ended there by --stop-at-target
+    FAILED = "failed"  # its worker group ran out of --max-failures restarts
+    INTERRUPTED = "interrupted"  # the sweep stopped before this trial ended: --resume finishes it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# What each epoch row of epochs.csv keeps of a worker's report.
+EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
+                 "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",
+                 "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
+                 "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
+                 "transport", "model", "device", "devices", "status"]
+# What each row of evaluations.csv keeps: one per evaluation of the test set.
+EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
+
+
+def epoch_line(metrics: dict, num_epochs: int) -> str:
+    return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
+            f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
+            f"{metrics['epoch_time_s']:.2f} s ({metrics['samples_per_s']:.0f} samples/s, "
+            f"sync {metrics['sync_time_s']:.2f} s)" + _split_part(metrics)
+            + ("  DIVERGED: non-finite gradients" if metrics["status"] == Status.DIVERGED else ""))
+
+
+def _split_part(metrics: dict) -> str:
+    """Each worker's share of the global batch and its forward+backward seconds."""
+    shares, seconds = metrics["worker_shares"], metrics["worker_compute_s"]
+    if len(shares) < 2:
+        return ""
+    return (f", shares {'/'.join(f'{share:g}' for share in shares)} "
+            f"computing {'/'.join(f'{time_s:.2f}' for time_s in seconds)} s")
+
+
+def evaluation_line(metrics: dict) -> str:
+    """A mid-epoch evaluation (--evals-per-epoch)."""
+    return (f"  at epoch {metrics['epoch']:.2f}: test acc {metrics['test_acc']:.3f} "
+            f"after {metrics['train_s']:.1f} s of training")
+
+
+def book_line(history: list[dict]) -> str:
+    """The line the book prints after training, e.g.
+    `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
+    last = history[-1]
+    seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
+    workers = "worker" if last["num_workers"] == 1 else "workers"
+    return (f"test acc: {last['test_acc']:.2f}, {seconds_per_epoch:.1f} sec/epoch "
+            f"on {last['num_workers']} {workers} {last['devices']}")
+
+
+def first_reaching(evaluations: list[dict], target_acc: float) -> dict | None:
+    """Time to accuracy of one run: the earliest evaluation at or above
+    `target_acc`, None if none got there. An evaluation row holds `epoch`
+    (a fraction mid-epoch), `test_acc`, `train_s` (training seconds so far, no
+    evaluation in them) and `wall_s` (seconds since the run started: worker
+    start-up, evaluations and checkpoints included)."""
+    return next((row for row in sorted(evaluations, key=lambda row: row["epoch"])
+                 if row["test_acc"] >= target_acc), None)
+
+
+def target_line(evaluations: list[dict], target_acc: float) -> str:
+    """One line on when a run reached `target_acc`, e.g. `reached test acc 0.80 after
+    1.75 epochs: 15.7 s of training, 24.1 s from the start`."""
+    reached = first_reaching(evaluations, target_acc)
+    if reached is None:
+        last = max(evaluations, key=lambda row: row["epoch"], default=None)
+        return (f"did not reach test acc {target_acc:g}" + (
+            f" in {round(last['epoch'], 2):g} epochs ({last['train_s']:.1f} s of training)" if last else ""))
+    return (f"reached test acc {target_acc:g} after {round(reached['epoch'], 2):g} epochs: "
+            f"{reached['train_s']:.1f} s of training, {reached['wall_s']:.1f} s from the start")
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Write to a temporary sibling, then rename: a reader never sees half a file."""
+    temporary = path.with_name(f".{path.name}.partial{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -1,0 +1,98 @@
+"""A sweep's trials summarised: one row per trial with its grid values, outcome
+(`records.Status`), speed, speedup and time to accuracy, from what the workers
+reported per epoch and per evaluation.
+"""
+
+import json
+import math
+
+import pandas as pd
+
+from orchestrator.records import Status
+from orchestrator.report import time_to_accuracy
+
+# A speedup compares trials of one momentum, strategy, split and precision.
+SPEEDUP_AXES = ["momentum", "sync", "split", "precision"]
+
+# Trials that share these differ only in the number of workers: the 1-worker
+# one is the baseline of the others' speedup. `batch_size` is the grid's b,
+# global or per worker as `batch_scaling` says.
+SCALING_GROUP = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown",
+                 "batch_scaling", "batch_size", "base_lr"]
+
+# The tuning playbook's method: within each cell of the studied parameters,
+# the learning rate is the nuisance parameter to optimise over.
+ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch_size"]
+
+STRATEGY_CELL = ["model", *SPEEDUP_AXES, "num_workers"]
+
+
+def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
+                     target_acc: float | None = None) -> pd.DataFrame:
+    """One row per trial: its grid values, derived values, outcome, speed and time
+    to `target_acc`.
+
+    `trials` holds the grid values and derived values of each trial, its
+    `error` (empty if none), `early_stopping` (whether a scheduler may have
+    stopped it) and `stop_at_target`; `epochs` and `evaluations` hold what the
+    workers reported.
+    """
+    per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
+        epochs_run=("epoch", "max"),
+        final_test_acc=("test_acc", "last"),
+        best_test_acc=("test_acc", "max"),
+        final_train_loss=("train_loss", "last"),
+        mean_epoch_time_s=("epoch_time_s", "mean"),
+        mean_eval_time_s=("eval_time_s", "mean"),
+        # The median ignores a first epoch slowed by warm-up effects.
+        samples_per_s=("samples_per_s", "median"),
+        total_sync_time_s=("sync_time_s", "sum"),
+        total_epoch_time_s=("epoch_time_s", "sum"),
+        last_status=("status", "last"),
+    )
+    per_trial["sync_share"] = per_trial.pop("total_sync_time_s") / per_trial.pop("total_epoch_time_s")
+    summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
+        time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
+        right_index=True, how="left")
+    summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
+    summary["status"] = [_status(row) for row in summary.itertuples()]
+    return _with_speedup(summary).sort_values(
+        [*SCALING_GROUP, "num_workers"]).reset_index(drop=True)
+
+
+def per_worker_values(values) -> list | None:
+    """A per-worker list (shares, compute seconds); epochs.csv read back holds it as
+    text, "[170, 86]"; None for a trial run before these were recorded."""
+    if isinstance(values, (list, tuple)):
+        return list(values)
+    if isinstance(values, str) and values.startswith("["):
+        return json.loads(values)
+    return None
+
+
+def per_worker_text(values, spec: str) -> str:
+    """A per-worker list as `a / b`, each value formatted by `spec`; empty for a
+    trial run before these were recorded."""
+    return " / ".join(format(value, spec) for value in per_worker_values(values) or ())
+
+
+def _status(row) -> str:
+    if isinstance(row.error, str) and row.error:
+        return Status.FAILED
+    if row.stop_at_target and not math.isnan(row.train_s_to_target):
+        return Status.REACHED_TARGET
+    if row.last_status == Status.DIVERGED:
+        return Status.DIVERGED
+    if row.epochs_run < row.num_epochs:
+        return Status.STOPPED_EARLY if row.early_stopping else Status.INTERRUPTED
+    return Status.FINISHED
+
+
+def _with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    baselines = (summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)]
+                 .set_index(SCALING_GROUP)["samples_per_s"])
+    keys = pd.MultiIndex.from_frame(summary[SCALING_GROUP])
+    summary = summary.copy()
+    summary["speedup"] = summary["samples_per_s"].to_numpy() / baselines.reindex(keys).to_numpy()
+    summary["efficiency"] = summary["speedup"] / summary["num_workers"]
+    return summary

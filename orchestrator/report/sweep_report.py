@@ -1,0 +1,120 @@
+"""The one call the driver makes: a finished (or interrupted) sweep's frames in,
+every file of its folder out (trials.csv, epochs.csv, evaluations.csv,
+report.md, the plots and the answer sheet), and the tables to print.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.records import Status, book_line, write_atomically
+from orchestrator.report import time_to_accuracy
+from orchestrator.report.answers import sheet as answer_sheet
+from orchestrator.report.plots import PLOT_FILES, plot_all
+from orchestrator.report.summary import STRATEGY_CELL, summarize_trials
+from orchestrator.report.tables import (ISOLATION_KEYS, SCALING_KEYS, SPLIT_KEYS, isolation_table,
+                                        scaling_table, split_table, strategy_table, varying_table)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    tables: str
+    """The scaling, strategy and learning-rate tables (and time to accuracy), as printed."""
+    paths: dict[str, Path]
+    failed_trials: list[str]
+    interrupted_trials: list[str]
+    """Trials that did not end: the same command with --resume finishes them."""
+
+
+def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame,
+                       evaluations: pd.DataFrame, calibration: dict | None, *,
+                       title_lines: list[str], target_acc: float | None, data_note: str,
+                       use_gpu: bool, num_test_examples: int) -> SweepReport:
+    """Summarise the sweep's frames (tune_experiment.collect) and write every file.
+
+    `calibration` is calibration.json's content (None: no scaling model);
+    `data_note` names the data subsets, empty on full data."""
+    summary = summarize_trials(trials, epochs, evaluations, target_acc)
+    sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu,
+                               num_test_examples=num_test_examples)
+    paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
+                          target_acc=target_acc, sections=(sheet.model_section, sheet.answers))
+    paths |= answer_sheet.write(out_dir, sheet)
+    tables = ("Scaling\n" + varying_table(scaling_table(summary), SCALING_KEYS)
+              + "\n\nStrategies\n" + varying_table(strategy_table(summary), STRATEGY_CELL)
+              + "\n\nLearning rate per (workers, batch)\n"
+              + varying_table(isolation_table(summary), ISOLATION_KEYS))
+    if target_acc is not None:
+        tables += "\n\nTime to accuracy\n" + time_to_accuracy.recommendation(summary, target_acc)
+    return SweepReport(tables, paths, _trials_with(summary, Status.FAILED),
+                       _trials_with(summary, Status.INTERRUPTED))
+
+
+def _trials_with(summary: pd.DataFrame, status: Status) -> list[str]:
+    return list(summary[summary["status"] == status]["trial_id"])
+
+
+def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
+                  evaluations: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None, sections: tuple[str, ...] = ()
+                  ) -> dict[str, Path]:
+    """Write every result file into `out_dir`; returns their paths by name.
+
+    `summary` is what `summarize_trials` made of the trials, `epochs` and
+    `evaluations` for `target_acc`; `sections` (markdown) end the report.
+    """
+    paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "evaluations.csv",
+                                               "report.md", *PLOT_FILES)}
+    write_atomically(paths["trials.csv"], lambda path: summary.to_csv(path, index=False))
+    write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
+    write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
+    report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc,
+                           sections=sections)
+    write_atomically(paths["report.md"], lambda path: path.write_text(report))
+    plot_all(summary, epochs, evaluations, target_acc, paths)
+    return paths
+
+
+def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
+                  target_acc: float | None = None, sections: tuple[str, ...] = ()) -> str:
+    lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
+             "The book's line for each trial (time per epoch is training only).", ""]
+    for row in summary.itertuples():
+        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
+                 f"({row.batch_scaling}), lr {row.lr:g}, sync {row.sync}, split {row.split}, "
+                 f"{row.precision}")
+        outcome = (book_line(history.to_dict("records")) if len(history)
+                   else f"no epoch finished: {row.error}")
+        lines.append(f"- {label}: {outcome} [{row.status}]")
+    lines += ["", "## Scaling", "",
+              "Speedup is throughput (samples/s) against the 1-worker trial with the same "
+              "model, sync, split, precision, batch and lr; efficiency is speedup / workers.", "",
+              varying_table(scaling_table(summary), SCALING_KEYS), "",
+              "## Strategies", "",
+              "Per sync strategy, split, precision and worker count: seconds per epoch, the "
+              "share of it spent in gradient sync, and the speedup, each the median over the "
+              "cell's trials.", "",
+              varying_table(strategy_table(summary), STRATEGY_CELL), "",
+              "## Split per worker", "",
+              "Each worker's examples per step (its share of the global batch) and its seconds "
+              "of forward and backward, per rank, in a trial's first and last epoch; a "
+              "worker that computes much less than another waits for it at every step. "
+              "`epochs.csv` has every epoch.", "",
+              varying_table(split_table(summary, epochs), SPLIT_KEYS), "",
+              "## Learning rate per (workers, batch)", "",
+              "The best base lr of each cell by final test accuracy; `on_edge` flags a best "
+              "value at the end of the range searched, where a wider range may do better.", "",
+              varying_table(isolation_table(summary), ISOLATION_KEYS), ""]
+    if target_acc is not None:
+        lines += ["## Time to accuracy", "",
+                  f"Target: test accuracy {target_acc:g}. Training seconds exclude evaluation; "
+                  f"wall seconds count from the trial's start (worker start-up, evaluations and "
+                  f"checkpoints included). The trials that reached it, fastest first:", "",
+                  varying_table(time_to_accuracy.ranking(summary), time_to_accuracy.RANKING_KEYS), "",
+                  time_to_accuracy.baseline_line(summary, target_acc), "",
+                  f"**Recommended:** {time_to_accuracy.recommendation(summary, target_acc)}", ""]
+    lines += [*sections, "## Files", "", *[f"- `{name}`" for name in
+                                ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES)], ""]
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""The report's tables: each a frame, rendered as markdown with the columns that
+vary between its rows; what every row shares is said once above it.
+"""
+
+import math
+
+import pandas as pd
+
+from orchestrator.records import Status
+from orchestrator.report.summary import (ISOLATION_CELL, SCALING_GROUP, STRATEGY_CELL,
+                                         per_worker_text)
+
+
+# What a row of each table is (its key columns); the other columns are measured.
+SCALING_KEYS = [*SCALING_GROUP, "num_workers", "global_batch_size"]
+SPLIT_KEYS = ["sync", "split", "num_workers", "last_epoch"]
+ISOLATION_KEYS = [*ISOLATION_CELL, "lrs_searched"]
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Workers against time per epoch, throughput, speedup and efficiency."""
+    columns = [*SCALING_KEYS, "mean_epoch_time_s", "samples_per_s", "sync_share", "speedup",
+               "efficiency"]
+    return summary[summary["status"] != Status.FAILED][columns].reset_index(drop=True)
+
+
+def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy, split, precision and worker count: seconds per epoch, sync share
+    and speedup, each the median over that cell's trials (other batches and lrs)."""
+    usable = summary[summary["status"] != Status.FAILED]
+    if usable.empty:
+        return pd.DataFrame()
+    table = usable.groupby(STRATEGY_CELL, sort=True).agg(
+        trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "median"),
+        sync_share=("sync_share", "median"), speedup=("speedup", "median"))
+    return table.reset_index()
+
+
+def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """For each trial of several workers: each worker's share of the global batch
+    and its forward+backward seconds, in the first and the last epoch (a
+    proportional split starts even and re-sets the shares from the first)."""
+    rows = []
+    for row in summary[summary["num_workers"] > 1].itertuples():
+        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
+        if history.empty or "worker_shares" not in history:
+            continue
+        first, last = history.iloc[0], history.iloc[-1]
+        rows.append({"trial_id": row.trial_id, "sync": row.sync, "split": row.split,
+                     "num_workers": row.num_workers,
+                     "first_epoch_shares": per_worker_text(first["worker_shares"], "g"),
+                     "first_epoch_compute_s": per_worker_text(first["worker_compute_s"], ".2f"),
+                     "last_epoch": int(last["epoch"]),
+                     "last_epoch_shares": per_worker_text(last["worker_shares"], "g"),
+                     "last_epoch_compute_s": per_worker_text(last["worker_compute_s"], ".2f")})
+    return pd.DataFrame(rows)
+
+
+def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """For each (workers, batch) cell, the best learning rate and whether it
+    sits on the edge of the range searched (then the range was too narrow)."""
+    rows = []
+    for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
+        searched = sorted(group["base_lr"].unique())
+        usable = group[group["status"].isin([Status.FINISHED, Status.STOPPED_EARLY, Status.REACHED_TARGET])].dropna(
+            subset=["final_test_acc"])
+        row = dict(zip(ISOLATION_CELL, cell))
+        row["lrs_searched"] = " ".join(f"{lr:g}" for lr in searched)
+        if usable.empty:
+            row.update(best_base_lr=math.nan, best_lr=math.nan, best_final_test_acc=math.nan,
+                       on_edge="no usable trial")
+        else:
+            best = usable.loc[usable["final_test_acc"].idxmax()]
+            row.update(best_base_lr=best["base_lr"], best_lr=best["lr"],
+                       best_final_test_acc=best["final_test_acc"],
+                       on_edge=_edge_flag(best["base_lr"], searched))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(no rows)"
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = ["| " + " | ".join(_cell(value) for value in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def varying_table(frame: pd.DataFrame, keys: list[str]) -> str:
+    """`markdown_table` of the columns that tell rows apart: a key column (what a
+    row is, not what it measured) with one value in every row is named once above
+    the table instead. A table of one row is shown whole."""
+    shared = [key for key in keys if key in frame and len(frame) > 1
+              and frame[key].nunique(dropna=False) == 1]
+    if not shared:
+        return markdown_table(frame)
+    line = "Every row: " + ", ".join(f"{key} {_cell(frame[key].iloc[0])}" for key in shared) + "."
+    return line + "\n\n" + markdown_table(frame.drop(columns=shared))
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def _edge_flag(best: float, searched: list[float]) -> str:
+    if len(searched) == 1:
+        return "only one lr searched"
+    if best == searched[0]:
+        return "yes (lowest)"
+    if best == searched[-1]:
+        return "yes (highest)"
+    return "no"
