@@ -174,7 +174,8 @@ def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
         values = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"--config {path}: unreadable or not JSON ({error})")
-    if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= {"sweep", "storage", "id"}:
+    sweep_json_keys = {"format", "sweep", "storage", "id"}
+    if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= sweep_json_keys:
         values = values["sweep"]  # a previous sweep's sweep.json
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected an object of sweep options, "
