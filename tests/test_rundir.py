@@ -12,7 +12,7 @@ from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import SweepConfig
 from orchestrator.errors import UserError
 from orchestrator.driver.rundir import SWEEP_FILE, claim_out_dir
-from orchestrator.driver.tune_experiment import experiment_name, train_runs_path
+from orchestrator.driver.tune_experiment import train_runs_path
 
 
 @pytest.mark.reliability(fault="two sweeps claiming one empty --out at the same moment",
@@ -50,7 +50,7 @@ def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_p
     first, second = (request.sweep_id for request in requests)
     assert first.startswith("first-") and second.startswith("second-")
     storage = requests[0].storage
-    assert experiment_name(first) != experiment_name(second)
+    assert first != second  # each names its sweep's Tune experiment
     assert train_runs_path(storage, first) != train_runs_path(storage, second)
     # The id is kept where --resume finds it.
     fitted = plan.fit_to_cluster(requests[0], Cluster(address=None, dashboard_url=None,

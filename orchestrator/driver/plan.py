@@ -34,9 +34,8 @@ class SweepRequest:
     """The preset's worker counts are 1, 2, 4, ... up to what the cluster holds."""
     out_dir: Path
     storage: str
-    sweep_id: str | None
-    """Names the sweep's Tune experiment and Train runs in its storage (None: an
-    older sweep's, resumed under the names it was started with)."""
+    sweep_id: str
+    """Names the sweep's Tune experiment and Train runs in its storage."""
     resume: bool
     max_concurrent_trials: int | None
     max_hours: float | None

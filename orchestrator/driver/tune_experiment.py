@@ -25,8 +25,6 @@ from orchestrator.report.results import INTERRUPTED
 from orchestrator.report.target import target_line
 from orchestrator.driver.trial import run_trial
 
-# The names of a sweep started before sweeps had an id (see `experiment_name`).
-LEGACY_EXPERIMENT_NAME = "sweep"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",
@@ -43,15 +41,9 @@ TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
 
 
-def experiment_name(sweep_id: str | None) -> str:
-    """The sweep's Tune experiment in its storage: named after the sweep, so
-    that sweeps sharing a `--storage` never restore each other's trials."""
-    return sweep_id or LEGACY_EXPERIMENT_NAME
-
-
-def train_runs_path(storage_path: str, sweep_id: str | None) -> str:
+def train_runs_path(storage_path: str, sweep_id: str) -> str:
     """The folder of the sweep's Train runs (one per trial), the sweep's own."""
-    return storage.join(storage_path, TRAIN_RUNS_DIR, *([sweep_id] if sweep_id else []))
+    return storage.join(storage_path, TRAIN_RUNS_DIR, sweep_id)
 
 
 def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
@@ -62,8 +54,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              # No sweep id: a trial of a sweep from before sweeps had one.
-              storage_path=train_runs_path(config["storage"], config.get("sweep_id")),
+              storage_path=train_runs_path(config["storage"], config["sweep_id"]),
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
@@ -169,7 +160,7 @@ class TimeToAccuracyASHA(ASHAScheduler):
 
 
 def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
-              sweep_id: str | None, max_concurrent: int, resume: bool,
+              sweep_id: str, max_concurrent: int, resume: bool,
               max_hours: float | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
     # The data goes to the trials as a ref inside a list, so that Tune ships
@@ -183,7 +174,9 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     TimeEstimate.max_hours = max_hours
-    experiment_path = storage.join(storage_path, experiment_name(sweep_id))
+    # The experiment is named after the sweep, so that sweeps sharing a
+    # `--storage` never restore each other's trials.
+    experiment_path = storage.join(storage_path, sweep_id)
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
         # each resumes from its own last checkpoint.
@@ -210,7 +203,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
-                name=experiment_name(sweep_id), storage_path=storage_path,
+                name=sweep_id, storage_path=storage_path,
                 stop=_stopper(sweep, max_concurrent),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
@@ -250,7 +243,7 @@ def _point_to_dict(point: GridPoint) -> dict:
 
 
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
-            sweep_id: str | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+            sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
