@@ -276,15 +276,18 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         if stored is not None:
             history, evaluations = (pd.DataFrame(rows) for rows in stored)
         else:
-            evaluations = history = result.metrics_dataframe  # every report is an evaluation
-            if history is not None and "end_of_epoch" in history:  # else an older version's
-                history = history[history["end_of_epoch"].astype(bool)]
-        # reindex: a trial run by an older version lacks the newer columns.
+            # Tune's record, where every report is an evaluation (no columns if none
+            # came): an epoch's row has no eval_s, and until an epoch ends there are
+            # no epoch columns.
+            evaluations = history = result.metrics_dataframe
+            if evaluations is not None and "end_of_epoch" in evaluations:
+                history = evaluations[evaluations["end_of_epoch"].astype(bool)].reindex(
+                    columns=EPOCH_COLUMNS)
+                evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
         if history is not None and "epoch" in history:
-            epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
+            epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
         if evaluations is not None and "epoch" in evaluations:
-            evaluation_frames.append(
-                evaluations.reindex(columns=EVALUATION_COLUMNS).assign(trial_id=trial_id))
+            evaluation_frames.append(evaluations[EVALUATION_COLUMNS].assign(trial_id=trial_id))
     return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),
             _concat(evaluation_frames, EVALUATION_COLUMNS))
 
