@@ -5,13 +5,14 @@ import threading
 
 import pytest
 
+from helpers import run_script
 from orchestrator.config import cli
 from orchestrator.driver import plan
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import SweepConfig
 from orchestrator.errors import UserError
 from orchestrator.driver.rundir import SWEEP_FILE, claim_out_dir
-from orchestrator.driver.tune_experiment import experiment_name, train_runs_path
+from orchestrator.driver.tune_experiment import train_runs_path
 
 
 @pytest.mark.reliability(fault="two sweeps claiming one empty --out at the same moment",
@@ -49,7 +50,7 @@ def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_p
     first, second = (request.sweep_id for request in requests)
     assert first.startswith("first-") and second.startswith("second-")
     storage = requests[0].storage
-    assert experiment_name(first) != experiment_name(second)
+    assert first != second  # each names its sweep's Tune experiment
     assert train_runs_path(storage, first) != train_runs_path(storage, second)
     # The id is kept where --resume finds it.
     fitted = plan.fit_to_cluster(requests[0], Cluster(address=None, dashboard_url=None,
@@ -67,3 +68,28 @@ def test_a_claimed_sweep_json_still_serves_as_a_config_file(tmp_path):
     assert request.sweep.lrs == (0.1, 0.3) and request.sweep.workers == (1, 2)
     assert not request.gpu_from_cluster  # the stored sweep had settled it
     assert request.sweep_id != "first-1234"
+
+
+@pytest.mark.reliability(fault="sweep.py --resume on a folder written by an earlier version",
+                         lost="nothing: refused with one line before Ray starts")
+def test_a_folder_of_an_earlier_version_is_not_resumed(tmp_path):
+    out_dir = tmp_path / "earlier"
+    claim_out_dir(out_dir, SweepConfig(workers=(1, 2)), str(out_dir / "ray"), "earlier-1234")
+    stored = json.loads((out_dir / SWEEP_FILE).read_text())
+    del stored["format"]  # sweep.json as versions before the marker wrote it
+    (out_dir / SWEEP_FILE).write_text(json.dumps(stored, indent=2))
+    (out_dir / "ray" / "earlier-1234").mkdir(parents=True)
+    (out_dir / "trials.csv").write_text("trial_id,num_workers\n1234_00000,1\n")
+
+    def snapshot() -> dict:
+        return {str(path.relative_to(out_dir)): (path.read_bytes() if path.is_file() else None,
+                                                 path.stat().st_mtime_ns)
+                for path in sorted(out_dir.rglob("*"))}
+
+    before = snapshot()
+    run = run_script("sweep.py", "--resume", "--out", str(out_dir), timeout_s=60)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip() == (f"error: {out_dir} was written by an earlier version and "
+                                  f"cannot be resumed; start a new sweep in another --out")
+    assert run.stdout == ""  # refused first: no data loaded, no Ray started
+    assert snapshot() == before

@@ -34,9 +34,8 @@ class SweepRequest:
     """The preset's worker counts are 1, 2, 4, ... up to what the cluster holds."""
     out_dir: Path
     storage: str
-    sweep_id: str | None
-    """Names the sweep's Tune experiment and Train runs in its storage (None: an
-    older sweep's, resumed under the names it was started with)."""
+    sweep_id: str
+    """Names the sweep's Tune experiment and Train runs in its storage."""
     resume: bool
     max_concurrent_trials: int | None
     max_hours: float | None
@@ -174,7 +173,8 @@ def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
         values = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"--config {path}: unreadable or not JSON ({error})")
-    if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= {"sweep", "storage", "id"}:
+    sweep_json_keys = {"format", "sweep", "storage", "id"}
+    if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= sweep_json_keys:
         values = values["sweep"]  # a previous sweep's sweep.json
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected an object of sweep options, "

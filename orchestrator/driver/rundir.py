@@ -5,6 +5,11 @@ exclusively, before any trial runs. That file is how `--resume` finds what to
 continue, and how a second sweep is stopped from overwriting the first one's
 results, even one started at the same moment. Every file of the folder is
 written atomically (`write_atomically`).
+
+`sweep.json`'s `format` key (`SWEEP_FORMAT`) names the layout of the whole
+folder: sweep.json, the storage's experiment and Train runs, and their
+checkpoints. A folder without it (written by an earlier version) or with
+another value is refused by `--resume` with one line, before Ray starts.
 """
 
 import json
@@ -17,9 +22,11 @@ from orchestrator.config.options import SweepConfig
 from orchestrator.errors import UserError
 
 SWEEP_FILE = "sweep.json"
+# Bumped by any change that would leave a folder of this format unresumable.
+SWEEP_FORMAT = 2
 
 
-def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str | None] | None:
+def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str] | None:
     """Refuse a folder that this sweep must not or cannot write; on resume, what to continue.
 
     Returns the stored (sweep, storage path, sweep id) when resuming, else None.
@@ -32,13 +39,19 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str
         if not marker.is_file():
             raise UserError(f"nothing to resume in {out_dir}: it holds no {SWEEP_FILE} "
                             f"(start the sweep without --resume)")
+        unreadable = f"{marker} is unreadable or not a sweep's"
         try:
             stored = json.loads(marker.read_text())
-            # No id: a sweep started before sweeps had one (see sweep.experiment_name).
+        except (OSError, ValueError) as error:
+            raise UserError(f"{unreadable} ({error})")
+        if isinstance(stored, dict) and stored.get("format") != SWEEP_FORMAT:
+            raise UserError(f"{out_dir} was written by an earlier version and cannot be "
+                            f"resumed; start a new sweep in another --out")
+        try:
             return (SweepConfig.from_dict(stored["sweep"]), str(stored["storage"]),
-                    stored.get("id"))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UserError(f"{marker} is unreadable or not a sweep's ({error})")
+                    str(stored["id"]))
+        except (ValueError, KeyError, TypeError) as error:
+            raise UserError(f"{unreadable} ({error})")
     if marker.exists():
         raise UserError(f"{out_dir} already holds a sweep's results; add --resume to "
                         f"continue it, or choose another --out")
@@ -62,7 +75,8 @@ def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str
     """Create `sweep.json` whole and exclusively: of two sweeps claiming one
     folder at once, one wins and the other gets a `UserError`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"sweep": sweep.to_dict(), "storage": storage, "id": sweep_id}, indent=2)
+    text = json.dumps({"format": SWEEP_FORMAT, "sweep": sweep.to_dict(), "storage": storage,
+                       "id": sweep_id}, indent=2)
     fd, temporary = tempfile.mkstemp(prefix=f".{SWEEP_FILE}.", dir=out_dir)
     try:
         with os.fdopen(fd, "w") as file:

@@ -23,8 +23,6 @@ from orchestrator.config.options import GridPoint, SweepConfig, TrainConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
 from orchestrator.driver.trial import run_trial
 
-# The names of a sweep started before sweeps had an id (see `experiment_name`).
-LEGACY_EXPERIMENT_NAME = "sweep"
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
@@ -33,15 +31,9 @@ TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
 
 
-def experiment_name(sweep_id: str | None) -> str:
-    """The sweep's Tune experiment in its storage: named after the sweep, so
-    that sweeps sharing a `--storage` never restore each other's trials."""
-    return sweep_id or LEGACY_EXPERIMENT_NAME
-
-
-def train_runs_path(storage_path: str, sweep_id: str | None) -> str:
+def train_runs_path(storage_path: str, sweep_id: str) -> str:
     """The folder of the sweep's Train runs (one per trial), the sweep's own."""
-    return storage.join(storage_path, TRAIN_RUNS_DIR, *([sweep_id] if sweep_id else []))
+    return storage.join(storage_path, TRAIN_RUNS_DIR, sweep_id)
 
 
 def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
@@ -52,8 +44,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              # No sweep id: a trial of a sweep from before sweeps had one.
-              storage_path=train_runs_path(config["storage"], config.get("sweep_id")),
+              storage_path=train_runs_path(config["storage"], config["sweep_id"]),
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
@@ -159,7 +150,7 @@ class TimeToAccuracyASHA(ASHAScheduler):
 
 
 def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
-              sweep_id: str | None, max_concurrent: int, resume: bool,
+              sweep_id: str, max_concurrent: int, resume: bool,
               max_hours: float | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
     # The data goes to the trials as a ref inside a list, so that Tune ships
@@ -173,7 +164,9 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     TimeEstimate.max_hours = max_hours
-    experiment_path = storage.join(storage_path, experiment_name(sweep_id))
+    # The experiment is named after the sweep, so that sweeps sharing a
+    # `--storage` never restore each other's trials.
+    experiment_path = storage.join(storage_path, sweep_id)
     if resume:
         # Finished trials are kept; unfinished and errored ones run again, and
         # each resumes from its own last checkpoint.
@@ -200,7 +193,7 @@ def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
                 # is what the result files use to name a trial.
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
-                name=experiment_name(sweep_id), storage_path=storage_path,
+                name=sweep_id, storage_path=storage_path,
                 stop=_stopper(sweep, max_concurrent),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
@@ -240,7 +233,7 @@ def _point_to_dict(point: GridPoint) -> dict:
 
 
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
-            sweep_id: str | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+            sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
@@ -273,15 +266,18 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         if stored is not None:
             history, evaluations = (pd.DataFrame(rows) for rows in stored)
         else:
-            evaluations = history = result.metrics_dataframe  # every report is an evaluation
-            if history is not None and "end_of_epoch" in history:  # else an older version's
-                history = history[history["end_of_epoch"].astype(bool)]
-        # reindex: a trial run by an older version lacks the newer columns.
+            # Tune's record, where every report is an evaluation (no columns if none
+            # came): an epoch's row has no eval_s, and until an epoch ends there are
+            # no epoch columns.
+            evaluations = history = result.metrics_dataframe
+            if evaluations is not None and "end_of_epoch" in evaluations:
+                history = evaluations[evaluations["end_of_epoch"].astype(bool)].reindex(
+                    columns=EPOCH_COLUMNS)
+                evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
         if history is not None and "epoch" in history:
-            epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
+            epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
         if evaluations is not None and "epoch" in evaluations:
-            evaluation_frames.append(
-                evaluations.reindex(columns=EVALUATION_COLUMNS).assign(trial_id=trial_id))
+            evaluation_frames.append(evaluations[EVALUATION_COLUMNS].assign(trial_id=trial_id))
     return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),
             _concat(evaluation_frames, EVALUATION_COLUMNS))
 

@@ -37,9 +37,8 @@ def load_checkpoint(folder: Path) -> tuple[dict | None, list[dict], list[dict]]:
     if (folder / STATE_FILE).exists():
         # weights_only: a checkpoint holds tensors and plain containers, never code.
         state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    evaluations = folder / EVALUATIONS_FILE  # absent from an older version's checkpoints
     return (state, json.loads((folder / HISTORY_FILE).read_text()),
-            json.loads(evaluations.read_text()) if evaluations.exists() else [])
+            json.loads((folder / EVALUATIONS_FILE).read_text()))
 
 
 def read_newest_history(train_run: str) -> tuple[list[dict], list[dict]] | None:
@@ -60,10 +59,9 @@ def read_newest_history(train_run: str) -> tuple[list[dict], list[dict]] | None:
     return history, evaluations
 
 
-def _read_newest_texts(folder: str, prefix: str, file_name: str,
-                       optional_file_name: str) -> tuple[str, str] | None:
-    """`file_name` and `optional_file_name` ("[]" if absent) in the newest
-    readable subfolder of `folder` named `prefix*`.
+def _read_newest_texts(folder: str, prefix: str, *file_names: str) -> tuple[str, ...] | None:
+    """The texts of `file_names` in the newest subfolder of `folder` named
+    `prefix*` where all of them are readable.
 
     Subfolders are ordered by name (Ray names checkpoints by time); a file
     that cannot be read, say half copied when its writer died, is passed
@@ -76,13 +74,13 @@ def _read_newest_texts(folder: str, prefix: str, file_name: str,
                     and entry.base_name.startswith(prefix)), reverse=True)
     for name in names:
         try:
-            with filesystem.open_input_stream(f"{root}/{name}/{file_name}") as stream:
-                text = stream.read().decode()
-            optional = f"{root}/{name}/{optional_file_name}"
-            if filesystem.get_file_info(optional).type == pyarrow.fs.FileType.NotFound:
-                return text, "[]"
-            with filesystem.open_input_stream(optional) as stream:
-                return text, stream.read().decode()
+            return tuple(_read_text(filesystem, f"{root}/{name}/{file_name}")
+                         for file_name in file_names)
         except (OSError, UnicodeDecodeError):
             continue
     return None
+
+
+def _read_text(filesystem: pyarrow.fs.FileSystem, path: str) -> str:
+    with filesystem.open_input_stream(path) as stream:
+        return stream.read().decode()

@@ -84,7 +84,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
             return history  # a diverged run's last checkpoint: nothing to resume
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        shares = state.get("split_shares")  # absent from checkpoints of older versions
+        shares = state["split_shares"]
         # The state is the last finished epoch's: later evaluations run again.
         evaluations = [row for row in evaluations if row["epoch"] <= len(history)]
         if evaluations:  # a resumed sweep's trial: its wall clock goes on from there
