@@ -68,7 +68,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     evaluations).
     """
     started_at = time.time() if started_at is None else started_at
-    rank, num_workers = get_rank(), get_world_size()
+    num_workers = get_world_size()
     assert num_workers == config.num_workers, (num_workers, config.num_workers)
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
