@@ -30,14 +30,14 @@ from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data
 from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.options import SweepConfig  # noqa: E402
-from orchestrator.driver.tune_experiment import collect, run_sweep  # noqa: E402
+from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
 
 
 def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]:
     """Run `sweep` one trial at a time: its wall time, and its trials' own times."""
     with tempfile.TemporaryDirectory() as storage:
         started = time.monotonic()
-        result_grid = run_sweep(sweep, data_ref, storage_path=storage, sweep_id="bench",
+        result_grid = run_experiment(sweep, data_ref, storage_path=storage, sweep_id="bench",
                                 max_concurrent=1, resume=False)
         wall_s = time.monotonic() - started
         trials, epochs, _ = collect(result_grid, sweep, storage, sweep_id="bench")

@@ -31,7 +31,7 @@ from orchestrator.training import data  # noqa: E402
 from orchestrator.config.options import SweepConfig  # noqa: E402
 from orchestrator.report.summary import summarize_trials  # noqa: E402
 from orchestrator.driver.rundir import SWEEP_FILE  # noqa: E402
-from orchestrator.driver.tune_experiment import collect, run_sweep  # noqa: E402
+from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
 from orchestrator.report.time_to_accuracy import ranking  # noqa: E402
 
 TARGET_ACC = 0.80
@@ -58,7 +58,7 @@ def one_trial(base: dict, axes: dict, target_acc: float, num_epochs: int) -> dic
 
 def time_to_target(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict:
     with tempfile.TemporaryDirectory() as storage:
-        result_grid = run_sweep(sweep, data_ref, storage_path=storage, sweep_id="bench",
+        result_grid = run_experiment(sweep, data_ref, storage_path=storage, sweep_id="bench",
                                 max_concurrent=1, resume=False)
         summary = summarize_trials(*collect(result_grid, sweep, storage, sweep_id="bench"),
                                    sweep.base.target_acc)

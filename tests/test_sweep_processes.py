@@ -8,7 +8,7 @@ import ray
 from ray.util.state import list_placement_groups
 
 from orchestrator.config.options import SweepConfig
-from orchestrator.driver.tune_experiment import collect, run_sweep
+from orchestrator.driver.tune_experiment import collect, run_experiment
 from helpers import num_actors
 
 pytestmark = pytest.mark.cluster
@@ -33,7 +33,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
                                        scheduler="asha"))
     trial_processes_before = num_actors("ImplicitFunc")
     live_groups_before = _num_live_placement_groups()
-    result_grid = run_sweep(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
+    result_grid = run_experiment(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
                             sweep_id="asha", max_concurrent=1, resume=False)
     _, epochs, _ = collect(result_grid, sweep, str(tmp_path), sweep_id="asha")
     assert epochs.groupby("lr").size().to_dict() == {0.2: 2, 0.001: 1, 0.002: 1}

@@ -83,7 +83,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     request = plan.sweep_request(args)
     base = request.sweep.base
     dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
-    from orchestrator.driver.tune_experiment import all_trials_ended, collect, run_sweep
+    from orchestrator.driver.tune_experiment import all_trials_ended, collect, run_experiment
     from orchestrator.report import write_sweep_report
 
     cluster = _connect(args)
@@ -97,7 +97,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         _print_plan(sweep_plan)
         started = time.monotonic()
         calibration = _calibration(request, sweep)
-        result_grid = run_sweep(sweep, ray.put(dataset), storage_path=request.storage,
+        result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
                                 resume=request.resume, max_hours=request.max_hours)

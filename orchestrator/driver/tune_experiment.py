@@ -1,4 +1,4 @@
-"""The sweep: one Ray Tune trial per grid point, each fitting a TorchTrainer.
+"""The sweep's Tune experiment: one Ray Tune trial per grid point, each fitting a TorchTrainer.
 
 Two levels, named for where they run: `tune_trial` is the per-trial driver
 (a Tune function that builds and fits a TorchTrainer, forwarding every epoch
@@ -149,7 +149,7 @@ class TimeToAccuracyASHA(ASHAScheduler):
         super().on_trial_complete(tune_controller, trial, result)
 
 
-def run_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
+def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
               sweep_id: str, max_concurrent: int, resume: bool,
               max_hours: float | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results."""
