@@ -1,5 +1,8 @@
 """Storage locations: paths and URIs joined as Ray and pyarrow read them."""
 
+import pytest
+
+from helpers import run_script
 from orchestrator.driver import storage
 
 
@@ -18,3 +21,18 @@ def test_a_path_is_made_absolute_and_a_uri_is_kept_as_given(tmp_path, monkeypatc
     assert storage.resolve("ray") == str(tmp_path / "ray")
     uri = "gs://bucket/x?a=1"
     assert storage.resolve(uri) == uri
+
+
+@pytest.mark.reliability(fault="sweep.py: a local --storage that cannot be created or written "
+                               "(a path under a file)", lost="nothing")
+def test_an_unwritable_storage_is_one_line_before_ray_starts(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    store = tmp_path / "a-file" / "ray"
+    run = run_script("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
+                     "--out", str(tmp_path / "out"), "--storage", str(store), timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert f"--storage {store} cannot be created or written" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout  # decided before any Ray started
+    assert not (tmp_path / "out").exists()
+    assert (tmp_path / "a-file").read_text() == "mine"

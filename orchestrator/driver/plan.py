@@ -20,7 +20,7 @@ from orchestrator.driver.cluster import Cluster, requested_address
 from orchestrator.config.options import SweepConfig, TrainConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
-from orchestrator.driver.rundir import check_out_dir, new_sweep_id
+from orchestrator.driver.rundir import check_out_dir, new_sweep_id, require_writable
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             stored, False, False
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
+        if args.storage and not storage.is_uri(storage_location):
+            require_writable(Path(storage_location), "--storage")
         sweep_id = new_sweep_id(out_dir)
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,

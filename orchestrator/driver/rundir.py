@@ -34,7 +34,7 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str
     marker = out_dir / SWEEP_FILE
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir} is a file, not a folder")
-    _require_writable(out_dir)
+    require_writable(out_dir, "--out")
     if resume:
         if not marker.is_file():
             raise UserError(f"nothing to resume in {out_dir}: it holds no {SWEEP_FILE} "
@@ -90,14 +90,14 @@ def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str
         os.unlink(temporary)
 
 
-def _require_writable(out_dir: Path) -> None:
+def require_writable(folder: Path, flag: str) -> None:
     """The folder, or its nearest existing parent, must let us create entries:
     tried with a folder made and removed at once, so that nothing is left."""
-    existing = out_dir
+    existing = folder
     while not existing.exists():
         existing = existing.parent
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".orchestrator-probe-", dir=existing))
     except OSError as error:
-        raise UserError(f"--out {out_dir} cannot be created or written "
+        raise UserError(f"{flag} {folder} cannot be created or written "
                         f"({error.strerror or error} in {existing})") from None

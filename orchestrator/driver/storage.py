@@ -13,14 +13,14 @@ from pathlib import Path
 
 def resolve(location: str) -> str:
     """A URI as given; a path made absolute (Ray wants absolute paths)."""
-    return location if _is_uri(location) else str(Path(location).resolve())
+    return location if is_uri(location) else str(Path(location).resolve())
 
 
 def join(location: str, *names: str) -> str:
     """`location` with `names` appended to its path; a URI keeps its query last."""
-    path, mark, query = location.partition("?") if _is_uri(location) else (location, "", "")
+    path, mark, query = location.partition("?") if is_uri(location) else (location, "", "")
     return "/".join([path.rstrip("/"), *names]) + mark + query
 
 
-def _is_uri(location: str) -> bool:
+def is_uri(location: str) -> bool:
     return "://" in location
