@@ -24,7 +24,7 @@ import torch
 from orchestrator.training.calibration import SHARDED_PAIR
 from orchestrator.training.sync.collectives import flat_buckets
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.data import even_shares
+from orchestrator.config.dataset import even_shares
 from orchestrator.training.models import build_model
 from orchestrator.report.results import FAILED, SCALING_GROUP, per_worker_values
 
