@@ -12,7 +12,7 @@ from orchestrator.report import time_to_accuracy
 from orchestrator.config.options import SweepConfig
 from orchestrator.report.results import (PLOT_FILES, isolation_table, scaling_table, summarize_trials,
                                   write_results)
-from orchestrator.driver.rundir import write_atomically
+from orchestrator.records import write_atomically
 from orchestrator.driver.tune_experiment import is_complete
 
 # A sweep of LeNet, batch 256 (global), 3 epochs: lr 0.1/0.2/0.4 on 1 and 2 workers,

@@ -18,7 +18,8 @@ from orchestrator.driver import cluster as ray_cluster
 from orchestrator.training import data
 from orchestrator.driver import plan
 from orchestrator.driver import storage
-from orchestrator.driver.rundir import claim_out_dir, write_atomically
+from orchestrator.driver.rundir import claim_out_dir
+from orchestrator.records import write_atomically
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
     from ray.train import TrainingFailedError
 
     from orchestrator.training.checkpoint import load_checkpoint
-    from orchestrator.driver.printers import EpochPrinter, book_line
+    from orchestrator.driver.printers import EpochPrinter
+    from orchestrator.records import book_line
     from orchestrator.report.target import target_line
     from orchestrator.driver.trial import run_trial
 

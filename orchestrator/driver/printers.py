@@ -1,6 +1,4 @@
-"""What a person reads while and after a run: the epoch line and the book's line."""
-
-import statistics
+"""What a person reads while a run goes: the epoch line (the book's line: records.py)."""
 
 from ray.train import UserCallback
 
@@ -26,16 +24,6 @@ def evaluation_line(metrics: dict) -> str:
     """A mid-epoch evaluation (--evals-per-epoch)."""
     return (f"  at epoch {metrics['epoch']:.2f}: test acc {metrics['test_acc']:.3f} "
             f"after {metrics['train_s']:.1f} s of training")
-
-
-def book_line(history: list[dict]) -> str:
-    """The line the book prints after training, e.g.
-    `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
-    last = history[-1]
-    seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
-    workers = "worker" if last["num_workers"] == 1 else "workers"
-    return (f"test acc: {last['test_acc']:.2f}, {seconds_per_epoch:.1f} sec/epoch "
-            f"on {last['num_workers']} {workers} {last['devices']}")
 
 
 class EpochPrinter(UserCallback):

@@ -4,14 +4,13 @@ A sweep creates `sweep.json` (its options, storage and id) in the folder,
 exclusively, before any trial runs. That file is how `--resume` finds what to
 continue, and how a second sweep is stopped from overwriting the first one's
 results, even one started at the same moment. Every file of the folder is
-written atomically (`write_atomically`).
+written atomically (records.write_atomically).
 """
 
 import json
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config.options import SweepConfig
@@ -88,13 +87,3 @@ def _require_writable(out_dir: Path) -> None:
     except OSError as error:
         raise UserError(f"--out {out_dir} cannot be created or written "
                         f"({error.strerror or error} in {existing})") from None
-
-
-def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """Write to a temporary sibling, then rename: a reader never sees half a file."""
-    temporary = path.with_name(f".{path.name}.partial{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)

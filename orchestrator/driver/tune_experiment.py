@@ -20,7 +20,7 @@ from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage
 from orchestrator.config.options import GridPoint, SweepConfig, TrainConfig
-from orchestrator.driver.printers import book_line
+from orchestrator.records import book_line
 from orchestrator.report.results import INTERRUPTED
 from orchestrator.report.target import target_line
 from orchestrator.driver.trial import run_trial

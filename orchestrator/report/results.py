@@ -13,8 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.report import time_to_accuracy
-from orchestrator.driver.printers import book_line
-from orchestrator.driver.rundir import write_atomically
+from orchestrator.records import book_line, write_atomically
 
 FINISHED, STOPPED_EARLY, DIVERGED, FAILED = "finished", "stopped early", "diverged", "failed"
 REACHED_TARGET = "reached target"  # ended by --stop-at-target

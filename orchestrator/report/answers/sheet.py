@@ -18,7 +18,7 @@ import pandas as pd
 from orchestrator.report.answers import chapter_13_5, chapter_13_6
 from orchestrator.report.answers.evidence import estimate_noise
 from orchestrator.report.results import markdown_table, pyplot, save_png
-from orchestrator.driver.rundir import write_atomically
+from orchestrator.records import write_atomically
 from orchestrator.report.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
                                          contention as contention_factor)
 
