@@ -1,10 +1,15 @@
-"""Writing and reading a sweep's records: atomic files, and the book's line
-from an epoch history. Driver and report both use them; no Ray, no torch."""
+"""Writing and reading a sweep's records: atomic files, the book's line from an
+epoch history, and the names the files share. Driver, workers and report all
+use them; no Ray, no torch."""
 
 import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
+
+# calibration.json's transport of `sharded`'s two collectives, timed as one:
+# "<group> reduce-scatter + all-gather" (gloo's reduce-scatter is no ring).
+SHARDED_PAIR = "reduce-scatter + all-gather"
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:

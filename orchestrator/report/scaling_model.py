@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from orchestrator.training.calibration import SHARDED_PAIR
+from orchestrator.records import SHARDED_PAIR
 from orchestrator.training.sync.collectives import flat_buckets
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import even_shares
