@@ -27,6 +27,9 @@ class Status(str, enum.Enum):
         return self.value
 
 
+# calibration.json's transport of `sharded`'s two collectives, timed as one:
+# "<group> reduce-scatter + all-gather" (gloo's reduce-scatter is no ring).
+SHARDED_PAIR = "reduce-scatter + all-gather"
 # What each epoch row of epochs.csv keeps of a worker's report.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",

@@ -44,3 +44,14 @@ def test_without_a_calibration_the_answers_still_come_and_say_what_is_missing(tm
     assert "No calibration.json" in sheet.model_section
     assert sorted(answer_sheet.write(tmp_path, sheet)) == ["answers.md"]
     assert "13.6.1" in sheet.answers
+
+
+def test_a_calibration_without_gradient_bytes_gives_no_model_and_says_so(tmp_path):
+    """An earlier version's calibration.json: no fallback that rebuilds the models."""
+    summary = _summary()
+    earlier = {key: value for key, value in calibration().items() if key != "gradient_bytes"}
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), earlier, data_note="",
+                               use_gpu=False)
+    assert sheet.scaling is None
+    assert "records no gradient bytes" in sheet.model_section
+    assert sorted(answer_sheet.write(tmp_path, sheet)) == ["answers.md"]

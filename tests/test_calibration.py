@@ -1,5 +1,6 @@
 """The sweep's microbenchmark on real gloo processes: per-transport allreduce
-timings from 1 KB up, and the compute probe of 1 and of 2 workers at once."""
+timings from 1 KB up, the compute probe of 1 and of 2 workers at once, and the
+gradient bytes of the sweep's models."""
 
 import pytest
 import torch
@@ -7,9 +8,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator.training.calibration import SMALLEST_BYTES, measure
+from orchestrator.training.calibration import SMALLEST_BYTES, gradient_bytes, layouts_of, measure
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.config.options import TrainConfig
+from orchestrator.config.options import SweepConfig, TrainConfig
 from orchestrator.training.models import build_model
 
 LENET_BYTES = sum(p.numel() * p.element_size() for p in build_model("lenet", seed=0).parameters())
@@ -21,7 +22,7 @@ def _body(rank: int, port: int, results) -> None:
                             world_size=2)
     results[rank] = measure(TrainConfig(num_workers=2), torch.device("cpu"),
                             worker_counts=(1, 2), transports=("shared memory", "group"),
-                            sharded=True)
+                            layouts=(("lenet", "fp32", 25.0),), sharded=True)
     dist.destroy_process_group()
 
 
@@ -41,10 +42,17 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
         assert all(s["num_workers"] == 2 and s["seconds"] > 0 for s in samples)
     compute = {row["num_workers"]: row["seconds_per_example"] for row in measured["compute"]}
     assert sorted(compute) == [1, 2] and all(s > 0 for s in compute.values())
+    assert measured["gradient_bytes"] == [gradient_bytes("lenet", "fp32", 25.0)]
 
 
 def test_one_process_times_compute_only():
     measured = measure(TrainConfig(), torch.device("cpu"), worker_counts=(1,),
-                       transports=("shared memory", "group"))
+                       transports=("shared memory", "group"), layouts=())
     assert measured["allreduce"] == []
     assert [row["num_workers"] for row in measured["compute"]] == [1]
+
+
+def test_the_sweep_names_each_model_precision_and_bucket_cap_once():
+    sweep = SweepConfig(base=TrainConfig(bucket_cap_mb=4.0), workers=(1, 2),
+                        sync=("scratch", "bucketed"), precision=("fp32", "fp64"))
+    assert layouts_of(sweep) == (("lenet", "fp32", 4.0), ("lenet", "fp64", 4.0))

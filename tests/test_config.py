@@ -3,7 +3,7 @@ import math
 import pytest
 
 from orchestrator.config.options import SweepConfig, TrainConfig
-from orchestrator.training.data import shard_bounds
+from orchestrator.config.dataset import shard_bounds
 from orchestrator.errors import UserError
 
 

@@ -1,10 +1,12 @@
-"""The alpha-beta scaling model on synthetic sweeps generated from known costs."""
+"""The alpha-beta scaling model on synthetic sweeps generated from known costs;
+LeNet's gradient bytes as the calibration records them."""
 
 import matplotlib
 import pandas as pd
 import pytest
 
-from orchestrator.training.models import build_model
+from orchestrator.config.options import TrainConfig
+from orchestrator.training.calibration import gradient_bytes
 from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, contention,
                                         fit_and_validate, fit_link, plot_scaling_model)
 
@@ -12,7 +14,8 @@ PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a s
 ALPHA_S, BETA_BYTES_PER_S = 20e-6, 2e9
 CONTENTION = {1: 1.0, 2: 1.1, 4: 1.3}
 GLOBAL_BATCH, STEPS = 256, 100
-LENET_BYTES = [p.numel() * 4 for p in build_model("lenet", seed=0).parameters()]
+LENET = gradient_bytes("lenet", "fp32", TrainConfig.bucket_cap_mb)
+LENET_BYTES = LENET["tensor_bytes"]
 
 
 def allreduce_samples(alpha_s: float, beta: float, transport: str = "shared memory") -> list[dict]:
@@ -25,7 +28,8 @@ def calibration() -> dict:
     return {"num_workers": 4, "device": "cpu", "model": "lenet", "threads_per_worker": 1,
             "allreduce": allreduce_samples(ALPHA_S, BETA_BYTES_PER_S),
             "compute": [{"num_workers": k, "batch_per_worker": 128,
-                         "seconds_per_example": PER_EXAMPLE_S * c} for k, c in CONTENTION.items()]}
+                         "seconds_per_example": PER_EXAMPLE_S * c} for k, c in CONTENTION.items()],
+            "gradient_bytes": [LENET]}
 
 
 def comm_per_step_s(sync: str, k: int) -> float:
@@ -153,11 +157,22 @@ def test_one_worker_trials_alone_still_predict():
     assert set(result.predictions["sync"]) == {"bucketed"}
 
 
-def test_no_one_worker_trial_or_no_allreduce_sample_gives_none():
+def test_no_one_worker_trial_allreduce_sample_or_gradient_bytes_gives_none():
     summary, epochs = sweep(trial("two", "scratch", 2))
     assert fit_and_validate(summary, epochs, calibration()) is None
     summary, epochs = sweep(trial("one", "scratch", 1))
     assert fit_and_validate(summary, epochs, {**calibration(), "allreduce": []}) is None
+    earlier = {key: value for key, value in calibration().items() if key != "gradient_bytes"}
+    assert fit_and_validate(summary, epochs, earlier) is None
+
+
+def test_gradient_bytes_are_the_models_tensors_and_buckets():
+    """LeNet's 8 tensors fit one 25 MB bucket; ResNet-18's 44.7 MB take two, each a
+    run of whole tensors of at most the cap unless one tensor alone is larger."""
+    assert len(LENET["tensor_bytes"]) == 8 and LENET["bucket_bytes"] == [sum(LENET_BYTES)]
+    resnet = gradient_bytes("resnet18", "fp64", 25.0)
+    assert sum(resnet["bucket_bytes"]) == sum(resnet["tensor_bytes"])
+    assert max(resnet["bucket_bytes"]) <= 25 * 1024 * 1024 < sum(resnet["bucket_bytes"])
 
 
 def test_plot_draws(result, tmp_path):

@@ -24,7 +24,7 @@ from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
 from orchestrator.records import epoch_line
-from orchestrator.training.data import even_shares
+from orchestrator.config.dataset import even_shares
 from orchestrator.training.split import proportional_shares
 from orchestrator.driver.trial import run_trial
 from orchestrator.training.worker import busy_process_on

@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.training.data import TEST_SIZE, TRAIN_SIZE, even_shares
+from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE, even_shares
 from orchestrator.errors import UserError
 from orchestrator.config.studies import exercise_specs
 

@@ -91,6 +91,7 @@ def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str) -> dict
     config = dataclasses.replace(sweep.base, num_workers=workers)
     loop_config = {"train_config": config.to_dict(), "worker_counts": sorted(sweep.workers),
                    "transports": calibration.transports_of(sweep),
+                   "layouts": calibration.layouts_of(sweep),
                    "sharded": any(point.train.sync == "sharded" for point in sweep.grid)}
     run_config = RunConfig(name=name, storage_path=storage_path,
                            failure_config=FailureConfig(max_failures=0),

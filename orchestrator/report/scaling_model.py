@@ -9,28 +9,23 @@ Per step on k workers (docs/SCALING_MODEL.md has the derivation):
 
 `s1` and `other` come from the 1-worker trial, `contention` from the calibration's
 concurrent compute, `alpha` and `beta` from its allreduce microbenchmark (per
-transport) or from a named interconnect. ddp's comm is counted as exposed, as
-bucketed's: an upper bound, since ddp overlaps it with backward. No Ray here.
+transport) or from a named interconnect, `bytes` from the gradient bytes it
+recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
+bound, since ddp overlaps it with backward. No Ray or torch here.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
 
-from orchestrator.training.calibration import SHARDED_PAIR
-from orchestrator.training.sync.collectives import flat_buckets
+from orchestrator.config.dataset import even_shares
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.data import even_shares
-from orchestrator.training.models import build_model
-from orchestrator.records import Status
+from orchestrator.records import SHARDED_PAIR, Status
 from orchestrator.report.summary import SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
-MEGABYTE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,18 +102,20 @@ class _Baseline:
     per_example_s: float  # forward+backward seconds per example
     other_s: float  # per step: neither compute nor communication
     epoch_s: float  # measured, median of the steady epochs
+    gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
 
 
 def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
                      calibration: dict) -> ScalingResult | None:
-    """Fit, validate and predict; None without a usable 1-worker trial or allreduce sample."""
+    """Fit, validate and predict; None without a usable 1-worker trial or allreduce
+    sample, or without gradient bytes (a calibration.json from before they were recorded)."""
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != Status.FAILED]
     singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
     # A baseline needs its workers' compute seconds (older sweeps did not record them).
     timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
     singles = singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
-    if not samples or singles.empty:
+    if not samples or singles.empty or "gradient_bytes" not in calibration:
         return None
     measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
     validation, baselines = [], {}
@@ -133,7 +130,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     if not baselines:  # no multi-worker trial: predict from each 1-worker one alone
         for _, single in singles.iterrows():
             baselines.setdefault((single["model"], single["sync"]),
-                                 _baseline_costs(single, epochs))
+                                 _baseline_costs(single, epochs, calibration))
     # On this cluster each strategy sums over the transport it used, its workers
     # contending as calibrated; on a named interconnect each worker has a device of
     # its own (an empty calibration: contention 1).
@@ -166,7 +163,7 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
         transport = next((t for t in measured if t == f"{transport} {SHARDED_PAIR}"), transport)
     if single is None or transport not in measured:
         return None
-    baseline = _baseline_costs(single, epochs)
+    baseline = _baseline_costs(single, epochs, calibration)
     num_workers = int(trial["num_workers"])
     step = _step_s(baseline, measured[transport], num_workers,
                    int(trial["batch_size_per_worker"]), contention(calibration, num_workers))
@@ -207,13 +204,17 @@ def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None
     return near.loc[(near["global_batch_size"] - trial["global_batch_size"]).abs().idxmin()]
 
 
-def _baseline_costs(single: pd.Series, epochs: pd.DataFrame) -> _Baseline:
+def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) -> _Baseline:
     history = _steady(epochs[epochs["trial_id"] == single["trial_id"]])
     compute_s = history["worker_compute_s"].map(lambda v: max(per_worker_values(v)))
     steps = int(single["steps_per_epoch"])
     other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
+    recorded = {(entry["model"], entry["precision"], entry["bucket_cap_mb"]): entry
+                for entry in calibration["gradient_bytes"]}
+    layout = (single["model"], single["precision"],
+              single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
     return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).median(),
-                     other_s.median(), history["epoch_time_s"].median())
+                     other_s.median(), history["epoch_time_s"].median(), recorded[layout])
 
 
 def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.DataFrame:
@@ -247,28 +248,24 @@ def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.Dat
 def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: int,
             contention_factor: float) -> tuple[float, float, float]:
     """(compute, other, communication) seconds of one step."""
-    trial = baseline.trial
     compute_s = baseline.per_example_s * largest_shard * contention_factor
-    cap_mb = trial.get("bucket_cap_mb", TrainConfig.bucket_cap_mb)
-    comm_s = _comm_s(link, trial["model"], trial["precision"], trial["sync"], cap_mb, num_workers)
+    comm_s = _comm_s(link, baseline.trial["sync"], baseline.gradient_bytes, num_workers)
     return compute_s, baseline.other_s, comm_s
 
 
-def _comm_s(link: Link, model: str, precision: str, sync: str, bucket_cap_mb: float,
-            num_workers: int) -> float:
+def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> float:
     """Seconds of one step's collectives: a ring allreduce per message, or for sharded
     a reduce-scatter and an all-gather of the flat parameters, (k-1)/k each."""
     if num_workers == 1:
         return 0.0
-    tensor_bytes = _parameter_bytes(model, precision)
+    tensor_bytes = gradient_bytes["tensor_bytes"]
     if sync == "sharded" and SHARDED_PAIR in link.name:
         # Both collectives timed as one call: the pair moves a ring allreduce's bytes.
         messages = [(sum(tensor_bytes), _ring_volume(num_workers))]
     elif sync == "sharded":
         messages = [(sum(tensor_bytes), (num_workers - 1) / num_workers)] * 2
     else:
-        sizes = (tensor_bytes if sync == "scratch"
-                 else _bucket_bytes(model, precision, bucket_cap_mb))
+        sizes = tensor_bytes if sync == "scratch" else gradient_bytes["bucket_bytes"]
         messages = [(size, _ring_volume(num_workers)) for size in sizes]
     return sum(link.alpha_s + volume * size / link.beta_bytes_per_s for size, volume in messages)
 
@@ -276,23 +273,6 @@ def _comm_s(link: Link, model: str, precision: str, sync: str, bucket_cap_mb: fl
 def _ring_volume(num_workers: int) -> float:
     """Bytes each worker sends per byte of a ring allreduce: reduce-scatter, then all-gather."""
     return 2 * (num_workers - 1) / num_workers
-
-
-@functools.cache
-def _parameters(model: str, precision: str) -> tuple[torch.Tensor, ...]:
-    # bf16 autocasts the compute only: its parameters and gradients stay fp32.
-    dtype = torch.float64 if precision == "fp64" else torch.float32
-    return tuple(p for p in build_model(model, seed=0).to(dtype).parameters() if p.requires_grad)
-
-
-def _parameter_bytes(model: str, precision: str) -> list[int]:
-    return [p.numel() * p.element_size() for p in _parameters(model, precision)]
-
-
-@functools.cache
-def _bucket_bytes(model: str, precision: str, bucket_cap_mb: float) -> tuple[int, ...]:
-    buckets = flat_buckets(_parameters(model, precision), int(bucket_cap_mb * MEGABYTE))
-    return tuple(sum(p.numel() * p.element_size() for p in bucket) for bucket in buckets)
 
 
 def _steady(history: pd.DataFrame) -> pd.DataFrame:

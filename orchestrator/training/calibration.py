@@ -1,8 +1,10 @@
 """The sweep's microbenchmark, run on the cluster before its trials: what one
 gradient sum costs per call and per byte on each transport the strategies use,
 and how much workers that compute at once slow each other (on a CPU node they
-share memory bandwidth). The scaling model (scaling_model.py) is fitted from
-it; it is kept as calibration.json beside the results.
+share memory bandwidth); and, for each model the sweep trains, the bytes each
+strategy sums per step, so that the report needs no model to count them. The
+scaling model (report/scaling_model.py) is fitted from it; it is kept as
+calibration.json beside the results.
 """
 
 import statistics
@@ -15,9 +17,11 @@ from torch.nn import functional as F
 from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get_rank, get_world_size,
                                       reduce_scatter_)
 from orchestrator.config.options import SweepConfig, TrainConfig
-from orchestrator.training.loop import to_model_input
+from orchestrator.records import SHARDED_PAIR
+from orchestrator.training.loop import PARAMETER_DTYPES, to_model_input
 from orchestrator.training.models import NUM_CLASSES, build_model
-from orchestrator.training.sync.strategies import group_transport, make_transport
+from orchestrator.training.sync.collectives import flat_buckets
+from orchestrator.training.sync.strategies import MEGABYTE, group_transport, make_transport
 
 FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
@@ -28,15 +32,15 @@ REPEATS = 9
 # trial's epochs average it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs).
 COMPUTE_PROBE_S = 0.3
 COMPUTE_ROUNDS = 10
-# `sharded`'s two collectives, timed as one: gloo's reduce-scatter is no ring.
-SHARDED_PAIR = "reduce-scatter + all-gather"
 
 
 def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
-            transports: tuple[str, ...], sharded: bool = False) -> dict:
+            transports: tuple[str, ...], layouts: tuple[tuple[str, str, float], ...],
+            sharded: bool = False) -> dict:
     """The microbenchmark on this worker group (every worker calls it); rank 0's
     result is the one kept. `transports`: "shared memory" and/or "group";
-    `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them."""
+    `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them;
+    `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record."""
     model = build_model(config.model, seed=config.seed).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     largest_bytes = min(LARGEST_BYTES, 4 * param_bytes)
@@ -56,7 +60,8 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     return {"num_workers": get_world_size(), "device": device.type, "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
             "compute": _compute_probe(model, device, worker_counts,
-                                      max(1, config.global_batch_size // max(worker_counts)))}
+                                      max(1, config.global_batch_size // max(worker_counts))),
+            "gradient_bytes": [gradient_bytes(*layout) for layout in layouts]}
 
 
 def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
@@ -64,6 +69,28 @@ def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
     node_memory = (not sweep.base.use_gpu and sweep.base.shared_memory
                    and bool({"scratch", "bucketed"} & set(sweep.sync)))
     return ("shared memory", "group") if node_memory else ("group",)
+
+
+def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:
+    """Each (model, precision, bucket_cap_mb) of the sweep's trials, once."""
+    return tuple(dict.fromkeys((point.train.model, point.train.precision,
+                                point.train.bucket_cap_mb) for point in sweep.grid))
+
+
+def gradient_bytes(model: str, precision: str, bucket_cap_mb: float) -> dict:
+    """What one step's sync sends, as the strategies lay it out: one message per
+    parameter tensor (scratch), one per bucket of at most `bucket_cap_mb` (bucketed,
+    ddp); sharded's flat buffer is their sum."""
+    parameters = [p for p in build_model(model, seed=0).to(PARAMETER_DTYPES[precision]).parameters()
+                  if p.requires_grad]
+    buckets = flat_buckets(parameters, int(bucket_cap_mb * MEGABYTE))
+    return {"model": model, "precision": precision, "bucket_cap_mb": bucket_cap_mb,
+            "tensor_bytes": [_nbytes(p) for p in parameters],
+            "bucket_bytes": [sum(map(_nbytes, bucket)) for bucket in buckets]}
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _sizes(largest_bytes: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Find, verify and load Fashion-MNIST, and shard it.
+"""Find, verify and load Fashion-MNIST.
 
 The driver loads the data once (here) and puts it in Ray's object store;
 workers read it from there, so a node without the files still trains.
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE
 from orchestrator.errors import UserError
 
-TRAIN_SIZE = 60_000
-TEST_SIZE = 10_000
 DATA_DIR_ENV = "FASHION_MNIST_DIR"
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 # torchvision.datasets.FashionMNIST(root) keeps its files in <root>/FashionMNIST/raw.
@@ -101,23 +100,6 @@ def read_idx(path: Path, spec: _IdxFile) -> np.ndarray:
     # The checksum pins the header too: 4 magic bytes, then one int32 per dimension.
     header_size = 4 + 4 * len(spec.shape)
     return np.frombuffer(raw, dtype=np.uint8, offset=header_size).reshape(spec.shape)
-
-
-def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:
-    """[start, stop) of shard `rank` when `total` items are split as evenly as possible.
-
-    The first `total % num_shards` shards get one extra item (as
-    `torch.tensor_split` does), so shard sizes differ by at most one.
-    """
-    base, extra = divmod(total, num_shards)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
-
-
-def even_shares(total: int, num_shards: int) -> tuple[int, ...]:
-    """The sizes of the `num_shards` shards of `shard_bounds`."""
-    return tuple(stop - start for start, stop in
-                 (shard_bounds(total, num_shards, rank) for rank in range(num_shards)))
 
 
 def _path_of(folder: Path, spec: _IdxFile) -> Path:

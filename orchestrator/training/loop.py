@@ -17,8 +17,9 @@ from torch.nn import functional as F
 
 from orchestrator.training.sync.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
 from orchestrator.config.options import TrainConfig
+from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
-from orchestrator.training.data import FashionMNIST, shard_bounds
+from orchestrator.training.data import FashionMNIST
 from orchestrator.training.models import NUM_CLASSES, build_model
 from orchestrator.training.split import BatchSplit
 from orchestrator.training.sync.strategies import GradientSync, make_sync

@@ -1,6 +1,6 @@
 """How each global batch is divided among the workers (13.6, exercise 2).
 
-`even`: as evenly as possible (data.shard_bounds). `proportional`: every
+`even`: as evenly as possible (config/dataset.py). `proportional`: every
 worker times its own forward and backward pass, the seconds and examples
 are all-gathered, and each worker's share of the next global batches follows
 its measured speed, so that a slower device is given less rather than being
@@ -17,7 +17,7 @@ import torch
 
 from orchestrator.training.sync.collectives import allreduce_, get_rank, get_world_size
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.data import even_shares
+from orchestrator.config.dataset import even_shares
 from orchestrator.training.timing import DeviceTimer
 
 

@@ -55,6 +55,7 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
     return calibration.measure(config, ray.train.torch.get_device(),
                                worker_counts=tuple(loop_config["worker_counts"]),
                                transports=tuple(loop_config["transports"]),
+                               layouts=tuple(loop_config["layouts"]),
                                sharded=loop_config["sharded"])
 
 

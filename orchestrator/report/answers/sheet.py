@@ -62,6 +62,10 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
         return "\n".join(lines + ["No calibration.json: the sweep ran no microbenchmark "
                                   "(one worker count only, --no-calibrate, or it failed; see "
                                   "the sweep's output).", ""])
+    if "gradient_bytes" not in calibration:
+        return "\n".join(lines + ["No scaling model: this calibration.json records no gradient "
+                                  "bytes per model (an earlier version wrote it); delete it and "
+                                  "`--resume` the sweep to calibrate again.", ""])
     if scaling is None:
         return "\n".join(lines + ["The model needs a finished 1-worker trial and allreduce "
                                   "samples from at least two workers; this sweep has not both.",

@@ -1,0 +1,22 @@
+"""What the data set holds and how a global batch splits evenly: plain arithmetic
+that the options, the workers and the report share (no numpy, no torch)."""
+
+TRAIN_SIZE = 60_000
+TEST_SIZE = 10_000
+
+
+def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of shard `rank` when `total` items are split as evenly as possible.
+
+    The first `total % num_shards` shards get one extra item (as
+    `torch.tensor_split` does), so shard sizes differ by at most one.
+    """
+    base, extra = divmod(total, num_shards)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def even_shares(total: int, num_shards: int) -> tuple[int, ...]:
+    """The sizes of the `num_shards` shards of `shard_bounds`."""
+    return tuple(stop - start for start, stop in
+                 (shard_bounds(total, num_shards, rank) for rank in range(num_shards)))
