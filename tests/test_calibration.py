@@ -10,7 +10,8 @@ import torch.multiprocessing as mp
 from helpers import shared_dict
 from orchestrator.training.calibration import SMALLEST_BYTES, gradient_bytes, layouts_of, measure
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.training.models import build_model
 
 LENET_BYTES = sum(p.numel() * p.element_size() for p in build_model("lenet", seed=0).parameters())

@@ -8,7 +8,8 @@ import pytest
 from helpers import REPO
 from orchestrator.config import cli
 from orchestrator.driver import plan
-from orchestrator.config.options import SWEEP_FIELDS, TRAIN_FIELDS, SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import SWEEP_FIELDS, TRAIN_FIELDS, SweepConfig
 
 
 def _flags(parser) -> set[str]:

@@ -2,7 +2,9 @@ import math
 
 import pytest
 
-from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+
+from orchestrator.config.grid import SweepConfig
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.errors import UserError
 

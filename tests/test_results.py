@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.report import time_to_accuracy
-from orchestrator.config.options import SweepConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.records import Status
 from orchestrator.report.plots import PLOT_FILES
 from orchestrator.report.summary import summarize_trials

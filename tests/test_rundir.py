@@ -9,7 +9,7 @@ from helpers import run_script
 from orchestrator.config import cli
 from orchestrator.driver import plan
 from orchestrator.driver.cluster import Cluster
-from orchestrator.config.options import SweepConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
 from orchestrator.driver.rundir import SWEEP_FILE, claim_out_dir
 from orchestrator.driver.tune_experiment import train_runs_path

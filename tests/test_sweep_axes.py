@@ -7,7 +7,8 @@ import pytest
 from helpers import run_script
 from orchestrator.config import cli
 from orchestrator.driver import plan
-from orchestrator.config.options import SPLITS, SweepConfig
+from orchestrator.config.options import SPLITS
+from orchestrator.config.grid import SweepConfig
 from orchestrator.report.summary import summarize_trials
 from orchestrator.report.sweep_report import render_report
 from orchestrator.report.tables import strategy_table

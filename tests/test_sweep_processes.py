@@ -7,7 +7,7 @@ import pytest
 import ray
 from ray.util.state import list_placement_groups
 
-from orchestrator.config.options import SweepConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.tune_experiment import collect, run_experiment
 from helpers import num_actors
 

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable
 from typing import Literal
 
-from orchestrator.config.options import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
+from orchestrator.config.grid import OPTION_FIELDS, SWEEP_FIELDS, TRAIN_FIELDS
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, QUICK, QUICK_PER_PRESET
 from orchestrator.errors import UserError
 

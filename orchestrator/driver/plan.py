@@ -17,7 +17,8 @@ from pathlib import Path
 from orchestrator.driver import storage
 from orchestrator.config.cli import AUTO, config_options, given_flags
 from orchestrator.driver.cluster import Cluster, requested_address
-from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
 from orchestrator.driver.rundir import check_out_dir, new_sweep_id, require_writable

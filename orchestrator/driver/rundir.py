@@ -18,7 +18,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from orchestrator.config.options import SweepConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
 
 SWEEP_FILE = "sweep.json"

@@ -17,7 +17,8 @@ from ray.train.torch import TorchConfig
 
 from orchestrator.training import calibration
 from orchestrator import ray_fastpath
-from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.training.worker import calibration_loop_per_worker, train_loop_per_worker
 
 

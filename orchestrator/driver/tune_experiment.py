@@ -19,7 +19,8 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage
-from orchestrator.config.options import GridPoint, SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import GridPoint, SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
 from orchestrator.driver.trial import run_trial
 

@@ -16,7 +16,8 @@ from torch.nn import functional as F
 
 from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get_rank, get_world_size,
                                       reduce_scatter_)
-from orchestrator.config.options import SweepConfig, TrainConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
 from orchestrator.training.loop import PARAMETER_DTYPES, to_model_input
 from orchestrator.training.models import NUM_CLASSES, build_model
