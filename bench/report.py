@@ -1,6 +1,6 @@
 """Regenerate docs/BENCHMARKS.md from bench/results/*.jsonl: the newest record
 of each benchmark in full, and the headline figures of the newest record from
-every machine it ran on.
+every machine it ran on; then the notes that have no benchmark (NOTES_ONLY).
 
     python bench/report.py
 """
@@ -79,6 +79,10 @@ def _by_machine(history: list[dict]) -> list[str]:
                      + " | ".join(_figure(record, key) for key in keys) + " |")
     return lines + [""]
 
+
+# Notes with no benchmark of their own (no results file), each a section after
+# the benchmarks, under this title.
+NOTES_ONLY = {"end_to_end": "End-to-end runs (history)"}
 
 STEP_COLUMNS = ("transport", "comm_ms", "sent_MB", "sent_in_synchronize_MB", "optimizer_step_ms",
                 "params_MB", "optimizer_state_MB")
@@ -183,6 +187,9 @@ def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
             lines += sharded_section(record)
         if name in notes:
             lines += [notes[name], ""]
+    for name, title in NOTES_ONLY.items():
+        if name in notes:
+            lines += [f"## {title}", "", notes[name], ""]
     return "\n".join(lines)
 
 

@@ -6,7 +6,8 @@
     python experiments/sweep.py --workers 1,2 --batch-size 256,512 --lr 0.05,0.1 --out results/run1
 
 Writes trials.csv, epochs.csv, report.md and plots into --out. `--help` lists
-the options; each is a field of orchestrator.config.TrainConfig or SweepConfig.
+the options; each is a field of orchestrator.config.options.TrainConfig or
+SweepConfig.
 """
 
 import sys

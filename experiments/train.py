@@ -4,7 +4,7 @@
 
 Prints one line per epoch and ends with the book's line, for example
 `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`. `--help` lists the
-options; each is a field of orchestrator.config.TrainConfig.
+options; each is a field of orchestrator.config.options.TrainConfig.
 """
 
 import sys

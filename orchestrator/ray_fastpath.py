@@ -97,7 +97,7 @@ def job_env_vars(*, embedded: bool) -> dict[str, str]:
     if enabled():
         # Drains are Ray's advance notice of a preemption, which no loop of
         # ours reads: a preempted worker restarts from the last checkpoint
-        # either way (see the README on the PreemptionWatcher line).
+        # either way (see docs/CLUSTERS.md on the PreemptionWatcher line).
         env_vars["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = os.environ.get(
             "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
         if embedded:

@@ -66,3 +66,10 @@ def test_the_sharded_answer_is_written_from_the_record():
     slow_update = {**record, "resnet18": {"grad_MB": 44.7, "steps": _steps(44.7, 19.0)}}
     doc = report.render([[slow_update]], {})
     assert "halved update is not faster (0.95x)" in doc and "the bytes of one allreduce" not in doc
+
+
+def test_notes_without_a_benchmark_come_after_the_benchmarks_under_their_title():
+    doc = report.render([[_record("EPYC", "2026-11-23", 1.70)]],
+                        {"scaling": "A note.", "end_to_end": "4 min 2 s."})
+    assert doc.index("A note.") < doc.index("## End-to-end runs (history)\n\n4 min 2 s.")
+    assert "End-to-end" not in report.render([[_record("EPYC", "2026-11-23", 1.70)]], {})

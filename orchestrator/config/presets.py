@@ -14,7 +14,7 @@ PRESETS: dict[str, dict] = {
     # test accuracy 0.80 in the fewest training seconds, timed to a quarter epoch. The
     # target ends each trial that gets there and ASHA most that lag (never the book's
     # recipe, the baseline); momentum 0.9 first sets ASHA's bar with a fast learner.
-    # About 13 minutes on 2 cores (see README).
+    # About 10 minutes on 2 cores (docs/BENCHMARKS.md, end-to-end runs).
     "time-to-accuracy": dict(model="lenet", workers=None, batch_sizes=(128, 256),
                              lrs=(0.05, 0.1, 0.2), momentums=(0.9, 0.0), batch_scaling="global",
                              num_epochs=8, target_acc=0.8, evals_per_epoch=4,
