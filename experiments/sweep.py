@@ -7,7 +7,7 @@
 
 Writes trials.csv, epochs.csv, report.md and plots into --out. `--help` lists
 the options; each is a field of orchestrator.config.options.TrainConfig or
-SweepConfig.
+orchestrator.config.grid.SweepConfig.
 """
 
 import sys
