@@ -2,26 +2,13 @@
 
     python experiments/train.py --model lenet --workers 2 --batch-size 256 --lr 0.2 --epochs 10
 
-Prints one line per epoch and ends with the book's line, for example
-`test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`. `--help` lists the
-options; each is a field of orchestrator.config.options.TrainConfig.
+The same command as `d2l-train` once the package is installed; it lives in
+orchestrator/driver/commands.py. `--help` lists the options.
 """
 
 import sys
 
-from orchestrator.config import cli
-from orchestrator.driver import jobs
-
-EXIT_TRAINING_FAILED = 1
-
-
-@cli.exits_2_on_user_error
-def main(argv: list[str] | None = None) -> int:
-    args = cli.train_parser(__doc__.split("\n")[0]).parse_args(argv)
-    outcome = jobs.train(args)
-    print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
-    return EXIT_TRAINING_FAILED if outcome.failed else 0
-
+from orchestrator.driver.commands import train_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(train_main())

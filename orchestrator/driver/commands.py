@@ -1,0 +1,68 @@
+"""The two commands, `d2l-train` and `d2l-sweep` (experiments/train.py and
+experiments/sweep.py in a checkout): parse the command line, run a job, print
+its outcome, return the exit status.
+
+Only config is imported before the arguments are checked; jobs.py imports
+torch and Ray Train and Tune once they are, so a typo exits 2 in a second.
+Each `main`'s docstring is its usage text; its first line the `--help` title.
+"""
+
+import sys
+
+from orchestrator.config import cli
+from orchestrator.driver import jobs
+
+EXIT_TRAINING_FAILED = 1
+EXIT_TRIALS_FAILED = 1
+EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
+
+
+@cli.exits_2_on_user_error
+def train_main(argv: list[str] | None = None) -> int:
+    """One data-parallel training run of the book's 13.5 / 13.6 on Ray Train workers.
+
+        d2l-train --model lenet --workers 2 --batch-size 256 --lr 0.2 --epochs 10
+
+    Prints one line per epoch and ends with the book's line, for example
+    `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`. `--help` lists the
+    options; each is a field of orchestrator.config.options.TrainConfig.
+    """
+    args = cli.train_parser(_title(train_main)).parse_args(argv)
+    outcome = jobs.train(args)
+    print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
+    return EXIT_TRAINING_FAILED if outcome.failed else 0
+
+
+@cli.exits_2_on_user_error
+def sweep_main(argv: list[str] | None = None) -> int:
+    """The scaling sweep: Ray Tune over workers x batch size x learning rate, then a report.
+
+        d2l-sweep                     # the book's 13.5 experiment: LeNet, 1 and 2 workers
+        d2l-sweep --preset scaling    # the exercises: workers x batch x lr
+        d2l-sweep --preset d2l-13.6   # ResNet-18, meant for a GPU cluster
+        d2l-sweep --workers 1,2 --batch-size 256,512 --lr 0.05,0.1 --out results/run1
+
+    Writes trials.csv, epochs.csv, report.md and plots into --out. `--help` lists
+    the options; each is a field of orchestrator.config.options.TrainConfig or
+    orchestrator.config.grid.SweepConfig.
+    """
+    args = cli.sweep_parser(_title(sweep_main)).parse_args(argv)
+    outcome = jobs.sweep(args)
+    print("\n" + outcome.tables)
+    print("\nResults:\n" + "\n".join(f"  {path}" for path in outcome.paths))
+    if outcome.interrupted:
+        print("\nThe sweep was interrupted: run the same command with --resume to "
+              "finish it (finished trials are kept).", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if outcome.failed_trials:
+        # The other trials' results are written; the exit status still tells
+        # a script (or `ray job submit`) that the sweep is not whole.
+        print(f"\n{len(outcome.failed_trials)} trial(s) failed: "
+              f"{', '.join(outcome.failed_trials)} (the error column of trials.csv says why)",
+              file=sys.stderr)
+        return EXIT_TRIALS_FAILED
+    return 0
+
+
+def _title(main) -> str:
+    return main.__doc__.split("\n")[0]
