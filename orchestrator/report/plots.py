@@ -1,16 +1,31 @@
 """The sweep's PNG plots: accuracy per epoch, speedup, accuracy against lr and
-against training time."""
+against training time. Each `plot_*` returns its Figure; `plot_all` saves them.
+
+A sweep of 24 trials stays readable: lines are grouped by what changes them,
+colours and line styles stand for the values of an axis (their legend lists
+those values, never the trials), and accuracy curves are small multiples, one
+panel per worker count and swept setup.
+"""
 
 from pathlib import Path
 
 import pandas as pd
 
 from orchestrator.records import write_atomically
-from orchestrator.report import time_to_accuracy
 from orchestrator.report.summary import SCALING_GROUP, SPEEDUP_AXES
 
 PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
               "test_acc_vs_time.png")
+LEGEND_MAX_ENTRIES = 8
+# What a trial runs beside its workers, batch and lr: one row of panels each.
+SETUP_AXES = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown"]
+BATCH_AXES = ["batch_size", "batch_scaling"]
+assert set(SCALING_GROUP) == {*SETUP_AXES, *BATCH_AXES, "base_lr"}
+_FORMATS = {"num_workers": "{} worker(s)", "batch_size": "b={}", "batch_scaling": "{} batch",
+            "base_lr": "lr={:g}", "momentum": "m={:g}", "threads_per_worker": "{} thread(s)",
+            "straggler_slowdown": "straggler x{:g}"}
+_LINESTYLES = ["-", "--", ":", "-."]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
 def pyplot():
@@ -25,64 +40,215 @@ def pyplot():
 
 def save_png(figure, path: Path) -> None:
     """Write `figure` to `path` atomically and free it."""
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     write_atomically(path, lambda target: figure.savefig(target, dpi=120, format="png"))
     pyplot().close(figure)
 
 
 def plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
-              target_acc: float | None, paths: dict[str, Path]) -> None:
-    plt = pyplot()
-
-    def save(figure, name: str) -> None:
+             target_acc: float | None, paths: dict[str, Path]) -> None:
+    figures = {"test_acc_by_epoch.png": plot_test_acc_by_epoch(summary, epochs),
+               "speedup.png": plot_speedup(summary),
+               "test_acc_vs_lr.png": plot_test_acc_vs_lr(summary),
+               "test_acc_vs_time.png": plot_test_acc_vs_time(summary, evaluations, target_acc)}
+    for name, figure in figures.items():
         save_png(figure, paths[name])
 
-    # Labels name the run axes the sweep varied.
-    varied = [axis for axis in SPEEDUP_AXES if summary[axis].nunique() > 1]
 
-    def run_label(values) -> str:
-        return "".join(f" m={values[axis]:g}" if axis == "momentum" else f" {values[axis]}"
-                       for axis in varied)
+def plot_test_acc_by_epoch(summary: pd.DataFrame, epochs: pd.DataFrame):
+    """The book's animator for every trial: a panel per worker count and setup,
+    colour by lr, line style by batch."""
+    return _accuracy_curves(summary, epochs, "epoch", "epoch",
+                            "Test accuracy per epoch (the book's animator)", None)
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for row in summary.itertuples():
-        history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
-        axes.plot(history["epoch"], history["test_acc"], marker="o",
-                  label=f"{row.num_workers}w b={row.batch_size} lr={row.lr:g}"
-                        + run_label(row._asdict()))
-    axes.set(xlabel="epoch", ylabel="test acc", title="Test accuracy per epoch (the book's animator)")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
-    save(figure, "test_acc_by_epoch.png")
 
-    figure, axes = plt.subplots(figsize=(6, 4.5))
+def plot_test_acc_vs_time(summary: pd.DataFrame, evaluations: pd.DataFrame,
+                          target_acc: float | None):
+    """Every trial's test accuracy against its training seconds, the target as a line."""
+    return _accuracy_curves(summary, evaluations, "train_s",
+                            "training seconds (evaluation excluded)",
+                            "Test accuracy against training time", target_acc)
+
+
+def plot_speedup(summary: pd.DataFrame):
+    """Speedup against workers, a line per setup and batch: the median over the
+    trials that differ only in lr (which leaves throughput alone), their
+    minimum to maximum as a band."""
     measured = summary.dropna(subset=["speedup"])
-    for key, group in measured.groupby(SCALING_GROUP):
-        values = dict(zip(SCALING_GROUP, key))
-        group = group.sort_values("num_workers")
-        axes.plot(group["num_workers"], group["speedup"], marker="o",
-                  label=f"b={values['batch_size']} ({values['batch_scaling']}) "
-                        f"lr={values['base_lr']:g}" + run_label(values))
+    setups = _varied(summary, SETUP_AXES)
+    style = _Style(summary, setups or BATCH_AXES, BATCH_AXES)
+    figure, axes = pyplot().subplots(figsize=(7.5, 4.5), layout="constrained")
+    for key, group in measured.groupby([*SETUP_AXES, *BATCH_AXES]):
+        values = dict(zip([*SETUP_AXES, *BATCH_AXES], key))
+        spread = group.groupby("num_workers")["speedup"].agg(["median", "min", "max"])
+        line, = axes.plot(spread.index, spread["median"], **style.of(values))
+        axes.fill_between(spread.index, spread["min"], spread["max"], color=line.get_color(),
+                          alpha=0.2, linewidth=0)
     max_workers = int(summary["num_workers"].max())
     axes.plot([1, max_workers], [1, max_workers], "k--", label="ideal (linear)")
-    axes.set(xlabel="workers", ylabel="speedup (throughput)", title="Speedup against 1 worker")
+    axes.set(xlabel="workers", ylabel="speedup (throughput)")
+    axes.set_xticks(sorted(summary["num_workers"].unique()))
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
-    save(figure, "speedup.png")
+    lrs = summary["base_lr"].nunique()
+    spread_note = f" (median over {lrs} lrs, band: min to max)" if lrs > 1 else ""
+    axes.legend(handles=[*style.handles(), *axes.get_lines()[-1:]], fontsize="small")
+    _suptitle(figure, summary, [*BATCH_AXES, "model", "base_lr"],
+              f"Speedup against 1 worker{spread_note}")
+    return figure
 
-    figure, axes = plt.subplots(figsize=(6, 4.5))
-    for key, group in summary.groupby(["num_workers", "batch_size", *varied]):
-        values = dict(zip(["num_workers", "batch_size", *varied], key))
+
+def plot_test_acc_vs_lr(summary: pd.DataFrame):
+    """Final test accuracy against the base lr: a line per worker count and batch,
+    a panel per setup."""
+    style = _Style(summary, ["num_workers"], BATCH_AXES)
+    figure, panels = _panels(summary, columns=None)
+    for key, group in summary.groupby(["num_workers", *BATCH_AXES, *SETUP_AXES]):
+        values = dict(zip(["num_workers", *BATCH_AXES, *SETUP_AXES], key))
         group = group.sort_values("base_lr")
-        axes.plot(group["base_lr"], group["final_test_acc"], marker="o",
-                  label=f"{values['num_workers']} workers, b={values['batch_size']}"
-                        + run_label(values))
-    axes.set(xscale="log", xlabel="base learning rate", ylabel="final test acc",
-             title="Test accuracy against learning rate")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
-    save(figure, "test_acc_vs_lr.png")
+        panels[_setup_key(summary, values), None].plot(group["base_lr"], group["final_test_acc"],
+                                                       **style.of(values))
+    lrs = sorted(summary["base_lr"].unique())
+    for axes in panels.values():
+        axes.set(xscale="log", xlabel="base learning rate", ylabel="final test acc")
+        # The lrs searched as ticks: log-scale minor labels overlap.
+        axes.set_xticks(lrs, labels=[f"{lr:g}" for lr in lrs])
+        axes.minorticks_off()
+    _finish(figure, panels, style, summary, "Test accuracy against learning rate")
+    return figure
 
-    figure, axes = plt.subplots(figsize=(9.5, 4.5))
-    time_to_accuracy.plot_test_acc_vs_time(axes, summary, evaluations, target_acc)
-    save(figure, "test_acc_vs_time.png")
+
+def _accuracy_curves(summary, curves, x_column, x_label, title, target_acc):
+    style = _Style(summary, ["base_lr"], BATCH_AXES)
+    figure, panels = _panels(summary, columns="num_workers")
+    for row in summary.to_dict("records"):
+        trial = curves[curves["trial_id"] == row["trial_id"]].sort_values("epoch")
+        panel = panels[_setup_key(summary, row), row["num_workers"]]
+        panel.plot(trial[x_column], trial["test_acc"], **style.of(row))
+    for axes in panels.values():
+        axes.set(xlabel=x_label, ylabel="test acc")
+        if x_column == "epoch":
+            axes.xaxis.get_major_locator().set_params(integer=True)
+        if target_acc is not None:
+            axes.axhline(target_acc, color="k", linestyle="--", linewidth=1)
+    extra = []
+    if target_acc is not None:
+        extra = [_handle(color="k", linestyle="--", label=f"target {target_acc:g}")]
+    _finish(figure, panels, style, summary, title, extra)
+    return figure
+
+
+class _Style:
+    """A colour per value of some axes, a line style and marker per value of
+    others, and the legend of those values (an axis with one value is left out
+    of the legend: the figure's title names it)."""
+
+    def __init__(self, summary: pd.DataFrame, color_axes: list[str], style_axes: list[str]):
+        plt = pyplot()
+        self.color_axes, self.style_axes = color_axes, style_axes
+        # Labels name only the axes whose value changes.
+        self.shown = set(_varied(summary, [*color_axes, *style_axes]))
+        self.color_keys = _distinct(summary, color_axes)
+        self.style_keys = _distinct(summary, style_axes)
+        ordered = all(pd.api.types.is_numeric_dtype(summary[axis]) for axis in color_axes)
+        # An ordered axis (lr, workers) in a sequential map; its light end is left
+        # out, it hardly shows on white.
+        colormap = plt.get_cmap("viridis" if ordered else "tab10")
+        self.colors = [colormap(index / max(1, len(self.color_keys) - 1) * 0.85 if ordered
+                                else index % 10) for index in range(len(self.color_keys))]
+
+    def of(self, values: dict) -> dict:
+        color = self.color_keys.index(tuple(values[axis] for axis in self.color_axes))
+        style = self.style_keys.index(tuple(values[axis] for axis in self.style_axes))
+        return {"color": self.colors[color], **self._line(style)}
+
+    def handles(self) -> list:
+        """The legend: a colour entry per colour value, a line entry per style
+        value; an axis with one value has none."""
+        def named(axes, key):
+            return _label(dict(zip(axes, key)), [axis for axis in axes if axis in self.shown])
+        if self.color_axes == self.style_axes:
+            # One entry per value, with both its colour and its line.
+            return [_handle(label=named(self.style_axes, key), color=color, **self._line(index))
+                    for index, (key, color) in enumerate(zip(self.style_keys, self.colors))
+                    ] if len(self.style_keys) > 1 else []
+        styles = [_handle(color="0.4", label=named(self.style_axes, key), **self._line(index))
+                  for index, key in enumerate(self.style_keys)] if len(self.style_keys) > 1 else []
+        colors = [_handle(color=color, label=named(self.color_axes, key))
+                  for key, color in zip(self.color_keys, self.colors)]
+        if len(colors) == 1:
+            colors = []
+        elif len(colors) > LEGEND_MAX_ENTRIES - len(styles) - 1:
+            # The colours are in order: the two ends and a count of those between.
+            colors = [colors[0], _handle(color="none", label=f"... {len(colors) - 2} more ..."),
+                      colors[-1]]
+        return [*colors, *styles]
+
+    @staticmethod
+    def _line(index: int) -> dict:
+        return {"linestyle": _LINESTYLES[index % len(_LINESTYLES)],
+                "marker": _MARKERS[index % len(_MARKERS)], "markersize": 4}
+
+
+def _panels(summary: pd.DataFrame, columns: str | None):
+    """A grid of axes sharing x and y: a row per swept setup, a column per value of
+    `columns`; keyed by (setup key, column value)."""
+    rows = _distinct(summary, _varied(summary, SETUP_AXES))
+    values = sorted(summary[columns].unique()) if columns else [None]
+    figure, grid = pyplot().subplots(len(rows), len(values), squeeze=False, sharex=True,
+                                     sharey=True, layout="constrained",
+                                     figsize=(min(16, 2.5 + 3.6 * len(values)),
+                                              1.2 + 3.0 * len(rows)))
+    setups = _varied(summary, SETUP_AXES)
+    panels = {}
+    for row, setup in enumerate(rows):
+        for column, value in enumerate(values):
+            axes = grid[row][column]
+            title = [_label(dict(zip(setups, setup)), setups)]
+            if columns:
+                title.append(_label({columns: value}, [columns]))
+            axes.set_title(", ".join(part for part in title if part), fontsize="medium")
+            axes.grid(alpha=0.3)
+            panels[setup, value] = axes
+    return figure, panels
+
+
+def _finish(figure, panels: dict, style: _Style, summary, title: str, extra=()) -> None:
+    for axes in panels.values():
+        axes.label_outer()
+    handles = [*style.handles(), *extra]
+    if handles:
+        # One legend for the figure, beside the panels: it names values, not trials.
+        figure.legend(handles=handles, fontsize="small", loc="outside right center")
+    _suptitle(figure, summary, [*style.color_axes, *style.style_axes, "model"], title)
+
+
+def _suptitle(figure, summary: pd.DataFrame, axes: list[str], title: str) -> None:
+    """The title, and the values every trial shares (no legend entry names them)."""
+    constant = [axis for axis in ["num_workers", *SETUP_AXES, *BATCH_AXES, "base_lr"]
+                if axis in axes and summary[axis].nunique() == 1]
+    shared = _label(summary.iloc[0].to_dict(), constant) if len(summary) else ""
+    figure.suptitle(" - ".join(part for part in (title, f"all trials: {shared}" if shared else "")
+                               if part), fontsize="medium")
+
+
+def _setup_key(summary: pd.DataFrame, values: dict) -> tuple:
+    return tuple(values[axis] for axis in _varied(summary, SETUP_AXES))
+
+
+def _varied(summary: pd.DataFrame, axes: list[str]) -> list[str]:
+    return [axis for axis in axes if summary[axis].nunique() > 1]
+
+
+def _distinct(summary: pd.DataFrame, axes: list[str]) -> list[tuple]:
+    return sorted({tuple(row) for row in summary[axes].itertuples(index=False)}) if axes else [()]
+
+
+def _label(values: dict, axes: list[str]) -> str:
+    return " ".join(_FORMATS.get(axis, "{}").format(values[axis]) for axis in axes)
+
+
+def _handle(**style):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **style)

@@ -1,5 +1,5 @@
 """Time to accuracy in a sweep's results: the three columns of trials.csv, the
-report's ranking and recommendation, and the test-accuracy-against-time plot.
+report's ranking and recommendation (the plot against time is in plots.py).
 
 DAWNBench's figure of merit: how soon a configuration gets a model of a given
 quality, not how fast its epochs are. Training seconds exclude evaluation;
@@ -79,24 +79,6 @@ def baseline_line(summary: pd.DataFrame, target_acc: float) -> str:
         return "The book's recipe (LeNet, batch 256, lr 0.2, plain SGD) was not in this sweep."
     return ("The book's recipe (LeNet, batch 256, lr 0.2, plain SGD): "
             + "; ".join(_recipe_outcome(row, target_acc) for row in recipe.itertuples()) + ".")
-
-
-def plot_test_acc_vs_time(axes, summary: pd.DataFrame, evaluations: pd.DataFrame,
-                          target_acc: float | None) -> None:
-    """Every trial's test accuracy against its training seconds, the target as a line."""
-    for row in summary.itertuples():
-        trial = evaluations[evaluations["trial_id"] == row.trial_id].sort_values("epoch")
-        axes.plot(trial["train_s"], trial["test_acc"], marker=".",
-                  label=" ".join([f"{row.num_workers}w b={row.global_batch_size} lr={row.lr:g} "
-                                  f"m={row.momentum:g}",
-                                  *_swept_setup(row._asdict(), summary)]))
-    if target_acc is not None:
-        axes.axhline(target_acc, color="k", linestyle="--", label=f"target {target_acc:g}")
-    axes.set(xlabel="training seconds (evaluation excluded)", ylabel="test acc",
-             title="Test accuracy against training time")
-    axes.grid(alpha=0.3)
-    # Beside the plot: a sweep's many trials would hide the curves under it.
-    axes.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 def _swept_setup(trial, summary: pd.DataFrame) -> list[str]:
