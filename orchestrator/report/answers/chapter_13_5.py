@@ -66,7 +66,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"Against the best single process (1 worker with {best['threads_per_worker']} "
             f"threads, {best['mean_epoch_time_s']:.1f} s per epoch), {k} one-thread workers "
             f"were {', and '.join(against)}.")
-    return [*paragraphs, " ".join(sentences), "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
+    return [*paragraphs, " ".join(sentences),
+            "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
 
 
 def lr_table(summary: pd.DataFrame) -> pd.DataFrame:
