@@ -1,4 +1,5 @@
 """What runs on the driver and talks to Ray, Train and Tune: the two jobs
 (jobs.py), the plan checked before Ray starts (plan.py), the cluster, one
-trial's TorchTrainer (trial.py), the Tune experiment (tune_experiment.py),
-storage, the results folder and the printed lines."""
+trial's TorchTrainer (trial.py), the Tune experiment (tune_experiment.py)
+and its estimate of the time left (estimate.py, no Ray), storage, the results
+folder and the printed lines."""
