@@ -371,8 +371,9 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
                      "--train-limit", "64", "--test-limit", "100", "--max-hours", "0.00001",
                      "--out", str(out_dir), timeout_s=300)
     assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
-    assert re.search(r"first epoch: \d+ s of training; at that pace the sweep's 1 trial\(s\), "
-                     r"10 epochs in all, take about [\d.]+ h", run.stdout), run.stdout[-3000:]
-    assert "that exceeds --max-hours 1e-05: stopping the sweep" in run.stdout
+    assert re.search(r"estimate: about [\d.]+ (s|min|h) left \(9 of 10 epochs to go; "
+                     r"measured 1 worker [\d.]+ s/epoch", run.stdout), run.stdout[-3000:]
+    assert re.search(r"revised estimate: [\d.]+ h elapsed \+ about [\d.]+ h left exceeds "
+                     r"--max-hours 1e-05: stopping the sweep", run.stdout)
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert len(epochs) < 10 and (epochs["model"] == "resnet18").all()

@@ -80,8 +80,8 @@ def sweep_parser(description: str) -> OneLineParser:
                              "that share a node crowd each other's timings), else as many of the "
                              "largest trial as the cluster holds")
     parser.add_argument("--max-hours", type=float, default=None, metavar="X",
-                        help="stop the sweep after its first epoch if its estimated time exceeds "
-                             "X hours (--resume continues it)")
+                        help="stop the sweep once the time spent plus its estimated time left, "
+                             "revised after every epoch, exceeds X hours (--resume continues it)")
     add_cluster_options(parser)
     return parser
 

@@ -1,5 +1,6 @@
 """What runs on the driver and talks to Ray, Train and Tune: the two commands
 (commands.py, `d2l-train` and `d2l-sweep`), the two jobs they run (jobs.py),
 the plan checked before Ray starts (plan.py), the cluster, one trial's
-TorchTrainer (trial.py), the Tune experiment (tune_experiment.py), storage,
-the results folder and the printed lines."""
+TorchTrainer (trial.py), the Tune experiment (tune_experiment.py) and its
+estimate of the time left (estimate.py, no Ray), storage, the results folder
+and the printed lines."""

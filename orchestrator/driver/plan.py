@@ -40,7 +40,7 @@ class SweepRequest:
     resume: bool
     max_concurrent_trials: int | None
     max_hours: float | None
-    """Stop the sweep when its first epoch says it takes longer."""
+    """Stop the sweep when the time spent plus its estimated time left exceeds it."""
 
 
 @dataclass(frozen=True)

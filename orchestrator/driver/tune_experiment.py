@@ -14,11 +14,13 @@ from pathlib import Path
 import pandas as pd
 import ray
 from ray import tune
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage
+from orchestrator.driver.estimate import PointShape, SweepEstimate
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
@@ -49,37 +51,55 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
-class TimeEstimate(tune.stopper.Stopper):
-    """After the sweep's first epoch, says how long the sweep takes at that pace;
-    with `max_hours`, stops it when that is longer (a ResNet-18 sweep on CPUs
-    would otherwise train for hours without a word)."""
+class LiveEstimate(tune.Callback, tune.stopper.Stopper):
+    """Tune's side of `estimate.SweepEstimate`: feeds it every result and every
+    trial's end, prints what it says, and stops the sweep when it says so
+    (--max-hours). One object, both callback and stopper, so that the stopper
+    reads what the callback learnt."""
 
     # The limit of the command running now, not kept with the instance: Tune
     # restores a resumed sweep's stopper as it was when the sweep started.
     max_hours: float | None = None
 
     def __init__(self, sweep: SweepConfig, max_concurrent: int):
-        # Per point: the exercises study times some trials over fewer epochs.
-        self.num_trials = len(sweep.grid)
-        self.num_epochs = sum(point.train.num_epochs for point in sweep.grid)
+        self.points = [PointShape.of(point) for point in sweep.grid]
         self.max_concurrent = max_concurrent
-        self.estimated_hours: float | None = None
+        self.estimate = SweepEstimate(self.points, max_concurrent)
+
+    def setup(self, **info):
+        # Called as each command starts its run, a resumed one included: the
+        # clock and the measurements are this command's.
+        self.estimate = SweepEstimate(self.points, self.max_concurrent,
+                                      max_hours=LiveEstimate.max_hours)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.estimate.add_result(_point_index(trial), result)
+        for other in trials:  # a resumed sweep's trials finished before it started
+            if other.status in (Trial.TERMINATED, Trial.ERROR):
+                self.estimate.trial_ended(_point_index(other))
+        self._print_revision()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.estimate.trial_ended(_point_index(trial))
+        self._print_revision()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.estimate.trial_ended(_point_index(trial))
+        self._print_revision()
+
+    def _print_revision(self) -> None:
+        for line in self.estimate.revise():
+            print(line, flush=True)
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        if self.estimated_hours is None and "epoch_time_s" in result:
-            self.estimated_hours = (result["epoch_time_s"] * self.num_epochs
-                                    / min(self.max_concurrent, self.num_trials) / 3600)
-            print(f"first epoch: {result['epoch_time_s']:.0f} s of training; at that pace the "
-                  f"sweep's {self.num_trials} trial(s), {self.num_epochs} epochs in all, take "
-                  f"about {self.estimated_hours:.2f} h", flush=True)
-            if self.stop_all():
-                print(f"that exceeds --max-hours {self.max_hours:g}: stopping the sweep "
-                      f"(--resume continues it)", flush=True)
-        return False
+        return False  # the results come through on_trial_result
 
     def stop_all(self) -> bool:
-        return (self.max_hours is not None and self.estimated_hours is not None
-                and self.estimated_hours > self.max_hours)
+        return self.estimate.stop
+
+
+def _point_index(trial: Trial) -> int:
+    return trial.config["point"]["index"]
 
 
 class TrialLinePrinter(tune.Callback):
@@ -164,7 +184,7 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    TimeEstimate.max_hours = max_hours
+    LiveEstimate.max_hours = max_hours
     # The experiment is named after the sweep, so that sweeps sharing a
     # `--storage` never restore each other's trials.
     experiment_path = storage.join(storage_path, sweep_id)
@@ -181,6 +201,7 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
         if sweep.scheduler == "asha":
             scheduler = (TimeToAccuracyASHA(sweep.base.target_acc, **asha_options)
                          if sweep.base.target_acc is not None else ASHAScheduler(**asha_options))
+        estimate = LiveEstimate(sweep, max_concurrent)
         tuner = tune.Tuner(
             trainable,
             param_space={
@@ -195,11 +216,11 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
                 trial_name_creator=_trial_id, trial_dirname_creator=_trial_id),
             run_config=tune.RunConfig(
                 name=sweep_id, storage_path=storage_path,
-                stop=_stopper(sweep, max_concurrent),
+                stop=_stopper(sweep, estimate),
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=[TrialLinePrinter(sweep.base.target_acc)],
+                callbacks=[estimate, TrialLinePrinter(sweep.base.target_acc)],
                 progress_reporter=_progress_table(),
                 verbose=1))  # the table, not every result in full
     return tuner.fit()
@@ -209,8 +230,7 @@ def _trial_id(trial) -> str:
     return trial.trial_id
 
 
-def _stopper(sweep: SweepConfig, max_concurrent: int) -> tune.Stopper:
-    estimate = TimeEstimate(sweep, max_concurrent)
+def _stopper(sweep: SweepConfig, estimate: LiveEstimate) -> tune.Stopper:
     if not sweep.stop_at_target:
         return estimate
     return tune.stopper.CombinedStopper(estimate, ReachedTarget(sweep.base.target_acc))

@@ -1,0 +1,198 @@
+"""The sweep's time left, revised after every epoch. Plain Python: the Tune
+experiment feeds it each result (tune_experiment.LiveEstimate), the unit tests
+feed it synthetic ones.
+
+How it counts:
+- Seconds per epoch, per (num_workers, model): the median of the epochs
+  measured in that group, each epoch from the wall seconds between its trial's
+  consecutive epochs (training, evaluation, checkpoint, report), or, for the
+  first epoch seen of a trial, its training and evaluation seconds.
+- A group not measured yet borrows the nearest measured worker count of its
+  model, scaled as if the speedup were linear, and is printed as a guess. A
+  model with no measured group at all has no sensible figure (ResNet-18 takes
+  some 100 times LeNet's epoch): its epochs are left out and the line says so.
+- Starting a trial: its first epoch's wall seconds less that epoch's own
+  (Ray Train's worker group, the data to the workers); the median over the
+  trials measured, added to each trial not yet started.
+- The time left: each unfinished trial's remaining epochs (and start), summed
+  and divided over min(concurrency, trials left), but never shorter than the
+  longest of them (it runs on one slot whatever the others do).
+"""
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from orchestrator.config.grid import GridPoint
+
+# A revision is printed when the end it forecasts moves by more than this share
+# of the time left last printed (time passing alone changes nothing), ...
+PRINT_CHANGE = 0.10
+# ... or when this long has passed since the last line.
+PRINT_PERIOD_S = 60.0
+
+Group = tuple[int, str]  # (num_workers, model)
+
+
+@dataclass(frozen=True)
+class PointShape:
+    """What the estimate needs of a grid point."""
+
+    num_workers: int
+    model: str
+    num_epochs: int
+    """Per point: the exercises study times some trials over fewer epochs."""
+
+    @classmethod
+    def of(cls, point: GridPoint) -> "PointShape":
+        return cls(point.train.num_workers, point.train.model, point.train.num_epochs)
+
+    @property
+    def group(self) -> Group:
+        return (self.num_workers, self.model)
+
+
+class SweepEstimate:
+    """The sweep's time left from the epochs measured so far; with `max_hours`,
+    whether the sweep should stop (elapsed + time left exceeds it)."""
+
+    def __init__(self, points: Sequence[PointShape], max_concurrent: int, *,
+                 max_hours: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.points = list(points)
+        self.max_concurrent = max_concurrent
+        self.max_hours = max_hours
+        self.clock = clock
+        self.started_at_s = clock()  # elapsed counts from here: this command's start
+        self.epochs_done = [0] * len(self.points)
+        self.ended = [False] * len(self.points)
+        self.last_epoch: dict[int, tuple[int, float]] = {}  # point -> (epoch, wall_s)
+        self.epoch_s: dict[Group, list[float]] = {}
+        self.start_s: list[float] = []
+        self.printed: tuple[float, float] | None = None  # (when, forecast end) last printed
+        self.stop = False
+
+    def add_result(self, point_index: int, result: dict) -> None:
+        """One result of the trial of grid point `point_index`; a mid-epoch
+        evaluation ends no epoch and is ignored."""
+        if not result["end_of_epoch"]:
+            return
+        epoch, wall_s = result["epoch"], result["wall_s"]
+        own_s = result["epoch_time_s"] + result["eval_time_s"]
+        previous = self.last_epoch.get(point_index)
+        if previous is not None and previous[0] == epoch - 1:
+            seconds = wall_s - previous[1]
+        else:
+            # A resumed trial's wall seconds go on from its checkpoint: only
+            # a trial's very first epoch tells its start.
+            seconds = own_s
+            if epoch == 1:
+                self.start_s.append(wall_s - own_s)
+        self.epoch_s.setdefault(self.points[point_index].group, []).append(seconds)
+        self.last_epoch[point_index] = (epoch, wall_s)
+        self.epochs_done[point_index] = epoch
+
+    def trial_ended(self, point_index: int) -> None:
+        """Finished, stopped early or failed: none of its epochs are left."""
+        self.ended[point_index] = True
+
+    def seconds_per_epoch(self) -> dict[Group, tuple[float, bool]]:
+        """Per group of the grid: (seconds an epoch, measured rather than guessed);
+        a group of a model never measured is absent."""
+        measured = {group: statistics.median(seconds) for group, seconds in self.epoch_s.items()}
+        figures = {}
+        for group in sorted({point.group for point in self.points}):
+            if group in measured:
+                figures[group] = (measured[group], True)
+                continue
+            same_model = [other for other in measured if other[1] == group[1]]
+            if same_model:
+                nearest = min(same_model, key=lambda other: (
+                    abs(math.log(other[0] / group[0])), other[0]))
+                figures[group] = (measured[nearest] * nearest[0] / group[0], False)
+        return figures
+
+    def seconds_left(self) -> float | None:
+        """The sweep's time left; None before its first epoch."""
+        if not self.epoch_s:
+            return None
+        figures = self.seconds_per_epoch()
+        start_s = statistics.median(self.start_s) if self.start_s else 0.0
+        trials_s = []
+        for index, point in enumerate(self.points):
+            epochs_left = self.epochs_left(index)
+            if epochs_left and point.group in figures:
+                trials_s.append(epochs_left * figures[point.group][0]
+                                + (start_s if self.epochs_done[index] == 0 else 0.0))
+        if not trials_s:
+            return 0.0
+        slots = min(self.max_concurrent, len(trials_s))
+        return max(sum(trials_s) / slots, max(trials_s))
+
+    def epochs_left(self, point_index: int) -> int:
+        if self.ended[point_index]:
+            return 0
+        return self.points[point_index].num_epochs - self.epochs_done[point_index]
+
+    def revise(self) -> list[str]:
+        """After a result or a trial's end: the lines to print now. The estimate
+        when it moved enough or a minute passed; the first time elapsed + time
+        left exceeds `max_hours`, the estimate and why the sweep stops."""
+        left_s = self.seconds_left()
+        if left_s is None or self.stop or not any(map(self.epochs_left, range(len(self.points)))):
+            return []  # nothing to say yet, or any more
+        now_s = self.clock()
+        elapsed_s = now_s - self.started_at_s
+        if self.max_hours is not None and elapsed_s + left_s > self.max_hours * 3600:
+            self.stop = True
+            self.printed = (now_s, now_s + left_s)
+            return [self.line(left_s),
+                    f"revised estimate: {elapsed_s / 3600:.2f} h elapsed + about "
+                    f"{left_s / 3600:.2f} h left exceeds --max-hours {self.max_hours:g}: "
+                    f"stopping the sweep (--resume continues it)"]
+        if self.printed is not None:
+            printed_at_s, printed_end_s = self.printed
+            moved = abs(now_s + left_s - printed_end_s) > PRINT_CHANGE * (
+                printed_end_s - printed_at_s)
+            if not moved and now_s - printed_at_s < PRINT_PERIOD_S:
+                return []
+        self.printed = (now_s, now_s + left_s)
+        return [self.line(left_s)]
+
+    def line(self, left_s: float) -> str:
+        """e.g. `estimate: about 12 min left (37 of 60 epochs to go; measured 1 worker
+        13.1 s/epoch, 2 workers 7.6 s/epoch; 5.2 s to start a trial)`."""
+        several_models = len({point.model for point in self.points}) > 1
+        figures = self.seconds_per_epoch()
+
+        def figure(group: Group) -> str:
+            workers = "worker" if group[0] == 1 else "workers"
+            model = f" {group[1]}" if several_models else ""
+            return f"{group[0]} {workers}{model} {figures[group][0]:.1f} s/epoch"
+
+        total = sum(point.num_epochs for point in self.points)
+        left = sum(self.epochs_left(index) for index in range(len(self.points)))
+        parts = [f"{left} of {total} epochs to go",
+                 "measured " + ", ".join(figure(group) for group in figures
+                                         if figures[group][1])]
+        guessed = [figure(group) for group in figures if not figures[group][1]]
+        if guessed:
+            parts.append(f"guessed (linear speedup) {', '.join(guessed)}")
+        if self.start_s:
+            parts.append(f"{statistics.median(self.start_s):.1f} s to start a trial")
+        untimed: dict[str, int] = {}
+        for index, point in enumerate(self.points):
+            if (point.group not in figures) and self.epochs_left(index):
+                untimed[point.model] = untimed.get(point.model, 0) + self.epochs_left(index)
+        parts += [f"{model}'s {epochs} epochs not timed yet, left out"
+                  for model, epochs in untimed.items()]
+        return f"estimate: about {_duration(left_s)} left ({'; '.join(parts)})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,225 @@
+"""The sweep's live estimate of its time left, fed synthetic results: revised
+after every epoch, printed by the 10% / one-minute rule, and what --max-hours
+reads."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+from orchestrator.config.grid import SweepConfig
+from orchestrator.config.options import TrainConfig
+from orchestrator.driver.estimate import PRINT_PERIOD_S, PointShape, SweepEstimate
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self):
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def epoch(number: int, *, epoch_time_s: float, wall_s: float, eval_time_s: float = 0.0) -> dict:
+    return {"end_of_epoch": True, "epoch": number, "epoch_time_s": epoch_time_s,
+            "eval_time_s": eval_time_s, "wall_s": wall_s, "test_acc": 0.5}
+
+
+def lenet(num_workers: int, num_epochs: int) -> PointShape:
+    return PointShape(num_workers, "lenet", num_epochs)
+
+
+def test_the_estimate_is_revised_after_every_epoch():
+    estimate = SweepEstimate([lenet(1, 4)], max_concurrent=1, clock=Clock())
+    assert estimate.seconds_left() is None
+    # 5 s to start, then 10 s of training and 2 of evaluation.
+    estimate.add_result(0, epoch(1, epoch_time_s=10, eval_time_s=2, wall_s=17))
+    assert estimate.seconds_left() == 3 * 12
+    # The second epoch takes 30 s of wall time (its checkpoint and report included).
+    estimate.add_result(0, epoch(2, epoch_time_s=10, eval_time_s=2, wall_s=47))
+    assert estimate.seconds_left() == 2 * (12 + 30) / 2
+    estimate.add_result(0, epoch(3, epoch_time_s=10, eval_time_s=2, wall_s=59))
+    assert estimate.seconds_left() == 1 * 12  # the median of 12, 30, 12
+    assert "1 of 4 epochs to go" in estimate.line(estimate.seconds_left())
+
+
+def test_trials_not_yet_started_count_their_epochs_and_their_start():
+    # The exercises study gives some points fewer epochs.
+    estimate = SweepEstimate([lenet(1, 3), lenet(1, 3), lenet(1, 2)], max_concurrent=1,
+                             clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=10, eval_time_s=2, wall_s=20))
+    start_s, epoch_s = 20 - 12, 12
+    assert estimate.seconds_left() == 2 * epoch_s + (start_s + 3 * epoch_s) + (
+        start_s + 2 * epoch_s)
+    line = estimate.line(estimate.seconds_left())
+    assert "7 of 8 epochs to go" in line and "8.0 s to start a trial" in line
+
+
+def test_a_resumed_trials_first_epoch_tells_no_start():
+    # Its wall seconds go on from the checkpoint of epoch 3.
+    estimate = SweepEstimate([lenet(1, 5), lenet(1, 5)], max_concurrent=1, clock=Clock())
+    estimate.add_result(0, epoch(4, epoch_time_s=10, wall_s=300))
+    assert estimate.seconds_left() == 1 * 10 + 5 * 10
+    assert "to start a trial" not in estimate.line(estimate.seconds_left())
+
+
+def test_mid_epoch_evaluations_are_not_epochs():
+    estimate = SweepEstimate([lenet(1, 2)], max_concurrent=1, clock=Clock())
+    mid_epoch = {"end_of_epoch": False, "epoch": 0.5, "test_acc": 0.3, "train_s": 4.0,
+                 "wall_s": 9.0, "eval_s": 1.0}
+    estimate.add_result(0, mid_epoch)
+    assert estimate.seconds_left() is None and estimate.revise() == []
+    estimate.add_result(0, epoch(1, epoch_time_s=8, eval_time_s=2, wall_s=12))
+    estimate.add_result(0, {**mid_epoch, "epoch": 1.5, "wall_s": 18.0})
+    assert estimate.seconds_left() == 1 * 10
+    assert "1 of 2 epochs to go" in estimate.line(estimate.seconds_left())
+
+
+def test_a_group_not_measured_borrows_the_nearest_worker_count_as_a_guess():
+    estimate = SweepEstimate([lenet(1, 2), lenet(2, 2), lenet(8, 2)], max_concurrent=1,
+                             clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=12, wall_s=12))
+    assert estimate.seconds_per_epoch() == {(1, "lenet"): (12, True), (2, "lenet"): (6, False),
+                                            (8, "lenet"): (1.5, False)}
+    assert estimate.seconds_left() == 12 + 2 * 6 + 2 * 1.5
+    line = estimate.line(estimate.seconds_left())
+    assert ("measured 1 worker 12.0 s/epoch; guessed (linear speedup) 2 workers 6.0 s/epoch, "
+            "8 workers 1.5 s/epoch") in line
+    # 8 workers measured: 2 is nearer to 1 (a factor 2) than to 8 (a factor 4).
+    estimate.add_result(2, epoch(1, epoch_time_s=4, wall_s=4))
+    assert estimate.seconds_per_epoch()[(2, "lenet")] == (6, False)
+    estimate.add_result(1, epoch(1, epoch_time_s=7, wall_s=7))
+    assert estimate.seconds_per_epoch()[(2, "lenet")] == (7, True)
+
+
+def test_a_model_never_measured_is_left_out_and_named():
+    estimate = SweepEstimate([lenet(1, 2), PointShape(1, "resnet18", 3)], max_concurrent=1,
+                             clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=5, wall_s=5))
+    assert estimate.seconds_left() == 5
+    line = estimate.line(estimate.seconds_left())
+    assert "4 of 5 epochs to go" in line
+    assert "measured 1 worker lenet 5.0 s/epoch" in line
+    assert "resnet18's 3 epochs not timed yet, left out" in line
+
+
+def test_the_time_left_is_shared_over_the_concurrent_trials():
+    points = [lenet(1, 2)] * 4
+
+    def seconds_left(max_concurrent: int) -> float:
+        estimate = SweepEstimate(points, max_concurrent, clock=Clock())
+        estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+        return estimate.seconds_left()
+
+    trials_s = [10, 20, 20, 20]
+    assert seconds_left(1) == sum(trials_s)
+    assert seconds_left(2) == sum(trials_s) / 2
+    # 4 trials left on 8 slots: the sweep lasts as long as its longest trial.
+    assert seconds_left(8) == max(trials_s)
+
+
+def test_trials_that_ended_early_have_no_epochs_left():
+    estimate = SweepEstimate([lenet(1, 4), lenet(1, 4)], max_concurrent=1, clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    estimate.trial_ended(0)  # stopped early by ASHA
+    assert estimate.seconds_left() == 4 * 10
+    estimate.trial_ended(1)  # failed before its first epoch
+    assert estimate.seconds_left() == 0
+
+
+def test_a_revision_is_printed_when_it_moves_the_end_by_more_than_10_percent():
+    clock = Clock()
+    estimate = SweepEstimate([lenet(1, 1)] * 11, max_concurrent=1, clock=clock)
+    clock.now_s = 10
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    (line,) = estimate.revise()
+    assert line.startswith("estimate: about 2 min left (10 of 11 epochs to go; measured 1 worker "
+                           "10.0 s/epoch")
+    estimate.trial_ended(1)  # 90 s left: the end moves by 10% of the 100 s printed
+    assert estimate.revise() == []
+    estimate.trial_ended(2)  # 80 s left: by 20%
+    (line,) = estimate.revise()
+    assert line.startswith("estimate: about 80 s left (8 of 11 epochs to go;")
+
+
+def test_an_unchanged_estimate_is_printed_once_a_minute():
+    clock = Clock()
+    estimate = SweepEstimate([lenet(1, 20)], max_concurrent=1, clock=clock)
+    printed_at_s = []
+    epoch_s = 10
+    for number in range(1, 15):
+        clock.now_s = number * epoch_s  # every epoch at the same pace: the same end
+        estimate.add_result(0, epoch(number, epoch_time_s=epoch_s, wall_s=clock.now_s))
+        if estimate.revise():
+            printed_at_s.append(clock.now_s)
+    assert printed_at_s == [10, 10 + PRINT_PERIOD_S, 10 + 2 * PRINT_PERIOD_S]
+
+
+def test_max_hours_stops_the_sweep_on_a_revised_estimate_that_grew_past_it():
+    clock = Clock()
+    limit_s = 200
+    estimate = SweepEstimate([lenet(1, 10)], max_concurrent=1, max_hours=limit_s / 3600,
+                             clock=clock)
+    clock.now_s = 10
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    assert clock.now_s + estimate.seconds_left() < limit_s
+    assert len(estimate.revise()) == 1 and not estimate.stop
+    # The second epoch takes 40 s: 8 epochs left at the median of 10 and 40.
+    clock.now_s = 50
+    estimate.add_result(0, epoch(2, epoch_time_s=40, wall_s=50))
+    assert estimate.seconds_left() == 8 * 25
+    line, stopping = estimate.revise()
+    assert estimate.stop
+    assert line.startswith("estimate: about 3 min left (8 of 10 epochs to go;")
+    assert stopping == (f"revised estimate: {50 / 3600:.2f} h elapsed + about {200 / 3600:.2f} h "
+                        f"left exceeds --max-hours {limit_s / 3600:g}: stopping the sweep "
+                        f"(--resume continues it)")
+    # Said once: the trials Tune then stops print nothing more.
+    estimate.trial_ended(0)
+    assert estimate.revise() == [] and estimate.stop
+
+
+def test_elapsed_counts_from_this_commands_start():
+    # A resumed sweep: its estimate starts when the command does, not the sweep.
+    clock = Clock()
+    clock.now_s = 1000
+    estimate = SweepEstimate([lenet(1, 3)], max_concurrent=1, max_hours=40 / 3600, clock=clock)
+    clock.now_s = 1010
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    estimate.revise()
+    assert not estimate.stop
+    clock.now_s = 1020
+    estimate.add_result(0, epoch(2, epoch_time_s=10, wall_s=20))
+    estimate.revise()
+    # 20 s elapsed + 10 s left is under 40 s; 1020 s + 10 s from the sweep's start are not.
+    assert not estimate.stop
+
+
+def test_nothing_is_printed_once_no_epoch_is_left():
+    estimate = SweepEstimate([lenet(1, 2)], max_concurrent=1, clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    assert len(estimate.revise()) == 1
+    estimate.trial_ended(0)
+    assert estimate.seconds_left() == 0 and estimate.revise() == []
+
+
+@pytest.mark.parametrize("num_epochs", [1, 3])
+def test_the_points_of_a_grid(num_epochs):
+    sweep = SweepConfig(base=TrainConfig(num_epochs=num_epochs), workers=(1, 2))
+    assert [PointShape.of(point) for point in sweep.grid] == [
+        lenet(1, num_epochs), lenet(2, num_epochs)]
+
+
+def test_the_estimate_imports_neither_ray_nor_torch():
+    code = ("import sys, orchestrator.driver.estimate\n"
+            "print(sorted({name.split('.')[0] for name in sys.modules} & {'torch', 'ray'}))")
+    root = Path(orchestrator.__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
