@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the project needs, idempotently: Fashion-MNIST from
 # Debian's package where apt is available, and a virtual environment in .venv
-# with the project installed in editable mode (with its test dependencies).
+# with the project installed in editable mode (with its test dependencies and
+# the --tracking trackers, which its tests read back).
 # Re-running it is cheap: the environment is rebuilt only when pyproject.toml changes.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,7 +29,7 @@ if [ ! -e "$stamp" ]; then
   echo "setup: creating $VENV and installing the project (torch is large: minutes on first run)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e '.[test]'
+  "$VENV/bin/python" -m pip install -q -e '.[test,tracking]'
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

@@ -23,9 +23,10 @@ from orchestrator.errors import UserError
 EXIT_USER_ERROR = 2
 # `--use-gpu auto`: decided once the cluster says whether it has GPUs.
 AUTO = "auto"
-_METAVARS = {int: "N", float: "X"}
+_METAVARS = {int: "N", float: "X", str: "TEXT"}
 # Options of a sweep's trials as Tune runs them: train.py has no Tune.
-SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target", "study", "calibrate", "baseline_threads")
+SWEEP_ONLY_FIELDS = ("scheduler", "stop_at_target", "study", "calibrate", "baseline_threads",
+                     "tracking", "tracking_uri")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -218,7 +219,7 @@ def _default(spec: dataclasses.Field, one_run: bool) -> str:
     """How --help names a field's default: a sweep takes the preset's first."""
     default = spec.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    if shown is None:  # no limit on the images; no target accuracy
+    if shown is None or shown == "":  # no limit on the images; no target; no trackers
         shown = "all" if spec.name.endswith("_limit") else "none"
     if not one_run and any(spec.name in preset for preset in PRESETS.values()):
         return f"default: the preset's, else {shown}"

@@ -6,6 +6,7 @@ expanded into grid points, one per trial; `SweepConfig.from_dict` reads a
 import dataclasses
 import functools
 import itertools
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -31,6 +32,9 @@ class GridPoint:
 
 # The axes whose values are the run's own field values, by the field's name.
 RUN_AXES = ("sync", "split", "precision")
+# Trackers a sweep's trials can be sent to: Tune's own logger callbacks (driver/tracking.py).
+Tracker = Literal["mlflow", "tensorboard", "wandb"]
+TRACKERS = typing.get_args(Tracker)
 
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
@@ -82,6 +86,13 @@ class SweepConfig:
     baseline_threads: int | None = option(
         0, "exercises: one more 1-worker trial with this many threads, the best single "
            "process of a CPU node (the preset's: a node's CPUs); 0: none")
+    tracking: tuple[Tracker, ...] = option(
+        (), "also send every trial's parameters and every epoch's metrics, under the sweep's "
+            "id, to these trackers (Tune's logger callbacks; pip install "
+            "'d2l-ray-orchestrator[tracking]'), e.g. mlflow,tensorboard")
+    tracking_uri: str | None = option(
+        None, "where MLflow keeps the runs: sqlite:///FILE.db, file:FOLDER or a server's "
+              "http(s)://...; none: $MLFLOW_TRACKING_URI, else sqlite:///<out>/mlflow.db")
 
     def __post_init__(self):
         check_choices(self)
@@ -96,6 +107,7 @@ class SweepConfig:
             require_int(self.baseline_threads, "baseline threads", minimum=0)
         if self.study == "exercises":
             _check_one_value_each(self)
+        _check_tracking(self.tracking, self.tracking_uri)
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 
     @functools.cached_property
@@ -198,6 +210,20 @@ def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple
             raise UserError(f"the list of {name} is empty")
         if len(set(values)) != len(values):
             raise UserError(f"the list of {name} repeats a value: {list(values)}")
+
+def _check_tracking(trackers: tuple, tracking_uri: str | None) -> None:
+    for tracker in trackers:
+        if tracker not in TRACKERS:
+            raise UserError(f"unknown tracker {tracker!r}; choose one or more of "
+                            f"{', '.join(TRACKERS)}")
+    if len(set(trackers)) != len(trackers):
+        raise UserError(f"the list of trackers repeats a value: {list(trackers)}")
+    if tracking_uri is not None and "mlflow" not in trackers:
+        # Only MLflow reads it: given alone, it would be silently ignored.
+        raise UserError("--tracking-uri is where MLflow keeps the runs: add --tracking mlflow, "
+                        "or leave the URI out")
+    if tracking_uri is not None and not tracking_uri.strip():
+        raise UserError("--tracking-uri is empty: give a URI, or leave it out")
 
 def _check_one_value_each(sweep: "SweepConfig") -> None:
     """The exercises study draws its own grids: an axis it takes one value of, or a

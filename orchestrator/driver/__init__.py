@@ -2,5 +2,5 @@
 (commands.py, `d2l-train` and `d2l-sweep`), the two jobs they run (jobs.py),
 the plan checked before Ray starts (plan.py), the cluster, one trial's
 TorchTrainer (trial.py), the Tune experiment (tune_experiment.py) and its
-estimate of the time left (estimate.py, no Ray), storage, the results folder
-and the printed lines."""
+estimate of the time left (estimate.py, no Ray), storage, the results folder,
+the trackers (tracking.py) and the printed lines."""

@@ -95,12 +95,18 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         else:
             claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
         _print_plan(sweep_plan)
+        trackers = request.trackers
+        for line in trackers.lines():
+            print(f"tracking: {line}")
+        if trackers.tensorboard_command:
+            print(trackers.tensorboard_command)  # a line to paste, alone
         started = time.monotonic()
         calibration = _calibration(request, sweep)
         result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
-                                resume=request.resume, max_hours=request.max_hours)
+                                resume=request.resume, max_hours=request.max_hours,
+                                trackers=trackers)
         trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
                                               sweep_id=request.sweep_id)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
@@ -117,7 +123,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"- data: {base.num_train_examples} training and {base.num_test_examples} "
                  f"test images{' (subsets)' if _data_note(base) else ''}",
                  f"- timing: {timing_line(sweep_plan)}",
-                 f"- sweep wall time: {_sessions_line(request.out_dir, started)}"]
+                 f"- sweep wall time: {_sessions_line(request.out_dir, started)}",
+                 *(f"- tracking: {line}" for line in trackers.lines())]
         # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
         report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                     title_lines=title, target_acc=base.target_acc,

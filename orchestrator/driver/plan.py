@@ -22,6 +22,7 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
 from orchestrator.driver.rundir import check_out_dir, new_sweep_id, require_writable
+from orchestrator.driver import tracking
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class SweepRequest:
     max_concurrent_trials: int | None
     max_hours: float | None
     """Stop the sweep when the time spent plus its estimated time left exceeds it."""
+    trackers: tracking.Trackers
+    """Where `--tracking`'s trackers keep the sweep's runs."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,13 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             require_writable(Path(storage_location), "--storage")
         sweep_id = new_sweep_id(out_dir)
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
+    trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
+                                sweep_id=sweep_id)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
                         workers_from_cluster=workers_from_cluster, out_dir=out_dir,
                         storage=storage_location, sweep_id=sweep_id, resume=args.resume,
                         max_concurrent_trials=args.max_concurrent_trials,
-                        max_hours=args.max_hours)
+                        max_hours=args.max_hours, trackers=trackers)
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:

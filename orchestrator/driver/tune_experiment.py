@@ -19,7 +19,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
-from orchestrator.driver import storage
+from orchestrator.driver import storage, tracking
 from orchestrator.driver.estimate import PointShape, SweepEstimate
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
@@ -32,6 +32,10 @@ TRAIN_RUNS_DIR = "train-runs"
 # request, and any CPU fraction would leave 1.99 CPUs for two 1-CPU workers.)
 TRIAL_DRIVER_RESOURCES = {"cpu": 0, "memory": 256 * 1024 * 1024}
 EXPERIMENT_STATE_PERIOD_S = "2"
+# A trial's run options that trackers show as its parameters (the point holds them all).
+TRACKED_PARAMS = ("model", "num_workers", "global_batch_size", "lr", "momentum", "sync",
+                  "split", "precision", "num_epochs", "threads_per_worker", "use_gpu",
+                  "straggler_slowdown", "seed")
 
 
 def train_runs_path(storage_path: str, sweep_id: str) -> str:
@@ -172,8 +176,13 @@ class TimeToAccuracyASHA(ASHAScheduler):
 
 def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
               sweep_id: str, max_concurrent: int, resume: bool,
-              max_hours: float | None = None) -> tune.ResultGrid:
-    """Run (or resume) the sweep's Tune experiment and return its results."""
+              max_hours: float | None = None,
+              trackers: tracking.Trackers | None = None) -> tune.ResultGrid:
+    """Run (or resume) the sweep's Tune experiment and return its results.
+
+    `trackers` (tracking.resolve): Tune's logger callbacks for them join the
+    run config; a resumed sweep's come back with the rest of its Tune state.
+    """
     # The data goes to the trials as a ref inside a list, so that Tune ships
     # the ref, not a second copy of the data set, to every trial.
     trainable = tune.with_resources(tune.with_parameters(tune_trial, data_refs=[data_ref]),
@@ -185,6 +194,10 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     LiveEstimate.max_hours = max_hours
+    if trackers is not None and trackers.wandb_mode:
+        # Read by Ray's W&B callback (no API key is asked for offline) and, on
+        # an embedded Ray, by the logging actors it starts.
+        os.environ["WANDB_MODE"] = trackers.wandb_mode
     # The experiment is named after the sweep, so that sweeps sharing a
     # `--storage` never restore each other's trials.
     experiment_path = storage.join(storage_path, sweep_id)
@@ -207,6 +220,9 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
             param_space={
                 "point": tune.grid_search([_point_to_dict(point) for point in sweep.grid]),
                 "storage": storage_path, "sweep_id": sweep_id,
+                # Beside the point, its run's values under their own names: what a
+                # tracker shows as the trial's parameters.
+                **{name: tune.sample_from(_run_value(name)) for name in TRACKED_PARAMS},
             },
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max_concurrent, scheduler=scheduler,
@@ -220,10 +236,56 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
                 # Retries happen inside a trial (Ray Train restarts its workers
                 # from the last checkpoint); a trial that still fails stays failed.
                 failure_config=tune.FailureConfig(max_failures=0),
-                callbacks=[estimate, TrialLinePrinter(sweep.base.target_acc)],
+                callbacks=[estimate, TrialLinePrinter(sweep.base.target_acc),
+                           *(tracker_callbacks(trackers) if trackers else [])],
                 progress_reporter=_progress_table(),
                 verbose=1))  # the table, not every result in full
     return tuner.fit()
+
+
+def tracker_callbacks(trackers: tracking.Trackers) -> list[tune.Callback]:
+    """Tune's own logger callbacks for the sweep's trackers (imported here: each
+    integration imports its tracker, seconds that a sweep without one never pays)."""
+    callbacks = []
+    if trackers.mlflow_uri:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+        if trackers.mlflow_folder is not None:
+            trackers.mlflow_folder.mkdir(parents=True, exist_ok=True)
+        callbacks.append(_numbers_only(MLflowLoggerCallback)(
+            tracking_uri=trackers.mlflow_uri, experiment_name=trackers.sweep_id,
+            save_artifact=False))
+    if trackers.tensorboard_logdir:
+        # Tune adds this one by default too; named, it no longer depends on that.
+        from ray.tune.logger import TBXLoggerCallback
+        callbacks.append(_numbers_only(TBXLoggerCallback)())
+    if trackers.wandb_mode:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+        trackers.wandb_dir.mkdir(parents=True, exist_ok=True)
+        callbacks.append(_numbers_only(WandbLoggerCallback)(
+            project=trackers.wandb_project, group=trackers.sweep_id,
+            mode=trackers.wandb_mode, dir=str(trackers.wandb_dir)))
+    return callbacks
+
+
+def _numbers_only(callback_class: type) -> type:
+    """`callback_class`, given only a result's numbers: the trial's config is logged
+    once as its parameters (MLflow would log every number in it as a metric again,
+    at every epoch), and text or lists are no metric."""
+
+    class NumbersOnly(callback_class):
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, {
+                key: value for key, value in result.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)})
+
+    NumbersOnly.__name__ = NumbersOnly.__qualname__ = callback_class.__name__
+    return NumbersOnly
+
+
+def _run_value(name: str):
+    def value(config: dict) -> object:  # the trial's config, its point resolved
+        return config["point"]["train"][name]
+    return value
 
 
 def _trial_id(trial) -> str:
