@@ -120,13 +120,16 @@ class NetnsCluster:
                "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
         return env
 
-    def command_in(self, node: str, argv: list[str]) -> list[str]:
-        """`argv` as run in `node`'s namespaces (network, and mount for a private path)."""
+    def command_in(self, node: str, argv: list[str], cwd: str | Path | None = None) -> list[str]:
+        """`argv` as run in `node`'s namespaces (network, and mount for a private
+        path), in `cwd` (default this process's)."""
         target = self.node(node)
         if self.kind != "netns":
             return list(argv)
-        # Entering the node's own process's namespaces sees its private path too.
-        return ["nsenter", f"--target={target.pid}", "--net", "--mount", "--", *argv]
+        # Entering the node's own process's namespaces sees its private path too;
+        # entering a mount namespace would otherwise start in its root folder.
+        return ["nsenter", f"--target={target.pid}", "--net", "--mount",
+                f"--wd={cwd or os.getcwd()}", "--", *argv]
 
     def run_in(self, node: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         """Run `argv` in `node`'s namespaces with the cluster's environment
@@ -134,7 +137,7 @@ class NetnsCluster:
         kwargs.setdefault("env", self.env())
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        return subprocess.run(self.command_in(node, argv), **kwargs)
+        return subprocess.run(self.command_in(node, argv, kwargs.get("cwd")), **kwargs)
 
     def node_ids(self) -> dict[str, str]:
         """Each node's Ray node id, by node name."""
@@ -144,22 +147,24 @@ class NetnsCluster:
         by_ip = self._alive_nodes(timeout_s=30)
         return {node.name: by_ip[node.ip] for node in self.nodes}
 
+    def pids(self) -> set[int]:
+        """Every process in the cluster's namespaces now: all of them ours."""
+        return {pid for namespace in self.namespaces for pid in namespace_pids(namespace)}
+
+    def leftovers(self, pids: set[int]) -> tuple[list[str], list[int]]:
+        """What outlived the cluster: its namespaces, and which of `pids` still run."""
+        namespaces = set(list_namespaces()) & set(self.namespaces)
+        return sorted(namespaces), sorted(pid for pid in pids if _alive(pid))
+
     def _alive_nodes(self, timeout_s: float) -> dict[str, str]:
         """{node ip: Ray node id} once every node is alive, asked from the head's namespace."""
-        code = ("import json, socket, sys, time\n"
-                f"deadline = time.monotonic() + {timeout_s}\n"
-                "while True:\n"
-                "    try:\n"
-                f"        socket.create_connection(({self.head.ip!r}, {self._head_port}), 1).close()\n"
-                "        break\n"
-                "    except OSError:\n"
-                "        if time.monotonic() > deadline:\n"
-                "            sys.exit('the head does not answer')\n"
-                "        time.sleep(0.2)\n"
+        code = ("import json, time\n"
                 "import ray\n"
+                f"deadline = time.monotonic() + {timeout_s}\n"
                 "ray.init(logging_level='ERROR', log_to_driver=False)\n"
                 "while True:\n"
-                "    alive = {n['NodeManagerAddress']: n['NodeID'] for n in ray.nodes() if n['Alive']}\n"
+                "    alive = {n['NodeManagerAddress']: n['NodeID']\n"
+                "             for n in ray.nodes() if n['Alive']}\n"
                 f"    if len(alive) >= {len(self.nodes)} or time.monotonic() > deadline:\n"
                 "        print(json.dumps(alive))\n"
                 "        break\n"
@@ -177,11 +182,11 @@ def _ip(*args: str, namespace: str | None = None) -> None:
     subprocess.run([*prefix, *args], check=True, capture_output=True, text=True)
 
 
-def namespaces_available(name: str) -> bool:
+def namespaces_available() -> bool:
     """Whether this process can make network namespaces (root, and a kernel that lets it)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         return False
-    probe = f"{name}-probe"
+    probe = f"d2l{os.getpid()}-probe"
     try:
         _ip("netns", "add", probe)
     except subprocess.CalledProcessError:
@@ -218,7 +223,8 @@ def make_network(cluster: NetnsCluster) -> None:
         _ip("link", "add", NODE_LINK, "netns", node.namespace, "type", "veth",
             "peer", "name", port, "netns", bridge_ns)
         _ip("link", "set", port, "master", BRIDGE, "up", namespace=bridge_ns)
-        _ip("link", "set", "lo", "up", namespace=node.namespace)  # Ray's processes use 127.0.0.1 too
+        # Ray's processes talk over 127.0.0.1 too.
+        _ip("link", "set", "lo", "up", namespace=node.namespace)
         _ip("addr", "add", f"{node.ip}/{SUBNET_BITS}", "dev", NODE_LINK, namespace=node.namespace)
         _ip("link", "set", NODE_LINK, "up", namespace=node.namespace)
         if cluster.rate:
@@ -249,6 +255,9 @@ def start_node(cluster: NetnsCluster, node: Node, log_dir: Path) -> subprocess.P
     env = cluster.env()
     env.pop("RAY_ADDRESS")  # `ray start` would take it as the cluster to join
     env["RAY_worker_maximum_startup_concurrency"] = str(node.num_cpus + TRAIN_HELPER_ACTORS)
+    # gloo finds its own address from the machine's hostname, which names the
+    # root namespace's; the node has only its veth.
+    env["GLOO_SOCKET_IFNAME"] = NODE_LINK
     # A node told to stop would first drain for 30 s (Ray 2.60's SIGTERM
     # handler, for Serve); ours stop with their cluster, at once.
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
@@ -379,7 +388,7 @@ def netns_cluster(num_nodes: int, cpus_per_node: int, *, head_cpus: int | None =
     which can do neither."""
     name = name or f"d2l{os.getpid()}"
     if use_namespaces is None:
-        use_namespaces = namespaces_available(name)
+        use_namespaces = namespaces_available()
     cluster = plan(name, num_nodes, cpus_per_node, head_cpus, default_temp_dir(name),
                    namespaces=use_namespaces)
     if not use_namespaces:
@@ -454,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     temp_dir = default_temp_dir(args.name)
     if args.command == "up":
-        if not namespaces_available(args.name):
+        if not namespaces_available():
             parser.error("making network namespaces needs root (and `ip netns`)")
         if Path(temp_dir, STATE_FILE).exists():
             parser.error(f"cluster {args.name} is up: `down` it first")
