@@ -86,7 +86,8 @@ def test_each_node_has_its_own_address_rate_and_view_and_nothing_is_left(tmp_pat
                                                text=True).stdout
     assert not Path(cluster.temp_dir).exists()
     assert (private / "shared.txt").exists()  # the tmpfs hid it, and went with its node
-    print(f"2 nodes up in {start_s:.1f} s, down in {stop_s:.1f} s; {PAYLOAD_BYTES} B in {seconds:.2f} s")
+    print(f"2 nodes up in {start_s:.1f} s, down in {stop_s:.1f} s; "
+          f"{PAYLOAD_BYTES} B at {RATE} in {seconds:.2f} s")
 
 
 def test_a_two_worker_trial_spans_the_two_worker_nodes_and_says_so(three_node_cluster, tmp_path):
