@@ -1,6 +1,7 @@
 """Helpers the tests share (fixtures and hooks stay in conftest.py)."""
 
 import contextlib
+import importlib.util
 import multiprocessing
 import subprocess
 import sys
@@ -38,3 +39,13 @@ def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> sub
     """Run one of experiments/*.py as a user would, capturing its output."""
     return subprocess.run([sys.executable, str(REPO / "experiments" / script), *args],
                           capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+
+
+def import_tool(name: str):
+    """tools/<name>.py as a module (tools/ is no package: its scripts are run by hand)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: its dataclasses look themselves up
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -1,6 +1,7 @@
 """The training loop in one process (world size 1): no Ray, real data."""
 
 import math
+import platform
 import subprocess
 import sys
 
@@ -35,6 +36,7 @@ def test_learns_on_real_data(fashion_mnist_small):
     row = history[-1]
     assert row["steps_per_epoch"] == 256 and row["global_batch_size"] == 32
     assert row["samples_per_s"] == pytest.approx(256 * 32 / row["epoch_time_s"])
+    assert row["worker_nodes"] == [platform.node()]  # no Ray node: the machine's name
 
 
 @pytest.mark.parametrize("options", [{"precision": "bf16"}, {"channels_last": True}])

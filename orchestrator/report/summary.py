@@ -3,7 +3,7 @@
 reported per epoch and per evaluation.
 """
 
-import json
+import ast
 import math
 
 import pandas as pd
@@ -55,18 +55,35 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
         right_index=True, how="left")
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
+    nodes = trial_nodes(epochs)
+    summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]
     summary["status"] = [_status(row) for row in summary.itertuples()]
     return _with_speedup(summary).sort_values(
         [*SCALING_GROUP, "num_workers"]).reset_index(drop=True)
 
 
+def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:
+    """Each trial's node ids, space-separated: those its ranks ran on, in rank
+    order of first appearance over its epochs (a restarted worker may have
+    moved); empty for a trial run before `worker_nodes` was recorded."""
+    if "worker_nodes" not in epochs:
+        return {}
+    nodes: dict[str, str] = {}
+    for trial_id, history in epochs.sort_values("epoch").groupby("trial_id"):
+        seen = dict.fromkeys(node for values in history["worker_nodes"]
+                             for node in per_worker_values(values) or ())
+        nodes[trial_id] = " ".join(seen)
+    return nodes
+
+
 def per_worker_values(values) -> list | None:
-    """A per-worker list (shares, compute seconds); epochs.csv read back holds it as
-    text, "[170, 86]"; None for a trial run before these were recorded."""
+    """A per-worker list (shares, compute seconds, node ids); epochs.csv read back
+    holds it as Python's text of it, "[170, 86]" or "['ab', 'cd']"; None for a
+    trial run before these were recorded."""
     if isinstance(values, (list, tuple)):
         return list(values)
     if isinstance(values, str) and values.startswith("["):
-        return json.loads(values)
+        return ast.literal_eval(values)
     return None
 
 

@@ -7,6 +7,7 @@ benchmark) call `run_training` directly. Nothing here may import ray.
 
 import copy
 import math
+import platform
 import time
 import warnings
 from collections.abc import Callable
@@ -60,13 +61,14 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
 def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
                  report: Reporter,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
-                 started_at: float | None = None) -> list[dict]:
+                 started_at: float | None = None, node_id: str | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
     epoch and reporting each; returns the epoch history.
 
     `started_at` (`time.time()`, default now) is when the run started, for the
     evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
-    evaluations).
+    evaluations); `node_id` names this worker's node (its Ray node id; default
+    this machine's name).
     """
     started_at = time.time() if started_at is None else started_at
     num_workers = get_world_size()
@@ -96,6 +98,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
                      shared_memory=config.shared_memory, optimizer=optimizer)
     split = BatchSplit(config, device, shares)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
+    # Where each rank ran, so a multi-node trial shows which nodes it spanned.
+    worker_nodes = gather_strings(node_id or platform.node())
     # The uint8 data set (52 MB) goes to the device once and each batch is
     # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
     train_images, train_labels, test_images, test_labels = (
@@ -113,7 +117,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         "num_workers": num_workers, "global_batch_size": config.global_batch_size,
         "batch_size_per_worker": config.batch_size_per_worker,
         "steps_per_epoch": config.steps_per_epoch,
-        "device": str(device), "devices": devices,
+        "device": str(device), "devices": devices, "worker_nodes": worker_nodes,
     }
 
     def state_now() -> dict:

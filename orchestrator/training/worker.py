@@ -44,7 +44,8 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
             resume_from = load_checkpoint(Path(folder))
     return run_training(config, data, device=ray.train.torch.get_device(),
                         report=report_to_ray, resume_from=resume_from,
-                        started_at=loop_config["started_at"])
+                        started_at=loop_config["started_at"],
+                        node_id=ray.get_runtime_context().get_node_id())
 
 
 def calibration_loop_per_worker(loop_config: dict) -> dict:
