@@ -10,7 +10,8 @@ epoch count training only, as the book's do, and are the median over the
 epochs after the first: the first also pays for cuDNN's algorithm search and
 the allocator's growth.
 
-    python bench/gpu.py [--epochs 10] [--precision bf16] [--channels-last] [--data-dir DIR]
+    python bench/gpu.py [--epochs 10] [--precision bf16] [--memory-format channels-last]
+                        [--data-dir DIR]
     python bench/gpu.py --device cpu --models lenet --epochs 2 --train-limit 512 --test-limit 200
 
 On a machine without a CUDA device it records that it did not run, and why.
@@ -21,6 +22,7 @@ never appended to bench/results (nor is any run with `--no-append`).
 import argparse
 import os
 import sys
+import typing
 
 import torch
 
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, median  # noqa: E402
 
 from orchestrator.training import data  # noqa: E402
-from orchestrator.config.options import MODELS, PRECISIONS, TrainConfig  # noqa: E402
+from orchestrator.config.options import MODELS, PRECISIONS, MemoryFormat, TrainConfig  # noqa: E402
 from orchestrator.config.presets import PRESETS  # noqa: E402
 from orchestrator.records import Status  # noqa: E402
 from orchestrator.training.loop import run_training  # noqa: E402
@@ -49,7 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="at least 2: the first is warm-up and not timed")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--memory-format", choices=typing.get_args(MemoryFormat), default="auto",
+                        help="auto: the faster layout, timed on the GPU (default)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: a smoke test of this script, never appended to the results")
     parser.add_argument("--no-append", action="store_true",
@@ -72,7 +75,7 @@ def book_config(model: str, args: argparse.Namespace, device: torch.device) -> T
     return TrainConfig(model=model, global_batch_size=preset["batch_sizes"][0],
                        lr=preset["lrs"][0], num_epochs=args.epochs, train_limit=args.train_limit,
                        test_limit=args.test_limit, precision=args.precision,
-                       channels_last=args.channels_last, use_gpu=device.type == "cuda")
+                       memory_format=args.memory_format, use_gpu=device.type == "cuda")
 
 
 def measure(config: TrainConfig, dataset: data.FashionMNIST, device: torch.device) -> dict:
@@ -91,6 +94,7 @@ def measure(config: TrainConfig, dataset: data.FashionMNIST, device: torch.devic
         "first_epoch_s": history[0]["epoch_time_s"],
         "test_acc": history[-1]["test_acc"],
         "epochs_run": len(history),
+        "memory_format": history[-1]["memory_format"],  # what auto took, if asked
     }
     if history[-1]["status"] != Status.OK:
         figures["status"] = history[-1]["status"]
@@ -117,7 +121,7 @@ def verdict(figures: dict, args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    options = {"precision": args.precision, "channels_last": args.channels_last,
+    options = {"precision": args.precision, "memory_format": args.memory_format,
                "epochs": args.epochs}
     if args.device == "cuda" and not torch.cuda.is_available():
         # Recorded, so that the report says it was not measured rather than

@@ -34,8 +34,8 @@ from orchestrator.config.presets import PRESETS  # noqa: E402
 from orchestrator.training.loop import run_training  # noqa: E402
 
 NAME = "gpu_check"
-VARIANTS = {"fp32": dict(precision="fp32", channels_last=False),
-            "bf16_channels_last": dict(precision="bf16", channels_last=True)}
+VARIANTS = {"fp32": dict(precision="fp32", memory_format="nchw"),
+            "bf16_channels_last": dict(precision="bf16", memory_format="channels-last")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

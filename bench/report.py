@@ -40,6 +40,7 @@ HEADLINES = {
     "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
                          "recipe_over_recommended", "target_met"],
     "scaling_model": ["measured_points", "max_abs_error", "target_met"],
+    "memory_format": ["auto_speedup_over_nchw", "auto_chose"],
 }
 
 

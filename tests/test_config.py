@@ -27,7 +27,8 @@ from orchestrator.errors import UserError
     ({"threads_per_worker": 1.5}, "must be an integer"),
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
     ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
-    ({"channels_last": "yes"}, "channels_last must be true or false"),
+    ({"memory_format": "nhwc"},
+     "unknown memory format 'nhwc'; choose one of auto, nchw, channels-last"),
     ({"momentum": 1.0}, "momentum must be in"),
     ({"momentum": -0.1}, "momentum must be in"),
     ({"target_acc": 0.0}, "target accuracy must be in"),
@@ -50,9 +51,10 @@ def test_derived_values_are_computed_once_from_the_config():
 
 
 def test_precision_and_memory_format_reach_every_trial_of_a_sweep():
-    sweep = SweepConfig.from_dict({"workers": [1, 2], "precision": "bf16", "channels_last": True})
-    assert {(point.train.precision, point.train.channels_last) for point in sweep.grid} == {
-        ("bf16", True)}
+    sweep = SweepConfig.from_dict({"workers": [1, 2], "precision": "bf16",
+                                   "memory_format": "channels-last"})
+    assert {(point.train.precision, point.train.memory_format) for point in sweep.grid} == {
+        ("bf16", "channels-last")}
     with pytest.raises(UserError, match="unknown precision 'half'"):
         SweepConfig.from_dict({"precision": "half"})
 

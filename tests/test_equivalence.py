@@ -3,7 +3,8 @@
 For every gradient-sync strategy, k = 2 and k = 3 workers (gloo processes
 running the real loop, no Ray: the fast layer) end with the parameters,
 the training loss and the test accuracy that one process computes on the
-whole global batch, also when the batch does not split evenly. Each rank
+whole global batch, also when the batch does not split evenly, in each
+memory layout (NCHW and channels-last; ResNet-18 in NCHW only). Each rank
 builds its model from its own seed, so the agreement comes from the initial
 broadcast of rank 0's weights, not from identical seeds. In double
 precision every update agrees to a relative 1e-9; in float32 only to
@@ -49,19 +50,21 @@ FP32_RTOL = 1e-5
 ZERO_UPDATE = 1e-12
 TEST_LIMIT = 200
 # 257 splits unevenly on 2 (129 + 128) and on 3 workers (86 + 86 + 85).
-LENET_CASES = [*[(sync, "lenet", 257, "fp64") for sync in SYNC_STRATEGIES],
-               *[(sync, "lenet", 257, "fp32") for sync in SYNC_STRATEGIES]]
-RESNET_CASES = [(sync, "resnet18", 64, "fp64") for sync in SYNC_STRATEGIES]
+LENET_CASES = [(sync, "lenet", 257, precision, memory_format)
+               for memory_format in ("nchw", "channels-last") for precision in ("fp64", "fp32")
+               for sync in SYNC_STRATEGIES]
+RESNET_CASES = [(sync, "resnet18", 64, "fp64", "nchw") for sync in SYNC_STRATEGIES]
 # The book's ResNet-18, 18 layers and 8 BatchNorms... at 1/16 of its width.
 SMALL_RESNET_WIDTH = 4
 CPU = torch.device("cpu")
 
 
 def _config(case, **overrides) -> TrainConfig:
-    sync, model, global_batch_size, precision = case
+    sync, model, global_batch_size, precision, memory_format = case
     return TrainConfig(model=model, sync=sync, global_batch_size=global_batch_size, lr=0.5,
                        num_epochs=2, train_limit=STEPS_PER_EPOCH * global_batch_size,
-                       test_limit=TEST_LIMIT, seed=7, precision=precision, **overrides)
+                       test_limit=TEST_LIMIT, seed=7, precision=precision,
+                       memory_format=memory_format, **overrides)
 
 
 def _run(config: TrainConfig, dataset, device: torch.device = CPU) -> tuple[list[dict], dict]:
@@ -115,8 +118,8 @@ def one_device_runs(fashion_mnist_small):
     _small_resnet()
 
     @functools.cache
-    def run(model, global_batch_size, precision):
-        return _run(_config(("scratch", model, global_batch_size, precision)), fashion_mnist_small)
+    def run(*case_but_sync):
+        return _run(_config(("scratch", *case_but_sync)), fashion_mnist_small)
 
     yield lambda case: run(*case[1:])
     models.BUILDERS["resnet18"] = original
@@ -160,13 +163,14 @@ def _assert_same_parameters(got: dict, expected: dict, initial: dict, precision:
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("case", LENET_CASES, ids=lambda case: f"{case[0]}-{case[3]}")
+@pytest.mark.parametrize("case", LENET_CASES, ids=lambda case: "-".join([case[0], *case[3:]]))
 def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     num_workers, results = k_worker_runs
     history, state = results[case]
     want_history, want_state = one_device_runs(case)
-    sync, model, _, precision = case
+    sync, model, _, precision, memory_format = case
     assert [row["num_workers"] for row in history] == [num_workers] * 2
+    assert [row["memory_format"] for row in history] == [memory_format] * 2
     assert [row["sync"] for row in history] == [sync] * 2
     rtol = FP64_RTOL if precision == "fp64" else FP32_RTOL
     for row, want in zip(history, want_history, strict=True):
@@ -248,7 +252,7 @@ def test_sync_batchnorm_makes_two_gpus_one_device(fashion_mnist_small, one_devic
 ])
 def test_two_ray_workers_match_one_device(ray_session, fashion_mnist_small, tmp_path,
                                           sync, global_batch_size, precision, shared_memory):
-    case = (sync, "lenet", global_batch_size, precision)
+    case = (sync, "lenet", global_batch_size, precision, "nchw")
     _, reference = _run(_config(case), fashion_mnist_small)
     config = _config(case, num_workers=2, shared_memory=shared_memory)
     result = run_trial(config, ray.put(fashion_mnist_small),

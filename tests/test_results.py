@@ -54,6 +54,7 @@ def _recorded() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         "trial_id": trial_id, "epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": acc,
         "test_acc": acc, "epoch_time_s": seconds, "eval_time_s": 0.5, "samples_per_s": rate, "sync_time_s": sync,
         "num_workers": int(trial_id[1]), "status": status, "devices": "[cpu]",
+        "memory_format": "nchw", "layout_nchw_step_s": None, "layout_channels_last_step_s": None,
     } for trial_id, rows in HISTORY.items()
         for epoch, (acc, rate, seconds, sync, status) in enumerate(rows, start=1)])
     # One evaluation at each epoch's end; training seconds add up, wall adds 2 s each.
@@ -163,7 +164,8 @@ def _target_records(recipe_acc_scale: float = 1.0, stop_at_target: bool = True
         for trial_id, rows in TARGET_EVALUATIONS.items() for epoch, acc, train_s, wall_s in rows])
     epochs = evaluations[evaluations["epoch"] == evaluations["epoch"].round()].assign(
         train_loss=0.5, train_acc=0.8, epoch_time_s=10.0, eval_time_s=0.3, samples_per_s=6000.0,
-        sync_time_s=0.1, status="ok", devices="[cpu]").astype({"epoch": int}).merge(
+        sync_time_s=0.1, status="ok", devices="[cpu]", memory_format="nchw",
+        layout_nchw_step_s=None, layout_channels_last_step_s=None).astype({"epoch": int}).merge(
         trials[["trial_id", "num_workers"]])
     return trials, epochs, evaluations
 

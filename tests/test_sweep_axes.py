@@ -77,6 +77,10 @@ def _summary() -> tuple[pd.DataFrame, pd.DataFrame]:
         "num_workers": workers, "status": "ok", "devices": "[cpu]",
         "worker_shares": [256] if workers == 1 else [128, 128] if epoch == 1 else [170, 86],
         "worker_compute_s": [seconds] if workers == 1 else [2.0, 4.0] if epoch == 1 else [3.0, 3.1],
+        # s2 chose its memory format (auto), the others were given theirs
+        "memory_format": "channels-last" if trial_id == "s2" else "nchw",
+        "layout_nchw_step_s": 0.112 if trial_id == "s2" else None,
+        "layout_channels_last_step_s": 0.083 if trial_id == "s2" else None,
     } for trial_id, _, _, workers, rate, seconds, sync_s in TRIALS for epoch in (1, 2)])
     no_evaluations = pd.DataFrame(columns=["trial_id", "epoch", "test_acc", "train_s"])
     return summarize_trials(trials, epochs, no_evaluations), epochs
@@ -101,3 +105,6 @@ def test_the_report_compares_strategies_and_shows_each_workers_share():
     assert "Every row: num_workers 2, last_epoch 2." in report
     assert ("| p2 | scratch | proportional | 128 / 128 | 2.00 / 4.00 | 170 / 86 "
             "| 3.00 / 3.10 |") in report
+    assert ("`s2` 2 worker(s), batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory "
+            "format channels-last (auto: NCHW 0.112 s, channels-last 0.083 s a step): ") in report
+    assert "split even, fp32, memory format nchw: " in report  # s1: given, not timed

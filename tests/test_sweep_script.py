@@ -277,7 +277,7 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     ('{"workers": "1,2"}', "workers must be a list, got '1,2'"),
     ('{"lrs": [0.1, "fast"]}', "lrs must be float, got 'fast'"),
     ('{"num_epochs": 2.5}', "num_epochs must be int, got 2.5"),
-    ('{"channels_last": "yes"}', "channels_last must be bool, got 'yes'"),
+    ('{"memory_format": "nhwc"}', "unknown memory format 'nhwc'"),
     ('{"workers": [1, 2]', "unreadable or not JSON"),
     ('{"lrs": [0.1, -1.0]}', "learning rate must be a finite number > 0"),
 ])

@@ -18,9 +18,15 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     assert re.search(r"epoch 3/3: train loss", run.stdout + run.stderr)
-    final = run.stdout.strip().splitlines()[-1]
+    layout, final = run.stdout.strip().splitlines()[-2:]
     match = re.fullmatch(r"test acc: (\d\.\d\d), [\d.]+ sec/epoch on 2 workers \[cpu, cpu\]", final)
     assert match, final
+    # --memory-format auto: the workers timed both layouts and took the faster
+    timed = re.fullmatch(r"memory format: (nchw|channels-last) \(auto: NCHW ([\d.e-]+) s, "
+                         r"channels-last ([\d.e-]+) s a step\)", layout)
+    assert timed, layout
+    step_s = {"nchw": float(timed.group(2)), "channels-last": float(timed.group(3))}
+    assert step_s[timed.group(1)] == min(step_s.values())  # printed to 3 digits: may tie
     assert float(match.group(1)) > 0.4  # chance is 0.1
 
 

@@ -39,7 +39,8 @@ def test_learns_on_real_data(fashion_mnist_small):
     assert row["worker_nodes"] == [platform.node()]  # no Ray node: the machine's name
 
 
-@pytest.mark.parametrize("options", [{"precision": "bf16"}, {"channels_last": True}])
+@pytest.mark.parametrize("options", [{"precision": "bf16", "memory_format": "nchw"},
+                                     {"memory_format": "channels-last"}])
 def test_bf16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
     # test_learns_on_real_data's run: fp32 reaches about 0.70, and so do these.
     config = TrainConfig(global_batch_size=32, lr=0.2, num_epochs=2, train_limit=8192,
@@ -51,7 +52,9 @@ def test_bf16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
     # Autocast computes in bfloat16 but the weights it updates stay fp32.
     assert all(tensor.dtype == torch.float32 for tensor in weights.values())
     conv_weight = weights["3.weight"]  # 50 x 20 x 5 x 5 (the first conv's one channel has no layout)
-    assert conv_weight.is_contiguous(memory_format=torch.channels_last) == config.channels_last
+    assert history[-1]["memory_format"] == config.memory_format
+    assert conv_weight.is_contiguous(memory_format=torch.channels_last) == (
+        config.memory_format == "channels-last")
 
 
 @pytest.mark.parametrize("train_limit, loss_is_as_expected", [

@@ -21,6 +21,7 @@ Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
 Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
+MemoryFormat = Literal["auto", "nchw", "channels-last"]
 MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
                                                for kind in (Model, Sync, Split, Precision))
 
@@ -80,8 +81,9 @@ class TrainConfig:
     precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
                                           "(loss, weights, gradients and optimizer stay fp32); "
                                           "fp64: all in double precision", swept=True)
-    channels_last: bool = option(False, "model and inputs in channels-last memory format "
-                                        "(faster on GPUs)")
+    memory_format: MemoryFormat = option(
+        "auto", "layout of the model and its inputs; auto: the faster of nchw and channels-last, "
+                "timed on the workers' devices at the run's start (a few steps each)")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
                                   "run is marked failed")
     target_acc: float | None = option(None, "record when test accuracy first reaches this "
@@ -141,7 +143,7 @@ class TrainConfig:
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
         require_int(self.split_interval_steps, "split interval steps", minimum=0)
-        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "channels_last", "pin_cores"):
+        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "pin_cores"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:

@@ -23,7 +23,8 @@ from orchestrator.errors import UserError
 
 SWEEP_FILE = "sweep.json"
 # Bumped by any change that would leave a folder of this format unresumable.
-SWEEP_FORMAT = 2
+# 3: `memory_format` replaced `channels_last`; checkpoints hold the layout.
+SWEEP_FORMAT = 3
 
 
 def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str] | None:

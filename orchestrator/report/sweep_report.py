@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records import Status, book_line, write_atomically
+from orchestrator.records import Status, book_line, memory_format_text, write_atomically
 from orchestrator.report import time_to_accuracy
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
@@ -79,12 +79,16 @@ def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
-             "The book's line for each trial (time per epoch is training only).", ""]
+             "The book's line for each trial (time per epoch is training only), and its memory "
+             "format: `auto` times a few steps in each on the workers' devices and takes the "
+             "faster (the workers' mean seconds a step).", ""]
     for row in summary.itertuples():
         history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
         label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
                  f"({row.batch_scaling}), lr {row.lr:g}, sync {row.sync}, split {row.split}, "
                  f"{row.precision}")
+        if len(history):
+            label += f", memory format {memory_format_text(history.iloc[0])}"
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")

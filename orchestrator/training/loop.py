@@ -6,6 +6,7 @@ benchmark) call `run_training` directly. Nothing here may import ray.
 """
 
 import copy
+import dataclasses
 import math
 import platform
 import time
@@ -20,6 +21,7 @@ from orchestrator.training.sync.collectives import allreduce_, broadcast_, gathe
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
+from orchestrator.training import layout
 from orchestrator.training.data import FashionMNIST
 from orchestrator.training.models import NUM_CLASSES, build_model
 from orchestrator.training.split import BatchSplit
@@ -61,30 +63,49 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
 def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
                  report: Reporter,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
-                 started_at: float | None = None, node_id: str | None = None) -> list[dict]:
+                 started_at: float | None = None, node_id: str | None = None,
+                 layout_scope: str | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
     epoch and reporting each; returns the epoch history.
 
     `started_at` (`time.time()`, default now) is when the run started, for the
     evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
     evaluations); `node_id` names this worker's node (its Ray node id; default
-    this machine's name).
+    this machine's name); `layout_scope` names the sweep whose timings of the
+    memory layouts a node keeps (default: this process's; layout.py).
     """
     started_at = time.time() if started_at is None else started_at
     num_workers = get_world_size()
     assert num_workers == config.num_workers, (num_workers, config.num_workers)
+    history: list[dict] = []
+    evaluations: list[dict] = []
+    state = None
+    if resume_from is not None:
+        state, history, evaluations = resume_from
+        if state is None:
+            return history  # a diverged run's last checkpoint: nothing to resume
+    # The uint8 data set (52 MB) goes to the device once and each batch is
+    # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
+    train_images, train_labels, test_images, test_labels = (
+        tensor.to(device) for tensor in _as_tensors(
+            data.train_images, data.train_labels, data.test_images, data.test_labels))
+    if device.type == "cuda":
+        # Every training step has the same shapes (the partial last batch is
+        # dropped), so cuDNN's search for its fastest convolutions pays once.
+        torch.backends.cudnn.benchmark = True
+    # A resumed run keeps the layout it chose; from here on `config` names it.
+    chosen_layout = state["layout"] if state is not None else layout.choose(
+        config, device, lambda: layout.time_layouts(
+            _layout_step(config, device, train_images, train_labels), device),
+        scope=layout_scope or layout.process_scope())
+    config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
     model = build_model(config.model, seed=config.seed)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
     optimizer = make_optimizer(model.parameters(), config)
-    history: list[dict] = []
-    evaluations: list[dict] = []
     shares = None
-    if resume_from is not None:
-        state, history, evaluations = resume_from
-        if state is None:
-            return history  # a diverged run's last checkpoint: nothing to resume
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         shares = state["split_shares"]
@@ -100,20 +121,11 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # Where each rank ran, so a multi-node trial shows which nodes it spanned.
     worker_nodes = gather_strings(node_id or platform.node())
-    # The uint8 data set (52 MB) goes to the device once and each batch is
-    # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
-    train_images, train_labels, test_images, test_labels = (
-        tensor.to(device) for tensor in _as_tensors(
-            data.train_images, data.train_labels, data.test_images, data.test_labels))
-    if device.type == "cuda":
-        # Every training step has the same shapes (the partial last batch is
-        # dropped), so cuDNN's search for its fastest convolutions pays once.
-        torch.backends.cudnn.benchmark = True
     run_fields = {
         "model": config.model, "sync": config.sync, "split": config.split,
         "transport": sync.transport,
         "lr": config.lr, "momentum": config.momentum,
-        "precision": config.precision, "channels_last": config.channels_last,
+        "precision": config.precision, **chosen_layout,
         "num_workers": num_workers, "global_batch_size": config.global_batch_size,
         "batch_size_per_worker": config.batch_size_per_worker,
         "steps_per_epoch": config.steps_per_epoch,
@@ -122,7 +134,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
 
     def state_now() -> dict:
         return {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer),
-                "split_shares": list(split.shares)}
+                "split_shares": list(split.shares), "layout": chosen_layout}
 
     # A mid-epoch checkpoint holds the last finished epoch's state (a copy:
     # state dicts share the live tensors), so a restart redoes that epoch whole.
@@ -319,9 +331,7 @@ def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> tor
     """Logits of a uint8 image batch on the model's device, in the weights' dtype
     whatever the precision of the forward pass."""
     dtype = PARAMETER_DTYPES[config.precision]
-    x = to_model_input(images).to(dtype)
-    if config.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = to_model_input(images).to(dtype, memory_format=_memory_format(config))
     # Autocast runs the convolutions and matrix products in bfloat16 and keeps
     # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
     # mantissa is too coarse for the loss and its sum over a batch.
@@ -336,7 +346,34 @@ def to_model_input(images: torch.Tensor) -> torch.Tensor:
 
 
 def _memory_format(config: TrainConfig) -> torch.memory_format:
-    return torch.channels_last if config.channels_last else torch.preserve_format
+    assert config.memory_format != "auto", "run_training resolves auto first"
+    return layout.TORCH_FORMATS[config.memory_format]
+
+
+def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor,
+                 labels: torch.Tensor) -> layout.Step:
+    """One forward, backward and SGD step of a throwaway copy of the run's model,
+    on a shard of the run's batch size per worker, in the layout asked for.
+
+    Without SyncBatchNorm: its statistics' sync is no part of the layout's cost.
+    """
+    index = slice(0, config.batch_size_per_worker)
+    batch_images, batch_labels = images[index], labels[index].long()
+    runs = {}
+    for name in layout.FORMATS:
+        run_config = dataclasses.replace(config, memory_format=name)
+        model = build_model(config.model, seed=config.seed).to(
+            device, dtype=PARAMETER_DTYPES[config.precision],
+            memory_format=_memory_format(run_config))
+        runs[name] = (run_config, model, make_optimizer(model.parameters(), config))
+
+    def step(name: str) -> None:
+        run_config, model, optimizer = runs[name]
+        logits = _forward(model, batch_images, run_config)
+        F.cross_entropy(logits, batch_labels).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return step
 
 
 def _as_tensors(*arrays) -> list[torch.Tensor]:

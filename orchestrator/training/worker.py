@@ -42,10 +42,14 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             resume_from = load_checkpoint(Path(folder))
+    # The driver's job on this node's Ray: one sweep (an embedded Ray numbers
+    # its jobs afresh each start, its node id is new).
+    context = ray.get_runtime_context()
     return run_training(config, data, device=ray.train.torch.get_device(),
                         report=report_to_ray, resume_from=resume_from,
                         started_at=loop_config["started_at"],
-                        node_id=ray.get_runtime_context().get_node_id())
+                        node_id=context.get_node_id(),
+                        layout_scope=f"job {context.get_job_id()} on {context.get_node_id()}")
 
 
 def calibration_loop_per_worker(loop_config: dict) -> dict:
