@@ -2,16 +2,14 @@
 of timings, with an injected measurement (the workers' agreement across
 processes: tests/processes/test_memory_format_agreement.py)."""
 
-import importlib.util
 import math
 
 import pytest
 import torch
 
-from helpers import REPO
 from orchestrator.config import cli
 from orchestrator.config.options import TrainConfig
-from orchestrator.driver import plan
+from orchestrator.driver import commands, plan
 from orchestrator.records import memory_format_text
 from orchestrator.training import layout
 from orchestrator.training.loop import run_training
@@ -109,10 +107,7 @@ def test_memory_format_flag_defaults_to_auto_and_takes_each_format():
 
 
 def test_an_unknown_memory_format_is_one_line_and_exit_2(capsys):
-    spec = importlib.util.spec_from_file_location("train_script", REPO / "experiments" / "train.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.main(["--memory-format", "nhwc"]) == 2
+    assert commands.train_main(["--memory-format", "nhwc"]) == 2
     captured = capsys.readouterr()
     assert captured.err == ("error: unknown memory format 'nhwc'; choose one of auto, nchw, "
                             "channels-last\n")
