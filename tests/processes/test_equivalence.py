@@ -1,7 +1,7 @@
 """The book's claim, as a test: k workers and one device are the same optimizer.
 
 For every gradient-sync strategy, k = 2 and k = 3 workers (gloo processes
-running the real loop, no Ray: the fast layer) end with the parameters,
+running the real loop, no Ray) end with the parameters,
 the training loss and the test accuracy that one process computes on the
 whole global batch, also when the batch does not split evenly. Each rank
 builds its model from its own seed, so the agreement comes from the initial
@@ -14,63 +14,30 @@ BatchNorm is the exception the book names: each worker normalises with its
 own shard's statistics, so a ResNet-18 on k workers is not the one-device
 optimizer, whichever the strategy (`--sync-batchnorm` makes it one, on GPUs).
 
-One test on real Ray (the slow layer) checks the same through Ray Train, its
-checkpoint and the shared-memory transport.
+tests/unit/test_equivalence_one_worker.py checks that on one worker every
+strategy is the same update; tests/cluster/test_equivalence_on_ray.py checks
+the same claim through Ray Train, its checkpoint and the shared-memory
+transport.
 """
 
 import functools
-from pathlib import Path
 
 import pytest
-import ray
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import shared_dict
+from helpers import (FP32_RTOL, FP64_RTOL, LENET_CASES, TEST_LIMIT,
+                     assert_same_parameters, equivalence_config, run_here, shared_dict)
 from orchestrator.training import loop
 from orchestrator.training import models
-from orchestrator.training.checkpoint import load_checkpoint
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
-from orchestrator.training.loop import run_training
+from orchestrator.config.options import SYNC_STRATEGIES
 from orchestrator.training.models import build_model
-from orchestrator.training.sync.shm_allreduce import stores_in_program_order
-from orchestrator.driver.trial import run_trial
 
-# Two epochs of three steps: several updates, and a reshuffle in between.
-STEPS_PER_EPOCH = 3
-# float64 rounding of a few steps is near 1e-15 of the values; a wrong sum
-# (a shard counted twice or missed, a mean instead of a sum) is off by tens of
-# percent.
-FP64_RTOL = 1e-9
-FP32_RTOL = 1e-5
-# Updates this small are float64 rounding of a gradient that is zero.
-ZERO_UPDATE = 1e-12
-TEST_LIMIT = 200
-# 257 splits unevenly on 2 (129 + 128) and on 3 workers (86 + 86 + 85).
-LENET_CASES = [*[(sync, "lenet", 257, "fp64") for sync in SYNC_STRATEGIES],
-               *[(sync, "lenet", 257, "fp32") for sync in SYNC_STRATEGIES]]
 RESNET_CASES = [(sync, "resnet18", 64, "fp64") for sync in SYNC_STRATEGIES]
 # The book's ResNet-18, 18 layers and 8 BatchNorms... at 1/16 of its width.
 SMALL_RESNET_WIDTH = 4
-CPU = torch.device("cpu")
-
-
-def _config(case, **overrides) -> TrainConfig:
-    sync, model, global_batch_size, precision = case
-    return TrainConfig(model=model, sync=sync, global_batch_size=global_batch_size, lr=0.5,
-                       num_epochs=2, train_limit=STEPS_PER_EPOCH * global_batch_size,
-                       test_limit=TEST_LIMIT, seed=7, precision=precision, **overrides)
-
-
-def _run(config: TrainConfig, dataset, device: torch.device = CPU) -> tuple[list[dict], dict]:
-    """The epoch history and the final state (model, optimizer) of one run, on the CPU."""
-    states = []
-    history = run_training(config, dataset, device=device,
-                           report=lambda metrics, state, *_: states.append(state))
-    return history, {"model": {name: tensor.cpu() for name, tensor in states[-1]["model"].items()},
-                     "optimizer": states[-1]["optimizer"]}
 
 
 def _small_resnet():
@@ -87,9 +54,9 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
         loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
         for case in LENET_CASES + RESNET_CASES:
             # gloo: k spinning shared-memory waits on 2 busy cores would crawl;
-            # the Ray test below sums through shared memory.
-            history, state = _run(_config(case, num_workers=num_workers, shared_memory=False),
-                                  dataset)
+            # tests/cluster/test_equivalence_on_ray.py sums through shared memory.
+            history, state = run_here(equivalence_config(case, num_workers=num_workers,
+                                                         shared_memory=False), dataset)
             if rank == 0:
                 results[case] = (history, state)
     finally:
@@ -109,54 +76,18 @@ def k_worker_runs(request, fashion_mnist_small) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def one_device_runs(fashion_mnist_small):
     """Each case on one process, computed when first asked for. With one worker
-    every strategy runs the same update (see the test below), so one run, the
-    book's `scratch`, is every strategy's reference."""
+    every strategy runs the same update (tests/unit/test_equivalence_one_worker.py),
+    so one run, the book's `scratch`, is every strategy's reference."""
     original = models.BUILDERS["resnet18"]
     _small_resnet()
 
     @functools.cache
     def run(model, global_batch_size, precision):
-        return _run(_config(("scratch", model, global_batch_size, precision)), fashion_mnist_small)
+        return run_here(equivalence_config(("scratch", model, global_batch_size, precision)),
+                        fashion_mnist_small)
 
     yield lambda case: run(*case[1:])
     models.BUILDERS["resnet18"] = original
-
-
-def test_one_worker_is_the_same_update_for_every_strategy(fashion_mnist_small):
-    case = LENET_CASES[-1]
-    want_history, want_state = _run(_config(("scratch", *case[1:])), fashion_mnist_small)
-    for sync in SYNC_STRATEGIES:
-        history, state = _run(_config((sync, *case[1:])), fashion_mnist_small)
-        assert [row["train_loss"] for row in history] == [row["train_loss"] for row in want_history]
-        for name, want in want_state["model"].items():
-            assert torch.equal(state["model"][name], want), (sync, name)
-
-
-def _assert_same_parameters(got: dict, expected: dict, initial: dict, precision: str) -> None:
-    for name, want in expected.items():
-        assert got[name].dtype == want.dtype, name
-        if not want.is_floating_point():  # BatchNorm's num_batches_tracked
-            assert torch.equal(got[name], want), name
-            continue
-        if precision == "fp32":
-            torch.testing.assert_close(got[name], want, rtol=FP32_RTOL, atol=FP32_RTOL,
-                                       msg=lambda message: f"{name}: {message}")
-            continue
-        # The book's small init makes some weights' updates tiny next to the
-        # weights, so it is the updates that must agree, each to a relative 1e-9
-        # of the largest update of its tensor.
-        want_update = want - initial[name].to(want.dtype)
-        if name.endswith(("running_mean", "running_var")):
-            want_update = want  # statistics, not updates
-        scale = want_update.abs().max().item()
-        if scale < ZERO_UPDATE:
-            # A gradient that is zero but for rounding: a convolution's bias
-            # that a BatchNorm follows, which subtracts it again.
-            assert (got[name] - (want - want_update)).abs().max() < ZERO_UPDATE, name
-            continue
-        torch.testing.assert_close(got[name] - (want - want_update), want_update, rtol=FP64_RTOL,
-                                   atol=FP64_RTOL * scale,
-                                   msg=lambda message: f"update of {name}: {message}")
 
 
 @pytest.mark.processes
@@ -178,7 +109,7 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
         else:  # a float32 rounding may tip one near-tie of the 200 test images
             assert row["test_acc"] == pytest.approx(want["test_acc"], abs=1 / TEST_LIMIT)
     initial = build_model(model, seed=7).state_dict()
-    _assert_same_parameters(state["model"], want_state["model"], initial, precision)
+    assert_same_parameters(state["model"], want_state["model"], initial, precision)
     # The optimizer state is the whole model's on every strategy (sharded gathers its parts).
     assert state["optimizer"]["param_groups"] == want_state["optimizer"]["param_groups"]
     assert state["optimizer"]["state"].keys() == want_state["optimizer"]["state"].keys()
@@ -195,7 +126,7 @@ def test_per_worker_batchnorm_is_not_the_one_device_optimizer(k_worker_runs, one
     reference_case = RESNET_CASES[0]
     reference = results[reference_case][1]["model"]
     for case in RESNET_CASES[1:]:
-        _assert_same_parameters(results[case][1]["model"], reference, initial, "fp64")
+        assert_same_parameters(results[case][1]["model"], reference, initial, "fp64")
     one_device = one_device_runs(reference_case)[1]["model"]
     weight = "0.weight"  # the stem convolution, which feeds the first BatchNorm
     update = reference[weight] - initial[weight].double()
@@ -213,8 +144,8 @@ def _sync_batchnorm_body(rank: int, port: int, dataset, results) -> None:
     try:
         _small_resnet()
         loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
-        history, state = _run(_config(RESNET_CASES[0], num_workers=2, use_gpu=True,
-                                      sync_batchnorm=True), dataset, device)
+        history, state = run_here(equivalence_config(RESNET_CASES[0], num_workers=2, use_gpu=True,
+                                                     sync_batchnorm=True), dataset, device)
         if rank == 0:
             results["run"] = (history, state)
     finally:
@@ -230,35 +161,7 @@ def test_sync_batchnorm_makes_two_gpus_one_device(fashion_mnist_small, one_devic
         mp.spawn(_sync_batchnorm_body, args=(free_local_port(), fashion_mnist_small, results),
                  nprocs=2)
         _, state = results["run"]
-    _, want = _run(_config(RESNET_CASES[0], use_gpu=True, sync_batchnorm=True),
-                   fashion_mnist_small, torch.device("cuda", 0))
-    _assert_same_parameters(state["model"], want["model"],
-                            build_model("resnet18", seed=7).state_dict(), "fp64")
-
-
-# -- the same through Ray Train: its checkpoint, and the shared-memory transport
-
-@pytest.mark.cluster
-@pytest.mark.parametrize("sync, global_batch_size, precision, shared_memory", [
-    # uneven: shards of 128 and 127
-    *[(sync, 255, "fp64", True) for sync in SYNC_STRATEGIES],
-    ("bucketed", 255, "fp64", False),  # summed by gloo rather than through shared memory
-    ("scratch", 256, "fp64", True),
-    ("bucketed", 256, "fp32", True),
-])
-def test_two_ray_workers_match_one_device(ray_session, fashion_mnist_small, tmp_path,
-                                          sync, global_batch_size, precision, shared_memory):
-    case = (sync, "lenet", global_batch_size, precision)
-    _, reference = _run(_config(case), fashion_mnist_small)
-    config = _config(case, num_workers=2, shared_memory=shared_memory)
-    result = run_trial(config, ray.put(fashion_mnist_small),
-                       name=f"equiv-{sync}-{global_batch_size}-{precision}-{shared_memory}",
-                       storage_path=str(tmp_path), max_failures=0)
-    assert [row["epoch"] for row in result.return_value] == [1, 2]
-    through_memory = (shared_memory and sync in ("scratch", "bucketed")
-                      and stores_in_program_order())
-    assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else "gloo")
-    with result.checkpoint.as_directory() as folder:
-        state, _, _ = load_checkpoint(Path(folder))
-    _assert_same_parameters(state["model"], reference["model"],
-                            build_model("lenet", seed=config.seed).state_dict(), precision)
+    _, want = run_here(equivalence_config(RESNET_CASES[0], use_gpu=True, sync_batchnorm=True),
+                       fashion_mnist_small, torch.device("cuda", 0))
+    assert_same_parameters(state["model"], want["model"],
+                           build_model("resnet18", seed=7).state_dict(), "fp64")

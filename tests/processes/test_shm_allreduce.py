@@ -13,10 +13,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from pathlib import Path
 
-from helpers import shared_dict
+from helpers import REPO, shared_dict
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training.sync.collectives import allreduce_
-from helpers import REPO
 from orchestrator.training.sync.shm_allreduce import (FILE_PREFIX, MismatchError, PeerExitedError,
                                         PeerTimeoutError, SharedMemoryAllreduce, _create,
                                         stores_in_program_order)

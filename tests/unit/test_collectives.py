@@ -1,92 +1,19 @@
-"""The allreduce helpers on two real gloo processes, and alone at world size 1."""
-
-import os
-import time
+"""The allreduce helpers alone, at world size 1, and the buckets they sum in.
+(tests/processes/test_collectives_on_processes.py: on two real gloo processes.)"""
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
 
-from helpers import shared_dict
-from orchestrator.driver.cluster import free_local_port
-from orchestrator.training.sync.collectives import (all_gather_, allreduce_, broadcast_, flat_buckets,
-                                      gather_strings, get_rank, get_world_size, reduce_scatter_)
-from orchestrator.training.sync.shm_allreduce import stores_in_program_order
-from orchestrator.training.sync.strategies import GradientSync, make_sync
-
-
-def _tensors_of(rank: int) -> list[torch.Tensor]:
-    # Mixed sizes and dtypes, so that the bucketing splits and regroups them.
-    return [torch.full((3, 4), rank + 1.0), torch.arange(10.0) * (rank + 1),
-            torch.full((2,), rank + 1, dtype=torch.float64), torch.ones(1000) * (rank + 1)]
-
-
-def _two_process_body(rank: int, port: int, results) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        plain = _tensors_of(rank)
-        for tensor in plain:
-            allreduce_(tensor)
-        # A model whose gradients are 1 (rank 0) and 2 (rank 1) everywhere;
-        # a 64-byte cap forces several buckets. Each strategy sums through
-        # shared memory and through gloo.
-        grads, transports = {}, {}
-        for shared_memory in (True, False):
-            for name in ("bucketed", "scratch"):
-                model, sync = _model_with_gradient(rank, name, shared_memory=shared_memory,
-                                                   bucket_cap_mb=64 / 2**20)
-                key = f"{name}, shared memory {shared_memory}"
-                grads[key] = [p.grad.clone() for p in model.parameters()]
-                transports[key] = sync.transport
-        weights = [torch.full((5,), float(rank)), torch.full((2, 2), 10.0 + rank)]
-        broadcast_(weights)
-        results[rank] = {"rank": get_rank(), "world": get_world_size(), "plain": plain,
-                         "grads": grads, "transports": transports, "broadcast": weights,
-                         "devices": gather_strings(f"dev{rank}")}
-    finally:
-        dist.destroy_process_group()
-
-
-def _model_with_gradient(rank: int, strategy: str, **options) -> tuple[nn.Module, GradientSync]:
-    """A small model after backward and `strategy`'s sync: every gradient was rank + 1."""
-    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
-    sync = make_sync(strategy, model, torch.device("cpu"), **options)
-    for step in range(2):  # the second step checks that zero_grad keeps the sync working
-        sync.zero_grad()
-        # d(sum(w * c))/dw = c for every parameter w
-        sum((p * (rank + 1.0)).sum() for p in model.parameters()).backward()
-        sync.synchronize()
-    return model, sync
-
-
-def test_helpers_on_two_gloo_processes():
-    with shared_dict() as results:
-        mp.spawn(_two_process_body, args=(free_local_port(), results), nprocs=2)
-        results = dict(results)
-    expected_sums = [a + b for a, b in zip(_tensors_of(0), _tensors_of(1))]
-    for rank in (0, 1):
-        got = results[rank]
-        assert (got["rank"], got["world"]) == (rank, 2)
-        for tensor, expected in zip(got["plain"], expected_sums):
-            assert tensor.dtype == expected.dtype
-            assert torch.equal(tensor, expected), (tensor, expected)
-        assert len(got["grads"]) == 4
-        for key, grads in got["grads"].items():
-            assert len(grads) == 4
-            assert all(torch.equal(grad, torch.full_like(grad, 3.0)) for grad in grads), key
-            expected_transport = ("shared memory" if key.endswith("True") and stores_in_program_order()
-                                  else "gloo")
-            assert got["transports"][key] == expected_transport, key
-        assert torch.equal(got["broadcast"][0], torch.zeros(5))
-        assert torch.equal(got["broadcast"][1], torch.full((2, 2), 10.0))
-        assert got["devices"] == ["dev0", "dev1"]
+from helpers import mixed_tensors
+from orchestrator.training.sync.collectives import (all_gather_, allreduce_, broadcast_,
+                                                    flat_buckets, gather_strings, get_rank,
+                                                    get_world_size, reduce_scatter_)
 
 
 def test_helpers_are_the_identity_without_a_process_group():
     assert not dist.is_initialized()
     assert (get_rank(), get_world_size()) == (0, 1)
-    tensors = _tensors_of(0)
+    tensors = mixed_tensors(0)
     originals = [t.clone() for t in tensors]
     assert allreduce_(tensors[0]) is tensors[0]
     flat = tensors[3]  # with one worker, its part is the whole
@@ -97,35 +24,9 @@ def test_helpers_are_the_identity_without_a_process_group():
 
 
 def test_flat_buckets_respect_the_cap_and_the_dtype():
-    tensors = _tensors_of(0)  # 48, 40, 16 (float64) and 4000 bytes
+    tensors = mixed_tensors(0)  # 48, 40, 16 (float64) and 4000 bytes
     assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=100)] == [2, 1, 1]
     assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=10_000)] == [2, 1, 1]
     assert [len(bucket) for bucket in flat_buckets(tensors[:2], cap_bytes=10_000)] == [2]
     # A tensor larger than the cap gets a bucket of its own.
     assert [len(bucket) for bucket in flat_buckets(tensors[3:], cap_bytes=8)] == [1]
-
-
-def _peer_dies_body(rank: int, port: int, results) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    allreduce_(torch.ones(4))  # both connected and in step
-    if rank == 1:
-        os._exit(0)  # dies without a word, as a SIGKILLed worker does
-    started = time.monotonic()
-    try:
-        allreduce_(torch.ones(4))
-        results[rank] = "returned"
-    except RuntimeError as error:
-        results[rank] = f"raised after {time.monotonic() - started:.1f} s: {error}"
-
-
-def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
-    # allreduce_ polls for completion (see wait_busy): a collective that can
-    # never complete must end in gloo's error, not in a loop that never ends.
-    with shared_dict() as results:
-        context = mp.start_processes(_peer_dies_body, args=(free_local_port(), results), nprocs=2,
-                                     join=False)
-        deadline = time.monotonic() + 60
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "the allreduce with a dead peer did not end"
-        outcome = results.get(0, "nothing recorded")
-    assert outcome.startswith("raised after"), outcome

@@ -1,0 +1,33 @@
+"""experiments/train.py as a user runs it: real Ray, real data subset.
+(tests/unit/test_train_script.py: bad input.)"""
+
+import re
+
+import pytest
+
+from helpers import run_script
+
+
+@pytest.mark.cluster
+def test_two_workers_learn_and_print_the_books_line(tmp_path):
+    run = run_script("train.py", "--storage", str(tmp_path), "--workers", "2", "--batch-size", "32", "--lr", "0.2",
+                     "--epochs", "3", "--train-limit", "8192", "--test-limit", "1000",
+                     "--sync", "bucketed")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Ray dashboard: http://127.0.0.1:" in run.stdout
+    assert re.search(r"epoch 3/3: train loss", run.stdout + run.stderr)
+    final = run.stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"test acc: (\d\.\d\d), [\d.]+ sec/epoch on 2 workers \[cpu, cpu\]", final)
+    assert match, final
+    assert float(match.group(1)) > 0.4  # chance is 0.1
+
+
+@pytest.mark.cluster
+@pytest.mark.reliability(
+    fault="train.py: more workers than the cluster can ever hold",
+    lost="nothing")
+def test_more_workers_than_the_cluster_can_ever_hold():
+    run = run_script("train.py", "--workers", "64", "--epochs", "1", timeout_s=120)
+    assert run.returncode == 2
+    assert re.search(r"needs 64 workers of \{1 CPU\} each, but the embedded local Ray: "
+                     r"1 node\(s\), \d+ CPUs, 0 GPUs can hold at most \d+", run.stderr), run.stderr
