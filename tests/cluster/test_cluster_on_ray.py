@@ -5,7 +5,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
 
@@ -20,7 +19,6 @@ class _Probe:
         return is_actor_alive(actor_id=actor_id, timeout=10), time.monotonic() - started
 
 
-@pytest.mark.cluster
 def test_workers_ask_this_clusters_state_api_not_the_last_ray_start(ray_session):
     # The question Ray Train's placement-group cleaner asks every second. A
     # leftover record of another cluster must neither slow nor falsify it.

@@ -16,7 +16,6 @@ from orchestrator.training.sync.shm_allreduce import stores_in_program_order
 from orchestrator.driver.trial import run_trial
 
 
-@pytest.mark.cluster
 @pytest.mark.parametrize("sync, global_batch_size, precision, shared_memory", [
     # uneven: shards of 128 and 127
     *[(sync, 255, "fp64", True) for sync in SYNC_STRATEGIES],

@@ -9,7 +9,6 @@ import sys
 import textwrap
 
 import pandas as pd
-import pytest
 
 from helpers import REPO, run_script
 from orchestrator import ray_fastpath
@@ -43,7 +42,6 @@ STOCK_FIT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.cluster
 def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
     run = subprocess.run([sys.executable, "-c", STOCK_FIT, str(tmp_path)], capture_output=True,
                          text=True, timeout=300, env={**STOCK_ENV, "PYTHONPATH": str(REPO / "tests")},
@@ -55,9 +53,8 @@ def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
     assert outcome["controllers"] == 1
 
 
-@pytest.mark.cluster
 def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path):
-    # lr 0.2 learns (see test_sweep_processes); ASHA ends it at its last rung
+    # lr 0.2 learns (see test_sweep_trial_actors); ASHA ends it at its last rung
     # (epoch 2) while its stock fit is still shutting down, and stops or
     # finishes 0.001. A stock trial's process is not reused: the next trial
     # used to fail waiting for it, and the sweep hung.

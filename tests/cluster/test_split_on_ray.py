@@ -24,7 +24,6 @@ def one_device_parameters(fashion_mnist_small) -> dict[str, torch.Tensor]:
     return one_device_split_reference(fashion_mnist_small)
 
 
-@pytest.mark.cluster
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_two_workers_with_proportional_shares_match_one_device(ray_session, fashion_mnist_small,
                                                                 one_device_parameters, tmp_path,
@@ -37,7 +36,6 @@ def test_two_workers_with_proportional_shares_match_one_device(ray_session, fash
     assert_same_updates(state["model"], one_device_parameters)
 
 
-@pytest.mark.cluster
 def test_a_proportional_split_gives_a_straggler_less_and_ends_epochs_sooner(ray_session,
                                                                      fashion_mnist_small, tmp_path):
     # Worker 1 (local rank 1) is pinned to the second core, beside a busy process.

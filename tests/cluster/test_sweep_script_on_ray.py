@@ -44,7 +44,6 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
     return trials
 
 
-@pytest.mark.cluster
 def test_small_sweep_on_an_embedded_ray(tmp_path):
     out_dir = tmp_path / "out"
     # Storage given as a URI, the form a bucket takes on a multi-node cluster.
@@ -66,7 +65,6 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
                      run.stdout + run.stderr), run.stdout[-3000:]
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="ASHA stops trials early while later trials wait to run (one at a time)",
     lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
@@ -74,7 +72,7 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
     out_dir = tmp_path / "out"
     # lr 0.3 learns in one epoch (test accuracy 0.59-0.73 over 3 seeds with
     # AVX2 kernels, 1 also unvectorized; lr 0.9 did on earlier machines and stays
-    # at 0.10 with AVX2: see test_sweep_processes); 0.001 and 0.002 do not,
+    # at 0.10 with AVX2: see test_sweep_trial_actors); 0.001 and 0.002 do not,
     # and ASHA stops them at its first rung. The third trial used to wait
     # forever for a process held by the stopped second one.
     run = run_script("sweep.py", "--workers", "1", "--lr", "0.3,0.001,0.002", "--epochs", "2",
@@ -88,7 +86,6 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
         assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
 
 
-@pytest.mark.cluster
 def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     out_dir = tmp_path / "out"
     # Momentum 0.9 at lr 0.05 passes test accuracy 0.6 after about 250 steps
@@ -158,7 +155,6 @@ def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list
         return []
 
 
-@pytest.mark.cluster
 def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     """Two Ray nodes of one CPU each, as `ray start` makes a cluster: the
     2-worker trial spans both, its second worker reading the data set from
@@ -205,7 +201,6 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
             current.unlink()
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(fault="sweep.py: a grid point the cluster can never hold", lost="nothing")
 def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     started = time.monotonic()
@@ -218,7 +213,6 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.cluster
 def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
     """A head that claims 4 CPUs could hold the 1- and the 2-worker trial at once;
     timed side by side, they would crowd each other's speedup. (Without the
@@ -248,7 +242,6 @@ def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
             current.unlink()
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
           "than its estimate", lost="the epochs not trained: the sweep stops after its first "

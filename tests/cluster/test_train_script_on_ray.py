@@ -8,7 +8,6 @@ import pytest
 from helpers import run_script
 
 
-@pytest.mark.cluster
 def test_two_workers_learn_and_print_the_books_line(tmp_path):
     run = run_script("train.py", "--storage", str(tmp_path), "--workers", "2", "--batch-size", "32", "--lr", "0.2",
                      "--epochs", "3", "--train-limit", "8192", "--test-limit", "1000",
@@ -22,7 +21,6 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     assert float(match.group(1)) > 0.4  # chance is 0.1
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="train.py: more workers than the cluster can ever hold",
     lost="nothing")

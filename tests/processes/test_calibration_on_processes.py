@@ -1,7 +1,6 @@
 """The sweep's microbenchmark on two real gloo processes: per-transport allreduce
 timings from 1 KB up, and the compute probe of 1 and of 2 workers at once."""
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -25,7 +24,6 @@ def _body(rank: int, port: int, results) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.processes
 def test_two_workers_time_each_transport_and_compute_alone_and_together():
     with shared_dict() as results:
         mp.spawn(_body, args=(free_local_port(), results), nprocs=2)

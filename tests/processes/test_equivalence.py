@@ -90,7 +90,6 @@ def one_device_runs(fashion_mnist_small):
     models.BUILDERS["resnet18"] = original
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize("case", LENET_CASES, ids=lambda case: f"{case[0]}-{case[3]}")
 def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     num_workers, results = k_worker_runs
@@ -115,7 +114,6 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     assert state["optimizer"]["state"].keys() == want_state["optimizer"]["state"].keys()
 
 
-@pytest.mark.processes
 def test_per_worker_batchnorm_is_not_the_one_device_optimizer(k_worker_runs, one_device_runs):
     """What per-worker BatchNorm changes: every strategy on k workers computes
     the same parameters as every other (the syncs are not the difference), and

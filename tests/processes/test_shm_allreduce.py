@@ -20,9 +20,8 @@ from orchestrator.training.sync.shm_allreduce import (FILE_PREFIX, MismatchError
                                         PeerTimeoutError, SharedMemoryAllreduce, _create,
                                         stores_in_program_order)
 
-pytestmark = [pytest.mark.skipif(not stores_in_program_order(),
-                                 reason="the shared-memory allreduce runs on x86-64 only"),
-              pytest.mark.processes]
+pytestmark = pytest.mark.skipif(not stores_in_program_order(),
+                                reason="the shared-memory allreduce runs on x86-64 only")
 
 # What a Python process started by a test needs on its path to import this
 # module: its folder, helpers.py's and the repository's.

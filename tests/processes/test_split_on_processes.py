@@ -54,7 +54,6 @@ def three_worker_runs(fashion_mnist_small) -> dict:
 
 
 # Three processes on the CI's two cores, every strategy: about 20 s.
-@pytest.mark.cluster
 @pytest.mark.parametrize("sync", SYNC_STRATEGIES)
 def test_three_workers_with_proportional_shares_match_one_device(three_worker_runs,
                                                                   one_device_parameters, sync):
@@ -63,7 +62,6 @@ def test_three_workers_with_proportional_shares_match_one_device(three_worker_ru
     assert_same_updates(parameters, one_device_parameters)
 
 
-@pytest.mark.processes
 def test_pinning_gives_each_local_rank_its_own_cores():
     allowed = sorted(os.sched_getaffinity(0))
     script = ("import os, sys; from orchestrator.training.worker import pin_to_own_cores; "
