@@ -1,4 +1,15 @@
-"""Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets."""
+"""Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets;
+the layers' markers, from the folders; docs/RELIABILITY.md.
+
+The tests live in three folders, one per layer, and the folder is the only
+place a test's layer is said: tests/unit starts neither Ray nor several
+worker processes (the fast layer, `pytest tests/unit`, or equally
+`-m "not cluster and not processes"`), tests/processes starts 2 or 3 worker
+processes without Ray (marker `processes`), tests/cluster starts or uses Ray
+(marker `cluster`). helpers.py and this file, in tests/, serve all three.
+"""
+
+from pathlib import Path
 
 import pytest
 import ray
@@ -35,7 +46,37 @@ def pytest_configure(config):
                    "may be lost; listed in docs/RELIABILITY.md")
 
 
+TESTS = Path(__file__).resolve().parent
+LAYERS = {"unit": None, "processes": pytest.mark.processes, "cluster": pytest.mark.cluster}
+
+
+def _layer(item: pytest.Item) -> str | None:
+    """The layer folder under tests/ that holds this test: "" for none, None
+    for a test outside tests/ (not ours to judge)."""
+    path = Path(item.path).resolve()
+    if not path.is_relative_to(TESTS):
+        return None
+    parts = path.relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in LAYERS else ""
+
+
+# First, before `-m` deselects by these markers (and as before, the set of
+# reliability tests is taken from every collected test, deselected ones included).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        layer = _layer(item)
+        if layer is None:
+            continue
+        if not layer:
+            raise pytest.UsageError(f"{item.nodeid}: a test belongs in one of the layer folders "
+                                    f"tests/{', tests/'.join(LAYERS)}")
+        stated = {mark.name for mark in item.iter_markers()} & {"cluster", "processes"}
+        if stated:
+            raise pytest.UsageError(f"{item.nodeid}: marked {', '.join(sorted(stated))} in its "
+                                    f"file; its folder, tests/{layer}, says its layer")
+        if LAYERS[layer] is not None:
+            item.add_marker(LAYERS[layer])
     session.reliability_items = {item.nodeid for item in items
                                  if item.get_closest_marker("reliability")}
 

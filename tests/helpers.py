@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from ray.util.state import list_actors
+
+from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
+from orchestrator.config.dataset import even_shares
+from orchestrator.training.loop import run_training
+from orchestrator.training.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,3 +55,117 @@ def import_tool(name: str):
         sys.modules[name] = module  # before running it: its dataclasses look themselves up
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def mixed_tensors(rank: int) -> list[torch.Tensor]:
+    """Rank + 1 in tensors of mixed sizes and dtypes, so that the collectives'
+    bucketing splits and regroups them."""
+    return [torch.full((3, 4), rank + 1.0), torch.arange(10.0) * (rank + 1),
+            torch.full((2,), rank + 1, dtype=torch.float64), torch.ones(1000) * (rank + 1)]
+
+
+# -- k workers against one device: the cases, runs and checks that the
+# equivalence tests (tests/*/test_equivalence*.py) and the proportional
+# split's (tests/*/test_split*.py) share, whichever layer they are in.
+
+# Two epochs of three steps: several updates, and a reshuffle in between.
+STEPS_PER_EPOCH = 3
+# float64 rounding of a few steps is near 1e-15 of the values; a wrong sum
+# (a shard counted twice or missed, a mean instead of a sum) is off by tens of
+# percent.
+FP64_RTOL = 1e-9
+FP32_RTOL = 1e-5
+# Updates this small are float64 rounding of a gradient that is zero.
+ZERO_UPDATE = 1e-12
+TEST_LIMIT = 200
+# 257 splits unevenly on 2 (129 + 128) and on 3 workers (86 + 86 + 85).
+LENET_CASES = [(sync, "lenet", 257, precision, memory_format)
+               for memory_format in ("nchw", "channels-last") for precision in ("fp64", "fp32")
+               for sync in SYNC_STRATEGIES]
+CPU = torch.device("cpu")
+
+
+def equivalence_config(case, **overrides) -> TrainConfig:
+    """The run of `case`, (sync, model, global batch size, precision, memory format)."""
+    sync, model, global_batch_size, precision, memory_format = case
+    return TrainConfig(model=model, sync=sync, global_batch_size=global_batch_size, lr=0.5,
+                       num_epochs=2, train_limit=STEPS_PER_EPOCH * global_batch_size,
+                       test_limit=TEST_LIMIT, seed=7, precision=precision,
+                       memory_format=memory_format, **overrides)
+
+
+def run_here(config: TrainConfig, dataset, device: torch.device = CPU) -> tuple[list[dict], dict]:
+    """The epoch history and the final state (model, optimizer) of one run in
+    this process (on the CPU unless told)."""
+    states = []
+    history = run_training(config, dataset, device=device,
+                           report=lambda metrics, state, *_: states.append(state))
+    return history, {"model": {name: tensor.cpu() for name, tensor in states[-1]["model"].items()},
+                     "optimizer": states[-1]["optimizer"]}
+
+
+def assert_same_parameters(got: dict, expected: dict, initial: dict, precision: str) -> None:
+    for name, want in expected.items():
+        assert got[name].dtype == want.dtype, name
+        if not want.is_floating_point():  # BatchNorm's num_batches_tracked
+            assert torch.equal(got[name], want), name
+            continue
+        if precision == "fp32":
+            torch.testing.assert_close(got[name], want, rtol=FP32_RTOL, atol=FP32_RTOL,
+                                       msg=lambda message: f"{name}: {message}")
+            continue
+        # The book's small init makes some weights' updates tiny next to the
+        # weights, so it is the updates that must agree, each to a relative 1e-9
+        # of the largest update of its tensor.
+        want_update = want - initial[name].to(want.dtype)
+        if name.endswith(("running_mean", "running_var")):
+            want_update = want  # statistics, not updates
+        scale = want_update.abs().max().item()
+        if scale < ZERO_UPDATE:
+            # A gradient that is zero but for rounding: a convolution's bias
+            # that a BatchNorm follows, which subtracts it again.
+            assert (got[name] - (want - want_update)).abs().max() < ZERO_UPDATE, name
+            continue
+        torch.testing.assert_close(got[name] - (want - want_update), want_update, rtol=FP64_RTOL,
+                                   atol=FP64_RTOL * scale,
+                                   msg=lambda message: f"update of {name}: {message}")
+
+
+UNEVEN_BATCH = 255  # 128 + 127 on 2 workers, 85 each on 3 before the first re-split
+
+
+def proportional_config(num_workers: int, sync: str) -> TrainConfig:
+    """An fp64 LeNet run whose shares are re-set at every step from its timings."""
+    return equivalence_config((sync, "lenet", UNEVEN_BATCH, "fp64", "nchw"), num_workers=num_workers,
+                              split="proportional", split_interval_steps=1)
+
+
+def one_device_split_reference(dataset) -> dict[str, torch.Tensor]:
+    """The final parameters of the proportional runs' reference: every strategy
+    is one update on one device."""
+    _, state = run_here(equivalence_config(("scratch", "lenet", UNEVEN_BATCH, "fp64", "nchw")), dataset)
+    return state["model"]
+
+
+def uneven(history: list[dict]) -> bool:
+    """Whether some epoch's shares were not the even split."""
+    return any(row["worker_shares"] != list(even_shares(row["global_batch_size"],
+                                                        row["num_workers"]))
+               for row in history)
+
+
+def assert_same_updates(state: dict, reference: dict) -> None:
+    """As the equivalence tests check fp64 runs: every update to a relative
+    1e-9 of its tensor's largest."""
+    initial = build_model("lenet", seed=7).state_dict()
+    for name, expected in reference.items():
+        expected_update = expected - initial[name].double()
+        assert expected_update.abs().max() > 0, name
+        torch.testing.assert_close(state[name] - initial[name].double(), expected_update,
+                                   rtol=FP64_RTOL,
+                                   atol=FP64_RTOL * expected_update.abs().max().item(),
+                                   msg=lambda message: f"update of {name}: {message}")
+
+
+# The command-line options of a small sweep or training run on real data.
+SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]

@@ -22,7 +22,6 @@ RATE_BYTES_PER_S = 20e6 / 8
 PAYLOAD_BYTES = 4_000_000
 RECEIVER_PORT = 5001
 
-pytestmark = pytest.mark.cluster
 needs_namespaces = pytest.mark.skipif(
     not netns_cluster.namespaces_available(),
     reason="network namespaces need root and `ip netns`; the fallback is tested below")

@@ -11,7 +11,6 @@ import pytest
 
 from helpers import run_script
 
-pytestmark = pytest.mark.cluster
 
 TINY = ["--workers", "1", "--epochs", "2", "--train-limit", "2048", "--test-limit", "500",
         "--batch-size", "64"]

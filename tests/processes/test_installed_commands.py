@@ -12,7 +12,6 @@ import pytest
 
 from helpers import REPO
 
-pytestmark = pytest.mark.processes
 
 SUBPACKAGES = ("orchestrator.config", "orchestrator.training", "orchestrator.training.sync",
                "orchestrator.driver", "orchestrator.report", "orchestrator.report.answers")

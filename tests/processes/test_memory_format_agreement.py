@@ -39,7 +39,6 @@ def _body(rank: int, port: int, cache_dir, cached_rank, results) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize("cached_rank", [None, 1], ids=["both-measure", "rank1-cached"])
 def test_workers_take_the_layout_of_the_smaller_sum(tmp_path, cached_rank):
     with shared_dict() as results:

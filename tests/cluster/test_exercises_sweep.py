@@ -14,7 +14,6 @@ from helpers import run_script
 from orchestrator.report.answers.sheet import EXERCISES
 
 
-@pytest.mark.cluster
 @pytest.mark.timeout(900)
 def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it(tmp_path):
     out_dir = tmp_path / "out"

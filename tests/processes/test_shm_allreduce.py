@@ -13,18 +13,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from pathlib import Path
 
-from helpers import shared_dict
+from helpers import REPO, shared_dict
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training.sync.collectives import allreduce_
-from helpers import REPO
 from orchestrator.training.sync.shm_allreduce import (FILE_PREFIX, MismatchError, PeerExitedError,
                                         PeerTimeoutError, SharedMemoryAllreduce, _create,
                                         stores_in_program_order)
 
-pytestmark = [pytest.mark.skipif(not stores_in_program_order(),
-                                 reason="the shared-memory allreduce runs on x86-64 only"),
-              pytest.mark.processes]
+pytestmark = pytest.mark.skipif(not stores_in_program_order(),
+                                reason="the shared-memory allreduce runs on x86-64 only")
 
+# What a Python process started by a test needs on its path to import this
+# module: its folder, helpers.py's and the repository's.
+IMPORT_PATHS = [str(Path(__file__).resolve().parent), str(REPO / "tests"), str(REPO)]
 # 256 bytes hold 64 float32s or 32 float64s: the larger tensors below go in pieces.
 CAPACITY_BYTES = 256
 
@@ -217,8 +218,8 @@ def test_a_dead_creators_file_is_removed_and_a_live_ones_kept(tmp_path):
     holders = {then: subprocess.Popen(
         [sys.executable, "-c", f"import test_shm_allreduce as t; "
                                f"t._hold_a_file({str(tmp_path)!r}, '{FILE_PREFIX}{then}', '{then}')"],
-        cwd=REPO / "tests", stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])})
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(IMPORT_PATHS)})
         for then in ("exit", "live")}
     for holder in holders.values():
         assert holder.stdout.readline().strip() == "created"
@@ -264,7 +265,7 @@ except Exception as error:
                                "(containers sharing /dev/shm) dies mid-allreduce",
                          lost="the run: the survivor raises within seconds")
 def test_a_peer_in_another_pid_namespace_is_seen_to_die():
-    code = NAMESPACED_PEER.format(paths=[str(REPO / "tests"), str(REPO)], port=free_local_port())
+    code = NAMESPACED_PEER.format(paths=IMPORT_PATHS, port=free_local_port())
     peer = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", code, "1"],
                             stdout=subprocess.PIPE, text=True, cwd=REPO)
     survivor = subprocess.run([sys.executable, "-c", code, "0"], capture_output=True, text=True,

@@ -90,7 +90,6 @@ def _one_device(num_workers: int) -> tuple[dict, dict]:
     return saved, model.state_dict()
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize("num_workers", [2, 3])
 def test_sharded_sgd_is_the_full_sgd_and_saves_its_state(num_workers):
     with shared_dict() as results:
@@ -126,7 +125,6 @@ def _diverging_body(rank: int, port: int, dataset, results) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.processes
 def test_a_non_finite_part_stops_every_worker(fashion_mnist_small):
     # Each worker checks only its part of the summed gradient; the verdict is
     # summed over workers, so all stop at the same step (a worker that went on

@@ -3,15 +3,12 @@ they leave behind."""
 
 import time
 
-import pytest
 import ray
 from ray.util.state import list_placement_groups
 
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.tune_experiment import collect, run_experiment
 from helpers import num_actors
-
-pytestmark = pytest.mark.cluster
 
 
 def _num_live_placement_groups() -> int:

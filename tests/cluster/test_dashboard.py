@@ -12,11 +12,8 @@ import urllib.error
 import urllib.request
 
 import pandas as pd
-import pytest
 
 from helpers import REPO
-
-pytestmark = pytest.mark.cluster
 
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 # Ray Train V2's runs; in Ray 2.60 /api/train/v2/runs serves Train V1's.

@@ -1,4 +1,6 @@
-"""The allreduce helpers on two real gloo processes, and alone at world size 1."""
+"""The allreduce helpers on two real gloo processes: sums, buckets and
+broadcast through shared memory and gloo, and a dead peer's error.
+(tests/unit/test_collectives.py: alone, at world size 1.)"""
 
 import os
 import time
@@ -8,24 +10,18 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from helpers import shared_dict
+from helpers import mixed_tensors, shared_dict
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.training.sync.collectives import (all_gather_, allreduce_, broadcast_, flat_buckets,
-                                      gather_strings, get_rank, get_world_size, reduce_scatter_)
+from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings,
+                                                    get_rank, get_world_size)
 from orchestrator.training.sync.shm_allreduce import stores_in_program_order
 from orchestrator.training.sync.strategies import GradientSync, make_sync
-
-
-def _tensors_of(rank: int) -> list[torch.Tensor]:
-    # Mixed sizes and dtypes, so that the bucketing splits and regroups them.
-    return [torch.full((3, 4), rank + 1.0), torch.arange(10.0) * (rank + 1),
-            torch.full((2,), rank + 1, dtype=torch.float64), torch.ones(1000) * (rank + 1)]
 
 
 def _two_process_body(rank: int, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        plain = _tensors_of(rank)
+        plain = mixed_tensors(rank)
         for tensor in plain:
             allreduce_(tensor)
         # A model whose gradients are 1 (rank 0) and 2 (rank 1) everywhere;
@@ -64,7 +60,7 @@ def test_helpers_on_two_gloo_processes():
     with shared_dict() as results:
         mp.spawn(_two_process_body, args=(free_local_port(), results), nprocs=2)
         results = dict(results)
-    expected_sums = [a + b for a, b in zip(_tensors_of(0), _tensors_of(1))]
+    expected_sums = [a + b for a, b in zip(mixed_tensors(0), mixed_tensors(1))]
     for rank in (0, 1):
         got = results[rank]
         assert (got["rank"], got["world"]) == (rank, 2)
@@ -81,28 +77,6 @@ def test_helpers_on_two_gloo_processes():
         assert torch.equal(got["broadcast"][0], torch.zeros(5))
         assert torch.equal(got["broadcast"][1], torch.full((2, 2), 10.0))
         assert got["devices"] == ["dev0", "dev1"]
-
-
-def test_helpers_are_the_identity_without_a_process_group():
-    assert not dist.is_initialized()
-    assert (get_rank(), get_world_size()) == (0, 1)
-    tensors = _tensors_of(0)
-    originals = [t.clone() for t in tensors]
-    assert allreduce_(tensors[0]) is tensors[0]
-    flat = tensors[3]  # with one worker, its part is the whole
-    assert torch.equal(reduce_scatter_(flat), flat) and all_gather_(flat) is flat
-    broadcast_(tensors)
-    assert all(torch.equal(a, b) for a, b in zip(tensors, originals))
-    assert gather_strings("cpu") == ["cpu"]
-
-
-def test_flat_buckets_respect_the_cap_and_the_dtype():
-    tensors = _tensors_of(0)  # 48, 40, 16 (float64) and 4000 bytes
-    assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=100)] == [2, 1, 1]
-    assert [len(bucket) for bucket in flat_buckets(tensors, cap_bytes=10_000)] == [2, 1, 1]
-    assert [len(bucket) for bucket in flat_buckets(tensors[:2], cap_bytes=10_000)] == [2]
-    # A tensor larger than the cap gets a bucket of its own.
-    assert [len(bucket) for bucket in flat_buckets(tensors[3:], cap_bytes=8)] == [1]
 
 
 def _peer_dies_body(rank: int, port: int, results) -> None:

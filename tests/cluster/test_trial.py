@@ -1,15 +1,13 @@
 """One trial on real Ray with the fast path (orchestrator.ray_fastpath): which
 helper actors a fit starts beside its workers, and where its controller runs.
-The stock path is tested in test_ray_fastpath.py."""
+The stock path is tested in test_ray_fastpath_on_ray.py."""
 
-import pytest
 import ray
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.trial import run_trial
 from helpers import num_actors
 
-pytestmark = pytest.mark.cluster
 
 CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
 

@@ -1,5 +1,6 @@
 """experiments/sweep.py as a user runs it: embedded Ray, an attached two-node
-cluster, bad input."""
+cluster, a grid point no cluster can hold. (tests/unit/test_sweep_script.py:
+bad input.)"""
 
 import contextlib
 import json
@@ -13,10 +14,9 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 import pytest
 
-from helpers import run_script
+from helpers import SMALL, run_script
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.report.plots import PLOT_FILES
 
@@ -24,7 +24,6 @@ from orchestrator.report.plots import PLOT_FILES
 # machine need one each.
 DASHBOARD_AGENT_PORT = 52365
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
-SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
 
 
 def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFrame:
@@ -45,7 +44,6 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
     return trials
 
 
-@pytest.mark.cluster
 def test_small_sweep_on_an_embedded_ray(tmp_path):
     out_dir = tmp_path / "out"
     # Storage given as a URI, the form a bucket takes on a multi-node cluster.
@@ -67,7 +65,6 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
                      run.stdout + run.stderr), run.stdout[-3000:]
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="ASHA stops trials early while later trials wait to run (one at a time)",
     lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
@@ -75,7 +72,7 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
     out_dir = tmp_path / "out"
     # lr 0.3 learns in one epoch (test accuracy 0.59-0.73 over 3 seeds with
     # AVX2 kernels, 1 also unvectorized; lr 0.9 did on earlier machines and stays
-    # at 0.10 with AVX2: see test_sweep_processes); 0.001 and 0.002 do not,
+    # at 0.10 with AVX2: see test_sweep_trial_actors); 0.001 and 0.002 do not,
     # and ASHA stops them at its first rung. The third trial used to wait
     # forever for a process held by the stopped second one.
     run = run_script("sweep.py", "--workers", "1", "--lr", "0.3,0.001,0.002", "--epochs", "2",
@@ -89,7 +86,6 @@ def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
         assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
 
 
-@pytest.mark.cluster
 def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     out_dir = tmp_path / "out"
     # Momentum 0.9 at lr 0.05 passes test accuracy 0.6 after about 250 steps
@@ -159,7 +155,6 @@ def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list
         return []
 
 
-@pytest.mark.cluster
 def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     """Two Ray nodes of one CPU each, as `ray start` makes a cluster: the
     2-worker trial spans both, its second worker reading the data set from
@@ -206,59 +201,6 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
             current.unlink()
 
 
-@pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
-@pytest.mark.parametrize("args, fragment", [
-    (["--lr", "0.1,,x"], "--lr: '' is not a number"),
-    (["--workers", "1,two"], "--workers: 'two' is not an integer"),
-    (["--lr", "0.1,inf"], "--lr: 'inf' is not a finite number"),
-    (["--preset", "huge"], "unknown preset 'huge'"),
-    (["--model", "vgg"], "unknown model 'vgg'"),
-    (["--sync", "ring"], "unknown sync 'ring'"),
-    (["--scheduler", "pbt"], "invalid choice: 'pbt'"),
-    (["--workers", "0,1"], "number of workers must be >= 1"),
-    (["--workers", "4", "--batch-size", "2"], "smaller than the 4 workers"),
-    (["--lr", "-0.1"], "learning rate must be a finite number > 0"),
-    (["--epochs", "0"], "epochs must be >= 1"),
-    (["--train-limit", "70000"], "larger than the 60000 training images"),
-    (["--train-limit", "100"], "smaller than one global batch (256)"),
-    (["--momentum", "0,1"], "momentum must be in [0, 1), got 1.0"),
-    (["--target-acc", "1.5"], "target accuracy must be in (0, 1], got 1.5"),
-    (["--target-acc", "0"], "target accuracy must be in (0, 1], got 0.0"),
-    (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
-    (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
-    (["--stop-at-target"], "--stop-at-target needs --target-acc"),
-    (["--preset", "exercises", "--straggler-slowdown", "0.5"],
-     "straggler slowdown must be a number >= 1, got 0.5"),
-    (["--preset", "exercises", "--quick", "--baseline-threads", "-1"],
-     "baseline threads must be >= 0, got -1"),
-    (["--preset", "exercises", "--momentum", "0,0.9"],
-     "the exercises study uses one value of its momentums, got [0.0, 0.9]"),
-])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    out_dir = tmp_path / "out"
-    run = run_script("sweep.py", *args, "--out", str(out_dir), timeout_s=60)
-    assert run.returncode == 2, run.stderr
-    assert fragment in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert not out_dir.exists()  # nothing written, nothing started
-
-
-@pytest.mark.reliability(
-    fault="sweep.py: --out holding someone else's files; --resume with nothing to resume",
-    lost="nothing")
-def test_out_folders_are_never_mixed(tmp_path):
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "notes.txt").write_text("someone else's")
-    run = run_script("sweep.py", "--out", str(foreign), timeout_s=60)
-    assert run.returncode == 2 and "not empty and holds no sweep of ours" in run.stderr
-    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
-
-    run = run_script("sweep.py", "--out", str(tmp_path / "nothing"), "--resume", timeout_s=60)
-    assert run.returncode == 2 and "nothing to resume in" in run.stderr
-
-
-@pytest.mark.cluster
 @pytest.mark.reliability(fault="sweep.py: a grid point the cluster can never hold", lost="nothing")
 def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     started = time.monotonic()
@@ -271,66 +213,6 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.reliability(fault="sweep.py: a config file with unknown keys or wrong types")
-@pytest.mark.parametrize("contents, fragment", [
-    ('{"workers": [1, 2], "learning_rate": [0.1]}', "unknown option(s) learning_rate"),
-    ('{"workers": "1,2"}', "workers must be a list, got '1,2'"),
-    ('{"lrs": [0.1, "fast"]}', "lrs must be float, got 'fast'"),
-    ('{"num_epochs": 2.5}', "num_epochs must be int, got 2.5"),
-    ('{"memory_format": "nhwc"}', "unknown memory format 'nhwc'"),
-    ('{"workers": [1, 2]', "unreadable or not JSON"),
-    ('{"lrs": [0.1, -1.0]}', "learning rate must be a finite number > 0"),
-])
-def test_bad_config_file_is_one_line_and_exit_2(tmp_path, contents, fragment):
-    config = tmp_path / "sweep-options.json"
-    config.write_text(contents)
-    run = run_script("sweep.py", "--config", str(config), "--out", str(tmp_path / "out"),
-                     timeout_s=60)
-    assert run.returncode == 2, run.stderr
-    assert fragment in run.stderr and str(config) in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_config_file_is_the_whole_sweep(tmp_path):
-    config = tmp_path / "sweep-options.json"
-    config.write_text('{"workers": [1]}')
-    run = run_script("sweep.py", "--config", str(config), "--lr", "0.1", timeout_s=60)
-    assert run.returncode == 2
-    assert "--config holds the whole sweep; put --lr in the file" in run.stderr
-    run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
-    assert run.returncode == 2
-    assert "give --config or --preset, not both" in run.stderr
-
-
-@pytest.mark.reliability(fault="sweep.py: an --out that cannot be created or written "
-                               "(`--out /proc/x`; a path under a file)", lost="nothing")
-def test_an_unwritable_out_is_one_line_before_ray_starts(tmp_path):
-    (tmp_path / "a-file").write_text("mine")
-    for out in ("/proc/x", str(tmp_path / "a-file" / "out")):
-        run = run_script("sweep.py", *SMALL, "--out", out, timeout_s=60)
-        assert run.returncode == 2, run.stderr[-3000:]
-        assert f"--out {out} cannot be created or written" in run.stderr
-        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-        assert "Ray" not in run.stdout  # decided before any Ray started
-    assert (tmp_path / "a-file").read_text() == "mine"
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-@pytest.mark.reliability(fault="--use-gpu yes on a machine without a GPU, no --address",
-                         lost="nothing")
-@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
-def test_use_gpu_yes_without_a_gpu_is_refused_before_ray_starts(tmp_path, script):
-    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
-    run = run_script(script, "--use-gpu", "yes", *SMALL, *out, timeout_s=60)
-    assert run.returncode == 2, run.stderr[-3000:]
-    assert "--use-gpu yes, but this machine has no GPU" in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert "Ray" not in run.stdout
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.cluster
 def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
     """A head that claims 4 CPUs could hold the 1- and the 2-worker trial at once;
     timed side by side, they would crowd each other's speedup. (Without the
@@ -360,7 +242,6 @@ def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
             current.unlink()
 
 
-@pytest.mark.cluster
 @pytest.mark.reliability(
     fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
           "than its estimate", lost="the epochs not trained: the sweep stops after its first "

@@ -15,8 +15,6 @@ import pytest
 
 from helpers import REPO
 
-pytestmark = pytest.mark.cluster
-
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
 
 

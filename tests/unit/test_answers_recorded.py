@@ -13,7 +13,7 @@ import pytest
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.answers.sheet import EXERCISES
 
-RECORDED = Path(__file__).parent / "data" / "exercises-quick"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick"
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,14 @@
 timings from 1 KB up, the compute probe of 1 and of 2 workers at once, and the
 gradient bytes of the sweep's models."""
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator.training.calibration import SMALLEST_BYTES, gradient_bytes, layouts_of, measure
+from orchestrator.training.calibration import SMALLEST_BYTES, gradient_bytes, measure
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.config.options import TrainConfig
-from orchestrator.config.grid import SweepConfig
 from orchestrator.training.models import build_model
 
 LENET_BYTES = sum(p.numel() * p.element_size() for p in build_model("lenet", seed=0).parameters())
@@ -27,7 +25,6 @@ def _body(rank: int, port: int, results) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.processes
 def test_two_workers_time_each_transport_and_compute_alone_and_together():
     with shared_dict() as results:
         mp.spawn(_body, args=(free_local_port(), results), nprocs=2)
@@ -44,16 +41,3 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
     compute = {row["num_workers"]: row["seconds_per_example"] for row in measured["compute"]}
     assert sorted(compute) == [1, 2] and all(s > 0 for s in compute.values())
     assert measured["gradient_bytes"] == [gradient_bytes("lenet", "fp32", 25.0)]
-
-
-def test_one_process_times_compute_only():
-    measured = measure(TrainConfig(), torch.device("cpu"), worker_counts=(1,),
-                       transports=("shared memory", "group"), layouts=())
-    assert measured["allreduce"] == []
-    assert [row["num_workers"] for row in measured["compute"]] == [1]
-
-
-def test_the_sweep_names_each_model_precision_and_bucket_cap_once():
-    sweep = SweepConfig(base=TrainConfig(bucket_cap_mb=4.0), workers=(1, 2),
-                        sync=("scratch", "bucketed"), precision=("fp32", "fp64"))
-    assert layouts_of(sweep) == (("lenet", "fp32", 4.0), ("lenet", "fp64", 4.0))

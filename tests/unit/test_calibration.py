@@ -1,0 +1,27 @@
+"""The sweep's microbenchmark in one process: only the compute probe, no
+allreduce to time (tests/processes/test_calibration_on_processes.py times
+the transports on two gloo processes)."""
+
+import torch
+
+from orchestrator.training import calibration
+from orchestrator.training.calibration import layouts_of, measure
+from orchestrator.config.grid import SweepConfig
+from orchestrator.config.options import TrainConfig
+
+
+def test_one_process_times_compute_only(monkeypatch):
+    # What is timed, not how well: batches of 32 rather than 256, and rounds
+    # of about 0.03 s rather than the sweep's 0.3 s (at least 3 steps each),
+    # the same 10 rounds.
+    monkeypatch.setattr(calibration, "COMPUTE_PROBE_S", 0.03)
+    measured = measure(TrainConfig(global_batch_size=32), torch.device("cpu"), worker_counts=(1,),
+                       transports=("shared memory", "group"), layouts=())
+    assert measured["allreduce"] == []
+    assert [row["num_workers"] for row in measured["compute"]] == [1]
+
+
+def test_the_sweep_names_each_model_precision_and_bucket_cap_once():
+    sweep = SweepConfig(base=TrainConfig(bucket_cap_mb=4.0), workers=(1, 2),
+                        sync=("scratch", "bucketed"), precision=("fp32", "fp64"))
+    assert layouts_of(sweep) == (("lenet", "fp32", 4.0), ("lenet", "fp64", 4.0))

@@ -1,0 +1,119 @@
+"""experiments/sweep.py as a user runs it with bad input: one line, exit
+status 2, before any Ray starts. (tests/cluster/test_sweep_script_on_ray.py:
+the sweeps that run, on an embedded Ray and on attached clusters.)"""
+
+import pytest
+import torch
+
+from helpers import SMALL, run_script
+
+
+@pytest.mark.reliability(fault="sweep.py bad input", lost="nothing")
+@pytest.mark.parametrize("args, fragment", [
+    (["--lr", "0.1,,x"], "--lr: '' is not a number"),
+    (["--workers", "1,two"], "--workers: 'two' is not an integer"),
+    (["--lr", "0.1,inf"], "--lr: 'inf' is not a finite number"),
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--model", "vgg"], "unknown model 'vgg'"),
+    (["--sync", "ring"], "unknown sync 'ring'"),
+    (["--scheduler", "pbt"], "invalid choice: 'pbt'"),
+    (["--workers", "0,1"], "number of workers must be >= 1"),
+    (["--workers", "4", "--batch-size", "2"], "smaller than the 4 workers"),
+    (["--lr", "-0.1"], "learning rate must be a finite number > 0"),
+    (["--epochs", "0"], "epochs must be >= 1"),
+    (["--train-limit", "70000"], "larger than the 60000 training images"),
+    (["--train-limit", "100"], "smaller than one global batch (256)"),
+    (["--momentum", "0,1"], "momentum must be in [0, 1), got 1.0"),
+    (["--target-acc", "1.5"], "target accuracy must be in (0, 1], got 1.5"),
+    (["--target-acc", "0"], "target accuracy must be in (0, 1], got 0.0"),
+    (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
+    (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
+    (["--stop-at-target"], "--stop-at-target needs --target-acc"),
+    (["--preset", "exercises", "--straggler-slowdown", "0.5"],
+     "straggler slowdown must be a number >= 1, got 0.5"),
+    (["--preset", "exercises", "--quick", "--baseline-threads", "-1"],
+     "baseline threads must be >= 0, got -1"),
+    (["--preset", "exercises", "--momentum", "0,0.9"],
+     "the exercises study uses one value of its momentums, got [0.0, 0.9]"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", *args, "--out", str(out_dir), timeout_s=60)
+    assert run.returncode == 2, run.stderr
+    assert fragment in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not out_dir.exists()  # nothing written, nothing started
+
+
+@pytest.mark.reliability(
+    fault="sweep.py: --out holding someone else's files; --resume with nothing to resume",
+    lost="nothing")
+def test_out_folders_are_never_mixed(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("someone else's")
+    run = run_script("sweep.py", "--out", str(foreign), timeout_s=60)
+    assert run.returncode == 2 and "not empty and holds no sweep of ours" in run.stderr
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+    run = run_script("sweep.py", "--out", str(tmp_path / "nothing"), "--resume", timeout_s=60)
+    assert run.returncode == 2 and "nothing to resume in" in run.stderr
+
+
+@pytest.mark.reliability(fault="sweep.py: a config file with unknown keys or wrong types")
+@pytest.mark.parametrize("contents, fragment", [
+    ('{"workers": [1, 2], "learning_rate": [0.1]}', "unknown option(s) learning_rate"),
+    ('{"workers": "1,2"}', "workers must be a list, got '1,2'"),
+    ('{"lrs": [0.1, "fast"]}', "lrs must be float, got 'fast'"),
+    ('{"num_epochs": 2.5}', "num_epochs must be int, got 2.5"),
+    ('{"memory_format": "nhwc"}', "unknown memory format 'nhwc'"),
+    ('{"workers": [1, 2]', "unreadable or not JSON"),
+    ('{"lrs": [0.1, -1.0]}', "learning rate must be a finite number > 0"),
+])
+def test_bad_config_file_is_one_line_and_exit_2(tmp_path, contents, fragment):
+    config = tmp_path / "sweep-options.json"
+    config.write_text(contents)
+    run = run_script("sweep.py", "--config", str(config), "--out", str(tmp_path / "out"),
+                     timeout_s=60)
+    assert run.returncode == 2, run.stderr
+    assert fragment in run.stderr and str(config) in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_file_is_the_whole_sweep(tmp_path):
+    config = tmp_path / "sweep-options.json"
+    config.write_text('{"workers": [1]}')
+    run = run_script("sweep.py", "--config", str(config), "--lr", "0.1", timeout_s=60)
+    assert run.returncode == 2
+    assert "--config holds the whole sweep; put --lr in the file" in run.stderr
+    run = run_script("sweep.py", "--config", str(config), "--preset", "scaling", timeout_s=60)
+    assert run.returncode == 2
+    assert "give --config or --preset, not both" in run.stderr
+
+
+@pytest.mark.reliability(fault="sweep.py: an --out that cannot be created or written "
+                               "(`--out /proc/x`; a path under a file)", lost="nothing")
+def test_an_unwritable_out_is_one_line_before_ray_starts(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    for out in ("/proc/x", str(tmp_path / "a-file" / "out")):
+        run = run_script("sweep.py", *SMALL, "--out", out, timeout_s=60)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"--out {out} cannot be created or written" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "Ray" not in run.stdout  # decided before any Ray started
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.reliability(fault="--use-gpu yes on a machine without a GPU, no --address",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_use_gpu_yes_without_a_gpu_is_refused_before_ray_starts(tmp_path, script):
+    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+    run = run_script(script, "--use-gpu", "yes", *SMALL, *out, timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "--use-gpu yes, but this machine has no GPU" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout
+    assert not (tmp_path / "out").exists()
