@@ -206,8 +206,8 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         f"(speedup {one['mean_eval_time_s'] / many['mean_eval_time_s']:.2f}).",
         f"Each worker scores its shard of the test set and the counts of correct answers are "
         f"summed, so the accuracy is the single-worker one by construction "
-        f"(tests/test_equivalence.py checks it); the final test accuracy on {k} workers, "
-        f"{many['final_test_acc']:.3f}, was "
+        f"(tests/processes/test_equivalence.py checks it); the final test accuracy on {k} "
+        f"workers, {many['final_test_acc']:.3f}, was "
         f"{compare_acc(many['final_test_acc'], one['final_test_acc'], noise)} 1 worker's "
         f"{one['final_test_acc']:.3f}, any gap coming from training, not from evaluation."]
     return [*paragraphs, " ".join(sentences)]
