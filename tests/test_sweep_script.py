@@ -61,7 +61,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
     # Tune's progress table: the swept values and the epoch's metrics as columns.
-    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "epoch",
+    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "seed",
+               "epoch",
                "test acc", "s/epoch"]
     assert re.search(r"\|\s+" + r"\s+\|\s+".join(map(re.escape, columns)) + r"\s+\|",
                      run.stdout + run.stderr), run.stdout[-3000:]
@@ -227,6 +228,9 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
     (["--evals-per-epoch", "0"], "evaluations per epoch must be >= 1"),
     (["--evals-per-epoch", "300"], "300 evaluations per epoch exceed the 234 steps of an epoch"),
     (["--stop-at-target"], "--stop-at-target needs --target-acc"),
+    (["--seed", "0,1", "--repeats", "2"], "give --seed or --repeats, not both"),
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--seed", "1,1"], "the list of seeds repeats a value"),
     (["--preset", "exercises", "--straggler-slowdown", "0.5"],
      "straggler slowdown must be a number >= 1, got 0.5"),
     (["--preset", "exercises", "--quick", "--baseline-threads", "-1"],

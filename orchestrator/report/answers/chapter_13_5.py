@@ -17,10 +17,13 @@ from orchestrator.report.tables import markdown_table
 
 def lr_trials(summary: pd.DataFrame) -> pd.DataFrame:
     """Part batch-lr, and batch-global's 1-worker trials: at 1 worker a batch of b per
-    worker is the global batch b, the same run (the study runs it once)."""
+    worker is the global batch b, the same run (the study runs it once). None without
+    a trial of batch-lr's own."""
+    per_worker = part_trials(summary, "batch-lr")
+    if per_worker.empty:
+        return per_worker
     fixed_global = part_trials(summary, "batch-global")
-    return pd.concat([part_trials(summary, "batch-lr"),
-                      fixed_global[fixed_global["num_workers"] == 1]])
+    return pd.concat([per_worker, fixed_global[fixed_global["num_workers"] == 1]])
 
 
 def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
