@@ -72,6 +72,9 @@ def sweep_parser(description: str) -> OneLineParser:
                                  f"{name} {value}" for name, value in extra.items()
                                  if name not in QUICK) for preset, extra in QUICK_PER_PRESET.items()))
     add_config_options(parser, one_run=False)
+    parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                        help="run every grid point N times, with seeds 0 to N-1: shorthand "
+                             "for --seed 0,1,...,N-1")
     parser.add_argument("--out", default=None,
                         help="results folder (default: results/<preset or config file>-<time>)")
     parser.add_argument("--resume", action="store_true",
@@ -146,17 +149,27 @@ def _add_field(group, spec: dataclasses.Field, *, validated_by_config: bool,
 
 
 def config_options(args: argparse.Namespace) -> dict:
-    """The config options the user gave, by field name; yes/no as booleans, `auto` kept."""
+    """The config options the user gave, by field name; yes/no as booleans, `auto` kept,
+    `--repeats N` as the seeds 0 to N-1."""
     given = {name: value for name, value in vars(args).items() if name in OPTION_FIELDS}
     for name, value in given.items():
         if OPTION_FIELDS[name].metadata["auto"] and value != AUTO:
             given[name] = value == "yes"
+    repeats = getattr(args, "repeats", None)
+    if repeats is not None:
+        if "seeds" in given:
+            raise UserError("give --seed or --repeats, not both: --repeats N is --seed "
+                            "0,1,...,N-1")
+        if repeats < 1:
+            raise UserError(f"--repeats must be >= 1, got {repeats}")
+        given["seeds"] = tuple(range(repeats))
     return given
 
 
 def given_flags(args: argparse.Namespace) -> list[str]:
     """The flags of the config options the user gave, for messages."""
-    return [flag(OPTION_FIELDS[name]) for name in config_options(args)]
+    flags = [flag(OPTION_FIELDS[name]) for name in vars(args) if name in OPTION_FIELDS]
+    return flags + (["--repeats"] if getattr(args, "repeats", None) is not None else [])
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:

@@ -38,8 +38,8 @@ TRACKERS = typing.get_args(Tracker)
 
 @dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """A base run and the axes swept over it: workers x batch size x learning rate x
-    momentum x sync strategy x split x precision."""
+    """A base run and the axes swept over it: seed x workers x batch size x learning rate
+    x momentum x sync strategy x split x precision."""
 
     base: TrainConfig = field(default_factory=TrainConfig)
     """Every option of the trials; its swept fields (num_workers, global_batch_size, lr,
@@ -58,6 +58,11 @@ class SweepConfig:
     momentums: tuple[float, ...] = option((TrainConfig.momentum,), "SGD momentum; a sweep takes "
                                                                    "a list, e.g. 0,0.9",
                                           flag="--momentum")
+    seeds: tuple[int, ...] = option(
+        (TrainConfig.seed,), f"{field_doc(TrainConfig, 'seed')}; a sweep takes a list, e.g. "
+                             f"0,1,2: every point once per seed, replicas that the report "
+                             f"averages and takes the noise from (--repeats N: 0 to N-1)",
+        flag="--seed")
     batch_scaling: Literal["global", "per-worker"] = option(
         "global", "global: the global batch is b whatever the workers (13.5's experiment); "
                   "per-worker: each worker gets b, the global batch is k*b (13.5, exercise 1)")
@@ -96,7 +101,7 @@ class SweepConfig:
 
     def __post_init__(self):
         check_choices(self)
-        _check_axes(self.workers, self.batch_sizes, self.lrs, self.momentums,
+        _check_axes(self.seeds, self.workers, self.batch_sizes, self.lrs, self.momentums,
                     *(getattr(self, name) for name in RUN_AXES))
         for name in ("stop_at_target", "calibrate"):
             if not isinstance(getattr(self, name), bool):
@@ -112,29 +117,27 @@ class SweepConfig:
 
     @functools.cached_property
     def grid(self) -> tuple[GridPoint, ...]:
-        """One point per (workers, batch size, lr, momentum, sync, split, precision),
-        with its derived values (the exercises study: its own union of grids); computed once."""
+        """One point per (seed, workers, batch size, lr, momentum, sync, split, precision),
+        with its derived values (the exercises study: its own union of grids); computed once.
+        The seed is the outer loop: each seed's replica of the grid runs after the last's,
+        so that a drift of the machine shows as spread between replicas, not between points."""
         if self.study == "exercises":
             return self._exercise_grid()
         points = []
-        for num_workers in self.workers:
-            for batch_size in self.batch_sizes:
-                for base_lr in self.lrs:
-                    for momentum in self.momentums:
-                        for run_values in itertools.product(*(getattr(self, name)
-                                                              for name in RUN_AXES)):
-                            train = dataclasses.replace(
-                                self.base, momentum=momentum, **dict(zip(RUN_AXES, run_values)),
-                                **_swept_values(num_workers, batch_size, base_lr,
-                                                self.batch_scaling, self.lr_scaling))
-                            points.append(GridPoint(len(points), batch_size, base_lr, train,
-                                                    self.batch_scaling))
+        for seed, num_workers, batch_size, base_lr, momentum, *run_values in itertools.product(
+                self.seeds, self.workers, self.batch_sizes, self.lrs, self.momentums,
+                *(getattr(self, name) for name in RUN_AXES)):
+            train = dataclasses.replace(
+                self.base, seed=seed, momentum=momentum, **dict(zip(RUN_AXES, run_values)),
+                **_swept_values(num_workers, batch_size, base_lr, self.batch_scaling,
+                                self.lr_scaling))
+            points.append(GridPoint(len(points), batch_size, base_lr, train, self.batch_scaling))
         return tuple(points)
 
     def _exercise_grid(self) -> tuple[GridPoint, ...]:
         specs = exercise_specs(
             workers=self.workers, batch_size=self.batch_sizes[0], lrs=self.lrs, syncs=self.sync,
-            splits=self.split, num_epochs=self.base.num_epochs,
+            splits=self.split, seeds=self.seeds, num_epochs=self.base.num_epochs,
             straggler_slowdown=self.base.straggler_slowdown,
             baseline_threads=self.baseline_threads or 0,
             threads_per_worker=self.base.threads_per_worker, use_gpu=self.base.use_gpu)
@@ -185,9 +188,9 @@ def _first_point(options: dict, axes: dict) -> TrainConfig:
     valid on its own (a train limit checked against its batch), and the grid
     checks every other point."""
     axes = {name: axes.get(name, spec.default) for name, spec in SWEEP_FIELDS.items()}
-    _check_axes(axes["workers"], axes["batch_sizes"], axes["lrs"], axes["momentums"],
-                *(axes[name] for name in RUN_AXES))
-    return TrainConfig(**options, momentum=axes["momentums"][0],
+    _check_axes(axes["seeds"], axes["workers"], axes["batch_sizes"], axes["lrs"],
+                axes["momentums"], *(axes[name] for name in RUN_AXES))
+    return TrainConfig(**options, seed=axes["seeds"][0], momentum=axes["momentums"][0],
                        **{name: axes[name][0] for name in RUN_AXES}, **_swept_values(
         axes["workers"][0], axes["batch_sizes"][0], axes["lrs"][0], axes["batch_scaling"],
         axes["lr_scaling"]))
@@ -200,9 +203,9 @@ SWEEP_FIELDS = {spec.name: spec for spec in dataclasses.fields(SweepConfig) if s
 
 OPTION_FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
 
-def _check_axes(workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple,
+def _check_axes(seeds: tuple, workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple,
                 syncs: tuple, splits: tuple, precisions: tuple) -> None:
-    for name, values in (("workers", workers), ("batch sizes", batch_sizes),
+    for name, values in (("seeds", seeds), ("workers", workers), ("batch sizes", batch_sizes),
                          ("learning rates", lrs), ("momentums", momentums),
                          ("sync strategies", syncs), ("splits", splits),
                          ("precisions", precisions)):

@@ -64,7 +64,8 @@ class TrainConfig:
                                             "backward (13.6, exercise 2)")
     pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
                                     "local rank")
-    seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle")
+    seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle",
+                       swept=True)
     train_limit: int | None = option(None, "train on the first N training images only "
                                            "(quick runs)")
     test_limit: int | None = option(None, "score the first N test images only")

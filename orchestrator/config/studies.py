@@ -4,6 +4,9 @@ sweep's axes: a union of small grids, one per question, not their product.
 Each trial carries its part, which the answers (report/answers/) select by:
 - "batch-global": 13.5's experiment, the global batch b kept as workers grow;
 - "batch-lr": b per worker (global k*b) at every lr, for every k (13.5.1, 13.5.2);
+  at 1 worker the first lr is left out: it is batch-global's 1-worker run;
+- "warmup": the largest global batch at the linearly scaled first lr with a warm-up
+  epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2);
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3);
 - "split": even and proportional splits beside a slowed last worker (13.6.2);
 - "threads": one worker using a node's cores as threads, the best single process;
@@ -11,8 +14,14 @@ Each trial carries its part, which the answers (report/answers/) select by:
 The first lr, batch size and strategy of the axes are the reference that the
 timing parts use (the book's: b 256, lr 0.2, scratch). 13.5.4 (parallel
 evaluation) and the scaling model read the trials above.
+
+Every seed replicates the cells whose accuracies the answers compare: the
+baseline and batch-global, the warm-up arm and its twin without warm-up; the
+other parts run the first seed only (their times are compared against the
+spread of identical work across the whole sweep, not of their own replicas).
 """
 
+import math
 from typing import NamedTuple
 
 # Timing needs two epochs (the second free of the first's warm-up), not the
@@ -30,23 +39,32 @@ class PointSpec(NamedTuple):
     base_lr: float
     run: dict
     """TrainConfig fields set for this trial, over those the axes give."""
+    replicated: bool = False
+    """Run once per seed; else with the first seed only."""
 
 
 def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[float, ...],
-                   syncs: tuple[str, ...], splits: tuple[str, ...], num_epochs: int,
+                   syncs: tuple[str, ...], splits: tuple[str, ...], seeds: tuple[int, ...],
+                   num_epochs: int,
                    straggler_slowdown: float, baseline_threads: int, threads_per_worker: int,
                    use_gpu: bool) -> list[PointSpec]:
     timing = {"num_epochs": min(TIMING_EPOCHS, num_epochs)}
     reference = {"sync": syncs[0], "split": "even", "straggler_slowdown": 1.0}
-    specs = [PointSpec("batch-global", k, batch_size, "global", lrs[0], reference)
+    specs = [PointSpec("batch-global", k, batch_size, "global", lrs[0], reference, True)
              for k in workers]
-    specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference)
-              for k in workers for lr in sorted(lrs)]
+    largest = max(workers)
+    # At 1 worker a batch of b per worker is the global batch b: batch-global's run.
+    specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference,
+                        replicated=k == largest > 1 and math.isclose(lr, k * lrs[0]))
+              for k in workers for lr in sorted(lrs) if k > 1 or lr != lrs[0]]
+    if largest > 1:
+        specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
+                               {**reference, "lr": largest * lrs[0], "warmup_epochs": 1}, True))
     specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
                         {**reference, **timing, "sync": sync})
               for sync in syncs[1:] for k in workers]
-    if max(workers) > 1:
-        specs += [PointSpec("split", max(workers), batch_size, "global", lrs[0],
+    if largest > 1:
+        specs += [PointSpec("split", largest, batch_size, "global", lrs[0],
                             {**reference, **timing, "split": split,
                              "straggler_slowdown": straggler_slowdown})
                   for split in splits]
@@ -57,4 +75,6 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
         specs += [PointSpec("resnet18", k, batch_size, "per-worker", RESNET_LR,
                             {**reference, "model": "resnet18", "lr": RESNET_LR * k})
                   for k in workers]
-    return specs
+    # Seeds outermost, as in a grid: replicas spread over the sweep's time.
+    return [spec._replace(run={**spec.run, "seed": seed}) for seed in seeds for spec in specs
+            if spec.replicated or seed == seeds[0]]

@@ -129,8 +129,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
         report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                     title_lines=title, target_acc=base.target_acc,
-                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                    num_test_examples=base.num_test_examples)
+                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu)
         interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
         return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                             interrupted=interrupted, failed_trials=report.failed_trials)

@@ -305,7 +305,8 @@ def _progress_table() -> tune.CLIReporter:
                            "point/train/global_batch_size": "global batch",
                            "point/train/lr": "lr", "point/train/momentum": "momentum",
                            "point/train/sync": "sync", "point/train/split": "split",
-                           "point/train/precision": "precision"},
+                           "point/train/precision": "precision",
+                           "point/train/seed": "seed"},
         metric_columns={"epoch": "epoch", "test_acc": "test acc", "epoch_time_s": "s/epoch"},
         max_report_frequency=30)
 
@@ -327,13 +328,14 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         point = sweep.grid[configs[trial_id]["point"]["index"]]
         train = point.train
         trial_rows.append({
-            "trial_id": trial_id, "part": point.part, "model": train.model, "sync": train.sync,
+            "trial_id": trial_id, "part": point.part, "seed": train.seed, "model": train.model,
+            "sync": train.sync,
             "split": train.split, "precision": train.precision,
             "threads_per_worker": train.threads_per_worker,
             "straggler_slowdown": train.straggler_slowdown,
             "num_workers": train.num_workers, "batch_size": point.batch_size,
             "batch_scaling": point.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
-            "momentum": train.momentum,
+            "momentum": train.momentum, "warmup_epochs": train.warmup_epochs,
             "global_batch_size": train.global_batch_size,
             "batch_size_per_worker": train.batch_size_per_worker,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,

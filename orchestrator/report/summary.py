@@ -14,11 +14,13 @@ from orchestrator.report import time_to_accuracy
 # A speedup compares trials of one momentum, strategy, split and precision.
 SPEEDUP_AXES = ["momentum", "sync", "split", "precision"]
 
-# Trials that share these differ only in the number of workers: the 1-worker
-# one is the baseline of the others' speedup. `batch_size` is the grid's b,
-# global or per worker as `batch_scaling` says.
+# Trials that share these differ only in the number of workers (and the seed):
+# the 1-worker ones are the baseline of the others' speedup. `batch_size` is the
+# grid's b, global or per worker as `batch_scaling` says; seeds are replicas.
 SCALING_GROUP = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown",
                  "batch_scaling", "batch_size", "base_lr"]
+# At 1 worker a batch of b per worker is the global batch b: one baseline serves both.
+BASELINE_KEYS = [key for key in SCALING_GROUP if key != "batch_scaling"]
 
 # The tuning playbook's method: within each cell of the studied parameters,
 # the learning rate is the nuisance parameter to optimise over.
@@ -106,9 +108,13 @@ def _status(row) -> str:
 
 
 def _with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput against the median of the group's 1-worker trials over every seed:
+    a seed changes the weights, not the work, so the 1-worker replicas are repeated
+    measurements of one throughput; pairing each k-worker trial with its own seed's
+    would pair two noises at random."""
     baselines = (summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)]
-                 .set_index(SCALING_GROUP)["samples_per_s"])
-    keys = pd.MultiIndex.from_frame(summary[SCALING_GROUP])
+                 .groupby(BASELINE_KEYS)["samples_per_s"].median())
+    keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
     summary = summary.copy()
     summary["speedup"] = summary["samples_per_s"].to_numpy() / baselines.reindex(keys).to_numpy()
     summary["efficiency"] = summary["speedup"] / summary["num_workers"]

@@ -30,14 +30,13 @@ class SweepReport:
 def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame,
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
-                       use_gpu: bool, num_test_examples: int) -> SweepReport:
+                       use_gpu: bool) -> SweepReport:
     """Summarise the sweep's frames (tune_experiment.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
-    sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu,
-                               num_test_examples=num_test_examples)
+    sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
                           target_acc=target_acc, sections=(sheet.model_section, sheet.answers))
     paths |= answer_sheet.write(out_dir, sheet)
@@ -93,8 +92,11 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")
     lines += ["", "## Scaling", "",
-              "Speedup is throughput (samples/s) against the 1-worker trial with the same "
-              "model, sync, split, precision, batch and lr; efficiency is speedup / workers.", "",
+              "Speedup is throughput (samples/s) against the median of the 1-worker trials "
+              "(every seed) with the same model, sync, split, precision, batch and lr; "
+              "efficiency is speedup / workers. Each row is the mean over its `trials`, "
+              "replicas that differ only in the seed; `epoch_time_spread` is the relative "
+              "range of their epoch times.", "",
               varying_table(scaling_table(summary), SCALING_KEYS), "",
               "## Strategies", "",
               "Per sync strategy, split, precision and worker count: seconds per epoch, the "
@@ -108,7 +110,8 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "`epochs.csv` has every epoch.", "",
               varying_table(split_table(summary, epochs), SPLIT_KEYS), "",
               "## Learning rate per (workers, batch)", "",
-              "The best base lr of each cell by final test accuracy; `on_edge` flags a best "
+              "The best base lr of each cell by final test accuracy, the mean over its "
+              "`trials` (seeds), `acc_range` their range; `on_edge` flags a best "
               "value at the end of the range searched, where a wider range may do better.", "",
               varying_table(isolation_table(summary), ISOLATION_KEYS), ""]
     if target_acc is not None:

@@ -18,22 +18,38 @@ ISOLATION_KEYS = [*ISOLATION_CELL, "lrs_searched"]
 
 
 def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Workers against time per epoch, throughput, speedup and efficiency."""
-    columns = [*SCALING_KEYS, "mean_epoch_time_s", "samples_per_s", "sync_share", "speedup",
-               "efficiency"]
-    return summary[summary["status"] != Status.FAILED][columns].reset_index(drop=True)
+    """Workers against time per epoch, throughput, speedup and efficiency: one row per
+    setup, each the mean over its replicas (trials that differ only in the seed), with
+    their count and the relative range of their epoch times."""
+    usable = summary[summary["status"] != Status.FAILED]
+    if usable.empty:
+        return pd.DataFrame(columns=[*SCALING_KEYS, "trials", "mean_epoch_time_s"])
+    table = usable.groupby(SCALING_KEYS, sort=True).agg(
+        trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "mean"),
+        epoch_time_spread=("mean_epoch_time_s", relative_range),
+        samples_per_s=("samples_per_s", "mean"), sync_share=("sync_share", "mean"),
+        speedup=("speedup", "mean"), efficiency=("efficiency", "mean"))
+    return table.reset_index()
 
 
 def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per strategy, split, precision and worker count: seconds per epoch, sync share
-    and speedup, each the median over that cell's trials (other batches and lrs)."""
+    and speedup, each the median over that cell's trials (other batches, lrs and seeds),
+    with the relative range of their epoch times."""
     usable = summary[summary["status"] != Status.FAILED]
     if usable.empty:
         return pd.DataFrame()
     table = usable.groupby(STRATEGY_CELL, sort=True).agg(
         trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "median"),
+        epoch_time_spread=("mean_epoch_time_s", relative_range),
         sync_share=("sync_share", "median"), speedup=("speedup", "median"))
     return table.reset_index()
+
+
+def relative_range(values: pd.Series) -> float:
+    """(max - min) / median of repeated measurements; NaN for fewer than two."""
+    values = values.dropna()
+    return (values.max() - values.min()) / values.median() if len(values) > 1 else math.nan
 
 
 def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
@@ -57,7 +73,8 @@ def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
 
 
 def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """For each (workers, batch) cell, the best learning rate and whether it
+    """For each (workers, batch) cell, the best learning rate by the mean final test
+    accuracy over its replicas (seeds), their count and range, and whether the best
     sits on the edge of the range searched (then the range was too narrow)."""
     rows = []
     for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
@@ -68,12 +85,16 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
         row["lrs_searched"] = " ".join(f"{lr:g}" for lr in searched)
         if usable.empty:
             row.update(best_base_lr=math.nan, best_lr=math.nan, best_final_test_acc=math.nan,
-                       on_edge="no usable trial")
+                       trials=0, acc_range=math.nan, on_edge="no usable trial")
         else:
-            best = usable.loc[usable["final_test_acc"].idxmax()]
-            row.update(best_base_lr=best["base_lr"], best_lr=best["lr"],
-                       best_final_test_acc=best["final_test_acc"],
-                       on_edge=_edge_flag(best["base_lr"], searched))
+            per_lr = usable.groupby("base_lr").agg(
+                lr=("lr", "first"), acc=("final_test_acc", "mean"),
+                trials=("trial_id", "count"), acc_range=("final_test_acc", _range))
+            best_base_lr = per_lr["acc"].idxmax()
+            best = per_lr.loc[best_base_lr]
+            row.update(best_base_lr=best_base_lr, best_lr=best["lr"],
+                       best_final_test_acc=best["acc"], trials=int(best["trials"]),
+                       acc_range=best["acc_range"], on_edge=_edge_flag(best_base_lr, searched))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -106,6 +127,10 @@ def _cell(value) -> str:
             return ""
         return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
+
+
+def _range(values: pd.Series) -> float:
+    return values.max() - values.min() if len(values) > 1 else math.nan
 
 
 def _edge_flag(best: float, searched: list[float]) -> str:

@@ -59,7 +59,8 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
     # Tune's progress table: the swept values and the epoch's metrics as columns.
-    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "epoch",
+    columns = ["workers", "global batch", "lr", "momentum", "sync", "split", "precision", "seed",
+               "epoch",
                "test acc", "s/epoch"]
     assert re.search(r"\|\s+" + r"\s+\|\s+".join(map(re.escape, columns)) + r"\s+\|",
                      run.stdout + run.stderr), run.stdout[-3000:]

@@ -26,14 +26,16 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     sweep = _fitted(tmp_path)
     assert sweep.workers == (1, 2) and sweep.baseline_threads == 2
     parts = Counter(point.part for point in sweep.grid)
-    # 13.5's experiment, 3 lrs per worker count, 3 more strategies per count,
-    # the two splits at 2 workers, and one 2-thread worker.
-    assert parts == {"batch-global": 2, "batch-lr": 6, "strategies": 6, "split": 2, "threads": 1}
+    # 13.5's experiment with 3 seeds, 4 lrs per worker count (1 worker's 0.2 is
+    # batch-global's run) and 2 more seeds at 2 workers' 0.4, the warm-up arm with 3
+    # seeds, 3 more strategies per count, the two splits at 2 workers, one 2-thread worker.
+    assert parts == {"batch-global": 6, "batch-lr": 9, "warmup": 3, "strategies": 6, "split": 2,
+                     "threads": 1}
     by_part = {}
     for point in sweep.grid:
         by_part.setdefault(point.part, []).append(point)
-    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][3:] == [
-        (512, 0.1), (512, 0.2), (512, 0.4)]  # b per worker; the rule is tested, not applied
+    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][3:7] == [
+        (512, 0.1), (512, 0.2), (512, 0.4), (512, 0.8)]  # b per worker; the rule is tested
     assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded"}
     assert all(p.train.num_epochs == 2 for p in by_part["strategies"])  # timing only
     assert {(p.train.split, p.train.straggler_slowdown) for p in by_part["split"]} == {

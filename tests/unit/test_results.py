@@ -43,7 +43,8 @@ HISTORY = {
 def _recorded() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
         "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
-        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "", "num_workers": workers,
+        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "",
+        "seed": 0, "warmup_epochs": 0, "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "momentum": 0.0, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 3,
@@ -150,7 +151,8 @@ def _target_records(recipe_acc_scale: float = 1.0, stop_at_target: bool = True
                     ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     trials = pd.DataFrame([{
         "trial_id": trial_id, "model": "lenet", "sync": "scratch", "split": "even",
-        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "", "num_workers": workers,
+        "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0, "part": "",
+        "seed": 0, "warmup_epochs": 0, "num_workers": workers,
         "batch_size": batch, "batch_scaling": "global", "base_lr": lr, "lr": lr,
         "momentum": momentum, "global_batch_size": batch, "batch_size_per_worker": batch // workers,
         "steps_per_epoch": 60_000 // batch, "num_epochs": 2, "book_recipe": trial_id == "recipe",

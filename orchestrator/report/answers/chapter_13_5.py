@@ -1,15 +1,29 @@
 """13.5's four exercises answered from a sweep's trials: a bigger minibatch on
 k workers, the learning rate against k, a more efficient allreduce, and test
 accuracy on several workers. Each function returns the answer's paragraphs.
+Replicas (seeds) of a configuration are averaged into one cell (evidence.cell)
+and every number says how many stand behind it.
 """
 
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, compare_acc, compare_times,
+from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, cell,
+                                                  cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
-                                                  percent, timed)
+                                                  percent, seeds_text, timed)
 from orchestrator.report.tables import markdown_table
+
+
+def lr_trials(summary: pd.DataFrame) -> pd.DataFrame:
+    """Part batch-lr, and batch-global's 1-worker trials: at 1 worker a batch of b per
+    worker is the global batch b, the same run (the study runs it once). None without
+    a trial of batch-lr's own."""
+    per_worker = part_trials(summary, "batch-lr")
+    if per_worker.empty:
+        return per_worker
+    fixed_global = part_trials(summary, "batch-global")
+    return pd.concat([per_worker, fixed_global[fixed_global["num_workers"] == 1]])
 
 
 def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -17,17 +31,19 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
     if fixed_global.empty:
         return [missing_part("batch-global")]
     base_lr = fixed_global["base_lr"].iloc[0]
-    per_worker = timed(part_trials(summary, "batch-lr"))
+    per_worker = timed(lr_trials(summary))
     # 13.5's own lr, so that the two arms differ only in the batch.
     per_worker = per_worker[np.isclose(per_worker["base_lr"], base_lr)]
-    threads = timed(part_trials(summary, "threads"))
-    arms = pd.concat([per_worker.assign(batch=per_worker["batch_size"].map("{} per worker".format)),
-                      fixed_global.assign(batch=fixed_global["batch_size"].map("{} global".format))])
+    threads = cell(timed(part_trials(summary, "threads")))
+    wide_cells, fixed_cells = (cells(trials, ["num_workers"])
+                               for trials in (per_worker, fixed_global))
+    arms = pd.concat([wide_cells.assign(batch=wide_cells["batch_size"].map("{} per worker".format)),
+                      fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))])
     columns = ["batch", "num_workers", "global_batch_size", "steps_per_epoch",
-               "mean_epoch_time_s", "speedup", "final_test_acc"]
-    if not threads.empty:
-        arms["speedup_vs_threads"] = arms["samples_per_s"] / threads["samples_per_s"].iloc[0]
-        columns.insert(-1, "speedup_vs_threads")
+               "epoch_s", "speedup", "final_test_acc", "seeds"]
+    if threads is not None:
+        arms["speedup_vs_threads"] = arms["samples_per_s"] / threads["samples_per_s"]
+        columns.insert(-2, "speedup_vs_threads")
     paragraphs = [markdown_table(arms[columns].reset_index(drop=True))]
     if arms["num_workers"].nunique() < 2:
         return [*paragraphs, one_worker_count(arms)]
@@ -42,62 +58,84 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
         sentences.append(
             f"Keeping {label} fixed (global batch {many['global_batch_size']} on {k} workers, "
             f"{many['steps_per_epoch']} steps per epoch), an epoch took "
-            f"{many['mean_epoch_time_s']:.1f} s against {one['mean_epoch_time_s']:.1f} s on 1 "
-            f"worker ({one['steps_per_epoch']} steps): speedup {many['speedup']:.2f}.")
+            f"{many['epoch_s']:.1f} s ({seeds_text(many['seeds'])}) against "
+            f"{one['epoch_s']:.1f} s on 1 worker ({seeds_text(one['seeds'])}, {one['steps_per_epoch']} steps): speedup "
+            f"{many['speedup']:.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
         sentences.append(
             f"At {k} workers the per-worker batch's epochs were "
-            f"{compare_times(wide['mean_epoch_time_s'], fixed['mean_epoch_time_s'], noise)} the "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the "
             f"global batch's, and its final test accuracy after {wide['epochs_run']} epochs, "
-            f"{wide['final_test_acc']:.3f}, was "
+            f"{wide['final_test_acc']:.3f} ({seeds_text(wide['seeds'])}), was "
             f"{compare_acc(wide['final_test_acc'], fixed['final_test_acc'], noise)} "
-            f"{fixed['final_test_acc']:.3f}: a global batch of {wide['global_batch_size']} makes "
-            f"fewer, larger steps per epoch, so the same epochs make fewer updates (13.5.2 "
-            f"re-tunes the lr).")
-    if not threads.empty:
-        best = threads.iloc[0]
-        against = [f"{compare_times(arm['mean_epoch_time_s'], best['mean_epoch_time_s'], noise)} "
+            f"{fixed['final_test_acc']:.3f} ({seeds_text(fixed['seeds'])}): a global batch of "
+            f"{wide['global_batch_size']} makes fewer, larger steps per epoch, so the same "
+            f"epochs make fewer updates (13.5.2 re-tunes the lr).")
+    if threads is not None:
+        against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise)} "
                    f"it with {label} fixed (speedup "
-                   f"{arm['samples_per_s'] / best['samples_per_s']:.2f} in throughput)"
+                   f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
                    for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))
                    if arm is not None]
         sentences.append(
-            f"Against the best single process (1 worker with {best['threads_per_worker']} "
-            f"threads, {best['mean_epoch_time_s']:.1f} s per epoch), {k} one-thread workers "
-            f"were {', and '.join(against)}.")
+            f"Against the best single process (1 worker with {threads['threads_per_worker']} "
+            f"threads, {threads['epoch_s']:.1f} s per epoch, {seeds_text(threads['seeds'])}), {k} "
+            f"one-thread workers were {', and '.join(against)}.")
     return [*paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
 
 
 def lr_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per worker count of part batch-lr: each lr's final test accuracy and the best lr."""
-    trials = part_trials(summary, "batch-lr").dropna(subset=["final_test_acc"])
+    """Per worker count of part batch-lr: each lr's final test accuracy (the mean over
+    its seeds), the best lr, whether it is on the edge of the lrs searched, and the
+    seeds behind each mean."""
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     if trials.empty:
         return pd.DataFrame()
-    table = trials.pivot_table(index=["num_workers", "global_batch_size"], columns="lr",
-                               values="final_test_acc").reset_index()
+    means = cells(trials, ["num_workers", "global_batch_size", "lr"])
+    table = means.pivot_table(index=["num_workers", "global_batch_size"], columns="lr",
+                              values="final_test_acc").reset_index()
     lrs = [column for column in table.columns if isinstance(column, float)]
     table["best_lr"] = [lrs[index] for index in np.nanargmax(table[lrs].to_numpy(), axis=1)]
+    table["on_edge"] = [_edge(row, lrs) for _, row in table.iterrows()]
+    seeds = means.groupby("num_workers")["seeds"].agg(["min", "max"])
+    table["seeds"] = [f"{seeds.loc[k, 'min']}" if seeds.loc[k, "min"] == seeds.loc[k, "max"]
+                      else f"{seeds.loc[k, 'min']}-{seeds.loc[k, 'max']}"
+                      for k in table["num_workers"]]
     return table.rename(columns={lr: f"lr {lr:g}" for lr in lrs})
+
+
+def _edge(row: pd.Series, lrs: list[float]) -> str:
+    """Whether the best lr is at an end of those searched at this worker count."""
+    searched = [lr for lr in lrs if not np.isnan(row[lr])]
+    if len(searched) < 2:
+        return "only one lr"
+    return ("lowest" if row["best_lr"] == searched[0]
+            else "highest" if row["best_lr"] == searched[-1] else "no")
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
     """The linear scaling rule tested (Goyal et al., 2017): k times the batch at k
     times the lr should reach 1 worker's accuracy in as many epochs. One row per
-    1-worker lr whose k-fold was also searched at k workers, with the verdict."""
-    trials = part_trials(summary, "batch-lr").dropna(subset=["final_test_acc"])
-    single = trials[trials["num_workers"] == 1]
+    1-worker lr whose k-fold was also searched at k workers, with the verdict; each
+    accuracy the mean over its seeds."""
+    means = cells(lr_trials(summary).dropna(subset=["final_test_acc"]),
+                  ["num_workers", "global_batch_size", "lr"])
+    if means.empty:
+        return pd.DataFrame()
+    single = means[means["num_workers"] == 1]
     rows = []
     for one in single.sort_values("lr").itertuples():
-        for many in trials[trials["num_workers"] > 1].sort_values("num_workers").itertuples():
+        for many in means[means["num_workers"] > 1].sort_values("num_workers").itertuples():
             if not np.isclose(many.lr, many.num_workers * one.lr):
                 continue
             gap = many.final_test_acc - one.final_test_acc
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
-                         "scaled_lr": many.lr, "acc_scaled": many.final_test_acc,
+                         "seeds_1_worker": one.seeds, "scaled_lr": many.lr,
+                         "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "held": "yes" if gap >= -noise.acc else "no"})
     return pd.DataFrame(rows)
 
@@ -122,37 +160,77 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     paragraphs = [markdown_table(table)]
     if len(table) < 2:
         return [*paragraphs, one_worker_count(table)]
+    lr_columns = [column for column in table.columns if str(column).startswith("lr ")]
+    searched = f"{lr_columns[0][3:]} to {lr_columns[-1][3:]}"
     bests = "; ".join(f"{row.num_workers} worker(s), global batch {row.global_batch_size}: "
                       f"{row.best_lr:g}" for row in table.itertuples())
-    sentences = [f"The best lr per worker count, each worker's batch "
-                 f"{table['global_batch_size'].iloc[0]}: {bests}."]
+    sentences = [f"The best lr per worker count (the highest final test accuracy, each the "
+                 f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
+                 f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
+                 f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
+    edges = [f"{row.num_workers} worker(s)'s ({row.on_edge} of {searched})"
+             for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
+    if edges:
+        sentences.append(f"A best on the edge of the range searched is only a bound: the best "
+                         f"may lie beyond it, so widen the range (`--lr`) for "
+                         f"{', '.join(edges)}.")
     if rule.empty:
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
-                         f"searches 0.1, 0.2 and 0.4.")
-        return [*paragraphs, " ".join(sentences)]
+                         f"searches 0.1 to 0.8.")
+        return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)]
     paragraphs.append(markdown_table(rule))
     pairs = "; ".join(
-        f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f}, lr "
-        f"{row.scaled_lr:g} on {row.num_workers} workers (global batch "
-        f"{row.global_batch_size}) {row.acc_scaled:.3f}, "
+        f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
+        f"({seeds_text(row.seeds_1_worker)}), lr {row.scaled_lr:g} on {row.num_workers} workers "
+        f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
+        f"({seeds_text(row.seeds_scaled)}), "
         f"{compare_acc(row.acc_scaled, row.acc_1_worker, noise)} it"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
                      f"epochs) was tested in {len(rule)} pair(s): {pairs}.")
     largest = held_up_to(rule)
-    epochs = int(part_trials(summary, "batch-lr")["num_epochs"].max())
+    epochs = int(lr_trials(summary)["num_epochs"].max())
     if largest:
         sentences.append(f"The rule held up to global batch {largest} in this sweep.")
     else:
         sentences.append(
-            f"The rule did not hold in this sweep: a k-fold batch makes 1/k of the updates in "
-            f"{epochs} epochs, and the larger lr is meant to make up for them, which Goyal et "
-            f"al. (2017) found to need a warm-up of the lr (`--warmup-epochs`) at large "
+            f"The rule did not hold in this sweep without a warm-up: a k-fold batch makes 1/k "
+            f"of the updates in {epochs} epochs, and the larger lr is meant to make up for "
+            f"them, which Goyal et al. (2017) found to need a warm-up of the lr at large "
             f"batches; how accuracy scales with the number of workers depends on re-tuning the "
             f"lr (and the epochs) for each global batch.")
-    return [*paragraphs, " ".join(sentences),
+    return [*paragraphs, " ".join(sentences), *_warmup(summary, noise),
             "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+
+
+def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
+    """The warm-up arm against the same lr and batch without warm-up, and against 1
+    worker at 1/k of the lr: whether warm-up rescued the linear scaling rule."""
+    arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
+    if arm.empty:
+        return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
+                f"largest global batch with the linearly scaled lr)."]
+    warm = cell(arm[arm["global_batch_size"] == arm["global_batch_size"].max()])
+    k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
+                       & np.isclose(trials["lr"], lr)])
+    one = cell(trials[(trials["num_workers"] == 1) & np.isclose(trials["lr"], lr / k)])
+    sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr (Goyal et al., "
+                f"2017) to {lr:g} at global batch {batch} on {k} workers, the final test "
+                f"accuracy was {warm['final_test_acc']:.3f} ({seeds_text(warm['seeds'])})")
+    if cold is not None:
+        sentence += (f", {compare_acc(warm['final_test_acc'], cold['final_test_acc'], noise)} "
+                     f"{cold['final_test_acc']:.3f} without warm-up ({seeds_text(cold['seeds'])})")
+    if one is None:
+        return [sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."]
+    held = warm["final_test_acc"] - one["final_test_acc"] >= -noise.acc
+    return [sentence + (
+        f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
+        f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({seeds_text(one['seeds'])}): with "
+        f"warm-up the linear scaling rule {'held' if held else 'did not hold'} at global "
+        f"batch {batch}.")]
 
 
 def answer_13_5_3(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -161,21 +239,34 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [missing_part("strategies")]
     # Scratch's own trials are 13.5's experiment.
     trials = pd.concat([timed(part_trials(summary, "batch-global")), strategies])
-    table = trials[["sync", "num_workers", "mean_epoch_time_s", "sync_share", "speedup"]]
-    paragraphs = [markdown_table(table.sort_values(["num_workers", "sync"]).reset_index(drop=True))]
+    table = cells(trials, ["num_workers", "sync"])
+    paragraphs = [markdown_table(table[["sync", "transport", "num_workers", "epoch_s",
+                                        "sync_share", "speedup", "seeds"]])]
     if strategies["num_workers"].nunique() < 2:
         return [*paragraphs, one_worker_count(strategies)]
     k = int(strategies["num_workers"].max())
-    ranked = trials[trials["num_workers"] == k].sort_values("mean_epoch_time_s")
-    fastest = ranked.iloc[0]
-    others = ", ".join(
-        f"{compare_times(fastest['mean_epoch_time_s'], row['mean_epoch_time_s'], noise)} "
-        f"{row['sync']} ({row['mean_epoch_time_s']:.1f} s)" for _, row in ranked.iloc[1:].iterrows())
-    others = f"; it was {others}" if others else ""
-    sentences = [
-        f"At {k} workers the shortest epoch was {fastest['sync']}'s: "
-        f"{fastest['mean_epoch_time_s']:.1f} s, {percent(fastest['sync_share'])} of it in "
-        f"gradient sync, speedup {fastest['speedup']:.2f}{others}.",
+    at_k = table[table["num_workers"] == k]
+    sentences = []
+    # Ranked within a transport only: across transports the ranking measures the transport.
+    for transport, ranked in at_k.groupby("transport", sort=True):
+        ranked = ranked.sort_values("epoch_s")
+        fastest = ranked.iloc[0]
+        others = ", ".join(
+            f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise)} "
+            f"{row['sync']} ({row['epoch_s']:.1f} s, {seeds_text(row['seeds'])})"
+            for _, row in ranked.iloc[1:].iterrows())
+        others = f"; it was {others}" if others else ""
+        sentences.append(
+            f"At {k} workers through {transport or 'an unrecorded transport'}, the shortest "
+            f"epoch was {fastest['sync']}'s: {fastest['epoch_s']:.1f} s "
+            f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
+            f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
+    if at_k["transport"].nunique() > 1:
+        by_transport = "; ".join(f"{', '.join(rows['sync'])} through {transport}"
+                                 for transport, rows in at_k.groupby("transport", sort=True))
+        sentences.append(f"Strategies of different transports are not ranked against each "
+                         f"other ({by_transport}): their difference is mostly the transport.")
+    sentences += [
         "Why aggregating different parameters on different workers is more efficient: "
         "scratch sums each gradient tensor in its own collective call, while sharded "
         "(reduce-scatter, then all-gather) has each worker sum and update only its 1/k of "
@@ -190,18 +281,21 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     trials = timed(part_trials(summary, "batch-global")).dropna(subset=["mean_eval_time_s"])
     if trials.empty:
         return [missing_part("batch-global")]
+    table = cells(trials, ["num_workers"])
     one = at_workers(trials, 1)
-    table = trials[["num_workers", "mean_eval_time_s", "final_test_acc"]].copy()
+    columns = ["num_workers", "mean_eval_time_s", "final_test_acc", "seeds"]
     if one is not None:
-        table.insert(2, "eval_speedup", one["mean_eval_time_s"] / table["mean_eval_time_s"])
-    paragraphs = [markdown_table(table.reset_index(drop=True))]
+        table["eval_speedup"] = one["mean_eval_time_s"] / table["mean_eval_time_s"]
+        columns.insert(2, "eval_speedup")
+    paragraphs = [markdown_table(table[columns])]
     if one is None or trials["num_workers"].nunique() < 2:
         return [*paragraphs, one_worker_count(trials)]
     k = int(trials["num_workers"].max())
     many = at_workers(trials, k)
     sentences = [
-        f"Evaluating the test set took {one['mean_eval_time_s']:.2f} s on 1 worker and "
-        f"{many['mean_eval_time_s']:.2f} s on {k} workers: {k} workers were "
+        f"Evaluating the test set took {one['mean_eval_time_s']:.2f} s on 1 worker "
+        f"({seeds_text(one['seeds'])}) and {many['mean_eval_time_s']:.2f} s on {k} workers "
+        f"({seeds_text(many['seeds'])}): {k} workers were "
         f"{compare_times(many['mean_eval_time_s'], one['mean_eval_time_s'], noise)} 1 "
         f"(speedup {one['mean_eval_time_s'] / many['mean_eval_time_s']:.2f}).",
         f"Each worker scores its shard of the test set and the counts of correct answers are "

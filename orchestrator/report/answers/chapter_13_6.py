@@ -5,8 +5,8 @@ import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
                                        at_workers, compare_times, missing_part, numbers,
-                                       one_worker_count, part_trials, percent, timed,
-                                       within_noise)
+                                       one_worker_count, part_trials, percent, seeds_text,
+                                       timed, transports_differ, within_noise)
 from orchestrator.records import Status
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
@@ -33,7 +33,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                       f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
                       f"{largest['mean_epoch_time_s']:.1f} s per epoch, speedup "
                       f"{largest['speedup']:.2f}, final test accuracy "
-                      f"{largest['final_test_acc']:.3f}."]
+                      f"{largest['final_test_acc']:.3f} ({seeds_text(largest['seeds'])})."]
     elif use_gpu:
         paragraphs = [f"{tried} {missing_part('resnet18')}"]
     else:
@@ -95,7 +95,9 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
     plain = at_workers(plain[plain["straggler_slowdown"] == 1.0], k)
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
-    plain_last = _last_epoch(epochs, plain["trial_id"]) if plain is not None else None
+    # Like for like: the same epoch of the trial without a straggler, not its last.
+    plain_last = (_last_epoch(epochs, plain["trial_id"], up_to=even_last["epoch"])
+                  if plain is not None else None)
     ideal_s = _ideal_epoch_s(even_last)
     # Last epochs: a proportional split starts even and re-sets its shares after the first.
     rows = [("even, straggler", even_last), ("proportional, straggler", proportional_last),
@@ -109,13 +111,16 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
     even_s, proportional_s = even_last["epoch_time_s"], proportional_last["epoch_time_s"]
     shares = _joined(proportional_last, "worker_shares", "g")
     sentences = [
-        f"With the last of {k} workers slowed {slowdown:g}x, in the last epoch (a proportional "
+        f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
+        f"{int(even['seed'])}), in epoch "
+        f"{int(even_last['epoch'])}, the last (a proportional "
         f"split starts even and re-sets its shares after the first) an even split of the "
         f"global batch of {proportional['global_batch_size']} took {even_s:.1f} s and the "
         f"proportional split {proportional_s:.1f} s: proportional was "
         f"{compare_times(proportional_s, even_s, noise)} even"
         + (f"; without the straggler the same {k} workers took "
-           f"{plain_last['epoch_time_s']:.1f} s." if plain_last is not None else ".")]
+           f"{plain_last['epoch_time_s']:.1f} s in their epoch {int(plain_last['epoch'])}."
+           if plain_last is not None else ".")]
     if shares:
         sentences.append(f"The proportional split settled on shares {shares} (examples per "
                          f"step).")
@@ -156,16 +161,19 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [missing_part("strategies (sync ddp and bucketed)"), explanation]
     measured = (
         f"At {k} workers ddp (allreduce overlapped with backward) took "
-        f"{ddp['mean_epoch_time_s']:.1f} s per epoch, {percent(ddp['sync_share'])} of it in "
-        f"sync, and bucketed (sync after backward) {bucketed['mean_epoch_time_s']:.1f} s, "
+        f"{ddp['epoch_s']:.1f} s per epoch ({seeds_text(ddp['seeds'])}), "
+        f"{percent(ddp['sync_share'])} of it in sync, and bucketed (sync after backward) "
+        f"{bucketed['epoch_s']:.1f} s ({seeds_text(bucketed['seeds'])}), "
         f"{percent(bucketed['sync_share'])} in sync: ddp was "
-        f"{compare_times(ddp['mean_epoch_time_s'], bucketed['mean_epoch_time_s'], noise)} "
-        f"bucketed.")
+        f"{compare_times(ddp['epoch_s'], bucketed['epoch_s'], noise)} "
+        f"bucketed{transports_differ(ddp, bucketed)}.")
     return [f"{measured} {explanation}"]
 
 
-def _last_epoch(epochs: pd.DataFrame, trial_id: str) -> pd.Series | None:
-    history = epochs[epochs["trial_id"] == trial_id].sort_values("epoch")
+def _last_epoch(epochs: pd.DataFrame, trial_id: str, up_to: float = float("inf")
+                ) -> pd.Series | None:
+    history = epochs[(epochs["trial_id"] == trial_id) & (epochs["epoch"] <= up_to)
+                     ].sort_values("epoch")
     return None if history.empty else history.iloc[-1]
 
 

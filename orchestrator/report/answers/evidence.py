@@ -1,6 +1,11 @@
-"""What every answer in `report/answers/` uses: a part's trials, the noise between
-two identical trials, comparisons that respect it, and the commands that fill
-a gap in a sweep."""
+"""What every answer in `report/answers/` uses: a part's trials, replicas averaged
+into cells, the noise of repeated work across the sweep, comparisons that respect
+it, and the commands that fill a gap in a sweep.
+
+Like for like: every epoch time an answer compares is `epoch_s`, the mean of the
+same epochs in every trial (the first, warm-up epoch left out), and each trial
+carries the `transport` its gradients were summed through.
+"""
 
 import math
 from dataclasses import dataclass
@@ -12,57 +17,111 @@ from orchestrator.records import Status
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
 MORE_WORKERS_COMMAND = f"{EXERCISES_COMMAND} --address <a cluster with more CPUs or GPUs>"
-# Where the sweep holds no two identical trials.
+REPEATS_COMMAND = "--repeats 3"
+# Where the sweep holds no repeated work, or no configuration run with two seeds.
 ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
-# The exercises preset's 1-worker trials of parts batch-global and batch-lr
-# agree on all of these: they differ only in which part made them.
-TWIN_KEYS = ["model", "sync", "split", "precision", "momentum", "batch_size", "lr",
-             "num_epochs", "threads_per_worker", "straggler_slowdown"]
+# Trials that share these do the same work per epoch: a seed changes the weights
+# and the shuffle, an lr (or its warm-up) the size of the steps, neither the work.
+WORK_KEYS = ["model", "sync", "split", "precision", "threads_per_worker", "straggler_slowdown",
+             "num_workers", "global_batch_size", "momentum"]
+# Trials that share these as well differ only in the seed: replicas.
+CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs"]
+# What a cell averages over its replicas; the rest is the configuration's own.
+MEASURES = ["epoch_s", "mean_epoch_time_s", "mean_eval_time_s", "final_test_acc",
+            "best_test_acc", "samples_per_s", "sync_share", "speedup", "efficiency"]
 
 
 @dataclass(frozen=True)
 class Noise:
-    time_fraction: float  # two identical trials' epoch times: larger / smaller - 1
-    acc: float  # their accuracies' difference, at least the test set's sampling error
-    assumed: bool
-    num_test_examples: int | None = None
+    time_fraction: float
+    """The largest relative range, (max - min) / median of `epoch_s`, of any group of
+    trials doing identical work."""
+    acc: float
+    """The largest range of final test accuracy over the seeds of one configuration."""
+    time_groups: tuple[int, int] = (0, 0)
+    """(groups, trials) the time noise came from; (0, 0): assumed."""
+    acc_groups: tuple[int, int] = (0, 0)
+    """(configurations, largest number of seeds of one) the accuracy noise came from."""
+    epochs: tuple[int, int] = (1, 1)
+    """The first and last epoch that `epoch_s` averages, the same in every trial."""
 
     def time_label(self) -> str:
-        return percent(self.time_fraction) + (" assumed" if self.assumed else "")
+        return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
 
     def acc_label(self) -> str:
-        return f"{self.acc:.3f}" + (" assumed" if self.assumed else "")
+        return f"{self.acc:.3f}" + ("" if self.acc_groups[0] else " assumed")
 
     def sentence(self) -> str:
-        if self.assumed:
-            return (f"This sweep holds no two identical trials, so the noise is assumed: "
-                    f"{percent(self.time_fraction)} in time and {self.acc:.3f} in test "
-                    f"accuracy. Differences below these are reported as within noise.")
-        sampling = (f" (at least two standard errors of an accuracy measured on "
-                    f"{self.num_test_examples} test images: the runs are seeded alike, so two "
-                    f"identical ones agree to the digit)" if self.num_test_examples else "")
-        return (f"Noise: two identical 1-worker trials (parts batch-global and batch-lr) "
-                f"differed by {percent(self.time_fraction)} in epoch time; the accuracy noise "
-                f"is {self.acc:.3f}{sampling}. Differences below these are reported as "
-                f"within noise.")
+        first, last = self.epochs
+        counted = (f"Epoch times are the mean of epoch {first}" if first == last
+                   else f"Epoch times are the mean of epochs {first} to {last}")
+        counted += (" of every trial (the first, warm-up epoch left out; the same epochs for "
+                    "every trial, whatever its length)." if first > 1
+                    else " of every trial (every trial ran one epoch only).")
+        groups, trials = self.time_groups
+        if groups:
+            time = (f"Time noise: identical work (trials that differ only in the seed or the "
+                    f"lr, which change the weights, not the work of an epoch) varied by up to "
+                    f"{percent(self.time_fraction)} in epoch time, over {groups} group(s) of "
+                    f"{trials} trials across the sweep.")
+        else:
+            time = (f"Time noise: this sweep repeats no work, so it is assumed: "
+                    f"{percent(self.time_fraction)}.")
+        configurations, seeds = self.acc_groups
+        if configurations:
+            acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
+                   f"to {self.acc:.3f} over its seeds ({configurations} configuration(s) run "
+                   f"with up to {seeds} seeds).")
+        else:
+            acc = (f"Accuracy noise: no configuration ran with two seeds or more, so it is "
+                   f"assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every point).")
+        return (f"{counted} {time} {acc} A difference is a finding only beyond its noise; "
+                f"below it, it is reported as within noise. Each number says how many seeds "
+                f"(replicas) it is the mean of; a mean of several is steadier than one trial, "
+                f"so these thresholds, taken from single trials, are conservative.")
 
 
-def estimate_noise(summary: pd.DataFrame, num_test_examples: int | None = None) -> Noise:
-    """From the two identical 1-worker trials; the accuracy noise is at least two
-    standard errors of a test accuracy on `num_test_examples` images."""
-    one_worker = summary[summary["num_workers"] == 1]
-    pairs = timed(part_trials(one_worker, "batch-global")).merge(
-        timed(part_trials(one_worker, "batch-lr")), on=TWIN_KEYS, suffixes=("_a", "_b"))
-    pairs = pairs.dropna(subset=["final_test_acc_a", "final_test_acc_b"])
-    if pairs.empty:
-        return Noise(ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE, assumed=True)
-    pair = pairs.iloc[0]
-    times_s = sorted([pair["mean_epoch_time_s_a"], pair["mean_epoch_time_s_b"]])
-    acc = pair["final_test_acc_a"]
-    sampling = 2 * math.sqrt(acc * (1 - acc) / num_test_examples) if num_test_examples else 0.0
-    return Noise(times_s[1] / times_s[0] - 1,
-                 max(abs(acc - pair["final_test_acc_b"]), sampling), assumed=False,
-                 num_test_examples=num_test_examples)
+def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame, tuple]:
+    """The summary with each trial's `epoch_s` (the mean of the epochs every finished
+    trial ran, the first left out) and `transport`, and those epochs (first, last)."""
+    summary = summary.copy()
+    finished = summary.loc[summary["status"] == Status.FINISHED, "trial_id"]
+    runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
+    lengths = runs[runs["trial_id"].isin(finished)].groupby("trial_id")["epoch"].max()
+    last = int(lengths.min()) if len(lengths) else 1
+    first = 2 if last >= 2 else 1
+    window = runs[(runs["epoch"] >= first) & (runs["epoch"] <= last)]
+    steady = window.groupby("trial_id")["epoch_time_s"].mean()
+    summary["epoch_s"] = summary["trial_id"].map(steady)
+    transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
+                 if "transport" in runs else pd.Series(dtype=object))
+    summary["transport"] = summary["trial_id"].map(transport).fillna("")
+    return summary, (first, last)
+
+
+def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 1)) -> Noise:
+    """From a `prepared` summary: the time noise from every group of trials doing
+    identical work, the accuracy noise from every configuration run with several seeds."""
+    usable = summary[summary["status"] != Status.FAILED]
+    timed_trials = usable.dropna(subset=["epoch_s"])
+    time_groups = [group["epoch_s"] for _, group in timed_trials.groupby(WORK_KEYS)
+                   if len(group) > 1]
+    if time_groups:
+        time_fraction = max((group.max() - group.min()) / group.median() for group in time_groups)
+        time_from = (len(time_groups), sum(len(group) for group in time_groups))
+    else:
+        time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
+    scored = usable.dropna(subset=["final_test_acc"])
+    # Trials of one configuration and seed (a study's twins) count as one replica.
+    per_seed = scored.groupby([*CONFIG_KEYS, "seed"])["final_test_acc"].mean().reset_index()
+    acc_groups = [group for _, group in per_seed.groupby(CONFIG_KEYS) if len(group) > 1]
+    if acc_groups:
+        acc = max(group.max() - group.min() for group in
+                  (group["final_test_acc"] for group in acc_groups))
+        acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
+    else:
+        acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
+    return Noise(time_fraction, acc, time_from, acc_from, epochs_counted)
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise) -> str:
@@ -88,13 +147,54 @@ def compare_acc(acc: float, other_acc: float, noise: Noise) -> str:
     return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} than"
 
 
+def seeds_text(count: int) -> str:
+    """How many replicas stand behind a cell's numbers: "mean of 3 seeds" or "1 seed"."""
+    count = int(count)
+    return f"mean of {count} seeds" if count > 1 else "1 seed"
+
+
 def percent(fraction: float) -> str:
     return f"{fraction:.0%}" if abs(fraction) >= 0.1 else f"{fraction:.1%}"
 
 
 def part_trials(summary: pd.DataFrame, part: str) -> pd.DataFrame:
-    """The trials the exercises preset made for `part`, failed ones left out."""
-    return summary[(summary["part"] == part) & (summary["status"] != Status.FAILED)]
+    """The trials made for `part` by the exercises study, failed ones left out; in a
+    sweep whose trials carry no part (a plain grid, the quickstart), those whose
+    configuration is the part's."""
+    usable = summary[summary["status"] != Status.FAILED]
+    parts = usable["part"].fillna("")  # trials.csv read back holds no part as NaN
+    if (parts != "").any():
+        return usable[parts == part]
+    return _matching(usable, part)
+
+
+def _matching(trials: pd.DataFrame, part: str) -> pd.DataFrame:
+    """An untagged sweep's trials that do what the exercises study's `part` does. The
+    parts but batch-lr keep one batch, lr, momentum and precision: the book's recipe
+    where the sweep ran it, else its first trial's."""
+    if trials.empty:
+        return trials
+    plain = ((trials["split"] == "even") & (trials["straggler_slowdown"] == 1)
+             & (trials["threads_per_worker"] == 1) & (trials["warmup_epochs"] == 0)
+             & (trials["model"] == "lenet"))
+    book = trials[trials["book_recipe"].astype(bool)] if "book_recipe" in trials else trials[:0]
+    reference = (book if len(book) else trials).iloc[0]
+    same = {key: trials[key] == reference[key]
+            for key in ("batch_size", "base_lr", "momentum", "precision")}
+    kept = same["batch_size"] & same["momentum"] & same["precision"]
+    matches = {
+        "batch-global": plain & (trials["batch_scaling"] == "global")
+                        & (trials["sync"] == "scratch") & kept & same["base_lr"],
+        "batch-lr": plain & (trials["batch_scaling"] == "per-worker")
+                    & (trials["sync"] == "scratch") & kept,
+        "strategies": plain & (trials["batch_scaling"] == "global")
+                      & (trials["sync"] != "scratch") & kept & same["base_lr"],
+        "split": (trials["straggler_slowdown"] > 1) & kept & same["base_lr"],
+        "threads": (trials["num_workers"] == 1) & (trials["threads_per_worker"] > 1) & kept,
+        "warmup": (trials["warmup_epochs"] > 0) & (trials["batch_scaling"] == "per-worker"),
+        "resnet18": trials["model"] == "resnet18",
+    }
+    return trials[matches[part]]
 
 
 def timed(trials: pd.DataFrame) -> pd.DataFrame:
@@ -102,10 +202,40 @@ def timed(trials: pd.DataFrame) -> pd.DataFrame:
     return trials.dropna(subset=["mean_epoch_time_s"]).sort_values("num_workers")
 
 
-def at_workers(trials: pd.DataFrame, num_workers: int):
-    """The first trial with `num_workers`, or None."""
-    rows = trials[trials["num_workers"] == num_workers]
-    return None if rows.empty else rows.iloc[0]
+def cell(trials: pd.DataFrame) -> pd.Series | None:
+    """Replicas of one configuration as one row: each measure the mean over seeds (trials
+    of one seed averaged first), `seeds` their count; None for no trials."""
+    if trials.empty:
+        return None
+    measures = [column for column in MEASURES if column in trials]
+    per_seed = trials.groupby("seed")[measures].mean()
+    row = trials.iloc[0].copy()
+    row[measures] = per_seed.mean()
+    row["seeds"] = len(per_seed)
+    return row
+
+
+def cells(trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One `cell` per value of `keys`, in their order."""
+    if trials.empty:
+        return trials.assign(seeds=pd.Series(dtype=int))
+    rows = [cell(group) for _, group in trials.groupby(keys, sort=True)]
+    return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def at_workers(trials: pd.DataFrame, num_workers: int) -> pd.Series | None:
+    """The cell of `num_workers`' trials (replicas of one configuration), or None."""
+    return cell(trials[trials["num_workers"] == num_workers])
+
+
+def transports_differ(one: pd.Series, other: pd.Series) -> str:
+    """Empty when both summed through the same transport, else the sentence that
+    names the transport as the difference's likely cause."""
+    if one["transport"] == other["transport"]:
+        return ""
+    return (f" ({one['sync']} sums through {one['transport'] or 'an unrecorded transport'}, "
+            f"{other['sync']} through {other['transport'] or 'an unrecorded transport'}: the "
+            f"difference is mostly the transport)")
 
 
 def missing_part(parts: str, command: str = EXERCISES_COMMAND) -> str:

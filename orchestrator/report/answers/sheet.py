@@ -5,7 +5,9 @@ beside the report as answers.md, scaling_model.csv and scaling_model.png.
 The Answers take the book's seven exercises of 13.5 and 13.6 in turn
 (chapter_13_5.py, chapter_13_6.py), each answered from the sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
-the noise (evidence.py) is reported as within noise. Where the sweep lacks
+the noise (evidence.py: the spread of repeated identical work in time, of seeds
+in accuracy) is reported as within noise, every number says how many seeds
+stand behind it, and times compare the same epochs. Where the sweep lacks
 what a question needs, the answer says so and names the command that would
 provide it.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.report.answers import chapter_13_5, chapter_13_6
-from orchestrator.report.answers.evidence import estimate_noise
+from orchestrator.report.answers.evidence import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import write_atomically
@@ -36,11 +38,11 @@ class AnswerSheet:
 
 
 def build(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None, *,
-          data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> AnswerSheet:
+          data_note: str, use_gpu: bool) -> AnswerSheet:
     scaling = fit_and_validate(summary, epochs, calibration) if calibration else None
     return AnswerSheet(scaling, _model_section(scaling, calibration),
                        render_answers(summary, epochs, scaling, data_note=data_note,
-                                      use_gpu=use_gpu, num_test_examples=num_test_examples))
+                                      use_gpu=use_gpu))
 
 
 def write(out_dir: Path, sheet: AnswerSheet) -> dict[str, Path]:
@@ -129,11 +131,11 @@ EXERCISES = [
 
 
 def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
-                   data_note: str, use_gpu: bool, num_test_examples: int | None = None) -> str:
+                   data_note: str, use_gpu: bool) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions` and `links`; `num_test_examples`
-    sets the accuracy noise's floor."""
-    noise = estimate_noise(summary, num_test_examples)
+    `validation`, `predictions` and `links`."""
+    summary, epochs_counted = prepared(summary, epochs)
+    noise = estimate_noise(summary, epochs_counted)
     rule = chapter_13_5.linear_rule(summary, noise)
     answers = [chapter_13_5.answer_13_5_1(summary, noise), chapter_13_5.answer_13_5_2(summary, rule, noise),
                chapter_13_5.answer_13_5_3(summary, noise), chapter_13_5.answer_13_5_4(summary, noise),

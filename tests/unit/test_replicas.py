@@ -1,0 +1,231 @@
+"""Seeds as replicas (issue 31): the seed axis and `--repeats`, noise from repeated
+work and from seeds, like-for-like comparisons (the same epochs, one transport),
+replica counts in the answers, 13.5.2's widened range and warm-up arm, and the
+quickstart's own trials answering 13.5.1 and 13.5.4. Hand-made trials fed to
+each rule, as tests/test_answers.py does."""
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.config import cli
+from orchestrator.config.grid import SweepConfig
+from orchestrator.config.presets import PRESETS, quick
+from orchestrator.driver import plan
+from orchestrator.report.answers.evidence import EXERCISES_COMMAND
+from orchestrator.report.answers.sheet import render_answers
+from orchestrator.report.summary import summarize_trials
+from orchestrator.report.tables import isolation_table, scaling_table
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+import test_answers  # noqa: E402  (its hand-made exercises sweep)
+
+
+def _sections(summary: pd.DataFrame, epochs: pd.DataFrame | None = None) -> dict[str, str]:
+    text = render_answers(summary, test_answers._epochs(summary) if epochs is None else epochs,
+                          None, data_note="", use_gpu=False)
+    parts = re.split(r"^### (\d+\.\d+\.\d+) ", text, flags=re.MULTILINE)
+    return {"noise": parts[0], **dict(zip(parts[1::2], parts[2::2]))}
+
+
+def _with_replicas(accuracies: dict[str, list[float]]) -> pd.DataFrame:
+    """The hand-made sweep, each named trial repeated with seeds 1, 2, ... at these
+    final test accuracies (its epoch times kept)."""
+    summary = test_answers._summary()
+    extra = []
+    for trial_id, values in accuracies.items():
+        row = summary[summary["trial_id"] == trial_id].iloc[0]
+        for seed, acc in enumerate(values, start=1):
+            extra.append({**row, "trial_id": f"{trial_id}-s{seed}", "seed": seed,
+                          "final_test_acc": acc, "best_test_acc": acc})
+    return pd.concat([summary, pd.DataFrame(extra)], ignore_index=True)
+
+
+def test_a_gap_inside_the_seed_spread_is_within_noise_and_outside_it_a_finding():
+    # 1 worker: g1 0.745 (and its twin l1-0.2 0.741, the same seed) and 0.723;
+    # 2 workers 0.744 and 0.764: the seeds spread 0.020, the means 0.020 apart.
+    wide = _sections(_with_replicas({"g1": [0.723], "g2": [0.764]}))
+    assert ("the same configuration's final test accuracy varied by up to 0.020 over its seeds "
+            "(2 configuration(s) run with up to 2 seeds)") in wide["noise"]
+    assert ("the final test accuracy on 2 workers, 0.754, was within noise (0.020 apart, noise "
+            "0.020) of 1 worker's 0.734") in wide["13.5.4"]
+    # Seeds that agree to 0.003, means 0.025 apart: a finding.
+    summary = _with_replicas({"g1": [0.746], "g2": [0.772]})
+    summary.loc[summary["trial_id"] == "g2", "final_test_acc"] = 0.770
+    tight = _sections(summary)
+    assert "varied by up to 0.003 over its seeds" in tight["noise"]
+    assert ("the final test accuracy on 2 workers, 0.771, was 0.025 higher than 1 worker's "
+            "0.746") in tight["13.5.4"]
+
+
+def test_time_noise_is_the_spread_of_identical_work_across_the_sweep():
+    summary = test_answers._summary()
+    # The 1-worker trials at batch 256 (lrs differ, the work does not): one 10% slower.
+    summary.loc[summary["trial_id"] == "l1-0.4", "mean_epoch_time_s"] = 18.7
+    sections = _sections(summary)
+    # (18.7 - 17.0) / 17.35, the group's median.
+    assert "varied by up to 9.8% in epoch time, over 2 group(s) of 7 trials" in sections["noise"]
+    # ddp and scratch at 2 workers, 8.5% apart, are now within noise.
+    assert "within noise (8.5% apart, noise 9.8%) of scratch (10.2 s" in sections["13.5.3"]
+
+
+def test_epoch_times_compare_the_same_epochs_without_the_first():
+    summary = test_answers._summary()
+    epochs = test_answers._epochs(summary)
+    # A slow first epoch everywhere, and the strategies' trials two epochs only.
+    epochs.loc[epochs["epoch"] == 1, "epoch_time_s"] *= 3
+    strategies = summary.loc[summary["part"] == "strategies", "trial_id"]
+    epochs = epochs[~(epochs["trial_id"].isin(strategies) & (epochs["epoch"] == 3))]
+    epochs.loc[(epochs["trial_id"] == "g2") & (epochs["epoch"] == 3), "epoch_time_s"] = 99.0
+    sections = _sections(summary, epochs)
+    assert "Epoch times are the mean of epoch 2 of every trial" in sections["noise"]
+    # g2's third epoch is left out, as the strategies have none: 10.2 s, not its mean.
+    assert "1.09x faster than scratch (10.2 s, 1 seed)" in sections["13.5.3"]
+
+
+def test_strategies_of_different_transports_are_not_ranked_against_each_other():
+    summary = test_answers._summary()
+    epochs = test_answers._epochs(summary)
+    gloo = epochs["trial_id"].isin(["d2", "s2"])
+    epochs.loc[gloo, "transport"] = "gloo"
+    sections = _sections(summary, epochs)
+    assert ("At 2 workers through gloo, the shortest epoch was ddp's: 9.4 s (1 seed), 5.0% of "
+            "it in gradient sync, speedup 1.82; it was 1.06x faster than sharded (10.0 s, "
+            "1 seed).") in sections["13.5.3"]
+    assert ("At 2 workers through shared memory, the shortest epoch was bucketed's: 9.6 s "
+            "(1 seed)") in sections["13.5.3"]
+    assert "ddp" not in sections["13.5.3"].split("through shared memory")[1].split(".")[0]
+    assert ("Strategies of different transports are not ranked against each other (ddp, "
+            "sharded through gloo; bucketed, scratch through shared memory)") in sections["13.5.3"]
+    assert ("ddp was within noise (2.1% apart, noise 2.3%) of bucketed (ddp sums through gloo, "
+            "bucketed through shared memory: the difference is mostly the transport)"
+            ) in sections["13.6.3"]
+
+
+def test_every_number_says_how_many_seeds_stand_behind_it():
+    sections = _sections(_with_replicas({"g1": [0.741, 0.744], "g2": [0.746, 0.742],
+                                         "l2-0.4": [0.740]}))
+    assert "an epoch took 10.2 s (mean of 3 seeds) against 17.0 s on 1 worker (mean of 3 seeds" \
+        in sections["13.5.1"]
+    assert "lr 0.4 on 2 workers (global batch 512) 0.741 (mean of 2 seeds)" in sections["13.5.2"]
+    assert "on 1 worker (mean of 3 seeds) and 0.65 s on 2 workers (mean of 3 seeds)" in (
+        sections["13.5.4"])
+    assert "(1 seed)" in sections["13.6.3"]
+
+
+def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
+    summary = test_answers._summary()
+    warm = summary[summary["trial_id"] == "l2-0.4"].iloc[0]
+    arm = pd.DataFrame([{**warm, "trial_id": f"w{seed}", "part": "warmup", "seed": seed,
+                         "warmup_epochs": 1, "base_lr": 0.2, "final_test_acc": acc}
+                        for seed, acc in ((0, 0.750), (1, 0.752))])
+    sections = _sections(pd.concat([summary, arm], ignore_index=True))
+    assert "widen the range (`--lr`) for 2 worker(s)'s (highest of 0.1 to 0.4)" in (
+        sections["13.5.2"])
+    assert ("With a 1-epoch linear warm-up of the lr (Goyal et al., 2017) to 0.4 at global batch "
+            "512 on 2 workers, the final test accuracy was 0.751 (mean of 2 seeds), 0.009 higher "
+            "than 0.742 without warm-up (1 seed), and 0.008 higher than 1 worker's 0.743 at lr "
+            "0.2 (1 seed): with warm-up the linear scaling rule held at global batch 512."
+            ) in sections["13.5.2"]
+    # Its two seeds, 0.002 apart, are the sweep's only replicas: the accuracy noise.
+    assert "varied by up to 0.002 over its seeds" in sections["noise"]
+
+
+def _quickstart(epochs_s=(13.0, 7.8)) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The default sweep's trials as collect writes them: no part, 1 and 2 workers."""
+    trials = pd.DataFrame([{
+        "trial_id": f"q{k}", "part": "", "seed": 0, "model": "lenet", "sync": "scratch",
+        "split": "even", "precision": "fp32", "threads_per_worker": 1, "straggler_slowdown": 1.0,
+        "num_workers": k, "batch_size": 256, "batch_scaling": "global", "base_lr": 0.2, "lr": 0.2,
+        "momentum": 0.0, "warmup_epochs": 0, "global_batch_size": 256,
+        "batch_size_per_worker": 256 // k, "steps_per_epoch": 234, "num_epochs": 3,
+        "book_recipe": True, "error": "", "early_stopping": False, "stop_at_target": False,
+    } for k in (1, 2)])
+    epochs = pd.DataFrame([{
+        "trial_id": f"q{k}", "epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": 0.7,
+        "test_acc": 0.70 + 0.01 * epoch, "epoch_time_s": seconds, "samples_per_s": 60_000 / seconds,
+        "sync_time_s": 0.0 if k == 1 else 0.5, "eval_time_s": 0.8 / k, "status": "ok",
+        "transport": "none" if k == 1 else "shared memory", "worker_shares": None,
+        "worker_compute_s": None,
+    } for k, seconds in zip((1, 2), epochs_s) for epoch in (1, 2, 3)])
+    evaluations = epochs[["trial_id", "epoch", "test_acc"]].assign(train_s=1.0, wall_s=1.0,
+                                                                   eval_s=0.5)
+    # As the report reads it: trials.csv holds no part as NaN.
+    return summarize_trials(trials.assign(part=float("nan")), epochs, evaluations), epochs
+
+
+def test_the_quickstart_answers_13_5_1s_global_batch_and_13_5_4():
+    summary, epochs = _quickstart()
+    sections = _sections(summary, epochs)
+    assert ("Keeping the global batch fixed (global batch 256 on 2 workers, 234 steps per "
+            "epoch), an epoch took 7.8 s (1 seed) against 13.0 s on 1 worker (1 seed, 234 "
+            "steps): speedup 1.67.") in sections["13.5.1"]
+    assert (f"There is no 1- and 2-worker pair with the per-worker batch fixed: "
+            f"`{EXERCISES_COMMAND}` runs one.") in sections["13.5.1"]
+    assert ("Evaluating the test set took 0.80 s on 1 worker (1 seed) and 0.40 s on 2 workers "
+            "(1 seed)") in sections["13.5.4"]
+    for number in ("13.5.2", "13.5.3", "13.6.2"):
+        assert "no usable trials of part" in sections[number], number
+        assert EXERCISES_COMMAND in sections[number], number
+
+
+def test_speedup_is_against_the_median_of_the_1_worker_replicas():
+    summary, epochs = _quickstart()
+    trials = summary[list(summary.columns[:summary.columns.get_loc("stop_at_target") + 1])]
+    one = trials[trials["num_workers"] == 1].iloc[0]
+    replicas = pd.DataFrame([{**one, "trial_id": f"q1-s{seed}", "seed": seed}
+                             for seed in (1, 2)])
+    rates = {"q1": 60_000 / 13.0, "q1-s1": 60_000 / 12.0, "q1-s2": 60_000 / 20.0}
+    more_epochs = pd.concat([epochs] + [
+        epochs[epochs["trial_id"] == "q1"].assign(trial_id=trial_id,
+                                                  samples_per_s=rates[trial_id])
+        for trial_id in ("q1-s1", "q1-s2")], ignore_index=True)
+    summary = summarize_trials(pd.concat([trials, replicas], ignore_index=True), more_epochs,
+                               more_epochs[["trial_id", "epoch", "test_acc"]].assign(
+                                   train_s=1.0, wall_s=1.0, eval_s=0.5))
+    two = summary[summary["num_workers"] == 2].iloc[0]
+    assert two["speedup"] == pytest.approx((60_000 / 7.8) / (60_000 / 13.0))
+    table = scaling_table(summary).set_index("num_workers")
+    assert table.loc[1, "trials"] == 3 and table.loc[2, "trials"] == 1
+    assert table.loc[1, "epoch_time_spread"] == pytest.approx(0.0)  # equal epoch seconds
+    assert isolation_table(summary)["trials"].tolist() == [3, 1]
+
+
+def _sweep(tmp_path, *argv: str) -> SweepConfig:
+    args = cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")])
+    return plan.sweep_request(args).sweep
+
+
+@pytest.mark.parametrize("argv", [["--seed", "0,1"], ["--repeats", "2"]])
+def test_seeds_or_repeats_make_every_point_once_per_seed(tmp_path, argv):
+    once = _sweep(tmp_path, "--workers", "1,2", "--lr", "0.1,0.2").grid
+    twice = _sweep(tmp_path, "--workers", "1,2", "--lr", "0.1,0.2", *argv).grid
+    assert len(twice) == 2 * len(once) == 8
+    # Seed outermost: the whole grid once per seed.
+    assert [point.train.seed for point in twice] == [0] * 4 + [1] * 4
+    assert [point.train for point in twice[4:]] == [
+        point.train.__class__(**{**point.train.to_dict(), "seed": 1}) for point in once]
+
+
+def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_arm():
+    for label, options, seeds in (("quick", quick("exercises"), 2), ("full", {}, 3)):
+        sweep = SweepConfig.from_dict({**PRESETS["exercises"], **options, "workers": (1, 2),
+                                       "baseline_threads": 2})
+        by_part: dict[str, list] = {}
+        for point in sweep.grid:
+            by_part.setdefault(point.part, []).append(point.train)
+        assert len(sweep.grid) == {"quick": 23, "full": 27}[label]
+        assert sorted(run.seed for run in by_part["batch-global"]) == sorted(
+            list(range(seeds)) * 2)
+        (warm, *more) = by_part["warmup"]
+        assert (warm.num_workers, warm.lr, warm.warmup_epochs) == (2, 0.4, 1) and len(more) == (
+            seeds - 1)
+        # Its twin without warm-up has as many seeds; 0.8 widens the lr range.
+        twin = [run for run in by_part["batch-lr"] if run.num_workers == 2 and run.lr == 0.4]
+        assert len(twin) == seeds
+        assert sorted({run.lr for run in by_part["batch-lr"]}) == [0.1, 0.2, 0.4, 0.8]
+        assert {run.seed for part in ("strategies", "split", "threads")
+                for run in by_part[part]} == {0}
