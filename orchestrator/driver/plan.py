@@ -96,6 +96,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         if args.storage and not storage.is_uri(storage_location):
             require_writable(Path(storage_location), "--storage")
         sweep_id = new_sweep_id(out_dir)
+    if storage.is_uri(storage_location):
+        storage.require_reachable(storage_location)
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
