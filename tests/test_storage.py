@@ -51,18 +51,19 @@ def _refused_before_ray(run, tmp_path) -> str:
     return run.stderr
 
 
-@pytest.mark.reliability(fault="sweep.py: a bucket URI whose endpoint nothing answers at",
+@pytest.mark.reliability(fault="a bucket URI whose endpoint nothing answers at",
                          lost="nothing")
-def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_store):
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_store, script):
     # A port bound but not listening refuses at once, and no one else can take it.
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         endpoint = f"127.0.0.1:{closed.getsockname()[1]}"
         uri = f"s3://{s3_store.bucket}/sweeps?endpoint_override={endpoint}&scheme=http"
+        out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
         started = time.monotonic()
-        run = run_script("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
-                         "--out", str(tmp_path / "out"), "--storage", uri,
-                         env=s3_store.env, timeout_s=120)
+        run = run_script(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
+                         "--storage", uri, env=s3_store.env, timeout_s=120)
         seconds = time.monotonic() - started
     line = _refused_before_ray(run, tmp_path)
     assert f"the store at http://{endpoint} cannot be reached" in line, line

@@ -61,6 +61,8 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     sweep, gpu_from_cluster = _sweep_from(config_options(args))
     (point,) = sweep.grid
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
+    if args.storage and storage.is_uri(args.storage):
+        storage.require_reachable(args.storage)
     return point.train, gpu_from_cluster
 
 
