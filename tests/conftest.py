@@ -1,5 +1,5 @@
-"""Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets;
-the layers' markers, from the folders; docs/RELIABILITY.md.
+"""Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets,
+an S3 API on 127.0.0.1; the layers' markers, from the folders; docs/RELIABILITY.md.
 
 The tests live in three folders, one per layer, and the folder is the only
 place a test's layer is said: tests/unit starts neither Ray nor several
@@ -9,6 +9,9 @@ processes without Ray (marker `processes`), tests/cluster starts or uses Ray
 (marker `cluster`). helpers.py and this file, in tests/, serve all three.
 """
 
+import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,54 @@ def ray_session():
     one, and stopped by its own handle."""
     yield cluster.connect(None, num_cpus=2)
     ray.shutdown()
+
+
+@dataclass(frozen=True)
+class S3Store:
+    """An S3 API served on 127.0.0.1 (moto's server) and a bucket in it."""
+
+    endpoint: str
+    """host:port"""
+    bucket: str
+    env: dict[str, str]
+    """This process's environment with the server's dummy credentials."""
+    client: object
+    """A boto3 S3 client of the server."""
+
+    def uri(self, prefix: str) -> str:
+        """The URI of `prefix` in the bucket, as a user gives an S3-compatible store."""
+        return f"s3://{self.bucket}/{prefix}?endpoint_override={self.endpoint}&scheme=http"
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+@pytest.fixture
+def s3_store(monkeypatch):
+    """moto's S3 server on a free port of 127.0.0.1, with one empty bucket, stopped after."""
+    from moto.server import ThreadedMotoServer
+    import boto3
+
+    credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                   "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in credentials.items():
+        monkeypatch.setenv(name, value)
+    # One log line per request otherwise, in every failing test's report.
+    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.WARNING)
+    # Port 0: the server binds at once, so no Ray process can take it first.
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"{host}:{port}"
+        client = boto3.client("s3", endpoint_url=f"http://{endpoint}")
+        client.create_bucket(Bucket="d2l-sweeps")
+        yield S3Store(endpoint=endpoint, bucket="d2l-sweeps", env=dict(os.environ),
+                      client=client)
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     cluster = _connect(args)
     try:
         sweep_plan = plan.fit_to_cluster(request, cluster)
+        storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")

@@ -1,14 +1,31 @@
-"""Where Ray keeps a run's checkpoints and results: a local path or a URI.
+"""Where Ray keeps a run's checkpoints and results: a local path or a URI,
+and the checks that it can be used before any trial starts.
 
 A multi-node cluster needs a location every node sees: a shared path (NFS) or
 a bucket URI (`s3://...`, `gs://...`), whose query may name an S3-compatible
 store (`s3://bucket/path?endpoint_override=host:9000&scheme=http`). Locations
 are kept as strings, because `pathlib` folds the `//` of a URI; checkpoint.py
 reads them back through pyarrow's filesystems, which Ray itself uses for its
-storage.
+storage (`pyarrow.fs.FileSystem.from_uri`, which reads the query).
 """
 
+import os
+import secrets
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from orchestrator.errors import UserError
+
+# A reachability probe's limits: a store that does not answer is refused in
+# seconds, where pyarrow's defaults (the AWS SDK's retries) take minutes.
+PROBE_CONNECT_TIMEOUT_S = 3.0
+PROBE_REQUEST_TIMEOUT_S = 10.0
+PROBE_ATTEMPTS = 2
+# How long every node's marker read may take: a task per node, started at once.
+NODE_CHECK_TIMEOUT_S = 120.0
+MARKER_PREFIX = ".orchestrator-storage-check-"
+SHARED_HINT = ("give a shared path that every node mounts (NFS) or a bucket URI "
+               "(s3://bucket/path, gs://bucket/path)")
 
 
 def resolve(location: str) -> str:
@@ -24,3 +41,123 @@ def join(location: str, *names: str) -> str:
 
 def is_uri(location: str) -> bool:
     return "://" in location
+
+
+def endpoint(uri: str) -> str:
+    """Who serves a URI: its query's `endpoint_override`, else the scheme's
+    own service (`s3` is AWS), as a person would name it in an error."""
+    parts = urlsplit(uri)
+    override = parse_qs(parts.query).get("endpoint_override")
+    if override:
+        scheme = parse_qs(parts.query).get("scheme", ["https"])[0]
+        return f"{scheme}://{override[0]}"
+    return f"the {parts.scheme} service"
+
+
+def require_reachable(uri: str, flag: str = "--storage") -> None:
+    """The bucket of `uri` exists and answers, asked within seconds; read only.
+
+    Ray itself would meet an unreachable store inside the first trial, after
+    the AWS SDK's retries; a bucket that does not exist, at its first upload.
+    """
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise UserError(f"{flag} {uri}: not a storage URI pyarrow can open "
+                        f"({_one_line(error)})") from None
+    filesystem = _with_short_timeouts(filesystem)
+    bucket = path.split("/", 1)[0]
+    try:
+        found, _ = filesystem.get_file_info([bucket, path])
+    except OSError as error:
+        raise UserError(f"{flag} {uri}: the store at {endpoint(uri)} cannot be reached or "
+                        f"refuses us ({_one_line(error)})") from None
+    if found.type == pyarrow.fs.FileType.NotFound:
+        raise UserError(f"{flag} {uri}: the bucket {bucket!r} does not exist at "
+                        f"{endpoint(uri)}; create it first")
+
+
+def _with_short_timeouts(filesystem):
+    """The same filesystem (pyarrow's own reading of the URI, options included),
+    with a probe's timeouts and retries."""
+    import pyarrow.fs
+
+    if isinstance(filesystem, pyarrow.fs.S3FileSystem):
+        _, (options,) = filesystem.__reduce__()
+        return pyarrow.fs.S3FileSystem(**{
+            **options, "connect_timeout": PROBE_CONNECT_TIMEOUT_S,
+            "request_timeout": PROBE_REQUEST_TIMEOUT_S,
+            "retry_strategy": pyarrow.fs.AwsStandardS3RetryStrategy(max_attempts=PROBE_ATTEMPTS)})
+    if isinstance(filesystem, pyarrow.fs.GcsFileSystem):
+        import datetime
+        _, (options,) = filesystem.__reduce__()
+        return pyarrow.fs.GcsFileSystem(**{
+            **options, "retry_time_limit": datetime.timedelta(seconds=PROBE_REQUEST_TIMEOUT_S)})
+    return filesystem
+
+
+def require_seen_by_every_node(location: str) -> None:
+    """A local `location` must be one folder for every node of the cluster
+    this process is connected to: the driver writes a marker there and a
+    task on each alive node reads it back. Nothing is left: the marker goes,
+    and so do the folders made for it.
+
+    Without this, a node that does not share the path fails inside a trial
+    (its checkpoint lands on its own disk, or Ray cannot find it again).
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    if len(nodes) < 2 or is_uri(location):
+        return
+    folder = Path(location)
+    made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    token = secrets.token_hex(16)
+    marker = folder / f"{MARKER_PREFIX}{token}"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        marker.write_text(token)
+        # No CPU: the task runs on a node whose CPUs are all taken, or that has none.
+        read = ray.remote(num_cpus=0, max_retries=0)(_read_text())
+        pending = {read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)).remote(str(marker)): node for node in nodes}
+        ready, _ = ray.wait(list(pending), num_returns=len(pending),
+                            timeout=NODE_CHECK_TIMEOUT_S)
+        for ref, node in pending.items():
+            if ref not in ready:
+                seen = f"did not answer within {NODE_CHECK_TIMEOUT_S:g} s"
+            else:
+                try:
+                    text = ray.get(ref)
+                except Exception as error:  # the task's own failure, whatever it was
+                    text = f"its task failed: {_one_line(error)}"
+                if text == token:
+                    continue
+                seen = f"cannot read a file the driver wrote there ({text})"
+            raise UserError(
+                f"storage {location} is not seen by every node: node {node['NodeID']} at "
+                f"{node['NodeManagerAddress']} {seen}; {SHARED_HINT} with --storage")
+    finally:
+        marker.unlink(missing_ok=True)
+        for parent in made:  # innermost first
+            os.rmdir(parent)
+
+
+def _read_text():
+    """A function that gives a file's text, or why it cannot be read; made
+    here so that Ray ships it by value: a node runs it without this package."""
+    def read_text(path: str) -> str:
+        try:
+            with open(path) as file:
+                return file.read()
+        except OSError as error:
+            return error.strerror or str(error)
+    return read_text
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:300]

@@ -321,7 +321,10 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
     """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
-    configs = tune.ExperimentAnalysis(result_grid.experiment_path).get_all_configs()
+    # experiment_path is a path on the grid's filesystem: a bucket's has no scheme.
+    configs = tune.ExperimentAnalysis(
+        result_grid.experiment_path,
+        storage_filesystem=result_grid.filesystem).get_all_configs()
     trial_rows, epoch_frames, evaluation_frames = [], [], []
     for result in result_grid:
         trial_id = Path(result.path).name  # see trial_dirname_creator

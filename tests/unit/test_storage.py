@@ -1,4 +1,8 @@
-"""Storage locations: paths and URIs joined as Ray and pyarrow read them."""
+"""Storage locations: paths and URIs joined as Ray and pyarrow read them, and
+the buckets refused before any trial."""
+
+import socket
+import time
 
 import pytest
 
@@ -36,3 +40,53 @@ def test_an_unwritable_storage_is_one_line_before_ray_starts(tmp_path):
     assert "Ray" not in run.stdout  # decided before any Ray started
     assert not (tmp_path / "out").exists()
     assert (tmp_path / "a-file").read_text() == "mine"
+
+
+def _refused_before_ray(run, tmp_path) -> str:
+    """The one line of a sweep refused before Ray started, nothing written."""
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-3000:]
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "Ray" not in run.stdout
+    assert not (tmp_path / "out").exists()
+    return run.stderr
+
+
+@pytest.mark.reliability(fault="a bucket URI whose endpoint nothing answers at",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_store, script):
+    # A port bound but not listening refuses at once, and no one else can take it.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{closed.getsockname()[1]}"
+        uri = f"s3://{s3_store.bucket}/sweeps?endpoint_override={endpoint}&scheme=http"
+        out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+        started = time.monotonic()
+        run = run_script(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
+                         "--storage", uri, env=s3_store.env, timeout_s=120)
+        seconds = time.monotonic() - started
+    line = _refused_before_ray(run, tmp_path)
+    assert f"the store at http://{endpoint} cannot be reached" in line, line
+    assert seconds < 60, seconds  # the probe's timeouts, not the AWS SDK's retries
+
+
+@pytest.mark.reliability(fault="sweep.py: a bucket URI whose bucket does not exist",
+                         lost="nothing")
+def test_a_missing_bucket_is_one_line_and_nothing_is_written(tmp_path, s3_store):
+    uri = s3_store.uri("sweeps").replace(s3_store.bucket, "no-such-bucket")
+    run = run_script("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
+                     "--out", str(tmp_path / "out"), "--storage", uri,
+                     env=s3_store.env, timeout_s=120)
+    line = _refused_before_ray(run, tmp_path)
+    assert f"the bucket 'no-such-bucket' does not exist at http://{s3_store.endpoint}" in line
+    assert s3_store.client.list_buckets()["Buckets"][0]["Name"] == s3_store.bucket
+    assert s3_store.keys() == []
+
+
+def test_the_reachability_probe_reads_pyarrows_options_from_the_query(s3_store):
+    """The probe passes on a bucket that exists, read only: the query's
+    endpoint and scheme reached the filesystem it built."""
+    storage.require_reachable(s3_store.uri("a/b"))
+    assert s3_store.keys() == []
+    assert storage.endpoint(s3_store.uri("a")) == f"http://{s3_store.endpoint}"
+    assert storage.endpoint("s3://bucket/a") == "the s3 service"
