@@ -10,7 +10,7 @@ from helpers import REPO, import_tool
 
 netns_cluster = import_tool("netns_cluster")
 
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not netns_cluster.namespaces_available(),
     reason="a private path needs network and mount namespaces (root)")]
 
