@@ -40,6 +40,8 @@ HEADLINES = {
     "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",
                          "recipe_over_recommended", "target_met"],
     "scaling_model": ["measured_points", "max_abs_error", "target_met"],
+    "placement": [("makespan", "makespan_ratio"), ("one_machine", "max_trials_at_once"),
+                  ("one_machine", "overlapping_trials_sharing_a_node"), "target_met"],
 }
 
 
