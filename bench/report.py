@@ -41,6 +41,8 @@ HEADLINES = {
                          "recipe_over_recommended", "target_met"],
     "scaling_model": ["measured_points", "max_abs_error", "target_met"],
     "memory_format": ["auto_speedup_over_nchw", "auto_chose"],
+    "placement": [("makespan", "makespan_ratio"), ("one_machine", "max_trials_at_once"),
+                  ("one_machine", "overlapping_trials_sharing_a_node"), "target_met"],
 }
 
 

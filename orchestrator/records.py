@@ -37,7 +37,8 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
                  "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
-                 "transport", "model", "device", "devices", "worker_nodes", "status"]
+                 "transport", "model", "device", "devices", "worker_nodes", "status",
+                 "run_started_unix_s", "ended_unix_s"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 

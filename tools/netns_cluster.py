@@ -139,6 +139,16 @@ class NetnsCluster:
         kwargs.setdefault("text", True)
         return subprocess.run(self.command_in(node, argv, kwargs.get("cwd")), **kwargs)
 
+    def kill_node(self, name: str) -> None:
+        """Kill a node outright, as a machine that loses power: its `ray start`'s
+        process group, then every process left in its namespace (Ray's workers
+        among them), all with SIGKILL. Its namespace stays, empty, until `stop`."""
+        assert self.kind == "netns", "killing one node needs namespaces"
+        target = self.node(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(target.pid, signal.SIGKILL)
+        _kill_all_in(target.namespace)
+
     def node_ids(self) -> dict[str, str]:
         """Each node's Ray node id, by node name."""
         if self._fallback is not None:

@@ -103,12 +103,12 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if trackers.tensorboard_command:
             print(trackers.tensorboard_command)  # a line to paste, alone
         started = time.monotonic()
-        calibration = _calibration(request, sweep)
+        calibration = _calibration(request, sweep_plan)
         result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
                                 resume=request.resume, max_hours=request.max_hours,
-                                trackers=trackers)
+                                trackers=trackers, placements=sweep_plan.placements)
         trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
                                               sweep_id=request.sweep_id)
         title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
@@ -138,10 +138,11 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         ray.shutdown()
 
 
-def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
+def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
     """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
     its calibration.json. None for a sweep of one worker count (nothing to model),
     or one told not to calibrate."""
+    sweep = sweep_plan.sweep
     path = request.out_dir / "calibration.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -157,7 +158,8 @@ def _calibration(request: plan.SweepRequest, sweep) -> dict | None:
     try:
         measured = run_calibration(
             sweep, name="calibration",
-            storage_path=train_runs_path(request.storage, request.sweep_id))
+            storage_path=train_runs_path(request.storage, request.sweep_id),
+            placement=(sweep_plan.placements or {}).get(max(sweep.workers)))
     except TrainingFailedError as error:
         print(f"calibration failed, the report will have no scaling model: {error}")
         return None
@@ -198,6 +200,9 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
 
 
 def timing_line(sweep_plan: plan.SweepPlan) -> str:
+    if sweep_plan.placements:
+        return (f"each trial timed on whole nodes of its own, up to "
+                f"{sweep_plan.max_concurrent_trials} trials at a time on disjoint nodes")
     if not sweep_plan.side_by_side:
         return "each trial timed with its nodes to itself"
     return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: epoch "
@@ -217,4 +222,14 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"{train.precision}, {train.num_epochs} epochs of {train.steps_per_epoch} steps"
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
               + (f", last worker slowed {train.straggler_slowdown:g}x"
-                 if train.straggler_slowdown > 1 else ""))
+                 if train.straggler_slowdown > 1 else "")
+              + _placement_part(sweep_plan.placements, train.num_workers))
+
+
+def _placement_part(placements, num_workers: int) -> str:
+    """Where a trial's workers go, when they get whole nodes of their own."""
+    if not placements:
+        return ""
+    where = placements[num_workers]
+    nodes = "1 whole node" if where.num_nodes == 1 else f"{where.num_nodes} whole nodes"
+    return f", on {nodes} ({where.resources_per_worker['CPU']:g} CPUs reserved per worker)"

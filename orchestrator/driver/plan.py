@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.driver import storage
+from orchestrator.driver import placement, storage
 from orchestrator.config.cli import AUTO, config_options, given_flags
 from orchestrator.driver.cluster import Cluster, requested_address
 from orchestrator.config.options import TrainConfig
@@ -54,6 +54,9 @@ class SweepPlan:
     max_concurrent_trials: int
     side_by_side: bool
     """Trials may share a node while timed: their epoch times, and any speedup, compare crowded runs."""
+    placements: dict[int, placement.Placement] | None = None
+    """Per worker count, whole nodes of its own for each trial (placement.py);
+    None: Ray places the workers where they fit."""
 
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -125,16 +128,37 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
     resources = sweep.base.resources_per_worker
-    largest = max(point.train.num_workers for point in sweep.grid)
-    fits = max(1, cluster.max_workers(resources) // largest)
+    worker_counts = sorted({point.train.num_workers for point in sweep.grid})
+    placements = _node_exclusive(cluster, worker_counts, resources)
+    if request.max_concurrent_trials is None and placements is not None:
+        # Every trial on whole nodes of its own: as many at once as there are nodes.
+        return SweepPlan(sweep=sweep, max_concurrent_trials=placements[0],
+                         side_by_side=False, placements=placements[1])
+    fits = max(1, cluster.max_workers(resources) // worker_counts[-1])
     # Trials on one node share its cores, memory bandwidth and PCIe: a speedup
     # (more than one worker count) is measured one trial at a time, unless
     # every node holds one worker at most, so that no two trials share one.
     whole_nodes = max(cluster.node_capacities(resources)) <= 1
-    isolated = fits if whole_nodes or len(set(sweep.workers)) == 1 else 1
+    isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
     concurrent = request.max_concurrent_trials or isolated
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
                      side_by_side=concurrent > 1 and not whole_nodes)
+
+
+def _node_exclusive(cluster: Cluster, worker_counts: list[int], resources: dict[str, float]
+                    ) -> tuple[int, dict[int, placement.Placement]] | None:
+    """(the number of nodes, each worker count's placement on whole nodes), on a
+    cluster of two or more like nodes that holds every count that way; else None
+    (one node, nodes that differ, or a count no even split of whole nodes holds)."""
+    alike = placement.alike_nodes(cluster.node_resources, resources)
+    if alike is None or alike[1] < 2:
+        return None
+    node, num_nodes = alike
+    placements = {count: placement.whole_nodes(node, num_nodes, count, resources)
+                  for count in worker_counts}
+    if None in placements.values():
+        return None
+    return num_nodes, placements
 
 
 def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,

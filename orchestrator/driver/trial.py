@@ -19,6 +19,7 @@ from orchestrator.training import calibration
 from orchestrator import ray_fastpath
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
+from orchestrator.driver.placement import Placement
 from orchestrator.training.worker import calibration_loop_per_worker, train_loop_per_worker
 
 
@@ -59,13 +60,15 @@ class RetryPrinter(UserCallback):
 def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
               storage_path: str | None = None, max_failures: int | None = None,
               callbacks: Sequence[UserCallback] = (),
-              started_at: float | None = None) -> ray.train.Result:
+              started_at: float | None = None,
+              placement: Placement | None = None) -> ray.train.Result:
     """Fit one TorchTrainer; raises ray.train.TrainingFailedError when retries run out.
 
     `data_ref` is Fashion-MNIST in the object store: workers read it from
     there, once per node, whatever node they land on. `max_failures`: None
     means `config.max_failures`. `started_at` (`time.time()`, default now): the
-    start the evaluations' wall seconds count from.
+    start the evaluations' wall seconds count from. `placement`: whole nodes of
+    the trial's own (placement.py); None: Ray puts the workers where they fit.
     """
     if max_failures is None:
         max_failures = config.max_failures
@@ -82,12 +85,13 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
                   # are only disk, and a resumed trial restarts from the newest.
                   checkpoint_config=CheckpointConfig(num_to_keep=1),
                   callbacks=[*callbacks, RetryPrinter(name, max_failures)],
-                  logging_config=LoggingConfig(log_level="WARNING"))).fit()
+                  logging_config=LoggingConfig(log_level="WARNING")), placement).fit()
 
 
-def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str) -> dict:
+def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str,
+                    placement: Placement | None = None) -> dict:
     """The sweep's microbenchmark (calibration.py) on as many workers as its
-    largest trial, placed as that trial's are; returns its measurements."""
+    largest trial, placed as that trial's are (`placement`); returns its measurements."""
     workers = max(point.train.num_workers for point in sweep.grid)
     config = dataclasses.replace(sweep.base, num_workers=workers)
     loop_config = {"train_config": config.to_dict(), "worker_counts": sorted(sweep.workers),
@@ -97,13 +101,19 @@ def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str) -> dict
     run_config = RunConfig(name=name, storage_path=storage_path,
                            failure_config=FailureConfig(max_failures=0),
                            logging_config=LoggingConfig(log_level="WARNING"))
-    return _trainer(calibration_loop_per_worker, config, loop_config, run_config).fit().return_value
+    return _trainer(calibration_loop_per_worker, config, loop_config, run_config,
+                    placement).fit().return_value
 
 
-def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig):
+def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig,
+             placement: Placement | None = None):
+    # Ray's default strategy (PACK) and the workers' own resources, unless placed.
+    where = (dict(resources_per_worker=placement.resources_per_worker,
+                  placement_strategy=placement.strategy) if placement
+             else dict(resources_per_worker=config.resources_per_worker))
     return ray_fastpath.trainer_class()(
         loop, train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
-                                     resources_per_worker=config.resources_per_worker),
+                                     **where),
         torch_config=TorchConfig(backend="nccl" if config.use_gpu else "gloo"),
         run_config=run_config)

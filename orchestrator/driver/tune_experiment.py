@@ -21,6 +21,7 @@ from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage, tracking
 from orchestrator.driver.estimate import PointShape, SweepEstimate
+from orchestrator.driver.placement import Placement
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
@@ -47,7 +48,9 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
     """One Tune trial: fit the TorchTrainer of one grid point."""
     started_at = time.time()  # wall seconds to a target count from here
     train = TrainConfig(**config["point"]["train"])
+    placement = config["point"].get("placement")
     run_trial(train, data_refs[0], started_at=started_at,
+              placement=Placement(**placement) if placement else None,
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
@@ -177,8 +180,12 @@ class TimeToAccuracyASHA(ASHAScheduler):
 def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
               sweep_id: str, max_concurrent: int, resume: bool,
               max_hours: float | None = None,
-              trackers: tracking.Trackers | None = None) -> tune.ResultGrid:
+              trackers: tracking.Trackers | None = None,
+              placements: dict[int, Placement] | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results.
+
+    `placements`: each worker count's whole nodes (placement.py), kept in
+    each trial's config, so that a resumed trial is placed as it was.
 
     `trackers` (tracking.resolve): Tune's logger callbacks for them join the
     run config; a resumed sweep's come back with the rest of its Tune state.
@@ -218,7 +225,8 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
         tuner = tune.Tuner(
             trainable,
             param_space={
-                "point": tune.grid_search([_point_to_dict(point) for point in sweep.grid]),
+                "point": tune.grid_search([_point_to_dict(point, placements)
+                                           for point in sweep.grid]),
                 "storage": storage_path, "sweep_id": sweep_id,
                 # Beside the point, its run's values under their own names: what a
                 # tracker shows as the trial's parameters.
@@ -311,9 +319,11 @@ def _progress_table() -> tune.CLIReporter:
         max_report_frequency=30)
 
 
-def _point_to_dict(point: GridPoint) -> dict:
+def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) -> dict:
+    placement = (placements or {}).get(point.train.num_workers)
     return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
-            "train": point.train.to_dict()}
+            "train": point.train.to_dict(),
+            "placement": placement.to_dict() if placement else None}
 
 
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,

@@ -1,5 +1,6 @@
 """The sweep's PNG plots: accuracy per epoch, speedup, accuracy against lr and
-against training time. Each `plot_*` returns its Figure; `plot_all` saves them.
+against training time, and the trials over wall time per node. Each `plot_*`
+returns its Figure; `plot_all` saves them.
 
 A sweep of 24 trials stays readable: lines are grouped by what changes them,
 colours and line styles stand for the values of an axis (their legend lists
@@ -12,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.records import write_atomically
+from orchestrator.report import timeline
 from orchestrator.report.summary import SCALING_GROUP, SPEEDUP_AXES
 
 PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
-              "test_acc_vs_time.png")
+              "test_acc_vs_time.png", "timeline.png")
 LEGEND_MAX_ENTRIES = 8
 # What a trial runs beside its workers, batch and lr: one row of panels each.
 SETUP_AXES = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown"]
@@ -51,7 +53,8 @@ def plot_all(summary: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFr
     figures = {"test_acc_by_epoch.png": plot_test_acc_by_epoch(summary, epochs),
                "speedup.png": plot_speedup(summary),
                "test_acc_vs_lr.png": plot_test_acc_vs_lr(summary),
-               "test_acc_vs_time.png": plot_test_acc_vs_time(summary, evaluations, target_acc)}
+               "test_acc_vs_time.png": plot_test_acc_vs_time(summary, evaluations, target_acc),
+               "timeline.png": plot_timeline(summary, epochs)}
     for name, figure in figures.items():
         save_png(figure, paths[name])
 
@@ -115,6 +118,42 @@ def plot_test_acc_vs_lr(summary: pd.DataFrame):
         axes.set_xticks(lrs, labels=[f"{lr:g}" for lr in lrs])
         axes.minorticks_off()
     _finish(figure, panels, style, summary, "Test accuracy against learning rate")
+    return figure
+
+
+def plot_timeline(summary: pd.DataFrame, epochs: pd.DataFrame):
+    """Each trial as a bar over the sweep's wall time, on a row per node it ran on
+    (a restarted worker group is a bar of its own), coloured by its workers."""
+    spans = timeline.trial_spans(epochs)
+    workers = summary.set_index("trial_id")["num_workers"]
+    nodes = sorted(spans["node"].unique())
+    figure, axes = pyplot().subplots(figsize=(9, 1.5 + 0.45 * max(1, len(nodes))),
+                                     layout="constrained")
+    if spans.empty:
+        axes.text(0.5, 0.5, "no start and end times recorded", ha="center", va="center",
+                  transform=axes.transAxes)
+        axes.set_axis_off()
+        return figure
+    style = _Style(summary, ["num_workers"], ["num_workers"])
+    origin = spans["start_unix_s"].min()
+    for span in spans.itertuples():
+        start_s, length_s = span.start_unix_s - origin, span.end_unix_s - span.start_unix_s
+        color = style.of({"num_workers": workers.get(span.trial_id, 1)})["color"]
+        axes.barh(nodes.index(span.node), length_s, left=start_s, height=0.6, color=color,
+                  edgecolor="k", linewidth=0.5)
+        # The trial id's own part: Tune's ids share the experiment's prefix.
+        axes.text(start_s + length_s / 2, nodes.index(span.node), span.trial_id.rsplit("_", 1)[-1],
+                  ha="center", va="center", fontsize="x-small")
+    axes.set_yticks(range(len(nodes)), labels=[node[:12] for node in nodes])
+    axes.set(xlabel="wall seconds since the first trial started", ylabel="node")
+    axes.invert_yaxis()
+    axes.grid(axis="x", alpha=0.3)
+    handles = style.handles()
+    if handles:
+        axes.legend(handles=handles, fontsize="small", loc="lower right")
+    at_once = timeline.max_trials_at_once(spans)
+    _suptitle(figure, summary, ["num_workers"],
+              f"Trials over wall time, a row per node (at most {at_once} at once)")
     return figure
 
 

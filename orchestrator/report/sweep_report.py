@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.records import Status, book_line, memory_format_text, write_atomically
-from orchestrator.report import time_to_accuracy
+from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
 from orchestrator.report.summary import STRATEGY_CELL, summarize_trials
@@ -75,9 +75,22 @@ def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
     return paths
 
 
+def _at_once_line(epochs: pd.DataFrame) -> str:
+    """How many trials ran at once, and whether any two shared a node meanwhile."""
+    spans = timeline.trial_spans(epochs)
+    if spans.empty:
+        return "Trials at once: not recorded (no start and end times in epochs.csv)."
+    shared = timeline.shared_nodes(spans)
+    sharing = (f"{len({pair[:2] for pair in shared})} pair(s) of trials shared a node while "
+               f"both ran" if shared else "no two trials shared a node while both ran")
+    return (f"Trials at once: at most {timeline.max_trials_at_once(spans)}, on "
+            f"{spans['node'].nunique()} node(s); {sharing} (`timeline.png`).")
+
+
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
+             _at_once_line(epochs), "",
              "The book's line for each trial (time per epoch is training only), and its memory "
              "format: `auto` times a few steps in each on the workers' devices and takes the "
              "faster (the workers' mean seconds a step).", ""]

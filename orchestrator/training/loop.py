@@ -74,7 +74,10 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     this machine's name); `layout_scope` names the sweep whose timings of the
     memory layouts a node keeps (default: this process's; layout.py).
     """
-    started_at = time.time() if started_at is None else started_at
+    # When this worker group started on its nodes (a restart's is later): with each
+    # epoch's end, it draws the trial on report/timeline.py's time line.
+    run_started_unix_s = time.time()
+    started_at = run_started_unix_s if started_at is None else started_at
     num_workers = get_world_size()
     assert num_workers == config.num_workers, (num_workers, config.num_workers)
     history: list[dict] = []
@@ -130,6 +133,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         "batch_size_per_worker": config.batch_size_per_worker,
         "steps_per_epoch": config.steps_per_epoch,
         "device": str(device), "devices": devices, "worker_nodes": worker_nodes,
+        "run_started_unix_s": run_started_unix_s,
     }
 
     def state_now() -> dict:
@@ -169,6 +173,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         metrics = {"epoch": epoch + 1, **stats, "test_acc": evaluation["test_acc"],
                    "train_s": train_s, "wall_s": evaluation["wall_s"],
                    "eval_time_s": eval_time_s, "end_of_epoch": True, **run_fields,
+                   "ended_unix_s": time.time(),
                    "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
                                       if device.type == "cuda" else None)}
         history.append(metrics)

@@ -41,7 +41,8 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
 def test_trials_share_nothing_when_every_node_holds_one_worker(tmp_path):
     request = _request(tmp_path, "--workers", "1,2", "--use-gpu", "auto")
     fitted = plan.fit_to_cluster(request, _cluster(*[{"CPU": 4.0, "GPU": 1.0}] * 4))
-    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
+    # Each trial on whole nodes of its own (tests/unit/test_placement.py): one per node.
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (4, False)
 
 
 def test_one_worker_count_runs_side_by_side_as_far_as_the_largest_fits(tmp_path):

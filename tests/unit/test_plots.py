@@ -39,6 +39,10 @@ def _sweep(workers=WORKERS, batches=BATCHES, lrs=LRS, syncs=("scratch",)):
         for epoch in (1, 2, 3)
         for rate in [1000 * workers ** (0.6 + batch / 1280) * (1 + lr * (workers - 1) / 4)]])
     epochs["train_s"] = epochs.groupby("trial_id")["epoch_time_s"].cumsum()
+    # One trial after another on one node (timeline.png).
+    epochs["worker_nodes"] = [["node-a"]] * len(epochs)
+    epochs["run_started_unix_s"] = 1.8e9 + 1000.0 * epochs["trial_id"].str[1:].astype(int)
+    epochs["ended_unix_s"] = epochs["run_started_unix_s"] + epochs["train_s"]
     evaluations = epochs[["trial_id", "epoch", "test_acc", "train_s"]].assign(
         wall_s=lambda frame: frame["train_s"] + 2 * frame["epoch"], eval_s=0.5)
     return summarize_trials(trials, epochs, evaluations, target_acc=0.8), epochs, evaluations

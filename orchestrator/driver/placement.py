@@ -1,0 +1,70 @@
+"""Where a trial's workers go: whole nodes of its own, by Ray's placement groups.
+
+On a cluster of like nodes, each worker of a trial asks for its node's whole
+CPU divided by the workers the trial puts there, so that the trial's
+placement group fills every node it uses and no other trial's worker fits
+beside it. A trial that fits in one node packs there (STRICT_PACK); a larger
+one takes the fewest whole nodes that hold it with the same number of
+workers on each (PACK). Ray, not this module, picks the nodes; Tune then runs
+as many trials at once as there are nodes. The reservation is about
+exclusivity: a worker still runs `threads_per_worker` torch threads.
+"""
+
+import math
+from dataclasses import dataclass
+
+# Ray counts resources in units of 1e-4: a share is rounded down to one, so
+# that `workers_per_node` shares never ask for more than the node has.
+RESOURCE_UNIT = 1e-4
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A trial's worker group as Ray Train places it (ScalingConfig's fields)."""
+
+    resources_per_worker: dict[str, float]
+    strategy: str
+    """Ray's placement-group strategy: STRICT_PACK (one node) or PACK (whole nodes)."""
+    num_nodes: int
+    workers_per_node: int
+
+    def to_dict(self) -> dict:
+        return {"resources_per_worker": dict(self.resources_per_worker),
+                "strategy": self.strategy, "num_nodes": self.num_nodes,
+                "workers_per_node": self.workers_per_node}
+
+
+def alike_nodes(node_resources: tuple[dict[str, float], ...],
+                resources_per_worker: dict[str, float]) -> tuple[dict[str, float], int] | None:
+    """The nodes that can hold a worker, if they are alike in what a worker asks
+    for: (one such node's resources, how many nodes); None when they differ."""
+    names = [name for name, amount in resources_per_worker.items() if amount > 0]
+    usable = [node for node in node_resources
+              if all(node.get(name, 0.0) >= resources_per_worker[name] for name in names)]
+    shapes = {tuple(node.get(name, 0.0) for name in names) for node in usable}
+    if len(shapes) != 1:
+        return None
+    return usable[0], len(usable)
+
+
+def whole_nodes(node: dict[str, float], num_nodes: int, num_workers: int,
+                resources_per_worker: dict[str, float]) -> Placement | None:
+    """`num_workers` workers on whole nodes like `node` (of which there are
+    `num_nodes`), the same number on each; None when no such split fits."""
+    capacity = min(math.floor(node.get(name, 0.0) / amount)
+                   for name, amount in resources_per_worker.items() if amount > 0)
+    nodes_needed = math.ceil(num_workers / capacity)
+    # 6 workers on nodes of 4: two nodes of 3, not 4 + 2 (a half-used node
+    # would take another trial's worker).
+    num_nodes_used = next((count for count in range(nodes_needed, num_nodes + 1)
+                           if num_workers % count == 0), None)
+    if num_nodes_used is None:
+        return None
+    workers_per_node = num_workers // num_nodes_used
+    # The node's CPUs shared out; a GPU worker keeps one GPU, since Ray gives
+    # a fractional GPU over 1 no device of its own, and the CPUs keep others off.
+    share = math.floor(node["CPU"] / workers_per_node / RESOURCE_UNIT) * RESOURCE_UNIT
+    resources = {**resources_per_worker, "CPU": round(share, 4)}
+    return Placement(resources_per_worker=resources,
+                     strategy="STRICT_PACK" if num_nodes_used == 1 else "PACK",
+                     num_nodes=num_nodes_used, workers_per_node=workers_per_node)

@@ -1,0 +1,44 @@
+"""Trials on disjoint nodes (driver/placement.py) on a multi-node cluster made
+on this machine: two 1-worker trials run at once, one per worker node; a
+2-worker trial gets both nodes to itself; and from the recorded node ids and
+times no two trials that overlapped shared a node."""
+
+import sys
+
+import pandas as pd
+
+from helpers import REPO
+
+from orchestrator.report import timeline
+
+
+
+def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path):
+    cluster = three_node_cluster
+    out_dir = tmp_path / "out"
+    run = cluster.run_in("head", [
+        sys.executable, "experiments/sweep.py", "--address", cluster.head_address,
+        "--workers", "1,2", "--lr", "0.1,0.2", "--epochs", "1", "--train-limit", "2048",
+        "--test-limit", "500", "--batch-size", "64", "--no-calibrate", "--out", str(out_dir),
+        "--storage", str(tmp_path / "storage")], cwd=REPO, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "4 trial(s), up to 2 at a time:" in run.stdout
+    assert "1 worker(s), global batch 64 (64/worker), lr 0.1" in run.stdout
+    assert "on 1 whole node (1 CPUs reserved per worker)" in run.stdout
+    assert "on 2 whole nodes (1 CPUs reserved per worker)" in run.stdout
+    ids = cluster.node_ids()
+    workers = {ids["w1"], ids["w2"]}
+    trials = pd.read_csv(out_dir / "trials.csv").set_index("trial_id")
+    assert (trials["status"] == "finished").all()
+    for trial_id, row in trials.iterrows():
+        nodes = row["nodes"].split()
+        assert len(nodes) == row["num_workers"] and set(nodes) <= workers, (trial_id, nodes)
+    spans = timeline.trial_spans(pd.read_csv(out_dir / "epochs.csv"))
+    assert set(spans["trial_id"]) == set(trials.index)
+    # The two 1-worker trials, first in the grid, ran together, one per node.
+    assert timeline.max_trials_at_once(spans) >= 2
+    assert timeline.shared_nodes(spans) == []
+    report = (out_dir / "report.md").read_text()
+    assert "each trial timed on whole nodes of its own, up to 2 trials at a time" in report
+    assert "Trials at once: at most 2, on 2 node(s); no two trials shared a node" in report
+    assert (out_dir / "timeline.png").stat().st_size > 5_000
