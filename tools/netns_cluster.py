@@ -79,6 +79,7 @@ class NetnsCluster:
     stay out of /tmp/ray, which other clusters on this machine read."""
     rate: str | None = None
     private_path: str | None = None
+    """Hidden on the private node: a path, or several joined by os.pathsep (as in PATH)."""
     private_node: str | None = None
     kind: str = "netns"
     _fallback: object = field(default=None, repr=False)
@@ -258,8 +259,9 @@ def start_node(cluster: NetnsCluster, node: Node, log_dir: Path) -> subprocess.P
     """`ray start --block` in the node's namespace, in a process group of its own."""
     ray_start = [RAY_CLI, "start", "--block", *ray_start_args(cluster, node)]
     if node.name == cluster.private_node:
-        # A mount namespace of the node's own, where a tmpfs hides the path.
-        script = 'mount -t tmpfs d2l-private "$0" && exec "$@"'
+        # A mount namespace of the node's own, where a tmpfs hides each path.
+        script = ('IFS=:; for hidden in $0; do mount -t tmpfs d2l-private "$hidden" || exit 1; '
+                  'done; exec "$@"')
         ray_start = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                      cluster.private_path, *ray_start]
     env = cluster.env()
@@ -295,8 +297,8 @@ def wait_until_started(cluster: NetnsCluster, node: Node, process: subprocess.Po
 def start(cluster: NetnsCluster) -> None:
     """Make the network and start every node; returns once all have joined."""
     Path(cluster.temp_dir).mkdir(parents=True, exist_ok=True)
-    if cluster.private_path:
-        Path(cluster.private_path).mkdir(parents=True, exist_ok=True)  # a mount point
+    for hidden in cluster.private_path.split(os.pathsep) if cluster.private_path else ():
+        Path(hidden).mkdir(parents=True, exist_ok=True)  # a mount point
     save_state(cluster)  # before anything exists, so `down` finds what a failed `up` made
     make_network(cluster)
     for node in cluster.nodes:
@@ -393,9 +395,9 @@ def netns_cluster(num_nodes: int, cpus_per_node: int, *, head_cpus: int | None =
     """A running cluster of `num_nodes` nodes (the head and workers w1, w2, ...),
     each of `cpus_per_node` CPUs (the head `head_cpus` if given); stopped and
     removed on exit. `rate` caps each node's link (tc's units: "100mbit");
-    `private_path` is hidden under an empty tmpfs on the last node. Without
-    namespaces (or with `use_namespaces=False`): `ray.cluster_utils.Cluster`,
-    which can do neither."""
+    `private_path` (several: joined by os.pathsep) is hidden under an empty
+    tmpfs on the last node. Without namespaces (or with
+    `use_namespaces=False`): `ray.cluster_utils.Cluster`, which can do neither."""
     name = name or f"d2l{os.getpid()}"
     if use_namespaces is None:
         use_namespaces = namespaces_available()
@@ -469,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=2, help="CPUs each node offers Ray")
     parser.add_argument("--head-cpus", type=int, help="CPUs of the head (default --cpus)")
     parser.add_argument("--rate", help="cap each node's link, tc's units (100mbit, 1gbit)")
-    parser.add_argument("--private-path", help="a path the last node sees as an empty tmpfs")
+    parser.add_argument("--private-path", help="a path the last node sees as an empty tmpfs "
+                                               "(several: joined by ':')")
     args = parser.parse_args(argv)
     temp_dir = default_temp_dir(args.name)
     if args.command == "up":

@@ -2,7 +2,8 @@
 
 No address (neither `--address` nor RAY_ADDRESS): an embedded local Ray with
 its dashboard on 127.0.0.1. An address: attach, after a quick reachability
-check, because `ray.init` to an address that does not answer waits minutes.
+check, because `ray.init` to an address that does not answer waits minutes,
+with this package shipped to every node (job_env.py).
 """
 
 import math
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 import ray
 
+from orchestrator.driver import job_env
 from orchestrator.errors import UserError
 
 REACHABILITY_TIMEOUT_S = 5.0
@@ -35,6 +37,8 @@ class Cluster:
     """Total resources of each alive node."""
     token_auth: bool = False
     """Whether the cluster (and so its dashboard) asks for Ray's auth token."""
+    shipped_package: str | None = None
+    """The package folder the job shipped to every node (job_env.py); None if none."""
 
     @property
     def num_cpus(self) -> float:
@@ -110,14 +114,18 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     """Attach to `address`, or start an embedded Ray when it is None."""
     # Imports Ray Train (seconds): only once the input has passed, not with this module.
     from orchestrator import ray_fastpath
+    shipped = None
     if address is None:
         context = _start_embedded(dashboard_host, num_cpus)
     else:
         check_reachable(address)
+        # Reaches every process of this job on every node: Tune's trials,
+        # Train's controllers and workers.
+        runtime_env = job_env.attached_runtime_env(ray_fastpath.job_env_vars(embedded=False))
+        # Before ray.init, which replaces the folder with its package's URI.
+        shipped = (runtime_env.get("py_modules") or [None])[0]
         try:
-            # Reaches every process of this job: Tune's trials, Train's controllers.
-            context = ray.init(address=address, runtime_env={
-                "env_vars": ray_fastpath.job_env_vars(embedded=False)})
+            context = ray.init(address=address, runtime_env=runtime_env)
         except ConnectionError as error:
             hint = ""
             if not os.environ.get(AUTH_MODE_ENV_VAR):
@@ -132,7 +140,8 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
         dashboard_url=f"http://{dashboard}" if dashboard else None,
         node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]),
         # Ray sets it for a cluster it starts, unless the user chose.
-        token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token")
+        token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token",
+        shipped_package=shipped)
 
 
 def _start_embedded(dashboard_host: str, num_cpus: int | None):

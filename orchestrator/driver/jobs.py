@@ -194,6 +194,8 @@ def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
     cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
                                   dashboard_host=args.dashboard_host)
     print(cluster.describe())
+    if cluster.shipped_package:
+        print(f"shipping {cluster.shipped_package} to every node with the job (py_modules)")
     if cluster.dashboard_url:
         print(cluster.dashboard_hint)
     return cluster

@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
-from orchestrator.driver.rundir import check_out_dir, new_sweep_id, require_writable
+from orchestrator.driver.rundir import check_out_dir, new_sweep_id, out_dir_for, require_writable
 from orchestrator.driver import tracking
 
 
@@ -91,7 +90,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         raise UserError(f"--max-concurrent-trials must be >= 1, got {args.max_concurrent_trials}")
     if args.max_hours is not None and not (math.isfinite(args.max_hours) and args.max_hours > 0):
         raise UserError(f"--max-hours must be a finite number > 0, got {args.max_hours}")
-    out_dir = Path(args.out or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out_dir = out_dir_for(args.out, label, args.storage)
     stored = check_out_dir(out_dir, resume=args.resume)
     if stored is not None:
         (sweep, storage_location, sweep_id), gpu_from_cluster, workers_from_cluster = \

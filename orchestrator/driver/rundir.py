@@ -16,15 +16,44 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from pathlib import Path
 
 from orchestrator.config.grid import SweepConfig
+from orchestrator.driver import job_env, storage
 from orchestrator.errors import UserError
 
 SWEEP_FILE = "sweep.json"
 # Bumped by any change that would leave a folder of this format unresumable.
 # 3: `memory_format` replaced `channels_last`; checkpoints hold the layout.
 SWEEP_FORMAT = 3
+TEMPORARY = "a temporary copy that Ray may delete once the job ends"
+
+
+def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Path:
+    """The sweep's folder: `--out` made absolute, by default results/<label>-<time>.
+
+    Under `ray job submit` the working directory is Ray's temporary copy of
+    `--working-dir` in its session folder, which Ray may delete once the job
+    ends (or the head's own folder, without one): a relative `--out` or
+    `--storage` is refused, and the default folder goes under a local
+    `--storage` (<storage>/results/<label>-<time>).
+    """
+    name = f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not job_env.under_ray_job():
+        return Path(out or f"results/{name}").resolve()
+    fix = ("give --out an absolute path on the head node or a shared one, or --storage an "
+           "absolute local path (the results then go to <storage>/results/)")
+    for flag, location in (("--out", out), ("--storage", storage_location)):
+        if location and not storage.is_uri(location) and not Path(location).is_absolute():
+            raise UserError(f"{flag} {location} is relative: under `ray job submit` it would land "
+                            f"in the job's working directory, {TEMPORARY}; {fix}")
+    if out:
+        return Path(out).resolve()
+    if storage_location and not storage.is_uri(storage_location):
+        return Path(storage_location) / "results" / name
+    raise UserError(f"under `ray job submit` the default --out (results/{name}) would land in "
+                    f"the job's working directory, {TEMPORARY}; {fix}")
 
 
 def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str] | None:

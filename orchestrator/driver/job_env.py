@@ -1,0 +1,70 @@
+"""The Ray job this driver makes: what its processes get on every node, and
+whether it runs under `ray job submit`.
+
+Attached to a cluster, the job ships this package with its runtime
+environment (`py_modules`): Ray zips the folder into the cluster's GCS once
+per content and puts it on `sys.path` of every worker of the job, so a node
+without the package installed still runs the trials. Only the package
+travels; its dependencies (torch, Ray) must be installed on every node.
+ORCHESTRATOR_SHIP_CODE=0 ships nothing (the nodes then import their own
+copy). The embedded Ray is this machine: nothing to ship.
+
+Under `ray job submit` the job already has a runtime environment, which
+`ray.init` merges with the one given here and refuses when both set the same
+key or variable: what the submitted job sets is left to it.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import orchestrator
+
+SHIP_CODE_ENV_VAR = "ORCHESTRATOR_SHIP_CODE"
+# Set by Ray's job supervisor for a submitted job's entrypoint (its runtime
+# env and metadata as JSON); the variable `ray.init` itself reads.
+RAY_JOB_CONFIG_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+PACKAGE_DIR = Path(orchestrator.__file__).resolve().parent
+# Bytecode of whichever Python last ran here: the nodes compile their own.
+PACKAGE_EXCLUDES = ["__pycache__"]
+
+
+def under_ray_job() -> bool:
+    """Whether this process is the entrypoint of a job submitted to Ray."""
+    return RAY_JOB_CONFIG_ENV_VAR in os.environ
+
+
+def submitted_runtime_env() -> dict:
+    """The runtime env the submitted job was given (`--working-dir`,
+    `--runtime-env-json`); empty when not under a job."""
+    config = json.loads(os.environ.get(RAY_JOB_CONFIG_ENV_VAR) or "{}")
+    return config.get("runtime_env") or {}
+
+
+def package_to_ship() -> Path | None:
+    """The package folder to ship to an attached cluster, or None when it is
+    switched off or the submitted job carries the package already."""
+    if os.environ.get(SHIP_CODE_ENV_VAR) == "0":
+        return None
+    submitted = submitted_runtime_env()
+    if "py_modules" in submitted:
+        return None  # the submitter chose the code; Ray would refuse a second list
+    # `--working-dir .` from a checkout: the driver imported the package from
+    # the job's copy of that folder (its cwd), which every worker gets too.
+    if submitted.get("working_dir") and PACKAGE_DIR.is_relative_to(Path.cwd().resolve()):
+        return None
+    return PACKAGE_DIR
+
+
+def attached_runtime_env(env_vars: dict[str, str]) -> dict:
+    """`ray.init`'s runtime_env on an attached cluster: `env_vars` for every
+    process and the package, less what a submitted job sets itself."""
+    submitted = submitted_runtime_env()
+    runtime_env = {"env_vars": {name: value for name, value in env_vars.items()
+                                if name not in submitted.get("env_vars", {})}}
+    package = package_to_ship()
+    if package is not None:
+        runtime_env["py_modules"] = [str(package)]
+        if "excludes" not in submitted:
+            runtime_env["excludes"] = PACKAGE_EXCLUDES
+    return runtime_env

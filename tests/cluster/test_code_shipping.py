@@ -1,0 +1,88 @@
+"""Code on every node: attached to a cluster, a sweep ships this package with
+its job (py_modules), so a node that cannot import it still runs the trials;
+without shipping, the same trial fails on that import."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import orchestrator
+from helpers import REPO, import_tool
+
+netns_cluster = import_tool("netns_cluster")
+
+pytestmark = [pytest.mark.skipif(
+    not netns_cluster.namespaces_available(),
+    reason="a node without the package needs a mount namespace (root)")]
+
+PACKAGE_DIR = REPO / "orchestrator"
+TINY = ["--workers", "2", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
+        "--batch-size", "64", "--lr", "0.1", "--no-calibrate", "--max-failures", "0"]
+
+
+@pytest.fixture(scope="module")
+def cluster_without_the_package_on_w2():
+    """A head of no CPU and two 1-CPU worker nodes, w2 without the package: a
+    2-worker trial puts one worker there."""
+    assert orchestrator.__file__ == str(PACKAGE_DIR / "__init__.py")
+    with netns_cluster.netns_cluster(3, 1, head_cpus=0,
+                                     private_path=os.pathsep.join(_package_dirs())) as cluster:
+        yield cluster
+        pids = cluster.pids()
+    assert cluster.leftovers(pids) == ([], [])
+
+
+def _package_dirs() -> list[str]:
+    """Every folder a node's Python could import the package from: the
+    checkout's (the driver's folder, on its workers' sys.path) and the
+    installed one (an editable install may point at another checkout)."""
+    where = "import orchestrator; print(orchestrator.__file__)"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    installed = subprocess.run([sys.executable, "-c", where], capture_output=True, text=True,
+                               cwd="/", env=env)
+    dirs = {str(PACKAGE_DIR)}
+    if installed.returncode == 0:
+        dirs.add(str(Path(installed.stdout.strip()).parent))
+    return sorted(dirs)
+
+
+def _sweep(cluster, tmp_path, name: str, **env):
+    out_dir = tmp_path / name
+    run = cluster.run_in("head", [
+        sys.executable, "experiments/sweep.py", "--address", cluster.head_address, *TINY,
+        "--out", str(out_dir), "--storage", str(tmp_path / f"{name}-storage")],
+        cwd=REPO, env={**cluster.env(), **env}, timeout=600)
+    return run, out_dir
+
+
+def test_a_node_that_cannot_import_the_package_runs_its_worker(
+        cluster_without_the_package_on_w2, tmp_path):
+    cluster = cluster_without_the_package_on_w2
+    imports = [sys.executable, "-c", "import orchestrator.config"]
+    hidden = cluster.run_in("w2", imports, cwd=REPO, timeout=60)
+    assert hidden.returncode != 0
+    assert "No module named 'orchestrator.config'" in hidden.stderr, hidden.stderr
+    assert cluster.run_in("w1", imports, cwd=REPO, timeout=60).returncode == 0
+
+    run, out_dir = _sweep(cluster, tmp_path, "shipped")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"shipping {PACKAGE_DIR} to every node with the job (py_modules)" in run.stdout
+    ids = cluster.node_ids()
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert len(epochs) == 1
+    assert sorted(ast.literal_eval(epochs["worker_nodes"].iloc[0])) == sorted(
+        [ids["w1"], ids["w2"]])
+    assert (out_dir / "report.md").stat().st_size > 0
+
+    # The same trial with nothing shipped: w2's worker cannot import its loop.
+    run, out_dir = _sweep(cluster, tmp_path, "not-shipped", ORCHESTRATOR_SHIP_CODE="0")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "shipping" not in run.stdout
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert trials["status"].tolist() == ["failed"], trials
+    assert "No module named 'orchestrator" in run.stdout + run.stderr
