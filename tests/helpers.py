@@ -3,6 +3,7 @@
 import contextlib
 import importlib.util
 import multiprocessing
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,17 @@ def assert_same_updates(state: dict, reference: dict) -> None:
 
 # The command-line options of a small sweep or training run on real data.
 SMALL = ["--batch-size", "64", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500"]
+
+
+def heavy_imports_of(modules: list[str]) -> list[str]:
+    """Which of torch and ray a fresh interpreter holds after importing `modules`
+    of this checkout (this process has both already)."""
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(' '.join(sorted({name.split('.')[0] for name in sys.modules} & "
+            "{'torch', 'ray'})))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
