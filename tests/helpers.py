@@ -184,3 +184,11 @@ def heavy_imports_of(modules: list[str]) -> list[str]:
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
+
+
+def sweep_on(cluster, *args: str, timeout_s: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    """experiments/sweep.py as a user on a tools/netns_cluster.py cluster's head
+    runs it: inside the head's namespace, attached to the cluster."""
+    return cluster.run_in("head", [sys.executable, "experiments/sweep.py", "--address",
+                                   cluster.head_address, *args],
+                          cwd=REPO, timeout=timeout_s, **kwargs)

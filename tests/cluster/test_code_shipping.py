@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from helpers import REPO, import_tool
+from helpers import REPO, import_tool, sweep_on
 
 netns_cluster = import_tool("netns_cluster")
 
@@ -53,10 +53,8 @@ def _package_dirs() -> list[str]:
 
 def _sweep(cluster, tmp_path, name: str, **env):
     out_dir = tmp_path / name
-    run = cluster.run_in("head", [
-        sys.executable, "experiments/sweep.py", "--address", cluster.head_address, *TINY,
-        "--out", str(out_dir), "--storage", str(tmp_path / f"{name}-storage")],
-        cwd=REPO, env={**cluster.env(), **env}, timeout=600)
+    run = sweep_on(cluster, *TINY, "--out", str(out_dir),
+                   "--storage", str(tmp_path / f"{name}-storage"), env={**cluster.env(), **env})
     return run, out_dir
 
 

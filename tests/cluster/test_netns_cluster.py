@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import REPO, import_tool
+from helpers import import_tool, sweep_on
 
 netns_cluster = import_tool("netns_cluster")
 
@@ -94,11 +94,9 @@ def test_a_two_worker_trial_spans_the_two_worker_nodes_and_says_so(three_node_cl
     out_dir = tmp_path / "out"
     # Every namespace shares this machine's files (no private path here), so
     # a local folder is storage that every node sees.
-    run = cluster.run_in("head", [
-        sys.executable, "experiments/sweep.py", "--address", cluster.head_address,
-        "--workers", "2", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
-        "--batch-size", "64", "--lr", "0.1", "--no-calibrate", "--out", str(out_dir),
-        "--storage", str(tmp_path / "storage")], cwd=REPO, timeout=600)
+    run = sweep_on(cluster, "--workers", "2", "--epochs", "1", "--train-limit", "2048",
+                   "--test-limit", "500", "--batch-size", "64", "--lr", "0.1", "--no-calibrate",
+                   "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"Ray cluster at {cluster.head_address}: 3 node(s), 2 CPUs" in run.stdout
     ids = cluster.node_ids()

@@ -3,12 +3,9 @@ on this machine: two 1-worker trials run at once, one per worker node; a
 2-worker trial gets both nodes to itself; and from the recorded node ids and
 times no two trials that overlapped shared a node."""
 
-import sys
-
 import pandas as pd
 
-from helpers import REPO
-
+from helpers import sweep_on
 from orchestrator.report import timeline
 
 
@@ -16,11 +13,9 @@ from orchestrator.report import timeline
 def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path):
     cluster = three_node_cluster
     out_dir = tmp_path / "out"
-    run = cluster.run_in("head", [
-        sys.executable, "experiments/sweep.py", "--address", cluster.head_address,
-        "--workers", "1,2", "--lr", "0.1,0.2", "--epochs", "1", "--train-limit", "2048",
-        "--test-limit", "500", "--batch-size", "64", "--no-calibrate", "--out", str(out_dir),
-        "--storage", str(tmp_path / "storage")], cwd=REPO, timeout=600)
+    run = sweep_on(cluster, "--workers", "1,2", "--lr", "0.1,0.2", "--epochs", "1",
+                   "--train-limit", "2048", "--test-limit", "500", "--batch-size", "64",
+                   "--no-calibrate", "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "4 trial(s), up to 2 at a time:" in run.stdout
     assert "1 worker(s), global batch 64 (64/worker), lr 0.1" in run.stdout

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, import_tool
+from helpers import REPO, import_tool, sweep_on
 
 netns_cluster = import_tool("netns_cluster")
 
@@ -25,11 +25,9 @@ def test_a_storage_one_node_cannot_see_is_one_line_naming_that_node(tmp_path):
     # The last node sees --out, and so the default storage <out>/ray in it, as an empty tmpfs.
     with netns_cluster.netns_cluster(2, 1, private_path=str(out_dir)) as cluster:
         ids = cluster.node_ids()
-        run = cluster.run_in("head", [
-            sys.executable, "experiments/sweep.py", "--address", cluster.head_address,
-            "--workers", "1", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
-            "--batch-size", "64", "--lr", "0.1", "--no-calibrate", "--out", str(out_dir)],
-            cwd=REPO, timeout=300)
+        run = sweep_on(cluster, "--workers", "1", "--epochs", "1", "--train-limit", "2048",
+                       "--test-limit", "500", "--batch-size", "64", "--lr", "0.1",
+                       "--no-calibrate", "--out", str(out_dir), timeout_s=300)
         assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
         # Ray's own lines on connecting come first; ours is one line, the last.
         line = run.stderr.strip().splitlines()[-1]
