@@ -9,7 +9,6 @@ from helpers import sweep_on
 from orchestrator.report import timeline
 
 
-
 def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path):
     cluster = three_node_cluster
     out_dir = tmp_path / "out"
