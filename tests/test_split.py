@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from helpers import shared_dict
 from orchestrator.training.checkpoint import load_checkpoint
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
+from orchestrator.config.options import TrainConfig
 from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
 from orchestrator.records import epoch_line
@@ -28,7 +28,7 @@ from orchestrator.config.dataset import even_shares
 from orchestrator.training.split import proportional_shares
 from orchestrator.driver.trial import run_trial
 from orchestrator.training.worker import busy_process_on
-from test_equivalence import FP64_RTOL, _config, _run
+from test_equivalence import EXACT_STRATEGIES, FP64_RTOL, _config, _run
 
 UNEVEN_BATCH = 255  # 128 + 127 on 2 workers, 85 each on 3 before the first re-split
 
@@ -93,7 +93,7 @@ def _proportional(num_workers: int, sync: str):
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+@pytest.mark.parametrize("sync", EXACT_STRATEGIES)
 def test_two_workers_with_proportional_shares_match_one_device(ray_session, fashion_mnist_small,
                                                                 one_device_parameters, tmp_path,
                                                                 sync):
@@ -111,7 +111,7 @@ def _three_process_body(rank: int, port: int, dataset, results) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
     try:
-        for sync in SYNC_STRATEGIES:
+        for sync in EXACT_STRATEGIES:
             states = []
             history = run_training(_proportional(3, sync), dataset, device=torch.device("cpu"),
                                    report=lambda metrics, state, *_: states.append(state))
@@ -132,7 +132,7 @@ def three_worker_runs(fashion_mnist_small) -> dict:
 
 # Three processes on the CI's two cores, every strategy: about 20 s, the slow layer's.
 @pytest.mark.cluster
-@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+@pytest.mark.parametrize("sync", EXACT_STRATEGIES)
 def test_three_workers_with_proportional_shares_match_one_device(three_worker_runs,
                                                                   one_device_parameters, sync):
     parameters, history = three_worker_runs[sync]

@@ -32,6 +32,31 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def root_allreduce_(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over all workers as the book's `allreduce` does, in place:
+    worker 0 receives every other worker's copy and adds it, in rank order,
+    then sends the sum back to each in turn. Worker 0 moves 2(k-1) copies, the
+    others 2; a ring moves 2(k-1)/k copies on every worker.
+
+    Blocking sends and receives: gloo completes a point-to-point work only
+    inside `wait()`, so polling it (`wait_busy`) would never end.
+    """
+    num_workers = get_world_size()
+    if num_workers == 1:
+        return tensor
+    if get_rank() == 0:
+        received = torch.empty_like(tensor)
+        for source in range(1, num_workers):
+            dist.recv(received, src=source)
+            tensor += received
+        for destination in range(1, num_workers):
+            dist.send(tensor, dst=destination)
+    else:
+        dist.send(tensor, dst=0)
+        dist.recv(tensor, src=0)
+    return tensor
+
+
 def reduce_scatter_(flat: torch.Tensor) -> torch.Tensor:
     """Sum `flat` over the workers, but only worker r's r-th of k equal parts,
     which it receives in place; the other parts keep this worker's own values.
