@@ -31,6 +31,9 @@ class Status(str, enum.Enum):
 # calibration.json's transport of `sharded`'s two collectives, timed as one:
 # "<group> reduce-scatter + all-gather" (gloo's reduce-scatter is no ring).
 SHARDED_PAIR = "reduce-scatter + all-gather"
+# --sync root's transport, and calibration.json's: "<group> root", the book's
+# allreduce through worker 0 over the group's sends and receives.
+ROOT_FUNNEL = "root"
 # What each epoch row of epochs.csv keeps of a worker's report.
 # sync_in_flight_s: each collective's launch to completion; above sync_time_s (what the
 # steps waited) only where communication ran behind computation (--sync delayed).

@@ -8,7 +8,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from helpers import shared_dict
-from orchestrator.training.calibration import SMALLEST_BYTES, gradient_bytes, layouts_of, measure
+from orchestrator.training.calibration import (SMALLEST_BYTES, gradient_bytes, layouts_of, measure,
+                                              transports_of)
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
@@ -22,7 +23,7 @@ def _body(rank: int, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2)
     results[rank] = measure(TrainConfig(num_workers=2), torch.device("cpu"),
-                            worker_counts=(1, 2), transports=("shared memory", "group"),
+                            worker_counts=(1, 2), transports=("shared memory", "group", "root"),
                             layouts=(("lenet", "fp32", 25.0),), sharded=True)
     dist.destroy_process_group()
 
@@ -33,7 +34,7 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
         mp.spawn(_body, args=(free_local_port(), results), nprocs=2)
         measured = results[0]
     assert measured["num_workers"] == 2 and measured["device"] == "cpu"
-    for transport in ("shared memory", "gloo", "gloo reduce-scatter + all-gather"):
+    for transport in ("shared memory", "gloo", "gloo reduce-scatter + all-gather", "gloo root"):
         samples = [s for s in measured["allreduce"] if s["transport"] == transport]
         sizes = [s["bytes"] for s in samples]
         # From 1 KB by 4x up to 4x the model's bytes.
@@ -57,3 +58,10 @@ def test_the_sweep_names_each_model_precision_and_bucket_cap_once():
     sweep = SweepConfig(base=TrainConfig(bucket_cap_mb=4.0), workers=(1, 2),
                         sync=("scratch", "bucketed"), precision=("fp32", "fp64"))
     assert layouts_of(sweep) == (("lenet", "fp32", 4.0), ("lenet", "fp64", 4.0))
+
+
+def test_the_book_allreduce_is_timed_only_for_a_sweep_that_runs_it():
+    assert transports_of(SweepConfig(sync=("bucketed",))) == ("shared memory", "group")
+    assert transports_of(SweepConfig(sync=("root", "bucketed"))) == (
+        "shared memory", "group", "root")
+    assert transports_of(SweepConfig(sync=("root",))) == ("group", "root")

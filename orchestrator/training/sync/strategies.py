@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from orchestrator.training.sync.collectives import (allreduce_, flat_buckets, get_world_size,
                                                     root_allreduce_, views_like, wait_busy)
+from orchestrator.records import ROOT_FUNNEL
 from orchestrator.training.sync.sharded import ParameterShards
 from orchestrator.training.sync.shm_allreduce import SharedMemoryAllreduce
 from orchestrator.training.timing import DeviceTimer
@@ -47,7 +48,7 @@ def root_transport() -> Transport:
     """The book's allreduce over the process group's sends and receives (`root_allreduce_`)."""
     if get_world_size() == 1:
         return Transport("none", root_allreduce_)
-    return Transport(f"{dist.get_backend()} root", root_allreduce_)
+    return Transport(f"{dist.get_backend()} {ROOT_FUNNEL}", root_allreduce_)
 
 
 def group_transport() -> Transport:
