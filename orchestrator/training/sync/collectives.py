@@ -44,17 +44,25 @@ def root_allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     num_workers = get_world_size()
     if num_workers == 1:
         return tensor
+    # gloo sends only contiguous tensors: a channels-last gradient goes as its memory, flat.
+    flat = tensor.view(-1) if tensor.is_contiguous() else _memory_order(tensor)
     if get_rank() == 0:
-        received = torch.empty_like(tensor)
+        received = torch.empty_like(flat)
         for source in range(1, num_workers):
             dist.recv(received, src=source)
-            tensor += received
+            flat += received
         for destination in range(1, num_workers):
-            dist.send(tensor, dst=destination)
+            dist.send(flat, dst=destination)
     else:
-        dist.send(tensor, dst=0)
-        dist.recv(tensor, src=0)
+        dist.send(flat, dst=0)
+        dist.recv(flat, src=0)
     return tensor
+
+
+def _memory_order(tensor: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's elements as they lie in memory: a flat view of it."""
+    assert tensor.is_contiguous(memory_format=torch.channels_last), list(tensor.stride())
+    return tensor.as_strided((tensor.numel(),), (1,), tensor.storage_offset())
 
 
 def reduce_scatter_(flat: torch.Tensor) -> torch.Tensor:
