@@ -41,6 +41,8 @@ HEADLINES = {
                          "recipe_over_recommended", "target_met"],
     "scaling_model": ["measured_points", "max_abs_error", "target_met"],
     "memory_format": ["auto_speedup_over_nchw", "auto_chose"],
+    "root_vs_ring": [("k2", "root_over_bucketed"), ("k3", "root_over_bucketed"),
+                     ("k4", "root_over_bucketed")],
 }
 
 
