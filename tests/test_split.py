@@ -83,12 +83,12 @@ def _uneven(history: list[dict]) -> bool:
 @pytest.fixture(scope="module")
 def one_device_parameters(fashion_mnist_small) -> dict[str, torch.Tensor]:
     """The reference of every strategy: they are one update on one device."""
-    reference = _config(("scratch", "lenet", UNEVEN_BATCH, "fp64"))
+    reference = _config(("scratch", "lenet", UNEVEN_BATCH, "fp64", "nchw"))
     return _run(reference, fashion_mnist_small)[1]["model"]
 
 
 def _proportional(num_workers: int, sync: str):
-    return _config((sync, "lenet", UNEVEN_BATCH, "fp64"), num_workers=num_workers,
+    return _config((sync, "lenet", UNEVEN_BATCH, "fp64", "nchw"), num_workers=num_workers,
                    split="proportional", split_interval_steps=1)
 
 
