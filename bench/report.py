@@ -43,6 +43,8 @@ HEADLINES = {
     "memory_format": ["auto_speedup_over_nchw", "auto_chose"],
     "placement": [("makespan", "makespan_ratio"), ("one_machine", "max_trials_at_once"),
                   ("one_machine", "overlapping_trials_sharing_a_node"), "target_met"],
+    "root_vs_ring": [("k2", "root_over_bucketed"), ("k3", "root_over_bucketed"),
+                     ("k4", "root_over_bucketed")],
 }
 
 

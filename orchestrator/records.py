@@ -31,9 +31,15 @@ class Status(str, enum.Enum):
 # calibration.json's transport of `sharded`'s two collectives, timed as one:
 # "<group> reduce-scatter + all-gather" (gloo's reduce-scatter is no ring).
 SHARDED_PAIR = "reduce-scatter + all-gather"
+# --sync root's transport, and calibration.json's: "<group> root", the book's
+# allreduce through worker 0 over the group's sends and receives.
+ROOT_FUNNEL = "root"
 # What each epoch row of epochs.csv keeps of a worker's report.
+# sync_in_flight_s: each collective's launch to completion; above sync_time_s (what the
+# steps waited) only where communication ran behind computation (--sync delayed).
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
-                 "samples_per_s", "sync_time_s", "eval_time_s", "train_s", "wall_s",
+                 "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
+                 "wall_s",
                  "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
                  "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",

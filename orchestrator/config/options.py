@@ -18,7 +18,7 @@ from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE, even_shares
 from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
-Sync = Literal["scratch", "bucketed", "ddp", "sharded"]
+Sync = Literal["scratch", "bucketed", "ddp", "sharded", "root", "delayed"]
 Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
 MemoryFormat = Literal["auto", "nchw", "channels-last"]
@@ -53,7 +53,10 @@ class TrainConfig:
     num_epochs: int = option(10, "passes over the training set", flag="--epochs")
     sync: Sync = option("scratch", "gradient sync: scratch (the book's per-tensor allreduce), "
                                    "bucketed (a few flat buffers), ddp (overlapped with backward), "
-                                   "sharded (each worker sums and updates 1/k: ZeRO-1)",
+                                   "sharded (each worker sums and updates 1/k: ZeRO-1), "
+                                   "root (the book's allreduce through worker 0), delayed "
+                                   "(each step's sum overlaps the next step, applied one "
+                                   "step late: 13.6.3)",
                         swept=True)
     split: Split = option("even", "how each global batch is divided: even, or proportional to "
                                   "each worker's measured speed (13.6, exercise 2)", swept=True)

@@ -373,7 +373,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
                     columns=EPOCH_COLUMNS)
                 evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
         if history is not None and "epoch" in history:
-            epoch_frames.append(history[EPOCH_COLUMNS].assign(trial_id=trial_id))
+            epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
         if evaluations is not None and "epoch" in evaluations:
             evaluation_frames.append(evaluations[EVALUATION_COLUMNS].assign(trial_id=trial_id))
     return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),

@@ -5,7 +5,8 @@ Per step on k workers (docs/SCALING_MODEL.md has the derivation):
 
     compute(k) = s1 * largest_shard(k) * contention(k)   # s1: seconds per example, 1 worker
     other      = the 1-worker step's remainder            # optimizer update, slicing: not / k
-    comm(k)    = calls * alpha + volume(k) * bytes / beta # volume 2(k-1)/k for a ring allreduce
+    comm(k)    = calls * alpha + volume(k) * bytes / beta # volume 2(k-1)/k for a ring allreduce;
+                                                          # root: 2(k-1) of each, at worker 0
 
 `s1` and `other` come from the 1-worker trial, `contention` from the calibration's
 concurrent compute, `alpha` and `beta` from its allreduce microbenchmark (per
@@ -22,7 +23,7 @@ import pandas as pd
 
 from orchestrator.config.dataset import even_shares
 from orchestrator.config.options import TrainConfig
-from orchestrator.records import SHARDED_PAIR, Status
+from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, Status
 from orchestrator.report.summary import SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
@@ -50,14 +51,16 @@ INTERCONNECTS = (
 
 def fit_link(transport: str, samples: list[dict]) -> Link:
     """Least squares of `seconds = alpha + 2(k-1)/k * bytes / beta` over the allreduce
-    samples of `transport`, alpha clamped at 0 (refitted through the origin then).
+    samples of `transport` (the book's root funnel: `2(k-1) * (alpha + bytes / beta)`,
+    its messages' own alpha and beta), alpha clamped at 0 (refitted through the origin then).
 
     A slope that is not positive (sizes too close to resolve it) gives an infinite beta.
     """
     own = [s for s in samples if s["transport"] == transport]
-    volume_bytes = np.array([_ring_volume(s["num_workers"]) * s["bytes"] for s in own], float)
+    terms = [_per_call(transport, s["num_workers"]) for s in own]
+    volume_bytes = np.array([volume * s["bytes"] for s, (_, volume) in zip(own, terms)], float)
     seconds = np.array([s["seconds"] for s in own], float)
-    design = np.column_stack([np.ones_like(volume_bytes), volume_bytes])
+    design = np.column_stack([[latencies for latencies, _ in terms], volume_bytes])
     (alpha_s, s_per_byte), *_ = np.linalg.lstsq(design, seconds, rcond=None)
     if alpha_s < 0:
         alpha_s, s_per_byte = 0.0, volume_bytes @ seconds / (volume_bytes @ volume_bytes)
@@ -181,8 +184,11 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
 def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
     """The measured transport `sync` sums over on this cluster: scratch and bucketed
     a node's shared memory where it was measured, ddp the process group's
-    allreduce, sharded the group's reduce-scatter and all-gather."""
+    allreduce, sharded the group's reduce-scatter and all-gather, root the group's
+    sends and receives."""
     group = next((t for t in measured if t in ("gloo", "nccl")), None)
+    if sync == ROOT_FUNNEL and f"{group} {ROOT_FUNNEL}" in measured:
+        return measured[f"{group} {ROOT_FUNNEL}"]
     if sync in ("scratch", "bucketed") and "shared memory" in measured:
         return measured["shared memory"]
     if sync == "sharded" and f"{group} {SHARDED_PAIR}" in measured:
@@ -255,10 +261,16 @@ def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: in
 
 def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> float:
     """Seconds of one step's collectives: a ring allreduce per message, or for sharded
-    a reduce-scatter and an all-gather of the flat parameters, (k-1)/k each."""
+    a reduce-scatter and an all-gather of the flat parameters, (k-1)/k each; for root
+    (the book's allreduce), per tensor worker 0's k-1 receives and k-1 sends, one
+    after another."""
     if num_workers == 1:
         return 0.0
     tensor_bytes = gradient_bytes["tensor_bytes"]
+    if sync == ROOT_FUNNEL:
+        latencies, volume = _per_call(ROOT_FUNNEL, num_workers)
+        return sum(latencies * link.alpha_s + volume * size / link.beta_bytes_per_s
+                   for size in tensor_bytes)
     if sync == "sharded" and SHARDED_PAIR in link.name:
         # Both collectives timed as one call: the pair moves a ring allreduce's bytes.
         messages = [(sum(tensor_bytes), _ring_volume(num_workers))]
@@ -268,6 +280,15 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
         sizes = tensor_bytes if sync == "scratch" else gradient_bytes["bucket_bytes"]
         messages = [(size, _ring_volume(num_workers)) for size in sizes]
     return sum(link.alpha_s + volume * size / link.beta_bytes_per_s for size, volume in messages)
+
+
+def _per_call(transport: str, num_workers: int) -> tuple[float, float]:
+    """(latencies, bytes sent or received per byte summed) of one call on its busiest
+    worker: the book's root funnel, worker 0, 2(k-1) of each (a message at a time);
+    a ring allreduce one alpha per call, 2(k-1)/k bytes."""
+    if transport.endswith(ROOT_FUNNEL):
+        return 2 * (num_workers - 1), 2 * (num_workers - 1)
+    return 1, _ring_volume(num_workers)
 
 
 def _ring_volume(num_workers: int) -> float:
@@ -297,7 +318,7 @@ def plot_scaling_model(axes, result: ScalingResult) -> None:
             continue
         label = f"{link}, {sync}" + (f", {model}" if several_models else "")
         axes.plot(curve["num_workers"], curve["speedup"], linewidth=1, label=label)
-    markers = dict(zip(("scratch", "bucketed", "ddp", "sharded"), "osD^"))
+    markers = dict(zip(("scratch", "bucketed", "ddp", "sharded", "root", "delayed"), "osD^vP"))
     for sync, points in result.validation.groupby("sync"):
         axes.scatter(points["num_workers"], points["measured_speedup"], zorder=3,
                      marker=markers.get(sync, "x"), color="black", label=f"measured, {sync}")

@@ -22,7 +22,8 @@ from orchestrator.records import SHARDED_PAIR
 from orchestrator.training.loop import PARAMETER_DTYPES, to_model_input
 from orchestrator.training.models import NUM_CLASSES, build_model
 from orchestrator.training.sync.collectives import flat_buckets
-from orchestrator.training.sync.strategies import MEGABYTE, group_transport, make_transport
+from orchestrator.training.sync.strategies import (MEGABYTE, group_transport, make_transport,
+                                                   root_transport)
 
 FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
@@ -39,7 +40,8 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
             transports: tuple[str, ...], layouts: tuple[tuple[str, str, float], ...],
             sharded: bool = False) -> dict:
     """The microbenchmark on this worker group (every worker calls it); rank 0's
-    result is the one kept. `transports`: "shared memory" and/or "group";
+    result is the one kept. `transports`: "shared memory", "group" and/or "root" (the
+    book's allreduce through worker 0);
     `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them;
     `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record."""
     model = build_model(config.model, seed=config.seed).to(device)
@@ -47,8 +49,9 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     largest_bytes = min(LARGEST_BYTES, 4 * param_bytes)
     samples = []
     for kind in transports if get_world_size() > 1 else ():
-        transport = (make_transport(device, largest_bytes, shared_memory=True)
-                     if kind == "shared memory" else group_transport())
+        transport = {"shared memory": lambda: make_transport(device, largest_bytes,
+                                                             shared_memory=True),
+                     "group": group_transport, "root": root_transport}[kind]()
         samples += [{"transport": transport.name, "num_workers": get_world_size(),
                      "bytes": nbytes,
                      "seconds": _collective_s(transport.allreduce_, nbytes, device)}
@@ -69,7 +72,8 @@ def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
     """Which transports the sweep's trials sum their gradients over."""
     node_memory = (not sweep.base.use_gpu and sweep.base.shared_memory
                    and bool({"scratch", "bucketed"} & set(sweep.sync)))
-    return ("shared memory", "group") if node_memory else ("group",)
+    return (("shared memory",) if node_memory else ()) + ("group",) + (
+        ("root",) if "root" in sweep.sync else ())
 
 
 def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:

@@ -236,6 +236,13 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             on_evaluation(num_steps, epoch_time_s)
             sync.module.train()
             start = time.perf_counter()
+    # delayed: the epoch's last gradient, still in flight, applied now (if it ran well)
+    if sync.drain() and status == Status.OK:
+        if check.failed():
+            status = Status.DIVERGED
+        else:
+            sync.step(optimizer)
+            sync.zero_grad()
     epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
         status = Status.DIVERGED
@@ -250,6 +257,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "epoch_time_s": epoch_time_s,
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
+        "sync_in_flight_s": sync.in_flight_s,
         "status": status,
         **split.end_epoch(num_steps),
     }

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from helpers import assert_same_parameters, equivalence_config, run_here
+from helpers import EXACT_STRATEGIES, assert_same_parameters, equivalence_config, run_here
 from orchestrator.training.checkpoint import load_checkpoint
-from orchestrator.config.options import SYNC_STRATEGIES
 from orchestrator.training.models import build_model
 from orchestrator.training.sync.shm_allreduce import stores_in_program_order
 from orchestrator.driver.trial import run_trial
@@ -18,7 +17,7 @@ from orchestrator.driver.trial import run_trial
 
 @pytest.mark.parametrize("sync, global_batch_size, precision, shared_memory", [
     # uneven: shards of 128 and 127
-    *[(sync, 255, "fp64", True) for sync in SYNC_STRATEGIES],
+    *[(sync, 255, "fp64", True) for sync in EXACT_STRATEGIES],
     ("bucketed", 255, "fp64", False),  # summed by gloo rather than through shared memory
     ("scratch", 256, "fp64", True),
     ("bucketed", 256, "fp32", True),
@@ -34,7 +33,8 @@ def test_two_ray_workers_match_one_device(ray_session, fashion_mnist_small, tmp_
     assert [row["epoch"] for row in result.return_value] == [1, 2]
     through_memory = (shared_memory and sync in ("scratch", "bucketed")
                       and stores_in_program_order())
-    assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else "gloo")
+    group = "gloo root" if sync == "root" else "gloo"  # the book's allreduce: sends, receives
+    assert result.return_value[-1]["transport"] == ("shared memory" if through_memory else group)
     with result.checkpoint.as_directory() as folder:
         state, _, _ = load_checkpoint(Path(folder))
     assert_same_parameters(state["model"], reference["model"],

@@ -10,10 +10,10 @@ import pytest
 import ray
 import torch
 
-from helpers import (assert_same_updates, one_device_split_reference, proportional_config,
-                     uneven)
+from helpers import (EXACT_STRATEGIES, assert_same_updates, one_device_split_reference,
+                     proportional_config, uneven)
 from orchestrator.training.checkpoint import load_checkpoint
-from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
+from orchestrator.config.options import TrainConfig
 from orchestrator.driver.trial import run_trial
 from orchestrator.training.worker import busy_process_on
 
@@ -24,7 +24,7 @@ def one_device_parameters(fashion_mnist_small) -> dict[str, torch.Tensor]:
     return one_device_split_reference(fashion_mnist_small)
 
 
-@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+@pytest.mark.parametrize("sync", EXACT_STRATEGIES)
 def test_two_workers_with_proportional_shares_match_one_device(ray_session, fashion_mnist_small,
                                                                 one_device_parameters, tmp_path,
                                                                 sync):

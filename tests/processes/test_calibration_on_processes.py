@@ -20,7 +20,7 @@ def _body(rank: int, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2)
     results[rank] = measure(TrainConfig(num_workers=2), torch.device("cpu"),
-                            worker_counts=(1, 2), transports=("shared memory", "group"),
+                            worker_counts=(1, 2), transports=("shared memory", "group", "root"),
                             layouts=(("lenet", "fp32", 25.0),), sharded=True)
     dist.destroy_process_group()
 
@@ -30,7 +30,7 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
         mp.spawn(_body, args=(free_local_port(), results), nprocs=2)
         measured = results[0]
     assert measured["num_workers"] == 2 and measured["device"] == "cpu"
-    for transport in ("shared memory", "gloo", "gloo reduce-scatter + all-gather"):
+    for transport in ("shared memory", "gloo", "gloo reduce-scatter + all-gather", "gloo root"):
         samples = [s for s in measured["allreduce"] if s["transport"] == transport]
         sizes = [s["bytes"] for s in samples]
         # From 1 KB by 4x up to 4x the model's bytes.

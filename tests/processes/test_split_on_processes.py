@@ -14,10 +14,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import (assert_same_updates, one_device_split_reference, proportional_config,
-                     shared_dict, uneven)
+from helpers import (EXACT_STRATEGIES, assert_same_updates, one_device_split_reference,
+                     proportional_config, shared_dict, uneven)
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.config.options import SYNC_STRATEGIES
 from orchestrator.training.loop import run_training
 
 
@@ -33,7 +32,7 @@ def _three_process_body(rank: int, port: int, dataset, results) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
     try:
-        for sync in SYNC_STRATEGIES:
+        for sync in EXACT_STRATEGIES:
             states = []
             history = run_training(proportional_config(3, sync), dataset,
                                    device=torch.device("cpu"),
@@ -54,7 +53,7 @@ def three_worker_runs(fashion_mnist_small) -> dict:
 
 
 # Three processes on the CI's two cores, every strategy: about 20 s.
-@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+@pytest.mark.parametrize("sync", EXACT_STRATEGIES)
 def test_three_workers_with_proportional_shares_match_one_device(three_worker_runs,
                                                                   one_device_parameters, sync):
     parameters, history = three_worker_runs[sync]

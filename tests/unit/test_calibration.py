@@ -5,7 +5,7 @@ the transports on two gloo processes)."""
 import torch
 
 from orchestrator.training import calibration
-from orchestrator.training.calibration import layouts_of, measure
+from orchestrator.training.calibration import layouts_of, measure, transports_of
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
 
@@ -25,3 +25,10 @@ def test_the_sweep_names_each_model_precision_and_bucket_cap_once():
     sweep = SweepConfig(base=TrainConfig(bucket_cap_mb=4.0), workers=(1, 2),
                         sync=("scratch", "bucketed"), precision=("fp32", "fp64"))
     assert layouts_of(sweep) == (("lenet", "fp32", 4.0), ("lenet", "fp64", 4.0))
+
+
+def test_the_book_allreduce_is_timed_only_for_a_sweep_that_runs_it():
+    assert transports_of(SweepConfig(sync=("bucketed",))) == ("shared memory", "group")
+    assert transports_of(SweepConfig(sync=("root", "bucketed"))) == (
+        "shared memory", "group", "root")
+    assert transports_of(SweepConfig(sync=("root",))) == ("group", "root")

@@ -5,15 +5,14 @@ tests/cluster/test_equivalence_on_ray.py (on Ray)."""
 
 import torch
 
-from helpers import LENET_CASES, equivalence_config, run_here
-from orchestrator.config.options import SYNC_STRATEGIES
+from helpers import EXACT_STRATEGIES, LENET_CASES, equivalence_config, run_here
 
 
 def test_one_worker_is_the_same_update_for_every_strategy(fashion_mnist_small):
     case = LENET_CASES[-1]
     want_history, want_state = run_here(equivalence_config(("scratch", *case[1:])),
                                         fashion_mnist_small)
-    for sync in SYNC_STRATEGIES:
+    for sync in EXACT_STRATEGIES:
         history, state = run_here(equivalence_config((sync, *case[1:])), fashion_mnist_small)
         assert [row["train_loss"] for row in history] == [row["train_loss"] for row in want_history]
         for name, want in want_state["model"].items():

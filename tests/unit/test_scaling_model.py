@@ -1,14 +1,17 @@
 """The alpha-beta scaling model on synthetic sweeps generated from known costs;
 LeNet's gradient bytes as the calibration records them."""
 
+import math
+
 import matplotlib
 import pandas as pd
 import pytest
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.training.calibration import gradient_bytes
-from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, contention,
-                                        fit_and_validate, fit_link, plot_scaling_model)
+from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, Link, _comm_s,
+                                               contention, fit_and_validate, fit_link,
+                                               plot_scaling_model)
 
 PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a step
 ALPHA_S, BETA_BYTES_PER_S = 20e-6, 2e9
@@ -206,3 +209,27 @@ def test_sharded_is_predicted_from_its_own_two_collectives_where_they_were_timed
     assert result.validation["error"].abs().max() < 0.01
     own = result.predictions[~result.predictions["link"].isin([link.name for link in INTERCONNECTS])]
     assert set(own["link"]) == {"gloo reduce-scatter + all-gather (measured)"}
+
+
+def test_the_book_allreduce_moves_k_times_a_rings_bytes_through_worker_0():
+    """Root: per tensor worker 0's k-1 receives and k-1 sends, 2(k-1) messages and
+    2(k-1) copies of the bytes; a ring 2(k-1)/k copies: k times fewer bytes."""
+    bytes_only = Link("bytes only", 0.0, BETA_BYTES_PER_S, "test")
+    calls_only = Link("calls only", ALPHA_S, math.inf, "test")
+    for k in (2, 3, 4):
+        ring_s = _comm_s(bytes_only, "scratch", LENET, k)
+        assert _comm_s(bytes_only, "root", LENET, k) == pytest.approx(k * ring_s, rel=1e-12)
+        assert _comm_s(bytes_only, "root", LENET, k) == pytest.approx(
+            2 * (k - 1) * sum(LENET_BYTES) / BETA_BYTES_PER_S, rel=1e-12)
+        assert _comm_s(calls_only, "root", LENET, k) == pytest.approx(
+            2 * (k - 1) * len(LENET_BYTES) * ALPHA_S, rel=1e-12)
+    assert _comm_s(bytes_only, "root", LENET, 1) == 0.0
+
+
+def test_the_root_funnel_is_fitted_per_message():
+    samples = [{"transport": "gloo root", "num_workers": k, "bytes": size,
+                "seconds": 2 * (k - 1) * (ALPHA_S + size / BETA_BYTES_PER_S)}
+               for k in (2, 3) for size in (1024, 16384, 262144)]
+    link = fit_link("gloo root", samples)
+    assert link.alpha_s == pytest.approx(ALPHA_S, rel=1e-6)
+    assert link.beta_bytes_per_s == pytest.approx(BETA_BYTES_PER_S, rel=1e-6)

@@ -32,6 +32,39 @@ def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def root_allreduce_(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over all workers as the book's `allreduce` does, in place:
+    worker 0 receives every other worker's copy and adds it, in rank order,
+    then sends the sum back to each in turn. Worker 0 moves 2(k-1) copies, the
+    others 2; a ring moves 2(k-1)/k copies on every worker.
+
+    Blocking sends and receives: gloo completes a point-to-point work only
+    inside `wait()`, so polling it (`wait_busy`) would never end.
+    """
+    num_workers = get_world_size()
+    if num_workers == 1:
+        return tensor
+    # gloo sends only contiguous tensors: a channels-last gradient goes as its memory, flat.
+    flat = tensor.view(-1) if tensor.is_contiguous() else _memory_order(tensor)
+    if get_rank() == 0:
+        received = torch.empty_like(flat)
+        for source in range(1, num_workers):
+            dist.recv(received, src=source)
+            flat += received
+        for destination in range(1, num_workers):
+            dist.send(flat, dst=destination)
+    else:
+        dist.send(flat, dst=0)
+        dist.recv(flat, src=0)
+    return tensor
+
+
+def _memory_order(tensor: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's elements as they lie in memory: a flat view of it."""
+    assert tensor.is_contiguous(memory_format=torch.channels_last), list(tensor.stride())
+    return tensor.as_strided((tensor.numel(),), (1,), tensor.storage_offset())
+
+
 def reduce_scatter_(flat: torch.Tensor) -> torch.Tensor:
     """Sum `flat` over the workers, but only worker r's r-th of k equal parts,
     which it receives in place; the other parts keep this worker's own values.
