@@ -19,20 +19,20 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn import functional as F
 
-from helpers import shared_dict
+from helpers import (FP64_RTOL, assert_same_parameters, equivalence_config, run_here,
+                     shared_dict)
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training import loop
 from orchestrator.training.loop import run_training, to_model_input
 from orchestrator.training.models import build_model
-from test_equivalence import FP64_RTOL, _assert_same_parameters, _config, _run
 
 MOMENTUM = 0.5  # the delayed gradients go through SGD's momentum too
 CASE = ("delayed", "lenet", 257, "fp64", "nchw")  # 257: uneven shards on 2 and 3 workers
 
 
 def _delayed(**overrides) -> TrainConfig:
-    return _config(CASE, momentum=MOMENTUM, **overrides)
+    return equivalence_config(CASE, momentum=MOMENTUM, **overrides)
 
 
 def one_step_delayed_sgd(config: TrainConfig, dataset) -> dict[str, torch.Tensor]:
@@ -74,14 +74,15 @@ def _initial() -> dict[str, torch.Tensor]:
 
 
 def test_one_worker_is_one_step_delayed_sgd(fashion_mnist_small, reference):
-    history, state = _run(_delayed(), fashion_mnist_small)
+    history, state = run_here(_delayed(), fashion_mnist_small)
     assert [row["sync"] for row in history] == ["delayed"] * 2
     assert [row["transport"] for row in history] == ["none"] * 2
-    _assert_same_parameters(state["model"], reference, _initial(), "fp64")
+    assert_same_parameters(state["model"], reference, _initial(), "fp64")
 
 
 def test_delayed_is_not_plain_sgd(fashion_mnist_small, reference):
-    _, plain = _run(_config(("bucketed", *CASE[1:]), momentum=MOMENTUM), fashion_mnist_small)
+    _, plain = run_here(equivalence_config(("bucketed", *CASE[1:]), momentum=MOMENTUM),
+                        fashion_mnist_small)
     weight = "0.weight"
     initial = _initial()[weight].double()
     update, plain_update = reference[weight] - initial, plain["model"][weight] - initial
@@ -95,7 +96,7 @@ def test_a_resumed_run_starts_a_fresh_pipeline_and_ends_where_it_would_have(fash
     run_training(_delayed(), fashion_mnist_small, device=torch.device("cpu"),
                  report=lambda *checkpoint: reports.append(copy.deepcopy(checkpoint[1:])))
     _, resumed = _run_resumed(_delayed(), fashion_mnist_small, reports[0])
-    _assert_same_parameters(resumed["model"], reference, _initial(), "fp64")
+    assert_same_parameters(resumed["model"], reference, _initial(), "fp64")
 
 
 def _run_resumed(config: TrainConfig, dataset, resume_from) -> tuple[list[dict], dict]:
@@ -114,7 +115,7 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
         loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
         overrides = ({"split": "proportional", "split_interval_steps": 1, "evals_per_epoch": 2}
                      if num_workers == 3 else {})
-        history, state = _run(_delayed(num_workers=num_workers, **overrides), dataset)
+        history, state = run_here(_delayed(num_workers=num_workers, **overrides), dataset)
         if rank == 0:
             results["run"] = (history, state)
     finally:
@@ -133,4 +134,4 @@ def test_k_workers_are_one_step_delayed_sgd(fashion_mnist_small, reference, num_
         assert row["status"] == "ok"
         # The steps waited for part of the sums' time at most; gloo ran the rest behind them.
         assert 0 < row["sync_time_s"] and 0 < row["sync_in_flight_s"], row
-    _assert_same_parameters(state["model"], reference, _initial(), "fp64")
+    assert_same_parameters(state["model"], reference, _initial(), "fp64")
