@@ -15,7 +15,6 @@ import resource
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import ray

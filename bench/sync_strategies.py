@@ -34,7 +34,8 @@ from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator.training.sync.collectives import allreduce_  # noqa: E402
 from orchestrator.training.models import build_model  # noqa: E402
-from orchestrator.training.sync.strategies import GradientSync, ShardedSync, make_sync  # noqa: E402
+from orchestrator.training.sync.base import GradientSync  # noqa: E402
+from orchestrator.training.sync.strategies import ShardedSync, make_sync  # noqa: E402
 
 WORLD_SIZE = 2
 LARGE_MESSAGE_BYTES = 64 * 1024 * 1024

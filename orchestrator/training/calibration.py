@@ -21,9 +21,8 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
 from orchestrator.training.loop import PARAMETER_DTYPES, to_model_input
 from orchestrator.training.models import NUM_CLASSES, build_model
-from orchestrator.training.sync.collectives import flat_buckets
-from orchestrator.training.sync.strategies import (MEGABYTE, group_transport, make_transport,
-                                                   root_transport)
+from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
+                                             root_transport)
 
 FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
@@ -86,16 +85,10 @@ def gradient_bytes(model: str, precision: str, bucket_cap_mb: float) -> dict:
     """What one step's sync sends, as the strategies lay it out: one message per
     parameter tensor (scratch), one per bucket of at most `bucket_cap_mb` (bucketed,
     ddp); sharded's flat buffer is their sum."""
-    parameters = [p for p in build_model(model, seed=0).to(PARAMETER_DTYPES[precision]).parameters()
-                  if p.requires_grad]
-    buckets = flat_buckets(parameters, int(bucket_cap_mb * MEGABYTE))
+    built = build_model(model, seed=0).to(PARAMETER_DTYPES[precision])
     return {"model": model, "precision": precision, "bucket_cap_mb": bucket_cap_mb,
-            "tensor_bytes": [_nbytes(p) for p in parameters],
-            "bucket_bytes": [sum(map(_nbytes, bucket)) for bucket in buckets]}
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
+            "tensor_bytes": [nbytes(p) for p in built.parameters() if p.requires_grad],
+            "bucket_bytes": [sum(map(nbytes, bucket)) for bucket in buckets(built, bucket_cap_mb)]}
 
 
 def _sizes(largest_bytes: int) -> list[int]:

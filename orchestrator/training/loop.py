@@ -25,7 +25,8 @@ from orchestrator.training import layout
 from orchestrator.training.data import FashionMNIST
 from orchestrator.training.models import NUM_CLASSES, build_model
 from orchestrator.training.split import BatchSplit
-from orchestrator.training.sync.strategies import GradientSync, make_sync
+from orchestrator.training.sync.base import GradientSync
+from orchestrator.training.sync.strategies import make_sync
 from orchestrator.training.timing import DeviceTimer
 
 # Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024

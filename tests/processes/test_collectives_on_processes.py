@@ -15,7 +15,8 @@ from orchestrator.driver.cluster import free_local_port
 from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings,
                                                     get_rank, get_world_size)
 from orchestrator.training.sync.shm_allreduce import stores_in_program_order
-from orchestrator.training.sync.strategies import GradientSync, make_sync
+from orchestrator.training.sync.base import GradientSync
+from orchestrator.training.sync.strategies import make_sync
 
 
 def _two_process_body(rank: int, port: int, results) -> None:

@@ -13,7 +13,8 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.records import Status
 from orchestrator.training.loop import DIVERGED_LOSS, run_training
 from orchestrator.training.models import build_model
-from orchestrator.training.sync.strategies import BucketedSync, group_transport
+from orchestrator.training.sync.base import group_transport
+from orchestrator.training.sync.strategies import BucketedSync
 from helpers import REPO
 
 CPU = torch.device("cpu")
