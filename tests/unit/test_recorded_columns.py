@@ -1,0 +1,50 @@
+"""A sweep's files keep their names and columns across versions: the files of
+a sweep recorded before the code moved into subpackages (tests/data/
+exercises-quick, a real `--preset exercises --quick` run) rewritten by today's
+report keep every column they had; new columns may join them."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.records import EPOCH_COLUMNS
+from orchestrator.report import write_sweep_report
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick"
+# What the driver records of each trial before the report summarises it
+# (driver/tune_experiment.collect); seed and warm-up joined trials.csv later.
+TRIAL_COLUMNS = ["trial_id", "part", "model", "sync", "split", "precision", "threads_per_worker",
+                 "straggler_slowdown", "num_workers", "batch_size", "batch_scaling", "base_lr",
+                 "lr", "momentum", "global_batch_size", "batch_size_per_worker",
+                 "steps_per_epoch", "num_epochs", "book_recipe", "error", "early_stopping",
+                 "stop_at_target"]
+# The files the recorded sweep wrote, by name.
+FILES = ["trials.csv", "epochs.csv", "evaluations.csv", "report.md", "answers.md",
+         "scaling_model.csv", "scaling_model.png", "test_acc_by_epoch.png", "speedup.png",
+         "test_acc_vs_lr.png", "test_acc_vs_time.png"]
+
+
+def test_a_recorded_sweep_rewritten_keeps_every_file_and_column(tmp_path):
+    recorded_trials = pd.read_csv(RECORDED / "trials.csv")
+    # As the driver collects them today: the columns recorded since are empty.
+    epochs = pd.read_csv(RECORDED / "epochs.csv").reindex(columns=[*EPOCH_COLUMNS, "trial_id"])
+    evaluations = (epochs[["trial_id", "epoch", "test_acc", "train_s", "wall_s"]]
+                   .assign(eval_s=epochs["eval_time_s"]))
+    trials = recorded_trials[TRIAL_COLUMNS].assign(seed=0, warmup_epochs=0)
+    report = write_sweep_report(
+        tmp_path, trials, epochs, evaluations,
+        json.loads((RECORDED / "calibration.json").read_text()), title_lines=[],
+        target_acc=None, data_note="recorded", use_gpu=False)
+    assert set(FILES) <= {path.name for path in report.paths.values()}
+    for name in ("trials.csv", "epochs.csv"):
+        before = pd.read_csv(RECORDED / name, nrows=0).columns
+        after = pd.read_csv(tmp_path / name, nrows=0).columns
+        assert [column for column in before if column not in after] == [], name
+    rewritten = pd.read_csv(tmp_path / "trials.csv").set_index("trial_id")
+    recorded = recorded_trials.set_index("trial_id")
+    # The same trials, measured the same: the columns carry the same values.
+    assert sorted(rewritten.index) == sorted(recorded.index)
+    for column in ("mean_epoch_time_s", "final_test_acc", "samples_per_s", "status"):
+        assert rewritten[column].sort_index().tolist() == recorded[column].sort_index().tolist(), \
+            column
