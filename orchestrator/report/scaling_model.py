@@ -7,7 +7,7 @@ Per step on k workers (docs/SCALING_MODEL.md has the derivation):
     other      = the 1-worker step's remainder            # optimizer update, slicing: not / k
     comm(k)    = sum over calls of steps(k) * alpha + volume(k) * bytes / beta
 
-with steps(k) and volume(k) the transport's algorithm's (`_per_call`): gloo's ring
+with steps(k) and volume(k) the transport's algorithm's (`per_call`): gloo's ring
 2(k-1) steps and 2(k-1)/k bytes per worker; the book's root funnel 2(k-1) of each
 at worker 0; the node's shared memory two barriers and (5k+1) bytes through the
 node's one memory bandwidth. alpha is fitted per step at the calibration's k; how
@@ -65,7 +65,7 @@ P2_16XLARGE = Link("PCIe 3.0, p2.16xlarge (16 K80)", 10e-6, 12e9,
 
 def fit_link(transport: str, samples: list[dict]) -> Link:
     """Fit `seconds = steps(k) * alpha + volume(k) * bytes / beta` over the allreduce
-    samples of `transport`, steps and volume its algorithm's (`_per_call`), so alpha
+    samples of `transport`, steps and volume its algorithm's (`per_call`), so alpha
     is per step at the calibration's k and its growth with k is the algorithm's.
 
     Robust: least absolute *relative* deviations (iteratively reweighted least
@@ -75,7 +75,7 @@ def fit_link(transport: str, samples: list[dict]) -> Link:
     close to resolve it) gives an infinite beta.
     """
     own = [s for s in samples if s["transport"] == transport]
-    terms = [_per_call(transport, s["num_workers"]) for s in own]
+    terms = [per_call(transport, s["num_workers"]) for s in own]
     volume_bytes = np.array([volume * s["bytes"] for s, (_, volume) in zip(own, terms)], float)
     seconds = np.array([s["seconds"] for s in own], float)
     design = np.column_stack([[steps for steps, _ in terms], volume_bytes])
@@ -333,7 +333,7 @@ def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: in
 
 def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> float:
     """Seconds of one step's collectives: per message the transport's algorithm's
-    steps (each `alpha`) and bytes (`_per_call`); sharded, without its pair timed
+    steps (each `alpha`) and bytes (`per_call`); sharded, without its pair timed
     together, a reduce-scatter and an all-gather of the flat parameters, k-1 steps
     and (k-1)/k bytes each. The per-step alpha was fitted at the calibration's k;
     its k-dependence is the algorithm's: gloo's ring 2(k-1) steps, the root funnel
@@ -343,7 +343,7 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
     tensor_bytes = gradient_bytes["tensor_bytes"]
     # root's algorithm is its own on any link; the others' their link's transport's.
     transport = ROOT_FUNNEL if sync == ROOT_FUNNEL else link.name.removesuffix(" (measured)")
-    steps, volume = _per_call(transport, num_workers)
+    steps, volume = per_call(transport, num_workers)
     if sync == ROOT_FUNNEL:
         sizes = tensor_bytes
     elif sync == "sharded" and SHARDED_PAIR not in link.name:
@@ -356,7 +356,7 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
     return sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in sizes)
 
 
-def _per_call(transport: str, num_workers: int) -> tuple[float, float]:
+def per_call(transport: str, num_workers: int) -> tuple[float, float]:
     """(latency steps, bytes per byte summed) of one call of `transport`'s algorithm
     on `num_workers` workers, on the worker or resource that sets its pace:
 

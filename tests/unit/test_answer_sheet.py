@@ -83,3 +83,13 @@ def test_a_sweep_calibrated_at_every_k_it_validates_says_none_is_held_out():
     assert not sheet.scaling.validation["held_out"].any()
     assert "at a worker count the calibration ran at (2): none is held out" in (
         sheet.model_section)
+
+
+def test_13_6_1s_sixteen_worker_rows_say_which_are_what_ifs():
+    """A named interconnect with this cluster's compute is a what-if, in the table itself."""
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    assert "| this cluster's compute and shared memory (measured) transport |" in sheet.answers
+    assert "| what-if: this cluster's lenet compute, NVLink, 8x H100 (NCCL)'s bandwidth |" in (
+        sheet.answers)
