@@ -93,3 +93,18 @@ def test_13_6_1s_sixteen_worker_rows_say_which_are_what_ifs():
     assert "| this cluster's compute and shared memory (measured) transport |" in sheet.answers
     assert "| what-if: this cluster's lenet compute, NVLink, 8x H100 (NCCL)'s bandwidth |" in (
         sheet.answers)
+
+
+def test_13_6_1_says_whether_its_validation_held_out_any_k():
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    assert "all at worker counts its calibration ran at, so its growth in k is untested" in (
+        sheet.answers)
+    measured = calibration()
+    measured["allreduce"] = [s for s in measured["allreduce"] if s["num_workers"] == 4]
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), measured, data_note="",
+                               use_gpu=False)
+    held_out = sheet.scaling.validation
+    assert (f"the {len(held_out)} at a worker count its calibration did not run at within "
+            in sheet.answers)

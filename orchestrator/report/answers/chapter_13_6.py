@@ -83,8 +83,12 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
                 f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
                 f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
     errors = scaling.validation["error"].abs()
+    held_out = scaling.validation[scaling.validation["held_out"].astype(bool)]
+    growth = (f"; the {len(held_out)} at a worker count its calibration did not run at within "
+              f"{percent(held_out['error'].abs().max())}" if len(held_out) else
+              ", all at worker counts its calibration ran at, so its growth in k is untested")
     validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
-                 f"{percent(errors.max())} (the largest |error|)." if len(errors)
+                 f"{percent(errors.max())} (the largest |error|){growth}." if len(errors)
                  else "No measured epoch time validated the scaling model.")
     predicted = scaling.predictions[scaling.predictions["num_workers"] == PREDICTED_WORKERS]
     if predicted.empty:
