@@ -5,13 +5,19 @@ Per step on k workers (docs/SCALING_MODEL.md has the derivation):
 
     compute(k) = s1 * largest_shard(k) * contention(k)   # s1: seconds per example, 1 worker
     other      = the 1-worker step's remainder            # optimizer update, slicing: not / k
-    comm(k)    = calls * alpha + volume(k) * bytes / beta # volume 2(k-1)/k for a ring allreduce;
-                                                          # root: 2(k-1) of each, at worker 0
+    comm(k)    = sum over calls of steps(k) * alpha + volume(k) * bytes / beta
 
-`s1` and `other` come from the 1-worker trial, `contention` from the calibration's
-concurrent compute, `alpha` and `beta` from its allreduce microbenchmark (per
-transport) or from a named interconnect, `bytes` from the gradient bytes it
-recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
+with steps(k) and volume(k) the transport's algorithm's (`per_call`): gloo's ring
+2(k-1) steps and 2(k-1)/k bytes per worker; the book's root funnel 2(k-1) of each
+at worker 0; the node's shared memory two barriers and (5k+1) bytes through the
+node's one memory bandwidth. alpha is fitted per step at the calibration's k; how
+it grows with k is the algorithm's.
+
+`s1` and `other` come from the 1-worker trial; `contention` from the trials' own
+compute seconds at k where a trial at k exists, else the calibration's concurrent
+compute probe; `alpha` and `beta` from its allreduce microbenchmark (per
+transport, a robust fit) or from a named interconnect, `bytes` from the gradient
+bytes it recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
 bound, since ddp overlaps it with backward. No Ray or torch here.
 """
 
@@ -27,47 +33,72 @@ from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, Status
 from orchestrator.report.summary import SCALING_GROUP, per_worker_values
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
+SHARED_MEMORY = "shared memory"  # calibration.json's name of the node's shared-memory transport
 
 
 @dataclass(frozen=True)
 class Link:
     name: str  # "shared memory (measured)", "gloo (measured)", "10 Gb/s Ethernet", ...
-    alpha_s: float  # seconds per collective call
-    beta_bytes_per_s: float  # effective (bus) bandwidth of a ring allreduce
+    alpha_s: float  # seconds per latency step (a ring step, a message, a barrier)
+    # Bytes per second of the transport's volume: a ring's bus bandwidth; for the
+    # node's shared memory the node's memory bandwidth, shared by its k workers.
+    beta_bytes_per_s: float
     source: str  # where the numbers come from, short; docs/SCALING_MODEL.md in full
 
 
 # Named interconnects for the extrapolation; derivations in docs/SCALING_MODEL.md.
 INTERCONNECTS = (
-    Link("10 Gb/s Ethernet", 100e-6, 0.9 * 1.25e9,
-         "assumed: IEEE 802.3ae line rate 1.25e9 B/s at 90%, 100 us per call (TCP)"),
-    Link("100 Gb/s Ethernet (RDMA)", 50e-6, 0.9 * 12.5e9,
-         "assumed: line rate 12.5e9 B/s at 90%; ~50 us per call as in "
+    Link("10 Gb/s Ethernet", 50e-6, 0.9 * 1.25e9,
+         "assumed: IEEE 802.3ae line rate 1.25e9 B/s at 90%, 50 us per ring step (TCP)"),
+    Link("100 Gb/s Ethernet (RDMA)", 25e-6, 0.9 * 12.5e9,
+         "assumed: line rate 12.5e9 B/s at 90%; ~50 us per 2-node call (2 steps) as in "
          "github.com/NVIDIA/nccl/issues/1244"),
-    Link("NVLink, 8x H100 (NCCL)", 10e-6, 370e9,
-         "ring busbw ~370 GB/s: github.com/NVIDIA/nccl-tests/issues/212; 10 us assumed"),
+    Link("NVLink, 8x H100 (NCCL)", 1e-6, 370e9,
+         "ring busbw ~370 GB/s: github.com/NVIDIA/nccl-tests/issues/212; 1 us a step assumed"),
 )
+# The book's p2.16xlarge: 16 K80 GPUs (8 boards of two) on PCIe 3.0; a ring crosses the
+# host's PCIe switches. Derivation and sources in docs/SCALING_MODEL.md.
+P2_16XLARGE = Link("PCIe 3.0, p2.16xlarge (16 K80)", 10e-6, 12e9,
+                   "assumed: PCIe 3.0 x16 ~12 GB/s effective a direction (15.75 GB/s raw), "
+                   "10 us a step")
 
 
 def fit_link(transport: str, samples: list[dict]) -> Link:
-    """Least squares of `seconds = alpha + 2(k-1)/k * bytes / beta` over the allreduce
-    samples of `transport` (the book's root funnel: `2(k-1) * (alpha + bytes / beta)`,
-    its messages' own alpha and beta), alpha clamped at 0 (refitted through the origin then).
+    """Fit `seconds = steps(k) * alpha + volume(k) * bytes / beta` over the allreduce
+    samples of `transport`, steps and volume its algorithm's (`per_call`), so alpha
+    is per step at the calibration's k and its growth with k is the algorithm's.
 
-    A slope that is not positive (sizes too close to resolve it) gives an infinite beta.
+    Robust: least absolute *relative* deviations (iteratively reweighted least
+    squares), so one slow sample (a 1 KB call of 1.15 ms among 28 us ones) cannot
+    set alpha, and the small sizes weigh as much as the large ones. alpha clamped
+    at 0 (the slope refitted alone then); a slope that is not positive (sizes too
+    close to resolve it) gives an infinite beta.
     """
     own = [s for s in samples if s["transport"] == transport]
-    terms = [_per_call(transport, s["num_workers"]) for s in own]
+    terms = [per_call(transport, s["num_workers"]) for s in own]
     volume_bytes = np.array([volume * s["bytes"] for s, (_, volume) in zip(own, terms)], float)
     seconds = np.array([s["seconds"] for s in own], float)
-    design = np.column_stack([[latencies for latencies, _ in terms], volume_bytes])
-    (alpha_s, s_per_byte), *_ = np.linalg.lstsq(design, seconds, rcond=None)
+    design = np.column_stack([[steps for steps, _ in terms], volume_bytes])
+    alpha_s, s_per_byte = _least_relative_deviations(design, seconds)
     if alpha_s < 0:
-        alpha_s, s_per_byte = 0.0, volume_bytes @ seconds / (volume_bytes @ volume_bytes)
+        alpha_s, (s_per_byte,) = 0.0, _least_relative_deviations(volume_bytes[:, None], seconds)
     workers = ", ".join(str(k) for k in sorted({s["num_workers"] for s in own}))
     return Link(f"{transport} (measured)", float(alpha_s),
-                1.0 / s_per_byte if s_per_byte > 0 else math.inf,
+                float(1.0 / s_per_byte) if s_per_byte > 0 else math.inf,
                 f"measured at the sweep's start, {workers} workers")
+
+
+def _least_relative_deviations(design: np.ndarray, seconds: np.ndarray,
+                               iterations: int = 100) -> np.ndarray:
+    """x minimising sum |design @ x - seconds| / seconds, by iteratively reweighted
+    least squares (a median-like fit: a minority of outliers does not move it)."""
+    rows, target = design / seconds[:, None], np.ones(len(seconds))
+    weights = np.ones(len(seconds))
+    for _ in range(iterations):
+        root = np.sqrt(weights)
+        x, *_ = np.linalg.lstsq(rows * root[:, None], target * root, rcond=None)
+        weights = 1.0 / np.maximum(np.abs(rows @ x - target), 1e-9)
+    return x
 
 
 def contention(calibration: dict, num_workers: int) -> float:
@@ -121,13 +152,17 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     if not samples or singles.empty or "gradient_bytes" not in calibration:
         return None
     measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
-    validation, baselines = [], {}
+    fitted_at = {t: {int(s["num_workers"]) for s in samples if s["transport"] == t}
+                 for t in measured}
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1)]
+    by_trials = trial_contention(candidates, singles, epochs, calibration)
+    validation, baselines = [], {}
     for _, trial in candidates.iterrows():
-        row = _validate(trial, singles, epochs, measured, calibration)
+        row = _validate(trial, singles, epochs, measured, calibration, by_trials)
         if row is not None:
             baseline = row.pop("baseline")
+            row["held_out"] = row["num_workers"] not in fitted_at[row["transport"]]
             validation.append(row)
             baselines.setdefault((baseline.trial["model"], baseline.trial["sync"]), baseline)
     if not baselines:  # no multi-worker trial: predict from each 1-worker one alone
@@ -135,13 +170,14 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
             baselines.setdefault((single["model"], single["sync"]),
                                  _baseline_costs(single, epochs, calibration))
     # On this cluster each strategy sums over the transport it used, its workers
-    # contending as calibrated; on a named interconnect each worker has a device of
-    # its own (an empty calibration: contention 1).
+    # contending as its trials measured (the probe where none ran); on a named
+    # interconnect each worker has a device of its own: contention 1.
     predictions = [_predict_curve(baseline, link, contending)
                    for baseline in baselines.values()
-                   for link, contending in [(_own_link(baseline.trial["sync"], measured),
-                                             calibration),
-                                            *((link, {}) for link in INTERCONNECTS)]
+                   for link, contending in [
+                       (_own_link(baseline.trial["sync"], measured),
+                        _contention_of(baseline.trial, by_trials, calibration)),
+                       *((link, lambda k: 1.0) for link in INTERCONNECTS)]
                    if link is not None]
     links = [*measured.values(), *INTERCONNECTS]
     return ScalingResult(
@@ -150,15 +186,48 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
         predictions=pd.concat(predictions, ignore_index=True))
 
 
+# held_out: the trial's k is not one the calibration fitted its transport at.
+# contention_source: "trials" (the k-worker trials' own compute seconds) or "probe".
 _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
-                       "measured_speedup"]
+                       "measured_speedup", "held_out", "contention", "contention_source"]
+
+
+def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
+                     calibration: dict) -> dict[tuple, float]:
+    """{(model, threads_per_worker, k): contention} read from the trials' own compute
+    seconds: a k-worker trial's slowest rank's compute seconds per example of its
+    shard, over its 1-worker baseline's per example; the median over the trials."""
+    ratios: dict[tuple, list[float]] = {}
+    for _, trial in trials.iterrows():
+        single = _baseline_trial(trial, singles)
+        history = _steady(epochs[epochs["trial_id"] == trial["trial_id"]])
+        values = history["worker_compute_s"].map(per_worker_values)
+        if single is None or history.empty or values.map(lambda v: v is None).any():
+            continue
+        baseline = _baseline_costs(single, epochs, calibration)
+        per_example_s = (values.map(max) / (int(trial["steps_per_epoch"])
+                                            * int(trial["batch_size_per_worker"]))).median()
+        key = (trial["model"], trial["threads_per_worker"], int(trial["num_workers"]))
+        ratios.setdefault(key, []).append(per_example_s / baseline.per_example_s)
+    return {key: float(np.median(values)) for key, values in ratios.items()}
+
+
+def _contention_of(trial: pd.Series, by_trials: dict[tuple, float], calibration: dict):
+    """k -> contention for `trial`'s model and threads: its trials' where they ran
+    at k, the calibration's probe for counts not run."""
+    def at(num_workers: int) -> float:
+        key = (trial["model"], trial["threads_per_worker"], num_workers)
+        return by_trials.get(key, contention(calibration, num_workers))
+    return at
 
 
 def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
-              measured: dict[str, Link], calibration: dict) -> dict | None:
+              measured: dict[str, Link], calibration: dict,
+              by_trials: dict[tuple, float]) -> dict | None:
     """The trial's predicted against its measured epoch, or None if it has no
-    baseline or its transport was not calibrated."""
+    baseline or its transport was not calibrated. Of the trial itself only its plan,
+    transport and (through `by_trials`) its compute seconds are used."""
     history = epochs[epochs["trial_id"] == trial["trial_id"]]
     transport = next((t for t in history["transport"] if t != "none"), None)
     single = _baseline_trial(trial, singles)
@@ -168,9 +237,10 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
         return None
     baseline = _baseline_costs(single, epochs, calibration)
     num_workers = int(trial["num_workers"])
+    key = (trial["model"], trial["threads_per_worker"], num_workers)
+    factor = _contention_of(trial, by_trials, calibration)(num_workers)
     step = _step_s(baseline, measured[transport], num_workers,
-                   int(trial["batch_size_per_worker"]), contention(calibration, num_workers))
-    # Only the trial's own plan (steps, shard) and transport name: never its timings.
+                   int(trial["batch_size_per_worker"]), factor)
     predicted_s = int(trial["steps_per_epoch"]) * sum(step)
     measured_s = _steady(history)["epoch_time_s"].median()
     return {"trial_id": trial["trial_id"], "model": trial["model"], "sync": trial["sync"],
@@ -178,7 +248,9 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "global_batch_size": int(trial["global_batch_size"]),
             "measured_epoch_s": measured_s, "predicted_epoch_s": predicted_s,
             "error": (predicted_s - measured_s) / measured_s,
-            "measured_speedup": baseline.epoch_s / measured_s, "baseline": baseline}
+            "measured_speedup": baseline.epoch_s / measured_s, "contention": factor,
+            "contention_source": "trials" if key in by_trials else "probe",
+            "baseline": baseline}
 
 
 def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
@@ -189,8 +261,8 @@ def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
     group = next((t for t in measured if t in ("gloo", "nccl")), None)
     if sync == ROOT_FUNNEL and f"{group} {ROOT_FUNNEL}" in measured:
         return measured[f"{group} {ROOT_FUNNEL}"]
-    if sync in ("scratch", "bucketed") and "shared memory" in measured:
-        return measured["shared memory"]
+    if sync in ("scratch", "bucketed") and SHARED_MEMORY in measured:
+        return measured[SHARED_MEMORY]
     if sync == "sharded" and f"{group} {SHARDED_PAIR}" in measured:
         return measured[f"{group} {SHARDED_PAIR}"]
     return measured.get(group)
@@ -223,11 +295,11 @@ def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) 
                      other_s.median(), history["epoch_time_s"].median(), recorded[layout])
 
 
-def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.DataFrame:
+def _predict_curve(baseline: _Baseline, link: Link, contending) -> pd.DataFrame:
     """Both of 13.5.1's ways to add workers, from the baseline's global batch b:
     "global" keeps it (shard b/k, 13.5's experiment), "per-worker" gives each worker
     b (global k*b, 13.6's, and 1/k of the steps). Speedup is the epoch's.
-    An empty `calibration` means contention 1: each worker on a device of its own."""
+    `contending(k)`: the contention at k (1.0: each worker on a device of its own)."""
     trial = baseline.trial
     batch, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
     rows = []
@@ -236,7 +308,7 @@ def _predict_curve(baseline: _Baseline, link: Link, calibration: dict) -> pd.Dat
             global_batch_size = batch if scaling == "global" else k * batch
             largest_shard = max(even_shares(global_batch_size, k))
             compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
-                                                 contention(calibration, k))
+                                                 contending(k))
             # The same examples per epoch: fewer, larger steps with a larger global batch.
             num_steps = steps * batch / global_batch_size
             rows.append({"link": link.name, "model": trial["model"], "sync": trial["sync"],
@@ -260,35 +332,50 @@ def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: in
 
 
 def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> float:
-    """Seconds of one step's collectives: a ring allreduce per message, or for sharded
-    a reduce-scatter and an all-gather of the flat parameters, (k-1)/k each; for root
-    (the book's allreduce), per tensor worker 0's k-1 receives and k-1 sends, one
-    after another."""
+    """Seconds of one step's collectives: per message the transport's algorithm's
+    steps (each `alpha`) and bytes (`per_call`); sharded, without its pair timed
+    together, a reduce-scatter and an all-gather of the flat parameters, k-1 steps
+    and (k-1)/k bytes each. The per-step alpha was fitted at the calibration's k;
+    its k-dependence is the algorithm's: gloo's ring 2(k-1) steps, the root funnel
+    2(k-1) messages, the shared memory two barriers whatever k."""
     if num_workers == 1:
         return 0.0
     tensor_bytes = gradient_bytes["tensor_bytes"]
+    # root's algorithm is its own on any link; the others' their link's transport's.
+    transport = ROOT_FUNNEL if sync == ROOT_FUNNEL else link.name.removesuffix(" (measured)")
+    steps, volume = per_call(transport, num_workers)
     if sync == ROOT_FUNNEL:
-        latencies, volume = _per_call(ROOT_FUNNEL, num_workers)
-        return sum(latencies * link.alpha_s + volume * size / link.beta_bytes_per_s
-                   for size in tensor_bytes)
-    if sync == "sharded" and SHARDED_PAIR in link.name:
-        # Both collectives timed as one call: the pair moves a ring allreduce's bytes.
-        messages = [(sum(tensor_bytes), _ring_volume(num_workers))]
-    elif sync == "sharded":
-        messages = [(sum(tensor_bytes), (num_workers - 1) / num_workers)] * 2
+        sizes = tensor_bytes
+    elif sync == "sharded" and SHARDED_PAIR not in link.name:
+        return 2 * ((num_workers - 1) * link.alpha_s + (num_workers - 1) / num_workers
+                    * sum(tensor_bytes) / link.beta_bytes_per_s)
+    elif sync == "sharded":  # both collectives timed as one call: a ring allreduce's bytes
+        sizes = [sum(tensor_bytes)]
     else:
         sizes = tensor_bytes if sync == "scratch" else gradient_bytes["bucket_bytes"]
-        messages = [(size, _ring_volume(num_workers)) for size in sizes]
-    return sum(link.alpha_s + volume * size / link.beta_bytes_per_s for size, volume in messages)
+    return sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in sizes)
 
 
-def _per_call(transport: str, num_workers: int) -> tuple[float, float]:
-    """(latencies, bytes sent or received per byte summed) of one call on its busiest
-    worker: the book's root funnel, worker 0, 2(k-1) of each (a message at a time);
-    a ring allreduce one alpha per call, 2(k-1)/k bytes."""
+def per_call(transport: str, num_workers: int) -> tuple[float, float]:
+    """(latency steps, bytes per byte summed) of one call of `transport`'s algorithm
+    on `num_workers` workers, on the worker or resource that sets its pace:
+
+    - the book's root funnel ("<group> root"): worker 0 receives k-1 messages,
+      then sends k-1, one after another: 2(k-1) steps and 2(k-1) copies of the bytes;
+    - the node's shared memory (training/sync/shm_allreduce.py): two barriers per
+      call whatever k; each of the k workers copies its tensor in (n read, n
+      written), sums its 1/k of the k slots (n read, n/k written) and copies the
+      result out (n read, n written): 5n + n/k each, (5k+1) n through the node's
+      one memory bandwidth, which the k workers share;
+    - gloo's (and NCCL's) allreduce, a ring: reduce-scatter then all-gather, 2(k-1)
+      steps, 2(k-1)/k bytes sent per worker; sharded's pair as one call likewise
+      (its all-gather is a ring; its reduce-scatter's k-1 steps are assumed).
+    """
     if transport.endswith(ROOT_FUNNEL):
         return 2 * (num_workers - 1), 2 * (num_workers - 1)
-    return 1, _ring_volume(num_workers)
+    if transport == SHARED_MEMORY:
+        return 2, 5 * num_workers + 1
+    return 2 * (num_workers - 1), _ring_volume(num_workers)
 
 
 def _ring_volume(num_workers: int) -> float:

@@ -55,3 +55,56 @@ def test_a_calibration_without_gradient_bytes_gives_no_model_and_says_so(tmp_pat
     assert sheet.scaling is None
     assert "records no gradient bytes" in sheet.model_section
     assert sorted(answer_sheet.write(tmp_path, sheet)) == ["answers.md"]
+
+
+def test_the_model_section_gives_the_held_out_points_error_apart():
+    """Calibrated at 4 workers only: the sweep's 2-worker points are held out, and the
+    section states their largest error on its own."""
+    summary = _summary()
+    measured = calibration()
+    measured["allreduce"] = [s for s in measured["allreduce"] if s["num_workers"] == 4]
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), measured, data_note="",
+                               use_gpu=False)
+    validation = sheet.scaling.validation
+    held_out = validation[validation["num_workers"] != 4]
+    assert not held_out.empty and held_out["held_out"].all()
+    match = re.search(r"Held out \(k = ([\d, ]+), not the calibration's\): (\d+) point\(s\), "
+                      r"the largest error ([\d.]+)%", sheet.model_section)
+    assert match[1] == ", ".join(str(k) for k in sorted(held_out["num_workers"].unique()))
+    assert int(match[2]) == len(held_out)
+    assert float(match[3]) == round(100 * held_out["error"].abs().max(), 1)
+
+
+def test_a_sweep_calibrated_at_every_k_it_validates_says_none_is_held_out():
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    assert set(sheet.scaling.validation["num_workers"]) == {2}  # calibrated at 2 and 4
+    assert not sheet.scaling.validation["held_out"].any()
+    assert "at a worker count the calibration ran at (2): none is held out" in (
+        sheet.model_section)
+
+
+def test_13_6_1s_sixteen_worker_rows_say_which_are_what_ifs():
+    """A named interconnect with this cluster's compute is a what-if, in the table itself."""
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    assert "| this cluster's compute and shared memory (measured) transport |" in sheet.answers
+    assert "| what-if: this cluster's lenet compute, NVLink, 8x H100 (NCCL)'s bandwidth |" in (
+        sheet.answers)
+
+
+def test_13_6_1_says_whether_its_validation_held_out_any_k():
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    assert "all at worker counts its calibration ran at, so its growth in k is untested" in (
+        sheet.answers)
+    measured = calibration()
+    measured["allreduce"] = [s for s in measured["allreduce"] if s["num_workers"] == 4]
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), measured, data_note="",
+                               use_gpu=False)
+    held_out = sheet.scaling.validation
+    assert (f"the {len(held_out)} at a worker count its calibration did not run at within "
+            in sheet.answers)

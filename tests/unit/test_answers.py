@@ -95,7 +95,8 @@ def _scaling() -> SimpleNamespace:
     validation = pd.DataFrame({"trial_id": ["b1", "b2"], "model": "lenet", "sync": "bucketed",
                                "transport": "shared memory", "num_workers": [1, 2],
                                "global_batch_size": 256, "measured_epoch_s": [16.9, 9.6],
-                               "predicted_epoch_s": [17.0, 9.1], "error": [0.006, -0.052]})
+                               "predicted_epoch_s": [17.0, 9.1], "error": [0.006, -0.052],
+                               "held_out": False})
     return SimpleNamespace(validation=validation, predictions=predictions,
                            links=pd.DataFrame({"link": links}))
 

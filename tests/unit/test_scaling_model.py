@@ -21,10 +21,20 @@ LENET = gradient_bytes("lenet", "fp32", TrainConfig.bucket_cap_mb)
 LENET_BYTES = LENET["tensor_bytes"]
 
 
-def allreduce_samples(alpha_s: float, beta: float, transport: str = "shared memory") -> list[dict]:
+def call_s(transport: str, k: int, size: int, alpha_s: float, beta: float) -> float:
+    """One call as each transport's algorithm costs it: the node's shared memory two
+    barriers and (5k+1) bytes through one memory bandwidth; a ring (gloo) 2(k-1)
+    steps and 2(k-1)/k bytes."""
+    if transport == "shared memory":
+        return 2 * alpha_s + (5 * k + 1) * size / beta
+    return 2 * (k - 1) * alpha_s + 2 * (k - 1) / k * size / beta
+
+
+def allreduce_samples(alpha_s: float, beta: float, transport: str = "shared memory",
+                      workers: tuple[int, ...] = (2, 4)) -> list[dict]:
     return [{"transport": transport, "num_workers": k, "bytes": size,
-             "seconds": alpha_s + 2 * (k - 1) / k * size / beta}
-            for k in (2, 4) for size in (1024, 16384, 262144, 4 * 1024 * 1024)]
+             "seconds": call_s(transport, k, size, alpha_s, beta)}
+            for k in workers for size in (1024, 16384, 262144, 4 * 1024 * 1024)]
 
 
 def calibration() -> dict:
@@ -40,7 +50,7 @@ def comm_per_step_s(sync: str, k: int) -> float:
     if k == 1:
         return 0.0
     sizes = LENET_BYTES if sync == "scratch" else [sum(LENET_BYTES)]
-    return sum(ALPHA_S + 2 * (k - 1) / k * size / BETA_BYTES_PER_S for size in sizes)
+    return sum(call_s("shared memory", k, size, ALPHA_S, BETA_BYTES_PER_S) for size in sizes)
 
 
 def expected_epoch_s(sync: str, k: int) -> float:
@@ -197,7 +207,8 @@ def test_sharded_is_predicted_from_its_own_two_collectives_where_they_were_timed
     measured["allreduce"] = (allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, "gloo")
                              + allreduce_samples(pair_alpha_s, pair_beta,
                                                  "gloo reduce-scatter + all-gather"))
-    comm_s = pair_alpha_s + 2 * (2 - 1) / 2 * sum(LENET_BYTES) / pair_beta
+    comm_s = call_s("gloo reduce-scatter + all-gather", 2, sum(LENET_BYTES), pair_alpha_s,
+                    pair_beta)
     single, single_epochs = trial("one", "sharded", 1)
     row, epochs = trial("two", "sharded", 2)
     epoch_s = STEPS * (PER_EXAMPLE_S * (GLOBAL_BATCH // 2) * CONTENTION[2] + OTHER_S + comm_s)
@@ -233,3 +244,76 @@ def test_the_root_funnel_is_fitted_per_message():
     link = fit_link("gloo root", samples)
     assert link.alpha_s == pytest.approx(ALPHA_S, rel=1e-6)
     assert link.beta_bytes_per_s == pytest.approx(BETA_BYTES_PER_S, rel=1e-6)
+
+
+def test_a_rings_latency_grows_2_k_minus_1_and_shared_memorys_does_not():
+    """The per-step alpha is fitted at the calibration's k; how many steps a call takes
+    at other k is the algorithm's: gloo's ring 2(k-1), the shared memory 2 barriers,
+    its bytes (5k+1) through the node's one memory bandwidth."""
+    ring = Link("gloo (measured)", ALPHA_S, math.inf, "test")
+    buckets = len(LENET["bucket_bytes"])
+    assert _comm_s(ring, "bucketed", LENET, 4) - _comm_s(ring, "bucketed", LENET, 2) == (
+        pytest.approx((6 - 2) * buckets * ALPHA_S, rel=1e-12))
+    assert _comm_s(ring, "bucketed", LENET, 16) == pytest.approx(30 * buckets * ALPHA_S)
+    shm_calls = Link("shared memory (measured)", ALPHA_S, math.inf, "test")
+    assert _comm_s(shm_calls, "bucketed", LENET, 16) == pytest.approx(2 * buckets * ALPHA_S)
+    shm_bytes = Link("shared memory (measured)", 0.0, BETA_BYTES_PER_S, "test")
+    assert _comm_s(shm_bytes, "bucketed", LENET, 4) == pytest.approx(
+        21 * sum(LENET_BYTES) / BETA_BYTES_PER_S)
+
+
+def test_a_ring_fitted_at_2_workers_predicts_4():
+    link = fit_link("gloo", allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, "gloo", workers=(2,)))
+    assert link.alpha_s == pytest.approx(ALPHA_S, rel=1e-3)
+    size = sum(LENET_BYTES)
+    assert _comm_s(link, "bucketed", LENET, 4) == pytest.approx(
+        call_s("gloo", 4, size, ALPHA_S, BETA_BYTES_PER_S), rel=1e-3)
+
+
+def test_one_outlier_sample_does_not_set_the_fit():
+    """The issue's case: a 1 KB call of 1.15 ms among ones of tens of microseconds."""
+    samples = [{"transport": "shared memory", "num_workers": 2, "bytes": 1024 * 4 ** i,
+                "seconds": call_s("shared memory", 2, 1024 * 4 ** i, ALPHA_S, BETA_BYTES_PER_S)}
+               for i in range(8)]
+    samples[0]["seconds"] = 1.15e-3
+    link = fit_link("shared memory", samples)
+    assert link.alpha_s == pytest.approx(ALPHA_S, rel=0.05)
+    assert link.beta_bytes_per_s == pytest.approx(BETA_BYTES_PER_S, rel=0.05)
+
+
+def _slower_trial(trial_id: str, k: int, factor: float):
+    """A bucketed trial whose workers computed `factor` x the calibration's contention."""
+    row, epochs = trial(trial_id, "bucketed", k)
+    extra_s = STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // k) * CONTENTION[k] * (factor - 1)
+    for epoch in epochs:
+        values = [float(v) * factor for v in epoch["worker_compute_s"].strip("[]").split(",")]
+        epoch["worker_compute_s"] = f"[{', '.join(f'{v:.9g}' for v in values)}]"
+        epoch["epoch_time_s"] += extra_s * (1.5 if epoch["epoch"] == 1 else 1.0)
+    return row, epochs
+
+
+def test_contention_is_the_trials_own_where_one_ran_and_the_probe_elsewhere():
+    """The probe says 1.1x at 2 workers; the 2-worker trial's own compute seconds
+    1.1 * 0.9 = 0.99x: the trial's is used (and predicts it), the probe at 4."""
+    summary, epochs = sweep(trial("one", "bucketed", 1), _slower_trial("two", 2, 0.9))
+    result = fit_and_validate(summary, epochs, calibration())
+    (row,) = result.validation.to_dict("records")
+    assert row["contention_source"] == "trials"
+    assert row["contention"] == pytest.approx(1.1 * 0.9)
+    assert abs(row["error"]) < 0.01
+    curve = result.predictions[(result.predictions["link"] == "shared memory (measured)")
+                               & (result.predictions["batch_scaling"] == "global")
+                               ].set_index("num_workers")["compute_s"]
+    assert curve[2] == pytest.approx(STEPS * PER_EXAMPLE_S * GLOBAL_BATCH / 2 * 0.99)
+    assert curve[4] == pytest.approx(STEPS * PER_EXAMPLE_S * GLOBAL_BATCH / 4 * 1.3)
+
+
+def test_points_at_a_k_the_calibration_did_not_run_are_labelled_held_out():
+    measured = calibration()
+    measured["allreduce"] = allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, workers=(2,))
+    summary, epochs = sweep(*(trial(f"bucketed-{k}", "bucketed", k) for k in (1, 2, 4)))
+    result = fit_and_validate(summary, epochs, measured)
+    held_out = result.validation.set_index("num_workers")["held_out"]
+    assert held_out.to_dict() == {2: False, 4: True}
+    # Fitted at 2 workers, the model predicts 4 (the sweep was generated by it).
+    assert result.validation["error"].abs().max() < 0.01

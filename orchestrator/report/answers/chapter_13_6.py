@@ -8,6 +8,7 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND
                                        one_worker_count, part_trials, percent, seeds_text,
                                        timed, transports_differ, within_noise)
 from orchestrator.records import Status
+from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
 
@@ -39,7 +40,41 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     else:
         paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
                       f"`{GPU_COMMAND}` trains it."]
-    return paragraphs + _sixteen_workers(scaling, rule_held_up_to)
+    return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
+        scaling, rule_held_up_to)
+
+
+def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
+    """ResNet-18's own 44.7 MB a step on 16 GPUs, from its measured compute where this
+    sweep trained it, else the book's (cited); and the model against the book's 2 GPUs."""
+    table = resnet.sixteen_gpu_rows(summary, use_gpu)
+    check = resnet.book_check()
+    measured = resnet.measured_compute(summary, use_gpu)
+    compute = ("this sweep's own 1-worker ResNet-18 epoch (measured) and the book's"
+               if measured else "the book's own (cited: this sweep trained no ResNet-18 on "
+               "one worker)")
+    p2 = table[table["row"].str.contains("p2.16xlarge")].iloc[-1]
+    sentences = [
+        f"For ResNet-18 itself: {resnet.RESNET18_PARAMETERS:,} parameters in "
+        f"{resnet.RESNET18_TENSORS} tensors, {resnet.RESNET18_GRADIENT_BYTES / 1e6:.1f} MB of "
+        f"fp32 gradients a step, summed by a ring allreduce in DDP's 25 MB buckets; compute "
+        f"per step of 256 examples from {compute}. Every row is a what-if, labelled with "
+        f"the compute and the link it combines: the book's p2.16xlarge is 16 K80s joined "
+        f"by PCIe 3.0 (about 12 GB/s a direction, docs/SCALING_MODEL.md), but no K80 epoch "
+        f"is cited, and a K80 computes slower than the book's GPU, which would make "
+        f"communication a smaller share and the speedup higher. On that link, with the "
+        f"book's compute and 256 examples per GPU (global batch "
+        f"{int(p2['global_batch_size'])}), the model predicts a speedup of "
+        f"{p2['speedup']:.1f} (efficiency {p2['efficiency']:.2f}).",
+        f"Checked against the book ({resnet.BOOK_SOURCE}): from its 1-GPU epoch and "
+        f"nn.DataParallel's traffic (GPU 0 sends the parameters to the other GPU and "
+        f"receives its gradients, over PCIe 3.0, assumed), the model predicts "
+        f"{check['predicted_two_gpu_epoch_s']:.1f} s per 2-GPU epoch against the book's "
+        f"{check['two_gpu_epoch_s']:.1f} s: an error of {percent(check['error'])}. It "
+        f"predicts too fast: DataParallel also scatters each batch from GPU 0, gathers the "
+        f"outputs there and re-copies the module every step from one Python process, "
+        f"costs the model does not count."]
+    return [markdown_table(table), " ".join(sentences)]
 
 
 def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
@@ -48,8 +83,12 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
                 f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
                 f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
     errors = scaling.validation["error"].abs()
+    held_out = scaling.validation[scaling.validation["held_out"].astype(bool)]
+    growth = (f"; the {len(held_out)} at a worker count its calibration did not run at within "
+              f"{percent(held_out['error'].abs().max())}" if len(held_out) else
+              ", all at worker counts its calibration ran at, so its growth in k is untested")
     validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
-                 f"{percent(errors.max())} (the largest |error|)." if len(errors)
+                 f"{percent(errors.max())} (the largest |error|){growth}." if len(errors)
                  else "No measured epoch time validated the scaling model.")
     predicted = scaling.predictions[scaling.predictions["num_workers"] == PREDICTED_WORKERS]
     if predicted.empty:
@@ -78,7 +117,12 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
         "than the 1-worker rate the model keeps, so that speedup is a ceiling; keeping the "
         f"batch per worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr "
         f"must be re-tuned: {tuned}. `scaling_model.png` draws the curves.")
-    return [markdown_table(best[["link", "batch_scaling", "sync", "global_batch_size",
+    measured = best["link"].str.endswith("(measured)")
+    best = best.assign(row=[f"this cluster's compute and {link} transport" if own else
+                            f"what-if: this cluster's {model} compute, {link}'s bandwidth"
+                            for own, link, model in zip(measured, best["link"],
+                                                        best["model"])])
+    return [markdown_table(best[["row", "batch_scaling", "sync", "global_batch_size",
                                  "epoch_s", "comm_s", "speedup",
                                  "efficiency"]].reset_index(drop=True)),
             " ".join(sentences)]

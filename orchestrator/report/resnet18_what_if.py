@@ -1,0 +1,135 @@
+"""13.6 exercise 1 for ResNet-18 itself: its own gradient bytes, a per-step compute
+time measured where this sweep trained ResNet-18 and else the book's own 13.6
+figures (cited), on named links, the book's p2.16xlarge among them; and a check of
+the alpha-beta model against the book's 1- and 2-GPU epochs. No torch here: the
+model's size is a constant, checked against the built model by a unit test.
+Sources and assumptions in docs/SCALING_MODEL.md.
+"""
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from orchestrator.report.scaling_model import INTERCONNECTS, P2_16XLARGE, Link, per_call
+
+# sum(p.numel() for p in training.models.resnet18().parameters()): 13.6's variant
+# (1 input channel, 10 classes, width 64), counted once with torch 2.14
+# (`build_model("resnet18", seed=0)`), 76 parameter tensors; checked by
+# tests/unit/test_resnet18_what_if.py.
+RESNET18_PARAMETERS = 11_175_818
+RESNET18_TENSORS = 76
+RESNET18_GRADIENT_BYTES = 4 * RESNET18_PARAMETERS  # fp32: 44,703,272 bytes a step
+# DDP's default 25 MB buckets: ResNet-18's gradients go in two allreduce calls.
+BUCKET_BYTES = 25 * 1024 * 1024
+FASHION_MNIST_TRAIN = 60_000
+PREDICTED_GPUS = 16  # the book's p2.16xlarge
+
+
+@dataclass(frozen=True)
+class BookRun:
+    num_gpus: int
+    batch_size: int  # global: the book gives each GPU 256
+    lr: float
+    epoch_s: float
+    test_acc: float
+
+
+# d2l.ai 13.6.3 (PyTorch tab, nn.DataParallel), the rendered outputs of
+# train(net, num_gpus=1, batch_size=256, lr=0.1) and train(net, num_gpus=2,
+# batch_size=512, lr=0.2), 10 epochs of Fashion-MNIST each; the GPUs' model is
+# not stated there (the outputs name cuda:0 and cuda:1 only).
+BOOK_13_6 = (BookRun(1, 256, 0.1, 13.8, 0.90), BookRun(2, 512, 0.2, 9.5, 0.88))
+BOOK_SOURCE = ("d2l.ai 13.6.3, PyTorch: 'test acc: 0.90, 13.8 sec/epoch' on 1 GPU (batch "
+               "256), 'test acc: 0.88, 9.5 sec/epoch' on 2 (batch 512); GPU model not stated")
+# What the book's two GPUs are assumed to be joined by (not stated in the book).
+BOOK_LINK = Link("PCIe 3.0 (the book's 2 GPUs, assumed)", P2_16XLARGE.alpha_s,
+                 P2_16XLARGE.beta_bytes_per_s, P2_16XLARGE.source)
+
+
+@dataclass(frozen=True)
+class Compute:
+    label: str  # what it is: "the book's GPU (cited: ...)", "this sweep's ..., measured"
+    step_s: float  # one step of `batch_per_worker` examples on one device, all but comm
+    batch_per_worker: int
+
+
+def book_compute() -> Compute:
+    """The book's 1-GPU epoch over its steps: everything but communication, as the
+    1-GPU run has none (data loading and the optimizer update included)."""
+    single = BOOK_13_6[0]
+    steps = math.ceil(FASHION_MNIST_TRAIN / single.batch_size)
+    return Compute(f"the book's GPU, cited ({single.epoch_s} s/epoch at batch "
+                   f"{single.batch_size}, d2l.ai 13.6)", single.epoch_s / steps,
+                   single.batch_size)
+
+
+def measured_compute(summary: pd.DataFrame, use_gpu: bool) -> Compute | None:
+    """A 1-worker ResNet-18 trial of this sweep: its mean epoch over its steps."""
+    singles = summary[(summary["model"] == "resnet18") & (summary["num_workers"] == 1)
+                      & summary["mean_epoch_time_s"].notna()]
+    if singles.empty:
+        return None
+    trial = singles.iloc[0]
+    device = "GPU" if use_gpu else "CPU"
+    return Compute(f"this cluster's compute (ResNet-18 on 1 {device}, measured: "
+                   f"{trial['mean_epoch_time_s']:.1f} s/epoch at batch "
+                   f"{int(trial['global_batch_size'])})",
+                   trial["mean_epoch_time_s"] / int(trial["steps_per_epoch"]),
+                   int(trial["global_batch_size"]))
+
+
+def ring_comm_s(link: Link, num_gpus: int, gradient_bytes: int = RESNET18_GRADIENT_BYTES
+                ) -> float:
+    """One step's ring allreduce of the gradients in DDP's 25 MB buckets (NCCL, DDP)."""
+    if num_gpus == 1:
+        return 0.0
+    steps, volume = per_call("ring", num_gpus)
+    calls = math.ceil(gradient_bytes / BUCKET_BYTES)
+    return calls * steps * link.alpha_s + volume * gradient_bytes / link.beta_bytes_per_s
+
+
+def data_parallel_comm_s(link: Link, num_gpus: int,
+                         gradient_bytes: int = RESNET18_GRADIENT_BYTES) -> float:
+    """One step of the book's nn.DataParallel: GPU 0 copies the parameters to each
+    other GPU (replicate) and receives each one's gradients (reduce to GPU 0):
+    2(k-1) copies of the bytes through GPU 0's link, as the root funnel."""
+    steps, volume = per_call("root", num_gpus)
+    return steps * link.alpha_s + volume * gradient_bytes / link.beta_bytes_per_s
+
+
+def predict_epoch_s(compute: Compute, comm_s: float, num_gpus: int) -> float:
+    """13.6's way: each GPU keeps its batch, so an epoch takes 1/k of the steps."""
+    steps = math.ceil(FASHION_MNIST_TRAIN / (num_gpus * compute.batch_per_worker))
+    return steps * (compute.step_s + comm_s)
+
+
+def book_check() -> dict:
+    """The book's 2-GPU epoch predicted from its 1-GPU one, nn.DataParallel over
+    `BOOK_LINK`; error against the book's own 2-GPU figure."""
+    two = BOOK_13_6[1]
+    predicted_s = predict_epoch_s(book_compute(), data_parallel_comm_s(BOOK_LINK, 2), 2)
+    return {"one_gpu_epoch_s": BOOK_13_6[0].epoch_s, "two_gpu_epoch_s": two.epoch_s,
+            "predicted_two_gpu_epoch_s": predicted_s,
+            "error": (predicted_s - two.epoch_s) / two.epoch_s}
+
+
+def sixteen_gpu_rows(summary: pd.DataFrame, use_gpu: bool) -> pd.DataFrame:
+    """Per compute source and link, ResNet-18's epoch and speedup on 16 devices,
+    each keeping its batch (13.6's way), a ring allreduce of its 44.7 MB a step.
+    `row` says what each row is; every one is a what-if unless both its compute
+    and its link are the p2.16xlarge's, which none is (no K80 figure is cited)."""
+    computes = [c for c in (measured_compute(summary, use_gpu), book_compute()) if c]
+    rows = []
+    for compute in computes:
+        for link in (P2_16XLARGE, *INTERCONNECTS):
+            comm_s = ring_comm_s(link, PREDICTED_GPUS)
+            epoch_s = predict_epoch_s(compute, comm_s, PREDICTED_GPUS)
+            single_s = predict_epoch_s(compute, 0.0, 1)
+            rows.append({"row": f"what-if: {compute.label}, {link.name}'s bandwidth",
+                         "gpus": PREDICTED_GPUS,
+                         "global_batch_size": PREDICTED_GPUS * compute.batch_per_worker,
+                         "epoch_s": epoch_s, "comm_s_per_step": comm_s,
+                         "speedup": single_s / epoch_s,
+                         "efficiency": single_s / epoch_s / PREDICTED_GPUS})
+    return pd.DataFrame(rows)

@@ -1,0 +1,73 @@
+"""13.6.1 for ResNet-18: its gradient bytes (the report's constant against the built
+model), the 16-GPU rows, each labelled for what it is, and the model against the
+book's own 1- and 2-GPU epochs."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from orchestrator.report import resnet18_what_if as resnet
+from orchestrator.report.answers import chapter_13_6
+from orchestrator.report.scaling_model import INTERCONNECTS, P2_16XLARGE
+from test_answers import _summary
+
+
+def test_the_constant_is_the_built_models_parameter_count():
+    from orchestrator.training.models import build_model  # torch: tests only
+
+    parameters = list(build_model("resnet18", seed=0).parameters())
+    assert sum(p.numel() for p in parameters) == resnet.RESNET18_PARAMETERS
+    assert len(parameters) == resnet.RESNET18_TENSORS
+    assert resnet.RESNET18_GRADIENT_BYTES == sum(p.numel() * 4 for p in parameters)
+
+
+def test_the_book_check_predicts_2_gpus_from_1_with_data_parallels_traffic():
+    """235 steps of 256 in 13.8 s; on 2 GPUs 118 steps of 512, each the 1-GPU step plus
+    GPU 0 sending the parameters and receiving the gradients over PCIe."""
+    step_s = 13.8 / 235
+    comm_s = 2 * (P2_16XLARGE.alpha_s + 44_703_272 / P2_16XLARGE.beta_bytes_per_s)
+    expected_s = 118 * (step_s + comm_s)
+    check = resnet.book_check()
+    assert check["predicted_two_gpu_epoch_s"] == pytest.approx(expected_s, rel=1e-12)
+    assert check["error"] == pytest.approx((expected_s - 9.5) / 9.5, rel=1e-12)
+    assert (check["one_gpu_epoch_s"], check["two_gpu_epoch_s"]) == (13.8, 9.5)
+
+
+def test_sixteen_gpu_rows_use_resnets_bytes_and_say_what_they_are():
+    rows = resnet.sixteen_gpu_rows(_summary(), use_gpu=False)  # no ResNet-18 trial
+    assert len(rows) == 1 + len(INTERCONNECTS)
+    assert rows["row"].str.startswith("what-if: the book's GPU, cited").all()
+    (p2,) = rows[rows["row"].str.contains("p2.16xlarge \\(16 K80\\)")].to_dict("records")
+    # Two 25 MB buckets, each 2 * 15 ring steps; 2 * 15/16 of the bytes per GPU.
+    comm_s = (2 * 30 * P2_16XLARGE.alpha_s
+              + 30 / 16 * 44_703_272 / P2_16XLARGE.beta_bytes_per_s)
+    assert p2["comm_s_per_step"] == pytest.approx(comm_s, rel=1e-12)
+    steps = math.ceil(60_000 / 4096)
+    assert p2["epoch_s"] == pytest.approx(steps * (13.8 / 235 + comm_s), rel=1e-12)
+    assert p2["speedup"] == pytest.approx(13.8 / p2["epoch_s"], rel=1e-12)
+
+
+def test_a_measured_resnet18_epoch_is_used_and_labelled_measured():
+    summary = pd.concat([_summary(), pd.DataFrame([{
+        "model": "resnet18", "num_workers": 1, "mean_epoch_time_s": 30.0,
+        "steps_per_epoch": 235, "global_batch_size": 256}])], ignore_index=True)
+    rows = resnet.sixteen_gpu_rows(summary, use_gpu=True)
+    ours = rows[rows["row"].str.contains("this cluster's compute \\(ResNet-18 on 1 GPU, "
+                                         "measured: 30.0 s/epoch")]
+    assert len(ours) == 1 + len(INTERCONNECTS)
+    assert ours["row"].str.startswith("what-if: ").all()
+    (p2,) = ours[ours["row"].str.contains("p2.16xlarge")]["epoch_s"]
+    comm_s = resnet.ring_comm_s(P2_16XLARGE, 16)
+    assert p2 == pytest.approx(15 * (30.0 / 235 + comm_s), rel=1e-12)
+
+
+def test_the_answer_states_resnets_bytes_the_book_check_and_labels_its_rows():
+    paragraphs = chapter_13_6.answer_13_6_1(_summary(), None, False, None)
+    text = "\n".join(paragraphs)
+    check = resnet.book_check()
+    assert "11,175,818 parameters in 76 tensors, 44.7 MB" in text
+    assert (f"predicts {check['predicted_two_gpu_epoch_s']:.1f} s per 2-GPU epoch against the "
+            f"book's 9.5 s: an error of {check['error']:.0%}") in text
+    assert "| what-if: the book's GPU, cited" in text
+    assert "PCIe 3.0, p2.16xlarge (16 K80)'s bandwidth" in text
