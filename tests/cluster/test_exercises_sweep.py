@@ -38,7 +38,8 @@ def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it
     # 13.5.4's sentence carries the evaluation seconds of the trials' own table.
     evaluating = re.search(r"Evaluating the test set took ([\d.]+) s on 1 worker", answers)
     one_worker = trials[(trials["part"] == "batch-global") & (trials["num_workers"] == 1)]
-    assert float(evaluating[1]) == pytest.approx(one_worker["mean_eval_time_s"].iloc[0], abs=0.006)
+    # The mean over the baseline's seeds (replicas), as the answer says.
+    assert float(evaluating[1]) == pytest.approx(one_worker["mean_eval_time_s"].mean(), abs=0.006)
     error = re.search(r"the largest error is ([\d.]+)%", report)
     assert error, report[report.find("## Scaling model"):][:2000]
     predictions = pd.read_csv(out_dir / "scaling_model.csv")
