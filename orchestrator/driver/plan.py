@@ -63,7 +63,7 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     sweep, gpu_from_cluster = _sweep_from(config_options(args))
     (point,) = sweep.grid
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
-    if args.storage and storage.is_uri(args.storage):
+    if args.storage and storage.local_path(args.storage) is None:
         storage.require_reachable(args.storage)
     return point.train, gpu_from_cluster
 
@@ -97,10 +97,10 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             stored, False, False
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
-        if args.storage and not storage.is_uri(storage_location):
-            require_writable(Path(storage_location), "--storage")
+        if args.storage and storage.local_path(storage_location) is not None:
+            require_writable(storage.local_path(storage_location), "--storage")
         sweep_id = new_sweep_id(out_dir)
-    if storage.is_uri(storage_location):
+    if storage.local_path(storage_location) is None:
         storage.require_reachable(storage_location)
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,

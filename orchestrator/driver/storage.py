@@ -43,6 +43,15 @@ def is_uri(location: str) -> bool:
     return "://" in location
 
 
+def local_path(location: str) -> Path | None:
+    """The folder of a location on this machine's filesystem (a path, or a
+    `file://` URI); None for a store reached over the network (a bucket)."""
+    if not is_uri(location):
+        return Path(location)
+    parts = urlsplit(location)
+    return Path(parts.path) if parts.scheme == "file" else None
+
+
 def endpoint(uri: str) -> str:
     """Who serves a URI: its query's `endpoint_override`, else the scheme's
     own service (`s3` is AWS), as a person would name it in an error."""
@@ -111,9 +120,9 @@ def require_seen_by_every_node(location: str) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [node for node in ray.nodes() if node["Alive"]]
-    if len(nodes) < 2 or is_uri(location):
+    folder = local_path(location)
+    if len(nodes) < 2 or folder is None:
         return
-    folder = Path(location)
     made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     token = secrets.token_hex(16)
     marker = folder / f"{MARKER_PREFIX}{token}"

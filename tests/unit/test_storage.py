@@ -90,3 +90,9 @@ def test_the_reachability_probe_reads_pyarrows_options_from_the_query(s3_store):
     assert s3_store.keys() == []
     assert storage.endpoint(s3_store.uri("a")) == f"http://{s3_store.endpoint}"
     assert storage.endpoint("s3://bucket/a") == "the s3 service"
+
+
+def test_a_file_uri_is_a_local_folder_not_a_bucket(tmp_path):
+    assert storage.local_path(f"file://{tmp_path}/store") == tmp_path / "store"
+    assert storage.local_path(str(tmp_path)) == tmp_path
+    assert storage.local_path("s3://bucket/prefix?endpoint_override=127.0.0.1:9000") is None
