@@ -11,6 +11,7 @@ processes without Ray (marker `processes`), tests/cluster starts or uses Ray
 
 import logging
 import os
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def s3_store(monkeypatch):
     try:
         host, port = server.get_host_and_port()
         endpoint = f"{host}:{port}"
+        # moto keeps its buckets in this process, across servers: start empty.
+        urllib.request.urlopen(urllib.request.Request(f"http://{endpoint}/moto-api/reset",
+                                                      method="POST"), timeout=30).close()
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}")
         client.create_bucket(Bucket="d2l-sweeps")
         yield S3Store(endpoint=endpoint, bucket="d2l-sweeps", env=dict(os.environ),

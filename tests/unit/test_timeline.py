@@ -32,6 +32,8 @@ def _epochs(tmp_path, groups=GROUPS) -> pd.DataFrame:
                              "test_acc": 0.5, "epoch_time_s": 1.0, "eval_time_s": 0.1,
                              "samples_per_s": 100.0, "sync_time_s": 0.0, "status": "ok",
                              "num_workers": len(nodes), "devices": "[cpu]",
+                             "memory_format": "nchw", "layout_nchw_step_s": None,
+                             "layout_channels_last_step_s": None,
                              "worker_nodes": nodes, "run_started_unix_s": T0 + start,
                              "ended_unix_s": T0 + end})
     pd.DataFrame(rows).to_csv(tmp_path / "epochs.csv", index=False)
