@@ -60,8 +60,10 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     nodes = trial_nodes(epochs)
     summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]
     summary["status"] = [_status(row) for row in summary.itertuples()]
+    # Down to the trial id: the order Tune hands trials back in (a resumed sweep's
+    # differs) must not change which replica a table or the model reads first.
     return _with_speedup(summary).sort_values(
-        [*SCALING_GROUP, "num_workers"]).reset_index(drop=True)
+        [*SCALING_GROUP, "num_workers", "seed", "trial_id"]).reset_index(drop=True)
 
 
 def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:

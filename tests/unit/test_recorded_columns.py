@@ -48,3 +48,24 @@ def test_a_recorded_sweep_rewritten_keeps_every_file_and_column(tmp_path):
     for column in ("mean_epoch_time_s", "final_test_acc", "samples_per_s", "status"):
         assert rewritten[column].sort_index().tolist() == recorded[column].sort_index().tolist(), \
             column
+
+
+def test_the_report_does_not_depend_on_the_order_trials_come_back_in(tmp_path):
+    # A resumed sweep gets its trials back from Tune in another order; a sweep
+    # with seeds has replicas that tie on everything but the seed.
+    recorded = RECORDED.with_name("exercises-quick-seeds")
+    trials = pd.read_csv(recorded / "trials.csv")[[*TRIAL_COLUMNS, "seed", "warmup_epochs"]]
+    epochs = pd.read_csv(recorded / "epochs.csv")
+    evaluations = pd.read_csv(recorded / "epochs.csv")[
+        ["trial_id", "epoch", "test_acc", "train_s", "wall_s"]].assign(
+        eval_s=epochs["eval_time_s"])
+    calibration = json.loads((recorded / "calibration.json").read_text())
+    written = {}
+    for name, order in (("as-recorded", trials), ("reversed", trials.iloc[::-1])):
+        out_dir = tmp_path / name
+        out_dir.mkdir()
+        write_sweep_report(out_dir, order.reset_index(drop=True), epochs.iloc[::-1], evaluations,
+                           calibration, title_lines=[], target_acc=None, data_note="recorded",
+                           use_gpu=False)
+        written[name] = [(out_dir / file).read_text() for file in ("answers.md", "trials.csv")]
+    assert written["as-recorded"] == written["reversed"]
