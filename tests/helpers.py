@@ -2,6 +2,7 @@
 
 import contextlib
 import importlib.util
+import io
 import multiprocessing
 import os
 import subprocess
@@ -195,3 +196,20 @@ def sweep_on(cluster, *args: str, timeout_s: float = 600, **kwargs) -> subproces
     return cluster.run_in("head", [sys.executable, "experiments/sweep.py", "--address",
                                    cluster.head_address, *args],
                           cwd=REPO, timeout=timeout_s, **kwargs)
+
+
+def run_main(script: str, *args: str) -> subprocess.CompletedProcess:
+    """experiments/`script`'s main run in this process, its output captured: bad
+    input refused before anything starts costs no interpreter of its own here
+    (run_script, and test_installed_commands, test the scripts as processes)."""
+    from orchestrator.driver import commands
+
+    main = {"sweep.py": commands.sweep_main, "train.py": commands.train_main}[script]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's own errors
+            code = exit.code
+    return subprocess.CompletedProcess([script, *args], code, stdout.getvalue(),
+                                       stderr.getvalue())

@@ -63,7 +63,7 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     # Down to the trial id: the order Tune hands trials back in (a resumed sweep's
     # differs) must not change which replica a table or the model reads first.
     return _with_speedup(summary).sort_values(
-        [*SCALING_GROUP, "num_workers", "seed", "trial_id"]).reset_index(drop=True)
+        [*SCALING_GROUP, "num_workers", "trial_id"]).reset_index(drop=True)
 
 
 def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:
