@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import run_script
+from helpers import run_main
 from orchestrator.driver import storage
 
 
@@ -32,8 +32,8 @@ def test_a_path_is_made_absolute_and_a_uri_is_kept_as_given(tmp_path, monkeypatc
 def test_an_unwritable_storage_is_one_line_before_ray_starts(tmp_path):
     (tmp_path / "a-file").write_text("mine")
     store = tmp_path / "a-file" / "ray"
-    run = run_script("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
-                     "--out", str(tmp_path / "out"), "--storage", str(store), timeout_s=60)
+    run = run_main("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
+                   "--out", str(tmp_path / "out"), "--storage", str(store))
     assert run.returncode == 2, run.stderr[-3000:]
     assert f"--storage {store} cannot be created or written" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
@@ -62,8 +62,9 @@ def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_stor
         uri = f"s3://{s3_store.bucket}/sweeps?endpoint_override={endpoint}&scheme=http"
         out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
         started = time.monotonic()
-        run = run_script(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
-                         "--storage", uri, env=s3_store.env, timeout_s=120)
+        # In this process: the store's credentials are in its environment (s3_store).
+        run = run_main(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
+                       "--storage", uri)
         seconds = time.monotonic() - started
     line = _refused_before_ray(run, tmp_path)
     assert f"the store at http://{endpoint} cannot be reached" in line, line
@@ -74,9 +75,8 @@ def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_stor
                          lost="nothing")
 def test_a_missing_bucket_is_one_line_and_nothing_is_written(tmp_path, s3_store):
     uri = s3_store.uri("sweeps").replace(s3_store.bucket, "no-such-bucket")
-    run = run_script("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
-                     "--out", str(tmp_path / "out"), "--storage", uri,
-                     env=s3_store.env, timeout_s=120)
+    run = run_main("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
+                   "--out", str(tmp_path / "out"), "--storage", uri)
     line = _refused_before_ray(run, tmp_path)
     assert f"the bucket 'no-such-bucket' does not exist at http://{s3_store.endpoint}" in line
     assert s3_store.client.list_buckets()["Buckets"][0]["Name"] == s3_store.bucket
