@@ -97,11 +97,12 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             stored, False, False
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
-        if args.storage and storage.local_path(storage_location) is not None:
-            require_writable(storage.local_path(storage_location), "--storage")
         sweep_id = new_sweep_id(out_dir)
-    if storage.local_path(storage_location) is None:
+    folder = storage.local_path(storage_location)
+    if folder is None:
         storage.require_reachable(storage_location)
+    elif args.storage and stored is None:
+        require_writable(folder, "--storage")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
