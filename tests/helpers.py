@@ -213,3 +213,13 @@ def run_main(script: str, *args: str) -> subprocess.CompletedProcess:
             code = exit.code
     return subprocess.CompletedProcess([script, *args], code, stdout.getvalue(),
                                        stderr.getvalue())
+
+
+def refusal(run: subprocess.CompletedProcess, out_dir: Path) -> str:
+    """The one stderr line of a run refused before anything started: exit status
+    2, nothing printed to stdout, nothing written to `out_dir`."""
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-3000:]
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not run.stdout, run.stdout[-2000:]
+    assert not out_dir.exists()
+    return run.stderr

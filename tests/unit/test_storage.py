@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import run_main
+from helpers import refusal, run_main
 from orchestrator.driver import storage
 
 
@@ -42,15 +42,6 @@ def test_an_unwritable_storage_is_one_line_before_ray_starts(tmp_path):
     assert (tmp_path / "a-file").read_text() == "mine"
 
 
-def _refused_before_ray(run, tmp_path) -> str:
-    """The one line of a sweep refused before Ray started, nothing written."""
-    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-3000:]
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert "Ray" not in run.stdout
-    assert not (tmp_path / "out").exists()
-    return run.stderr
-
-
 @pytest.mark.reliability(fault="a bucket URI whose endpoint nothing answers at",
                          lost="nothing")
 @pytest.mark.parametrize("script", ["sweep.py", "train.py"])
@@ -66,7 +57,7 @@ def test_an_unreachable_bucket_is_one_line_naming_its_endpoint(tmp_path, s3_stor
         run = run_main(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
                        "--storage", uri)
         seconds = time.monotonic() - started
-    line = _refused_before_ray(run, tmp_path)
+    line = refusal(run, tmp_path / "out")
     assert f"the store at http://{endpoint} cannot be reached" in line, line
     assert seconds < 60, seconds  # the probe's timeouts, not the AWS SDK's retries
 
@@ -77,7 +68,7 @@ def test_a_missing_bucket_is_one_line_and_nothing_is_written(tmp_path, s3_store)
     uri = s3_store.uri("sweeps").replace(s3_store.bucket, "no-such-bucket")
     run = run_main("sweep.py", "--workers", "1", "--lr", "0.1", "--epochs", "1",
                    "--out", str(tmp_path / "out"), "--storage", uri)
-    line = _refused_before_ray(run, tmp_path)
+    line = refusal(run, tmp_path / "out")
     assert f"the bucket 'no-such-bucket' does not exist at http://{s3_store.endpoint}" in line
     assert s3_store.client.list_buckets()["Buckets"][0]["Name"] == s3_store.bucket
     assert s3_store.keys() == []
