@@ -29,9 +29,8 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import command_line, emit  # noqa: E402
+from common import REPO, command_line, emit  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from orchestrator.config import cli  # noqa: E402
 from orchestrator.driver import plan  # noqa: E402

@@ -45,10 +45,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, os.path.dirname(__file__))
+from common import REPO, command_line, emit, median  # noqa: E402
+
 sys.path.insert(0, str(REPO))
-from common import command_line, emit, median  # noqa: E402
 
 STRATEGIES = ("root", "scratch", "bucketed")
 RESULT_PREFIX = "RESULT "

@@ -12,10 +12,19 @@ process has to end its fit before the next trial can reuse it (see
 run: on the fast path (`orchestrator/ray_fastpath.py`), then on the stock
 path (Ray's public API alone, `ORCHESTRATOR_RAY_FAST_PATH=0`).
 
+`--netns` measures the same (fast path) on a multi-node cluster made on this
+machine (tools/netns_cluster.py, root: a head and 2 nodes of 2 CPUs, each in
+its own network namespace): the sweep attaches to it from the head's
+namespace, as `sweep.py --address` does (code shipped, storage checked on
+every node, node-disjoint placement), alternately with the embedded Ray in
+this process, `--runs` times each.
+
     python bench/sweep_overhead.py [--trials 4]
+    python bench/sweep_overhead.py --netns [--runs 2]    # root
 """
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -24,7 +33,8 @@ import time
 import ray
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import command_line, emit, median  # noqa: E402
+from common import REPO, command_line, emit, median  # noqa: E402
+
 
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data
@@ -52,9 +62,11 @@ def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]
     }
 
 
-def measure_path(sweep: SweepConfig, asha_sweep: SweepConfig) -> dict[str, float]:
-    """Both sweeps on a fresh embedded Ray, on the path `ray_fastpath.enabled()` says."""
-    ray_cluster.connect(None)
+def measure_path(sweep: SweepConfig, asha_sweep: SweepConfig,
+                 address: str | None = None) -> dict[str, float]:
+    """Both sweeps on a fresh embedded Ray (or the cluster at `address`), on the
+    path `ray_fastpath.enabled()` says."""
+    ray_cluster.connect(address)
     fifo = timed_sweep(sweep, ray.put(data.load(train_limit=640, test_limit=100)))
     del fifo["trials_stopped_early"]  # none: only a scheduler stops trials
     asha = timed_sweep(asha_sweep, ray.put(data.load(train_limit=8192, test_limit=100)))
@@ -65,9 +77,44 @@ def measure_path(sweep: SweepConfig, asha_sweep: SweepConfig) -> dict[str, float
             "asha_tune_around_trials_per_trial_s": asha["tune_around_trials_per_trial_s"]}
 
 
+RESULT_PREFIX = "SWEEP_OVERHEAD "
+
+
+def on_netns_cluster(trials: int, runs: int, sweep: SweepConfig,
+                     asha_sweep: SweepConfig) -> dict:
+    """The fixed cost on a 3-node netns cluster against the embedded Ray, alternately."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import netns_cluster
+
+    attached, embedded = [], []
+    with netns_cluster.netns_cluster(3, 2, head_cpus=0) as cluster:
+        for _ in range(runs):
+            run = cluster.run_in("head", [sys.executable, __file__, "--trials", str(trials),
+                                          "--address", cluster.head_address],
+                                 cwd=REPO, timeout=900)
+            lines = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+            if run.returncode != 0 or not lines:
+                sys.exit(run.stdout[-3000:] + run.stderr[-3000:])
+            attached.append(json.loads(lines[-1][len(RESULT_PREFIX):]))
+            embedded.append(measure_path(sweep, asha_sweep))
+    figures = {"cluster": "head (0 CPUs) + 2 nodes x 2 CPUs, netns, attached from the head",
+               "runs": runs}
+    for name, results in (("embedded", embedded), ("netns", attached)):
+        for key in ("fixed_cost_per_trial_s", "inside_trial_outside_training_s",
+                    "tune_around_trials_per_trial_s", "asha_fixed_cost_per_trial_s"):
+            figures[f"{name}_{key}"] = [round(result[key], 2) for result in results]
+    figures["netns_to_embedded_fixed_cost"] = (median(figures["netns_fixed_cost_per_trial_s"])
+                                               / median(figures["embedded_fixed_cost_per_trial_s"]))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=4)
+    parser.add_argument("--netns", action="store_true",
+                        help="on a 3-node netns cluster beside the embedded Ray (root)")
+    parser.add_argument("--runs", type=int, default=2, help="with --netns: runs of each side")
+    parser.add_argument("--address", help=argparse.SUPPRESS)  # --netns's attached side
     args = parser.parse_args()
     lrs = tuple(0.1 * (index + 1) for index in range(args.trials))
     sweep = SweepConfig.from_dict(dict(workers=(1,), batch_sizes=(64,), lrs=lrs, num_epochs=1,
@@ -79,6 +126,14 @@ def main() -> None:
         "train_limit": 8192, "lrs": (0.5, *(0.001 * (index + 1) for index in range(args.trials - 1)))})
     if not ray_fastpath.enabled():
         parser.error(f"the fast path is off here: unset {ray_fastpath.SWITCH_ENV_VAR}")
+    if args.address:
+        print(RESULT_PREFIX + json.dumps(measure_path(sweep, asha_sweep, args.address)), flush=True)
+        return
+    if args.netns:
+        emit("sweep_overhead_cluster", command_line(),
+             {**on_netns_cluster(args.trials, args.runs, sweep, asha_sweep),
+              "target": "measured beside the embedded Ray (none set)"})
+        return
     fast = measure_path(sweep, asha_sweep)
     # The same sweeps, one after the other in this run, on Ray's public API alone.
     os.environ[ray_fastpath.SWITCH_ENV_VAR] = "0"

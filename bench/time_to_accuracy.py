@@ -60,17 +60,19 @@ def time_to_target(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict:
     with tempfile.TemporaryDirectory() as storage:
         result_grid = run_experiment(sweep, data_ref, storage_path=storage, sweep_id="bench",
                                 max_concurrent=1, resume=False)
-        summary = summarize_trials(*collect(result_grid, sweep, storage, sweep_id="bench"),
-                                   sweep.base.target_acc)
+        trials, epochs, evaluations = collect(result_grid, sweep, storage, sweep_id="bench")
+        summary = summarize_trials(trials, epochs, evaluations, sweep.base.target_acc)
     row = summary.iloc[0]
     outcome = (f"{row['train_s_to_target']:.1f} s of training to {sweep.base.target_acc:g}"
                if pd.notna(row["train_s_to_target"]) else
                f"did not reach {sweep.base.target_acc:g} in {row['train_s_run']:.1f} s of training")
     print(f"{row['num_workers']} worker(s), batch {row['global_batch_size']}, lr {row['lr']:g}, "
           f"momentum {row['momentum']:g}: {outcome} [{row['status']}]", flush=True)
-    return {key: None if pd.isna(row[key]) else float(row[key])
-            for key in ("train_s_to_target", "wall_s_to_target", "epochs_to_target",
-                        "train_s_run")}
+    return {**{key: None if pd.isna(row[key]) else float(row[key])
+               for key in ("train_s_to_target", "wall_s_to_target", "epochs_to_target",
+                           "train_s_run")},
+            # What --memory-format auto chose on this machine.
+            "memory_format": " ".join(sorted(set(epochs["memory_format"].dropna())))}
 
 
 def _median_of_known(values) -> float | None:
@@ -120,10 +122,13 @@ def main() -> None:
                                f"{best['model']}, {best['sync']}, {best['split']} split, "
                                f"{best['precision']}"),
                "threads_per_worker": chosen.base.threads_per_worker,
+               "memory_format_option": chosen.base.memory_format,
                "evals_per_epoch": chosen.base.evals_per_epoch}
     for name, results in runs.items():
         for key in ("train_s_to_target", "wall_s_to_target", "epochs_to_target", "train_s_run"):
             figures[f"{name}_{key}"] = _median_of_known(result[key] for result in results)
+        figures[f"{name}_memory_format"] = " ".join(sorted({result["memory_format"]
+                                                            for result in results}))
         reached = sum(result["train_s_to_target"] is not None for result in results)
         figures[f"{name}_runs_reached"] = f"{reached} of {len(results)}"
     recommended_s, recipe_s = (figures["recommended_train_s_to_target"],

@@ -28,7 +28,8 @@ PRESETS: dict[str, dict] = {
     # the 1-worker best at the top edge of 0.1-0.4 in a recorded run. Three seeds
     # replicate the cells the answers compare.
     "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
-                      lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2), sync=("scratch", "bucketed", "ddp", "sharded"),
+                      lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2),
+                      sync=("scratch", "bucketed", "ddp", "sharded", "root", "delayed"),
                       split=("even", "proportional"), straggler_slowdown=2.0,
                       baseline_threads=None, num_epochs=10),
 }

@@ -7,7 +7,10 @@ Each trial carries its part, which the answers (report/answers/) select by:
   at 1 worker the first lr is left out: it is batch-global's 1-worker run;
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
   epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2);
-- "strategies": the other sync strategies, timed (13.5.3, 13.6.3);
+- "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
+- "delayed": two steps overlapped (13.6.3), a different optimizer: at the largest
+  k for every epoch, beside batch-global's trial there (its synchronous twin),
+  and `bucketed` summing over the process group as `delayed` does, timed;
 - "split": even and proportional splits beside a slowed last worker (13.6.2);
 - "threads": one worker using a node's cores as threads, the best single process;
 - "resnet18": 13.6's network, where the workers are GPUs (13.6.1).
@@ -62,7 +65,12 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
                                {**reference, "lr": largest * lrs[0], "warmup_epochs": 1}, True))
     specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
                         {**reference, **timing, "sync": sync})
-              for sync in syncs[1:] for k in workers]
+              for sync in syncs[1:] if sync != "delayed" for k in workers]
+    if "delayed" in syncs and largest > 1:
+        specs += [PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                            {**reference, "sync": "delayed"}, True),
+                  PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                            {**reference, **timing, "sync": "bucketed", "shared_memory": False})]
     if largest > 1:
         specs += [PointSpec("split", largest, batch_size, "global", lrs[0],
                             {**reference, **timing, "split": split,

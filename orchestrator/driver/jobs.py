@@ -45,6 +45,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
     dataset = data.load(args.data_dir, train_limit=config.train_limit,
                         test_limit=config.test_limit)
     from ray.train import TrainingFailedError
+    from ray.train.constants import DEFAULT_STORAGE_PATH
 
     from orchestrator.training.checkpoint import load_checkpoint
     from orchestrator.driver.printers import EpochPrinter
@@ -54,6 +55,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
     cluster = _connect(args)
     try:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
+        storage_path = storage.resolve(args.storage) if args.storage else None
+        # Ray Train's own default (~/ray_results) is a local folder as well.
+        storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
         print(f"{config.model}, {config.num_workers} worker(s) on "
               f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}, "
               f"split {config.split}: "
@@ -64,7 +68,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
             result = run_trial(config, ray.put(dataset), name=name,
-                               storage_path=storage.resolve(args.storage) if args.storage else None,
+                               storage_path=storage_path,
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
             return RunOutcome(f"training failed: {error}", failed=True)

@@ -139,10 +139,13 @@ class _Baseline:
     gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
 
 
-def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
-                     calibration: dict) -> ScalingResult | None:
+def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict,
+                     held_out_workers: frozenset[int] = frozenset()) -> ScalingResult | None:
     """Fit, validate and predict; None without a usable 1-worker trial or allreduce
-    sample, or without gradient bytes (a calibration.json from before they were recorded)."""
+    sample, or without gradient bytes (a calibration.json from before they were recorded).
+    Trials of `held_out_workers` are validated only: their compute seconds do not
+    set the contention (the calibration's probe does), so nothing of theirs but
+    their plan reaches their prediction."""
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != Status.FAILED]
     singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
@@ -156,7 +159,8 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
                  for t in measured}
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1)]
-    by_trials = trial_contention(candidates, singles, epochs, calibration)
+    by_trials = trial_contention(candidates[~candidates["num_workers"].isin(held_out_workers)],
+                                 singles, epochs, calibration)
     validation, baselines = [], {}
     for _, trial in candidates.iterrows():
         row = _validate(trial, singles, epochs, measured, calibration, by_trials)

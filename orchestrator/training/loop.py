@@ -123,8 +123,10 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
                      shared_memory=config.shared_memory, optimizer=optimizer)
     split = BatchSplit(config, device, shares)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
-    # Where each rank ran, so a multi-node trial shows which nodes it spanned.
-    worker_nodes = gather_strings(node_id or platform.node())
+    # Where each rank ran, so a multi-node trial shows which nodes it spanned:
+    # the text of the list, as epochs.csv holds it (a list of strings is no
+    # metric to Tune's TensorBoard logger, which warned on every sweep).
+    worker_nodes = str(gather_strings(node_id or platform.node()))
     run_fields = {
         "model": config.model, "sync": config.sync, "split": config.split,
         "transport": sync.transport,

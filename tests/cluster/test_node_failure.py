@@ -55,7 +55,7 @@ def test_a_trial_resumes_on_the_spare_node_and_loses_no_epoch(three_node_cluster
         env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     try:
         history = _first_checkpoint(storage, sweep)
-        (first_node,) = history[-1]["worker_nodes"]
+        (first_node,) = per_worker_values(history[-1]["worker_nodes"])
         killed = next(name for name, node_id in ids.items() if node_id == first_node)
         assert killed in ("w1", "w2")
         cluster.kill_node(killed)

@@ -18,8 +18,9 @@ CHECK = ("import sys, ray; from orchestrator.driver import storage; ray.init(); 
          "storage.require_seen_by_every_node(sys.argv[1]); print('seen by every node')")
 
 
-@pytest.mark.reliability(fault="sweep.py on a 2-node cluster whose second node does not see "
-                               "the default storage (<out>/ray)", lost="nothing")
+@pytest.mark.reliability(fault="sweep.py and train.py on a 2-node cluster whose second node "
+                               "does not see the storage (sweep: the default <out>/ray)",
+                         lost="nothing")
 def test_a_storage_one_node_cannot_see_is_one_line_naming_that_node(tmp_path):
     out_dir = tmp_path / "out"
     # The last node sees --out, and so the default storage <out>/ray in it, as an empty tmpfs.
@@ -37,6 +38,17 @@ def test_a_storage_one_node_cannot_see_is_one_line_naming_that_node(tmp_path):
         assert "shared path" in line and "bucket URI" in line, line
         assert "trial" not in run.stdout  # no trial was planned, let alone run
         # The marker and the folder made for it are gone; --out is as it was.
+        assert list(out_dir.iterdir()) == []
+
+        # train.py checks its --storage the same way.
+        run = cluster.run_in("head", [
+            sys.executable, "experiments/train.py", "--address", cluster.head_address,
+            "--workers", "1", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
+            "--storage", str(out_dir / "runs")], cwd=REPO, timeout=300)
+        assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+        line = run.stderr.strip().splitlines()[-1]
+        assert f"storage {out_dir / 'runs'} is not seen by every node" in line, line
+        assert "epoch" not in run.stdout.lower()
         assert list(out_dir.iterdir()) == []
 
         # A folder every node shares passes, and is left as it was.

@@ -28,24 +28,35 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     parts = Counter(point.part for point in sweep.grid)
     # 13.5's experiment with 3 seeds, 4 lrs per worker count (1 worker's 0.2 is
     # batch-global's run) and 2 more seeds at 2 workers' 0.4, the warm-up arm with 3
-    # seeds, 3 more strategies per count, the two splits at 2 workers, one 2-thread worker.
-    assert parts == {"batch-global": 6, "batch-lr": 9, "warmup": 3, "strategies": 6, "split": 2,
-                     "threads": 1}
+    # seeds, 4 more strategies per count, the delayed arm with 3 seeds and its bucketed
+    # twin over gloo, the two splits at 2 workers, one 2-thread worker.
+    assert parts == {"batch-global": 6, "batch-lr": 9, "warmup": 3, "strategies": 8,
+                     "delayed": 4, "split": 2, "threads": 1}
     by_part = {}
     for point in sweep.grid:
         by_part.setdefault(point.part, []).append(point)
     assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][3:7] == [
         (512, 0.1), (512, 0.2), (512, 0.4), (512, 0.8)]  # b per worker; the rule is tested
-    assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded"}
+    assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded", "root"}
     assert all(p.train.num_epochs == 2 for p in by_part["strategies"])  # timing only
+    # Two steps overlapped: a different optimizer, so every epoch and every seed, at
+    # 2 workers beside batch-global's synchronous twin; timed beside bucketed summing
+    # over the same transport (the process group's, not the node's shared memory).
+    delayed = [(p.train.sync, p.train.num_workers, p.train.num_epochs, p.train.seed,
+                p.train.shared_memory, p.train.lr, p.train.global_batch_size)
+               for p in by_part["delayed"]]
+    assert sorted(delayed) == [("bucketed", 2, 2, 0, False, 0.2, 256),
+                               *[("delayed", 2, 10, seed, True, 0.2, 256) for seed in (0, 1, 2)]]
     assert {(p.train.split, p.train.straggler_slowdown) for p in by_part["split"]} == {
         ("even", 2.0), ("proportional", 2.0)}
     assert all(p.train.straggler_slowdown == 1.0 for p in sweep.grid if p.part != "split")
     (threads,) = by_part["threads"]
     assert (threads.train.num_workers, threads.train.threads_per_worker) == (1, 2)
     # The book's own run is the reference of every timing part.
-    assert all((p.train.lr, p.train.sync if p.part != "strategies" else "scratch") == (0.2, "scratch")
-               for p in sweep.grid if p.part in ("batch-global", "strategies", "split", "threads"))
+    assert all((p.train.lr, p.train.sync if p.part not in ("strategies", "delayed")
+                else "scratch") == (0.2, "scratch")
+               for p in sweep.grid
+               if p.part in ("batch-global", "strategies", "delayed", "split", "threads"))
     assert not any(p.part == "resnet18" for p in sweep.grid)
 
 

@@ -163,6 +163,22 @@ def test_only_even_unslowed_finished_trials_are_validated():
     assert list(result.validation["trial_id"]) == ["even"]
 
 
+def test_held_out_worker_counts_take_their_contention_from_the_probe_not_their_trials():
+    """A 4-worker trial that computed 1.6x slower than alone, where the probe read
+    1.3: held out, its own compute seconds must not reach its prediction."""
+    single, four = trial("one", "bucketed", 1), trial("four", "bucketed", 4)
+    slower = STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // 4) * 1.6
+    for epoch in four[1]:
+        epoch["worker_compute_s"] = f"[{', '.join([f'{slower:.9g}'] * 4)}]"
+    summary, epochs = sweep(single, four)
+    (seen,) = fit_and_validate(summary, epochs, calibration()).validation.itertuples()
+    assert (seen.contention_source, seen.contention) == ("trials", pytest.approx(1.6))
+    (held,) = fit_and_validate(summary, epochs, calibration(),
+                               held_out_workers=frozenset({4})).validation.itertuples()
+    assert (held.contention_source, held.contention) == ("probe", pytest.approx(1.3))
+    assert held.predicted_epoch_s == pytest.approx(expected_epoch_s("bucketed", 4), rel=0.01)
+
+
 def test_one_worker_trials_alone_still_predict():
     summary, epochs = sweep(trial("one", "bucketed", 1))
     result = fit_and_validate(summary, epochs, calibration())

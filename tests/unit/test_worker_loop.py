@@ -37,7 +37,7 @@ def test_learns_on_real_data(fashion_mnist_small):
     row = history[-1]
     assert row["steps_per_epoch"] == 256 and row["global_batch_size"] == 32
     assert row["samples_per_s"] == pytest.approx(256 * 32 / row["epoch_time_s"])
-    assert row["worker_nodes"] == [platform.node()]  # no Ray node: the machine's name
+    assert row["worker_nodes"] == str([platform.node()])  # no Ray node: the machine's name
 
 
 @pytest.mark.parametrize("options", [{"precision": "bf16", "memory_format": "nchw"},

@@ -22,8 +22,10 @@ REPEATS_COMMAND = "--repeats 3"
 ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
 # Trials that share these do the same work per epoch: a seed changes the weights
 # and the shuffle, an lr (or its warm-up) the size of the steps, neither the work.
-WORK_KEYS = ["model", "sync", "split", "precision", "threads_per_worker", "straggler_slowdown",
-             "num_workers", "global_batch_size", "momentum"]
+# The transport (`prepared` adds it) tells one strategy over shared memory from
+# the same over the process group.
+WORK_KEYS = ["model", "sync", "transport", "split", "precision", "threads_per_worker",
+             "straggler_slowdown", "num_workers", "global_batch_size", "momentum"]
 # Trials that share these as well differ only in the seed: replicas.
 CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs"]
 # What a cell averages over its replicas; the rest is the configuration's own.
@@ -162,7 +164,8 @@ def part_trials(summary: pd.DataFrame, part: str) -> pd.DataFrame:
     sweep whose trials carry no part (a plain grid, the quickstart), those whose
     configuration is the part's."""
     usable = summary[summary["status"] != Status.FAILED]
-    parts = usable["part"].fillna("")  # trials.csv read back holds no part as NaN
+    # trials.csv read back holds no part as NaN (a float column when no trial has one)
+    parts = usable["part"].astype(object).fillna("")
     if (parts != "").any():
         return usable[parts == part]
     return _matching(usable, part)
@@ -188,11 +191,12 @@ def _matching(trials: pd.DataFrame, part: str) -> pd.DataFrame:
         "batch-lr": plain & (trials["batch_scaling"] == "per-worker")
                     & (trials["sync"] == "scratch") & kept,
         "strategies": plain & (trials["batch_scaling"] == "global")
-                      & (trials["sync"] != "scratch") & kept & same["base_lr"],
+                      & ~trials["sync"].isin(["scratch", "delayed"]) & kept & same["base_lr"],
         "split": (trials["straggler_slowdown"] > 1) & kept & same["base_lr"],
         "threads": (trials["num_workers"] == 1) & (trials["threads_per_worker"] > 1) & kept,
         "warmup": (trials["warmup_epochs"] > 0) & (trials["batch_scaling"] == "per-worker"),
         "resnet18": trials["model"] == "resnet18",
+        "delayed": (trials["sync"] == "delayed") & kept,
     }
     return trials[matches[part]]
 
@@ -226,16 +230,6 @@ def cells(trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def at_workers(trials: pd.DataFrame, num_workers: int) -> pd.Series | None:
     """The cell of `num_workers`' trials (replicas of one configuration), or None."""
     return cell(trials[trials["num_workers"] == num_workers])
-
-
-def transports_differ(one: pd.Series, other: pd.Series) -> str:
-    """Empty when both summed through the same transport, else the sentence that
-    names the transport as the difference's likely cause."""
-    if one["transport"] == other["transport"]:
-        return ""
-    return (f" ({one['sync']} sums through {one['transport'] or 'an unrecorded transport'}, "
-            f"{other['sync']} through {other['transport'] or 'an unrecorded transport'}: the "
-            f"difference is mostly the transport)")
 
 
 def missing_part(parts: str, command: str = EXERCISES_COMMAND) -> str:

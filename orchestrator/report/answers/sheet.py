@@ -42,7 +42,16 @@ def build(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
     scaling = fit_and_validate(summary, epochs, calibration) if calibration else None
     return AnswerSheet(scaling, _model_section(scaling, calibration),
                        render_answers(summary, epochs, scaling, data_note=data_note,
-                                      use_gpu=use_gpu))
+                                      use_gpu=use_gpu,
+                                      gradient_bytes=_lenet_gradient_bytes(calibration)))
+
+
+def _lenet_gradient_bytes(calibration: dict | None) -> int | None:
+    """One step's gradient bytes of the model 13.5's strategies run (LeNet, the
+    first precision the calibration recorded it in); None without them."""
+    layouts = [entry for entry in (calibration or {}).get("gradient_bytes", [])
+               if entry["model"] == "lenet"]
+    return sum(layouts[0]["tensor_bytes"]) if layouts else None
 
 
 def write(out_dir: Path, sheet: AnswerSheet) -> dict[str, Path]:
@@ -152,17 +161,17 @@ EXERCISES = [
 
 
 def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
-                   data_note: str, use_gpu: bool) -> str:
+                   data_note: str, use_gpu: bool, gradient_bytes: int | None = None) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions` and `links`."""
+    `validation`, `predictions` and `links`; `gradient_bytes`: LeNet's per step."""
     summary, epochs_counted = prepared(summary, epochs)
     noise = estimate_noise(summary, epochs_counted)
     rule = chapter_13_5.linear_rule(summary, noise)
     answers = [chapter_13_5.answer_13_5_1(summary, noise), chapter_13_5.answer_13_5_2(summary, rule, noise),
-               chapter_13_5.answer_13_5_3(summary, noise), chapter_13_5.answer_13_5_4(summary, noise),
+               chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes), chapter_13_5.answer_13_5_4(summary, noise),
                chapter_13_6.answer_13_6_1(summary, scaling, use_gpu, chapter_13_5.held_up_to(rule)),
                chapter_13_6.answer_13_6_2(summary, epochs, noise),
-               chapter_13_6.answer_13_6_3(summary, noise)]
+               chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
     if data_note:
         lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
