@@ -39,7 +39,7 @@ from common import REPO, command_line, emit, median  # noqa: E402
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data
 from orchestrator import ray_fastpath  # noqa: E402
-from orchestrator.config.options import SweepConfig  # noqa: E402
+from orchestrator.config.grid import SweepConfig  # noqa: E402
 from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from common import command_line, emit, median  # noqa: E402
 
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data  # noqa: E402
-from orchestrator.config.options import SweepConfig  # noqa: E402
+from orchestrator.config.grid import SweepConfig  # noqa: E402
 from orchestrator.report.summary import summarize_trials  # noqa: E402
 from orchestrator.driver.rundir import SWEEP_FILE  # noqa: E402
 from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
