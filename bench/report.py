@@ -45,6 +45,9 @@ HEADLINES = {
                   ("one_machine", "overlapping_trials_sharing_a_node"), "target_met"],
     "root_vs_ring": [("k2", "root_over_bucketed"), ("k3", "root_over_bucketed"),
                      ("k4", "root_over_bucketed")],
+    "scaling_held_out": ["held_out_max_abs_error", "target_met"],
+    "sweep_overhead_cluster": ["embedded_fixed_cost_per_trial_s", "netns_fixed_cost_per_trial_s",
+                               "netns_to_embedded_fixed_cost"],
     "ray_train_api": ["ratio_ours_over_ray_train_api", "ours_epoch_s", "ray_train_api_epoch_s",
                       "target_met"],
 }

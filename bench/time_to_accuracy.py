@@ -71,8 +71,10 @@ def time_to_target(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict:
     return {**{key: None if pd.isna(row[key]) else float(row[key])
                for key in ("train_s_to_target", "wall_s_to_target", "epochs_to_target",
                            "train_s_run")},
-            # What --memory-format auto chose on this machine.
-            "memory_format": " ".join(sorted(set(epochs["memory_format"].dropna())))}
+            # What --memory-format auto chose on this machine; epochs.csv has it, and
+            # a trial stopped at the target within its first epoch has no epoch row.
+            "memory_format": " ".join(sorted(set(epochs["memory_format"].dropna())))
+                             or "not recorded (stopped within epoch 1)"}
 
 
 def _median_of_known(values) -> float | None:

@@ -4,9 +4,11 @@ As root, each node is a `ray start --block` in a network namespace of its
 own, with an address of the documentation range 198.51.100.0/24; a bridge in
 one more namespace joins them, so nothing is added to the root namespace and
 there is no route out: the nodes reach each other and nothing else. Each
-node's link can be capped (`tc ... tbf`), and one node can get a private
-view of a path (a tmpfs over it in a mount namespace of its own), to play a
-node that does not share a filesystem. Where namespaces cannot be made (not
+node's link can be capped (`tc ... tbf`). Each node also runs in a mount
+namespace of its own with its own /dev/shm (a tmpfs), as separate machines
+have: workers on different nodes cannot meet in shared memory, and their
+gradients cross the link. One node can get a private view of a path as well
+(a tmpfs over it), to play a node that does not share a filesystem. Where namespaces cannot be made (not
 root, or `ip netns add` fails), `ray.cluster_utils.Cluster` runs the nodes on
 127.0.0.1 instead, without a rate or a private path.
 
@@ -54,6 +56,7 @@ STOP_TIMEOUT_S = 30
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
 STATE_FILE = "cluster.json"
 STARTED_LINE = "Ray runtime started."  # what `ray start` prints once its node runs
+SHM = "/dev/shm"  # each node's own
 
 
 @dataclass
@@ -258,12 +261,14 @@ def ray_start_args(cluster: NetnsCluster, node: Node) -> list[str]:
 def start_node(cluster: NetnsCluster, node: Node, log_dir: Path) -> subprocess.Popen:
     """`ray start --block` in the node's namespace, in a process group of its own."""
     ray_start = [RAY_CLI, "start", "--block", *ray_start_args(cluster, node)]
-    if node.name == cluster.private_node:
-        # A mount namespace of the node's own, where a tmpfs hides each path.
-        script = ('IFS=:; for hidden in $0; do mount -t tmpfs d2l-private "$hidden" || exit 1; '
-                  'done; exec "$@"')
-        ray_start = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-                     cluster.private_path, *ray_start]
+    # A mount namespace of the node's own: its own /dev/shm, and on the private
+    # node a tmpfs that hides each private path. Gone with the node's last process.
+    hidden = [SHM, *(cluster.private_path.split(os.pathsep)
+                     if node.name == cluster.private_node else ())]
+    script = ('IFS=:; for hidden in $0; do mount -t tmpfs d2l-private "$hidden" || exit 1; '
+              'done; exec "$@"')
+    ray_start = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                 ":".join(hidden), *ray_start]
     env = cluster.env()
     env.pop("RAY_ADDRESS")  # `ray start` would take it as the cluster to join
     env["RAY_worker_maximum_startup_concurrency"] = str(node.num_cpus + TRAIN_HELPER_ACTORS)

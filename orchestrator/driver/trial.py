@@ -8,6 +8,7 @@ The trainer class comes from `ray_fastpath`: Ray's own, or a leaner one.
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Sequence
 
 import ray
@@ -21,6 +22,12 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.placement import Placement
 from orchestrator.training.worker import calibration_loop_per_worker, train_loop_per_worker
+
+# Ray Train 2.60 builds every trainer's default data config from Ray Data's
+# options, and reading one of them warns that it is deprecated: a warning from
+# Ray to itself, printed by every trial process; no run of ours uses Ray Data.
+warnings.filterwarnings("ignore", message=r"`ExecutionOptions\.exclude_resources` is deprecated",
+                        category=DeprecationWarning)
 
 
 class RetryPrinter(UserCallback):
