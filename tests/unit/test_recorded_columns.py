@@ -55,7 +55,7 @@ def test_a_recorded_sweep_rewritten_keeps_every_file_and_column(tmp_path):
 def test_the_report_does_not_depend_on_the_order_trials_come_back_in():
     # A resumed sweep gets its trials back from Tune in another order; a sweep
     # with seeds has replicas that tie on everything but the seed.
-    recorded = RECORDED.with_name("exercises-quick-seeds")
+    recorded = RECORDED.with_name("exercises-quick-current")
     trials = pd.read_csv(recorded / "trials.csv")[[*TRIAL_COLUMNS, "seed", "warmup_epochs"]]
     epochs = pd.read_csv(recorded / "epochs.csv")
     evaluations = pd.read_csv(recorded / "epochs.csv")[
