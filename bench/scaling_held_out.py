@@ -22,6 +22,7 @@ per point is (predicted - measured) / measured. Target: within 15% per point.
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +48,9 @@ def run_sweep(cluster, folder: Path, name: str, workers: tuple[int, ...], args) 
         "--train-limit", str(args.train_limit), "--test-limit", "1000",
         # One layout in both sweeps: auto times it per node, and might not agree.
         "--memory-format", "channels-last",
+        # One trial at a time: the nodes share this machine's 2 cores, and trials
+        # on disjoint nodes would run side by side (as on a real cluster they may).
+        "--max-concurrent-trials", "1",
         "--out", str(out_dir), "--storage", str(folder / f"{name}-storage")],
         cwd=REPO, timeout=1800)
     if run.returncode != 0:
@@ -73,24 +77,35 @@ def fit_calibration(fit: dict, held_out: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rate", default="100mbit", help="every node's link (tc's units)")
-    parser.add_argument("--sync", default="bucketed")
+    parser.add_argument("--rate", default="50mbit", help="every node's link (tc's units)")
+    parser.add_argument("--sync", default="bucketed,root", help="one or several, as sweep.py's")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--train-limit", type=int, default=12000)
+    parser.add_argument("--train-limit", type=int, default=6000)
+    parser.add_argument("--keep", type=Path, help="copy the two sweeps' folders here")
+    parser.add_argument("--analyse", type=Path,
+                        help="model the two sweeps a --keep kept, without running any "
+                             "(its line is printed, not recorded)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tools"))
     import netns_cluster
 
     started = time.monotonic()
     nodes = max(HELD_OUT_WORKERS)
-    with tempfile.TemporaryDirectory() as temp, \
-            netns_cluster.netns_cluster(nodes + 1, 1, head_cpus=0, rate=args.rate) as cluster:
-        folder = Path(temp)
-        fit_dir = run_sweep(cluster, folder, "fit", FIT_WORKERS, args)
-        held_dir = run_sweep(cluster, folder, "held-out", (1, *HELD_OUT_WORKERS), args)
-        fit_trials, fit_epochs, fit_cal = read(fit_dir)
-        held_trials, held_epochs, held_cal = read(held_dir)
+    if args.analyse:  # two sweeps kept by an earlier --keep: no cluster, nothing run
+        (fit_trials, fit_epochs, fit_cal), (held_trials, held_epochs, held_cal) = (
+            read(args.analyse / name) for name in ("fit", "held-out"))
+    else:
+        with tempfile.TemporaryDirectory() as temp, \
+                netns_cluster.netns_cluster(nodes + 1, 1, head_cpus=0, rate=args.rate) as cluster:
+            folder = Path(temp)
+            fit_dir = run_sweep(cluster, folder, "fit", FIT_WORKERS, args)
+            held_dir = run_sweep(cluster, folder, "held-out", (1, *HELD_OUT_WORKERS), args)
+            fit_trials, fit_epochs, fit_cal = read(fit_dir)
+            held_trials, held_epochs, held_cal = read(held_dir)
+            if args.keep:
+                for folder in (fit_dir, held_dir):
+                    shutil.copytree(folder, args.keep / folder.name, dirs_exist_ok=True)
     held_single = held_trials[held_trials["num_workers"] == 1]
     summary = pd.concat([fit_trials, held_trials[held_trials["num_workers"] > 1]],
                         ignore_index=True)
@@ -107,13 +122,16 @@ def main() -> None:
     points = {f"{row.sync} {row.num_workers}w ({'held out' if row.held_out else 'fitted k'})": {
         "measured_epoch_s": round(row.measured_epoch_s, 3),
         "predicted_epoch_s": round(row.predicted_epoch_s, 3), "error": round(row.error, 4),
-        "contention": round(row.contention, 3), "contention_source": row.contention_source}
+        "contention": round(row.contention, 3), "contention_source": row.contention_source,
+        **{name: round(getattr(row, name), 3) for name in (
+            "measured_compute_s", "predicted_compute_s", "measured_sync_s", "predicted_comm_s")}}
         for row in validation.itertuples()}
     worst = float(held["error"].abs().max()) if len(held) else None
-    single_s = {name: float(trials.loc[trials["num_workers"] == 1, "mean_epoch_time_s"].iloc[0])
-                for name, trials in (("fit", fit_trials), ("held_out", held_single))}
+    single_s = {f"{name} {row.sync}": round(float(row.mean_epoch_time_s), 3)
+                for name, trials in (("fit", fit_trials), ("held_out", held_single))
+                for row in trials[trials["num_workers"] == 1].itertuples()}
     link = result.links[result.links["link"].str.contains("measured")]
-    emit("scaling_held_out", command_line(), {
+    emit("scaling_held_out", command_line(), append=args.analyse is None, figures={
         "cluster": f"head (0 CPUs) + {nodes} nodes x 1 CPU, netns, links {args.rate}",
         "sync": args.sync, "transport": sorted(set(validation["transport"])),
         "fitted_at_workers": 2, "held_out_workers": list(HELD_OUT_WORKERS),
@@ -124,7 +142,8 @@ def main() -> None:
         "one_worker_epoch_s_fit_vs_held_out_sweep": single_s,
         "wall_s": round(time.monotonic() - started, 1),
         "target": f"held-out points within {VALIDATION_TARGET:.0%}",
-        "target_met": worst is not None and worst <= VALIDATION_TARGET})
+        "target_met": worst is not None and worst <= VALIDATION_TARGET,
+        **({"analysed": str(args.analyse)} if args.analyse else {})})
 
 
 if __name__ == "__main__":

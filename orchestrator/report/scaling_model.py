@@ -68,22 +68,38 @@ def fit_link(transport: str, samples: list[dict]) -> Link:
     samples of `transport`, steps and volume its algorithm's (`per_call`), so alpha
     is per step at the calibration's k and its growth with k is the algorithm's.
 
-    Robust: least absolute *relative* deviations (iteratively reweighted least
-    squares), so one slow sample (a 1 KB call of 1.15 ms among 28 us ones) cannot
-    set alpha, and the small sizes weigh as much as the large ones. alpha clamped
-    at 0 (the slope refitted alone then); a slope that is not positive (sizes too
-    close to resolve it) gives an infinite beta.
+    In two regimes, as Hockney's model is fitted: beta from the larger half of
+    the sizes, where bytes set the time; alpha then from the smaller half, with
+    that beta. One line through every size mixes regimes that differ on real
+    links: a token-bucket-shaped link passes a message within its burst at line
+    rate, and a transport changes protocol at some size (eager, rendezvous). On
+    a 50 Mbit/s netns link the book's root funnel took 2n/R for 1 MB and n/R for
+    16 KB, and a line through all sizes read the link 1.8x faster than it was
+    (bench/notes/scaling_held_out.md).
+
+    Robust in both: beta by least absolute *relative* deviations (iteratively
+    reweighted least squares) over the large sizes, alpha the median of the small
+    sizes' per-step remainders, so one slow sample (a 1 KB call of 1.15 ms among
+    28 us ones) sets neither. alpha clamped at 0; a slope that is not positive
+    (sizes too close to resolve it) gives an infinite beta.
     """
     own = [s for s in samples if s["transport"] == transport]
     terms = [per_call(transport, s["num_workers"]) for s in own]
+    sizes = np.array([s["bytes"] for s in own], float)
+    steps = np.array([steps for steps, _ in terms], float)
     volume_bytes = np.array([volume * s["bytes"] for s, (_, volume) in zip(own, terms)], float)
     seconds = np.array([s["seconds"] for s in own], float)
-    design = np.column_stack([[steps for steps, _ in terms], volume_bytes])
-    alpha_s, s_per_byte = _least_relative_deviations(design, seconds)
-    if alpha_s < 0:
-        alpha_s, (s_per_byte,) = 0.0, _least_relative_deviations(volume_bytes[:, None], seconds)
+    large = sizes >= np.median(np.unique(sizes))
+    if len(np.unique(volume_bytes[large])) < 2:  # too few sizes for two regimes
+        large = np.ones(len(own), bool)
+    _, s_per_byte = _least_relative_deviations(
+        np.column_stack([steps[large], volume_bytes[large]]), seconds[large])
+    s_per_byte = max(s_per_byte, 0.0)
+    small = ~large if (~large).any() else large
+    alpha_s = max(0.0, float(np.median((seconds[small] - volume_bytes[small] * s_per_byte)
+                                       / steps[small])))
     workers = ", ".join(str(k) for k in sorted({s["num_workers"] for s in own}))
-    return Link(f"{transport} (measured)", float(alpha_s),
+    return Link(f"{transport} (measured)", alpha_s,
                 float(1.0 / s_per_byte) if s_per_byte > 0 else math.inf,
                 f"measured at the sweep's start, {workers} workers")
 
@@ -192,9 +208,14 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
 
 # held_out: the trial's k is not one the calibration fitted its transport at.
 # contention_source: "trials" (the k-worker trials' own compute seconds) or "probe".
+# Per epoch, where the time went: the slowest rank's compute and the sync as
+# measured (the sync includes waiting for the slower rank), the model's compute and
+# communication.
 _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
-                       "measured_speedup", "held_out", "contention", "contention_source"]
+                       "measured_speedup", "held_out", "contention", "contention_source",
+                       "measured_compute_s", "predicted_compute_s", "measured_sync_s",
+                       "predicted_comm_s"]
 
 
 def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
@@ -245,14 +266,21 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     factor = _contention_of(trial, by_trials, calibration)(num_workers)
     step = _step_s(baseline, measured[transport], num_workers,
                    int(trial["batch_size_per_worker"]), factor)
-    predicted_s = int(trial["steps_per_epoch"]) * sum(step)
-    measured_s = _steady(history)["epoch_time_s"].median()
+    steps = int(trial["steps_per_epoch"])
+    predicted_s = steps * sum(step)
+    steady = _steady(history)
+    measured_s = steady["epoch_time_s"].median()
+    # Where the time went, per epoch, each side: the slowest rank's compute and the sync.
+    compute_s = steady["worker_compute_s"].map(
+        lambda values: max(per_worker_values(values) or [np.nan]))
     return {"trial_id": trial["trial_id"], "model": trial["model"], "sync": trial["sync"],
             "transport": transport, "num_workers": num_workers,
             "global_batch_size": int(trial["global_batch_size"]),
             "measured_epoch_s": measured_s, "predicted_epoch_s": predicted_s,
             "error": (predicted_s - measured_s) / measured_s,
             "measured_speedup": baseline.epoch_s / measured_s, "contention": factor,
+            "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
+            "measured_sync_s": steady["sync_time_s"].median(), "predicted_comm_s": steps * step[2],
             "contention_source": "trials" if key in by_trials else "probe",
             "baseline": baseline}
 
