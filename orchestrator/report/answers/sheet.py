@@ -90,9 +90,9 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               f"computing at once ({measured}); per call the transport's algorithm's latency "
               "steps of alpha seconds (gloo's ring 2(k-1), the root funnel 2(k-1), shared "
               "memory 2 barriers) and bytes over beta (a ring 2(k-1)/k per worker; shared "
-              "memory (5k+1) through the node's one memory bandwidth), alpha and beta fitted "
-              "robustly (least relative deviations) to the microbenchmark run at the sweep's "
-              "start (calibration.json) at its k.", "", markdown_table(scaling.links), ""]
+              "memory (5k+1) through the node's one memory bandwidth), beta fitted to the "
+              "larger half of the sizes and alpha to the smaller (robustly) of the "
+              "microbenchmark run at the sweep's start (calibration.json) at its k.", "", markdown_table(scaling.links), ""]
     validation = scaling.validation
     if validation.empty:
         lines += ["No multi-worker trial to validate the model against.", ""]
