@@ -4,7 +4,8 @@ sweep's axes: a union of small grids, one per question, not their product.
 Each trial carries its part, which the answers (report/answers/) select by:
 - "batch-global": 13.5's experiment, the global batch b kept as workers grow;
 - "batch-lr": b per worker (global k*b) at every lr, for every k (13.5.1, 13.5.2);
-  at 1 worker the first lr is left out: it is batch-global's 1-worker run;
+  at 1 worker the first lr is left out: it is batch-global's 1-worker run; above
+  1 worker the lrs below the first (the reference) too;
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
   epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2);
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
@@ -57,9 +58,12 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
              for k in workers]
     largest = max(workers)
     # At 1 worker a batch of b per worker is the global batch b: batch-global's run.
+    # Above 1 worker the lrs from the first up: a k-fold batch at a smaller lr than
+    # 1 worker's reference pairs with no 1-worker run in the linear rule.
     specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference,
                         replicated=k == largest > 1 and math.isclose(lr, k * lrs[0]))
-              for k in workers for lr in sorted(lrs) if k > 1 or lr != lrs[0]]
+              for k in workers for lr in sorted(lrs)
+              if (k == 1 and lr != lrs[0]) or (k > 1 and lr >= lrs[0])]
     if largest > 1:
         specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
                                {**reference, "lr": largest * lrs[0], "warmup_epochs": 1}, True))

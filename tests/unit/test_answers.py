@@ -257,3 +257,11 @@ def test_13_5_3_states_each_workers_bytes_and_ranks_root_with_its_backends_ring(
             "14% of it in gradient sync, speedup 1.72; it was 1.11x faster than root "
             "(11.0 s, 1 seed).") in section
     assert "ZeRO-1" in section and "saves memory and 1/k of the update's arithmetic, not bytes" in section
+
+
+def test_13_6_3_averages_replicas_of_one_configuration_only():
+    other_lr = ("dl2-0.4", "delayed", "delayed", "even", "global", 256, 0.4, 2, 1, 1.0, 7.0,
+                0.02, 0.5, 0.6)
+    section = _sections(_render(_summary([*TRIALS, other_lr])))["13.6.3"]
+    assert "delayed took 9.30 s per epoch (1 seed)" in section  # not the mean with 7.0 s
+    assert "final test accuracy was 0.731 (1 seed)" in section

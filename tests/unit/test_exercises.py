@@ -26,17 +26,18 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     sweep = _fitted(tmp_path)
     assert sweep.workers == (1, 2) and sweep.baseline_threads == 2
     parts = Counter(point.part for point in sweep.grid)
-    # 13.5's experiment with 3 seeds, 4 lrs per worker count (1 worker's 0.2 is
-    # batch-global's run) and 2 more seeds at 2 workers' 0.4, the warm-up arm with 3
+    # 13.5's experiment with 3 seeds, 4 lrs at 1 worker (its 0.2 is batch-global's
+    # run) and 3 at 2 (none below 0.2) with 2 more seeds at 0.4, the warm-up arm with 3
     # seeds, 4 more strategies per count, the delayed arm with 3 seeds and its bucketed
     # twin over gloo, the two splits at 2 workers, one 2-thread worker.
-    assert parts == {"batch-global": 6, "batch-lr": 9, "warmup": 3, "strategies": 8,
+    assert parts == {"batch-global": 6, "batch-lr": 8, "warmup": 3, "strategies": 8,
                      "delayed": 4, "split": 2, "threads": 1}
     by_part = {}
     for point in sweep.grid:
         by_part.setdefault(point.part, []).append(point)
-    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][3:7] == [
-        (512, 0.1), (512, 0.2), (512, 0.4), (512, 0.8)]  # b per worker; the rule is tested
+    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][:6] == [
+        (256, 0.1), (256, 0.4), (256, 0.8),
+        (512, 0.2), (512, 0.4), (512, 0.8)]  # b per worker; the rule is tested
     assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded", "root"}
     assert all(p.train.num_epochs == 2 for p in by_part["strategies"])  # timing only
     # Two steps overlapped: a different optimizer, so every epoch and every seed, at
@@ -46,7 +47,7 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
                 p.train.shared_memory, p.train.lr, p.train.global_batch_size)
                for p in by_part["delayed"]]
     assert sorted(delayed) == [("bucketed", 2, 2, 0, False, 0.2, 256),
-                               *[("delayed", 2, 10, seed, True, 0.2, 256) for seed in (0, 1, 2)]]
+                               *[("delayed", 2, 8, seed, True, 0.2, 256) for seed in (0, 1, 2)]]
     assert {(p.train.split, p.train.straggler_slowdown) for p in by_part["split"]} == {
         ("even", 2.0), ("proportional", 2.0)}
     assert all(p.train.straggler_slowdown == 1.0 for p in sweep.grid if p.part != "split")

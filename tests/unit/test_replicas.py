@@ -220,7 +220,7 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         by_part: dict[str, list] = {}
         for point in sweep.grid:
             by_part.setdefault(point.part, []).append(point.train)
-        assert len(sweep.grid) == {"quick": 28, "full": 33}[label]
+        assert len(sweep.grid) == {"quick": 27, "full": 32}[label]
         assert sorted(run.seed for run in by_part["batch-global"]) == sorted(
             list(range(seeds)) * 2)
         (warm, *more) = by_part["warmup"]
