@@ -260,8 +260,8 @@ def test_13_5_3_states_each_workers_bytes_and_ranks_root_with_its_backends_ring(
 
 
 def test_13_6_3_averages_replicas_of_one_configuration_only():
-    other_lr = ("dl2-0.4", "delayed", "delayed", "even", "global", 256, 0.4, 2, 1, 1.0, 7.0,
-                0.02, 0.5, 0.6)
-    section = _sections(_render(_summary([*TRIALS, other_lr])))["13.6.3"]
+    other_batch = ("dl2-128", "delayed", "delayed", "even", "global", 128, 0.2, 2, 1, 1.0, 7.0,
+                   0.02, 0.5, 0.6)
+    section = _sections(_render(_summary([*TRIALS, other_batch])))["13.6.3"]
     assert "delayed took 9.30 s per epoch (1 seed)" in section  # not the mean with 7.0 s
     assert "final test accuracy was 0.731 (1 seed)" in section
