@@ -8,9 +8,10 @@ node's link can be capped (`tc ... tbf`). Each node also runs in a mount
 namespace of its own with its own /dev/shm (a tmpfs), as separate machines
 have: workers on different nodes cannot meet in shared memory, and their
 gradients cross the link. One node can get a private view of a path as well
-(a tmpfs over it), to play a node that does not share a filesystem. Where namespaces cannot be made (not
-root, or `ip netns add` fails), `ray.cluster_utils.Cluster` runs the nodes on
-127.0.0.1 instead, without a rate or a private path.
+(a tmpfs over it), to play a node that does not share a filesystem. Where
+namespaces cannot be made (not root, or `ip netns add` fails),
+`ray.cluster_utils.Cluster` runs the nodes on 127.0.0.1 instead, without a
+rate or a private path.
 
 As a module: `with netns_cluster(3, 1) as cluster: cluster.run_in("head", argv)`.
 As a script, for a person:

@@ -280,7 +280,8 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "error": (predicted_s - measured_s) / measured_s,
             "measured_speedup": baseline.epoch_s / measured_s, "contention": factor,
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
-            "measured_sync_s": steady["sync_time_s"].median(), "predicted_comm_s": steps * step[2],
+            "measured_sync_s": steady["sync_time_s"].median(),
+            "predicted_comm_s": steps * step[2],
             "contention_source": "trials" if key in by_trials else "probe",
             "baseline": baseline}
 

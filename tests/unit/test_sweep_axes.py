@@ -108,3 +108,13 @@ def test_the_report_compares_strategies_and_shows_each_workers_share():
     assert ("`s2` 2 worker(s), batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory "
             "format channels-last (auto: NCHW 0.112 s, channels-last 0.083 s a step): ") in report
     assert "split even, fp32, memory format nchw: " in report  # s1: given, not timed
+
+
+def test_each_trials_line_names_the_transport_its_gradients_took():
+    summary, epochs = _summary()
+    epochs["transport"] = epochs["trial_id"].map(
+        {"s1": "none", "s2": "shared memory", "d1": "none", "d2": "gloo", "p2": "gloo"})
+    report = render_report(summary, epochs, title_lines=[])
+    assert "`d2` 2 worker(s), batch 256 (global), lr 0.2, sync ddp, split even, fp32, over gloo," in report
+    assert "sync scratch, split even, fp32, over shared memory, memory format" in report
+    assert "`s1` 1 worker(s), batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory" in report

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
-                                       at_workers, compare_acc, compare_times, missing_part,
-                                       numbers,
-                                       one_worker_count, part_trials, percent, seeds_text,
-                                       timed, within_noise)
+                                                  at_workers, compare_acc, compare_times,
+                                                  missing_part, numbers, one_worker_count,
+                                                  part_trials, percent, seeds_text, timed,
+                                                  within_noise)
 from orchestrator.records import Status
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values

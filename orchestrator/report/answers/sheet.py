@@ -92,7 +92,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               "memory 2 barriers) and bytes over beta (a ring 2(k-1)/k per worker; shared "
               "memory (5k+1) through the node's one memory bandwidth), beta fitted to the "
               "larger half of the sizes and alpha to the smaller (robustly) of the "
-              "microbenchmark run at the sweep's start (calibration.json) at its k.", "", markdown_table(scaling.links), ""]
+              "microbenchmark run at the sweep's start (calibration.json) at its k.", "",
+              markdown_table(scaling.links), ""]
     validation = scaling.validation
     if validation.empty:
         lines += ["No multi-worker trial to validate the model against.", ""]
@@ -167,8 +168,10 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     summary, epochs_counted = prepared(summary, epochs)
     noise = estimate_noise(summary, epochs_counted)
     rule = chapter_13_5.linear_rule(summary, noise)
-    answers = [chapter_13_5.answer_13_5_1(summary, noise), chapter_13_5.answer_13_5_2(summary, rule, noise),
-               chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes), chapter_13_5.answer_13_5_4(summary, noise),
+    answers = [chapter_13_5.answer_13_5_1(summary, noise),
+               chapter_13_5.answer_13_5_2(summary, rule, noise),
+               chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes),
+               chapter_13_5.answer_13_5_4(summary, noise),
                chapter_13_6.answer_13_6_1(summary, scaling, use_gpu, chapter_13_5.held_up_to(rule)),
                chapter_13_6.answer_13_6_2(summary, epochs, noise),
                chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
