@@ -100,6 +100,19 @@ def test_fit_link_recovers_alpha_and_beta():
     assert link.beta_bytes_per_s == pytest.approx(1.5e9, rel=0.01)
 
 
+def test_the_bandwidth_comes_from_the_large_sizes_where_small_ones_burst_through():
+    """A token-bucket link passes a message within its burst at line rate: the book's
+    root funnel took n/R up to 16 KB and 2n/R from 64 KB on (50 Mbit/s, netns). beta
+    is read where bytes set the time, alpha where they do not."""
+    rate, alpha_s = 6.25e6, 30e-6
+    samples = [{"transport": "gloo root", "num_workers": 2, "bytes": size,
+                "seconds": 2 * alpha_s + (1 if size <= 16384 else 2) * size / rate}
+               for size in (1024, 4096, 16384, 65536, 262144, 1048576)]
+    link = fit_link("gloo root", samples)
+    assert link.beta_bytes_per_s == pytest.approx(rate, rel=0.01)
+    assert link.alpha_s == pytest.approx(0.0, abs=alpha_s)  # bursts read as no latency
+
+
 def test_contention_interpolates_and_holds_the_largest_measured():
     assert contention(calibration(), 1) == 1.0
     assert contention(calibration(), 3) == pytest.approx(1.2)
