@@ -2,7 +2,9 @@
 
 On a one-machine cluster of 1-CPU nodes whose links are capped (`--rate`, tc
 tbf; tools/netns_cluster.py, root), two sweeps of the same training run one
-after the other, every worker on a node of its own, summing over gloo's TCP:
+after the other, their trials one at a time, every worker on a node of its
+own, summing over gloo's TCP (`--sync`: gloo's ring, `bucketed`, and the book's
+root funnel, `root`, by default):
 
 - A, the fit: 1 and 2 workers. Its calibration times the allreduce at k = 2
   over the capped link (alpha and beta are fitted there) and the compute probe
@@ -16,7 +18,8 @@ after the other, every worker on a node of its own, summing over gloo's TCP:
 The model predicts each of B's 3- and 4-worker epochs from A alone; the error
 per point is (predicted - measured) / measured. Target: within 15% per point.
 
-    python bench/scaling_held_out.py [--rate 100mbit] [--sync bucketed]    # root
+    python bench/scaling_held_out.py [--rate 50mbit] [--sync bucketed,root] [--keep DIR]
+    python bench/scaling_held_out.py --analyse DIR    # re-model what --keep kept
 """
 
 import argparse
