@@ -61,3 +61,23 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+# A benchmark's part run in a node of a netns cluster hands its figures back
+# to the part that started it as one line of its output.
+CHILD_RESULT_PREFIX = "CHILD_RESULT "
+
+
+def print_child_result(figures: dict) -> None:
+    print(CHILD_RESULT_PREFIX + json.dumps(figures), flush=True)
+
+
+def child_result(cluster, argv: list[str], timeout_s: float) -> dict:
+    """Run `argv` in the head node of `cluster` (tools/netns_cluster.py) from the
+    repository, and return what it gave `print_child_result`; its output's tail,
+    and exit, if it failed or gave nothing."""
+    run = cluster.run_in("head", argv, cwd=str(REPO), timeout=timeout_s)
+    lines = [line for line in run.stdout.splitlines() if line.startswith(CHILD_RESULT_PREFIX)]
+    if run.returncode != 0 or not lines:
+        sys.exit(run.stdout[-3000:] + run.stderr[-3000:])
+    return json.loads(lines[-1][len(CHILD_RESULT_PREFIX):])

@@ -46,12 +46,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import REPO, command_line, emit, median  # noqa: E402
+from common import REPO, child_result, command_line, emit, median, print_child_result  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
 STRATEGIES = ("root", "scratch", "bucketed")
-RESULT_PREFIX = "RESULT "
 TC_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
@@ -157,16 +156,13 @@ def inner(args) -> None:
         torch_config=TorchConfig(backend="gloo"),
         run_config=RunConfig(name=f"root-vs-ring-{args.workers[0]}",
                              storage_path=args.storage))
-    print(RESULT_PREFIX + json.dumps(trainer.fit().return_value), flush=True)
+    print_child_result(trainer.fit().return_value)
 
 
 def run_k(cluster, args, num_workers: int, storage: str) -> dict:
     argv = [sys.executable, __file__, "--inner", "--workers", str(num_workers),
             "--repeats", str(args.repeats), "--model", args.model, "--storage", storage]
-    run = cluster.run_in("head", argv, cwd=str(REPO), timeout=args.timeout_s)
-    lines = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    assert run.returncode == 0 and lines, run.stderr[-3000:]
-    return json.loads(lines[-1][len(RESULT_PREFIX):])
+    return child_result(cluster, argv, args.timeout_s)
 
 
 def main() -> None:

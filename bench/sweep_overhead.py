@@ -24,7 +24,6 @@ this process, `--runs` times each.
 """
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -33,8 +32,8 @@ import time
 import ray
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import REPO, command_line, emit, median  # noqa: E402
-
+from common import (REPO, child_result, command_line, emit, median,  # noqa: E402
+                    print_child_result)
 
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data
@@ -77,9 +76,6 @@ def measure_path(sweep: SweepConfig, asha_sweep: SweepConfig,
             "asha_tune_around_trials_per_trial_s": asha["tune_around_trials_per_trial_s"]}
 
 
-RESULT_PREFIX = "SWEEP_OVERHEAD "
-
-
 def on_netns_cluster(trials: int, runs: int, sweep: SweepConfig,
                      asha_sweep: SweepConfig) -> dict:
     """The fixed cost on a 3-node netns cluster against the embedded Ray, alternately."""
@@ -89,13 +85,9 @@ def on_netns_cluster(trials: int, runs: int, sweep: SweepConfig,
     attached, embedded = [], []
     with netns_cluster.netns_cluster(3, 2, head_cpus=0) as cluster:
         for _ in range(runs):
-            run = cluster.run_in("head", [sys.executable, __file__, "--trials", str(trials),
-                                          "--address", cluster.head_address],
-                                 cwd=REPO, timeout=900)
-            lines = [line for line in run.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-            if run.returncode != 0 or not lines:
-                sys.exit(run.stdout[-3000:] + run.stderr[-3000:])
-            attached.append(json.loads(lines[-1][len(RESULT_PREFIX):]))
+            attached.append(child_result(cluster, [sys.executable, __file__, "--trials",
+                                                   str(trials), "--address",
+                                                   cluster.head_address], timeout_s=900))
             embedded.append(measure_path(sweep, asha_sweep))
     figures = {"cluster": "head (0 CPUs) + 2 nodes x 2 CPUs, netns, attached from the head",
                "runs": runs}
@@ -127,7 +119,7 @@ def main() -> None:
     if not ray_fastpath.enabled():
         parser.error(f"the fast path is off here: unset {ray_fastpath.SWITCH_ENV_VAR}")
     if args.address:
-        print(RESULT_PREFIX + json.dumps(measure_path(sweep, asha_sweep, args.address)), flush=True)
+        print_child_result(measure_path(sweep, asha_sweep, args.address))
         return
     if args.netns:
         emit("sweep_overhead_cluster", command_line(),

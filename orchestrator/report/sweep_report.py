@@ -99,12 +99,11 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
         label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
                  f"({row.batch_scaling}), lr {row.lr:g}, sync {row.sync}, split {row.split}, "
                  f"{row.precision}")
-        # Where its gradients were summed: one strategy may run over two transports.
-        transport = (history["transport"].iloc[-1]
-                     if "transport" in history and len(history) else "")
-        if isinstance(transport, str) and transport not in ("", "none"):
-            label += f", over {transport}"
         if len(history):
+            # Where its gradients were summed: one strategy may run over two transports.
+            transport = history["transport"].iloc[-1] if "transport" in history else ""
+            if isinstance(transport, str) and transport not in ("", "none"):
+                label += f", over {transport}"
             label += f", memory format {memory_format_text(history.iloc[0])}"
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
