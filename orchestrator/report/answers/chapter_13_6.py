@@ -213,10 +213,10 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         "; this sweep's workers are GPUs, but it times every epoch with the wait kept "
         "(torch.cuda.synchronize), so the difference is not measured here" if use_gpu else
         ": this sweep's workers are CPUs, and the effect shows only on a GPU"))
+    usable = timed(summary[summary["status"] != Status.FAILED])
     delayed = timed(part_trials(summary, "delayed"))
     delayed = delayed[delayed["sync"] == "delayed"]
     if delayed.empty:
-        usable = timed(summary[summary["status"] != Status.FAILED])
         gap = (one_worker_count(usable) if usable["num_workers"].nunique() < 2
                else missing_part("delayed"))
         return [dropped, f"{OVERLAP} {gap}"]
@@ -227,7 +227,6 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     first = delayed[delayed["num_workers"] == k].iloc[0]
     delayed = delayed[np.logical_and.reduce([delayed[key] == first[key] for key in ARM_KEYS])]
     arm = at_workers(delayed, k)
-    usable = timed(summary[summary["status"] != Status.FAILED])
     same_k = usable[(usable["num_workers"] == k)
                     & (usable["global_batch_size"] == arm["global_batch_size"])]
     sentences = [OVERLAP]
