@@ -104,3 +104,29 @@ def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
             assert time.monotonic() < deadline, "the allreduce with a dead peer did not end"
         outcome = results.get(0, "nothing recorded")
     assert outcome.startswith("raised after"), outcome
+
+
+def _late_peer_body(rank: int, port: int, results) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        allreduce_(torch.ones(4))  # both connected and in step
+        if rank == 1:
+            time.sleep(LATE_S)  # a slow link's transfer, as rank 0 sees it
+        wall, cpu = time.perf_counter(), time.thread_time()
+        allreduce_(torch.ones(4))
+        results[rank] = (time.perf_counter() - wall, time.thread_time() - cpu)
+    finally:
+        dist.destroy_process_group()
+
+
+LATE_S = 1.0
+
+
+def test_a_long_wait_blocks_after_spinning_briefly():
+    # wait_busy spins for SPIN_S, 20 ms (a short wait's wake-up would cost more), then
+    # blocks: a wait of a second must not take a second of the waiting core.
+    with shared_dict() as results:
+        mp.spawn(_late_peer_body, args=(free_local_port(), results), nprocs=2)
+        wall_s, cpu_s = results[0]
+    assert wall_s > 0.9 * LATE_S
+    assert cpu_s < 0.3 * LATE_S, f"rank 0's thread used {cpu_s:.2f} s of CPU waiting {wall_s:.2f} s"

@@ -7,7 +7,8 @@ its input unchanged, so the training loop also runs in a single process.
 """
 
 import os
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -93,19 +94,36 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_ten
 _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
 
+# Lockstep workers arrive within milliseconds of each other: a wait spins that
+# long (a blocked core's wake-up would cost more), then blocks, so a long wait
+# (bytes crossing a slow link) leaves the core to whoever shares it.
+SPIN_S = 0.02
+
+
 def wait_busy(work: dist.Work, device: torch.device) -> None:
-    """Wait for an asynchronous collective, keeping this CPU busy meanwhile.
+    """Wait for an asynchronous collective, busily for up to `SPIN_S`, then blocked.
 
     On a virtual machine a core blocked in gloo's wait is halted, and the
     message that ends the wait must first wake it; `sched_yield` between
     polls still hands the core to any other ready thread
-    (bench/notes/sync_strategies.md). On a GPU the wait only orders the
-    CUDA stream, so it stays as it is.
+    (bench/notes/sync_strategies.md). A wait past `SPIN_S` blocks: four ranks
+    of a ring on 2 cores, each spinning through a whole 50 Mbit/s allreduce,
+    took CPU from the ranks moving its bytes (bench/notes/root_vs_ring.md).
+    On a GPU the wait only orders the CUDA stream, so it stays as it is.
     """
     if device.type == "cpu":
-        while not work.is_completed():
-            os.sched_yield()
+        spin_until(work.is_completed)
     work.wait()  # raises the collective's error, if it failed
+
+
+def spin_until(done: Callable[[], bool]) -> bool:
+    """Poll `done` with `sched_yield` between polls for up to `SPIN_S`; whether it came true."""
+    deadline = time.perf_counter() + SPIN_S
+    while not done():
+        if time.perf_counter() > deadline:
+            return False
+        os.sched_yield()
+    return True
 
 
 def broadcast_(tensors: Iterable[torch.Tensor], *, src: int = 0) -> None:

@@ -1,13 +1,11 @@
 """`delayed`: two steps overlapped (13.6, exercise 3), one-step-delayed SGD."""
 
-import os
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from orchestrator.training.sync.base import GradientSync, buckets, group_transport
-from orchestrator.training.sync.collectives import views_like
+from orchestrator.training.sync.collectives import spin_until, views_like
 from orchestrator.training.timing import DeviceTimer
 
 
@@ -97,9 +95,7 @@ class DelayedSync(GradientSync):
             return False
         for future in self._pending:
             if self.device.type == "cpu":
-                # As `wait_busy`: a core blocked in the wait is halted on a virtual machine.
-                while not future.done():
-                    os.sched_yield()
+                spin_until(future.done)  # as `wait_busy`
             future.wait()
         self._pending = None
         return True

@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from orchestrator.training.sync.collectives import gather_strings, get_rank, get_world_size
+from orchestrator.training.sync.collectives import (SPIN_S, gather_strings, get_rank,
+                                                    get_world_size)
 
 CACHE_LINE_BYTES = 64
 # Each worker's header (its counter, then what it passes) has two cache lines
@@ -47,9 +48,8 @@ _MAX_DIMS = _SLOT_INT64 - _SHAPE
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
            torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
 FILE_PREFIX = "orchestrator-allreduce-"
-# Lockstep workers arrive within milliseconds of each other: spin that long
-# (a sleep's wake-up would cost more), then sleep, longer the longer the wait.
-SPIN_S = 0.02
+# Past `SPIN_S` (collectives.py's, as every wait here) a wait sleeps, longer the
+# longer the wait.
 MAX_SLEEP_S = 0.01
 # How long a worker waits between checks that its peers are still alive.
 _LIVENESS_CHECK_INTERVAL_S = 1.0
