@@ -31,14 +31,19 @@ def machine() -> str:
         cpu += " (AVX-512)" if "avx512f" in flags else " (AVX2)" if "avx2" in flags else ""
     except (OSError, StopIteration):
         pass
+    if os.environ.get("ATEN_CPU_CAPABILITY"):  # torch told to use narrower kernels
+        cpu += f", torch capped at {os.environ['ATEN_CPU_CAPABILITY']}"
     return f"{os.cpu_count()} cores, {cpu}"
 
 
-def emit(name: str, command: str, figures: dict, *, append: bool = True) -> dict:
+def emit(name: str, command: str, figures: dict, *, append: bool = True,
+         measured_on: str | None = None) -> dict:
     """Print the BENCH line and append it to the results, unless `append` is
-    false: a smoke run of a script, whose figures must not become the newest."""
-    record = {"benchmark": name, "date": datetime.date.today().isoformat(), "machine": machine(),
-              "command": command, **figures}
+    false: a smoke run of a script, whose figures must not become the newest.
+    `measured_on`: the machine that measured, where it is not this one (a
+    benchmark that reads a sweep's files records the processor the sweep ran on)."""
+    record = {"benchmark": name, "date": datetime.date.today().isoformat(),
+              "machine": measured_on or machine(), "command": command, **figures}
     print("BENCH " + json.dumps(record), flush=True)
     if not append:
         return record

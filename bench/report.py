@@ -182,6 +182,36 @@ def _why_sharded(record: dict, models: list[str]) -> str:
     return " ".join(sentences)
 
 
+def model_error_section(history: list[dict]) -> list[str]:
+    """Every record of the scaling model's validation, one row each: the error per
+    CPU (the newest-per-machine table keeps one record a machine, and a machine's
+    quickstart and exercises sweeps are different tests)."""
+    lines = ["### Every recorded validation", "",
+             "| date | measured on | sweep | trials | points | largest error | target met |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['date']} | {r['machine']} | `{r['sweep']}` | {r.get('trials', '-')} | "
+              f"{r['measured_points']} | {r['max_abs_error']:.1%} | {r['target_met']} |"
+              for r in history]
+    return lines + [""]
+
+
+def held_out_section(history: list[dict]) -> list[str]:
+    """Every held-out run's error per point: fitted at k = 2, predicted at 3 and 4."""
+    lines = ["### Error per point, every run", "",
+             "| date | machine | links | strategy | k = 2 (fitted) | k = 3 (held out) | "
+             "k = 4 (held out) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for record in history:
+        errors: dict[str, dict[int, float]] = {}
+        for label, point in record["points"].items():
+            sync, workers = label.split()[:2]
+            errors.setdefault(sync, {})[int(workers.rstrip("w"))] = point["error"]
+        links = record["cluster"].rsplit("links ", 1)[-1]
+        lines += [f"| {record['date']} | {record['machine']} | {links} | {sync} | "
+                  + " | ".join(f"{by_k[k]:+.1%}" if k in by_k else "-" for k in (2, 3, 4)) + " |"
+                  for sync, by_k in errors.items()]
+    return lines + [""]
+
+
 def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
     lines = [HEADER]
     for history in histories:
@@ -195,6 +225,10 @@ def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
         lines += _by_machine(history)
         if name == "sync_strategies":
             lines += sharded_section(record)
+        if name == "scaling_model":
+            lines += model_error_section(history)
+        if name == "scaling_held_out":
+            lines += held_out_section(history)
         if name in notes:
             lines += [notes[name], ""]
     for name, title in NOTES_ONLY.items():

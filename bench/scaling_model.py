@@ -1,11 +1,13 @@
-"""Benchmark 8: the scaling model validated on a finished `--preset exercises` sweep.
+"""Benchmark 8: the scaling model validated on a finished sweep (`--preset exercises`,
+or the quickstart's two trials).
 
 Each measured multi-worker trial of the sweep (even split, no straggler) is
 predicted from its 1-worker trial and the sweep's microbenchmark
 (calibration.json) alone, and compared with its measured seconds per epoch.
 Figures: the error per point, the largest, the fitted alpha and beta of each
 transport, the measured contention, and the model's speedup at 16 workers.
-Target: at most 15% error on every measured point.
+Target: at most 15% error on every measured point. The record's machine is the
+processor the sweep calibrated on (calibration.json), where it says.
 
     python experiments/sweep.py --preset exercises --out results/exercises
     python bench/scaling_model.py --sweep results/exercises
@@ -29,7 +31,7 @@ from orchestrator.report.scaling_model import fit_and_validate  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", required=True, type=Path,
-                        help="folder of a finished --preset exercises sweep")
+                        help="folder of a finished sweep with 1- and multi-worker trials")
     args = parser.parse_args()
     calibration = json.loads((args.sweep / "calibration.json").read_text())
     summary = pd.read_csv(args.sweep / "trials.csv")
@@ -44,10 +46,10 @@ def main() -> None:
     at_16 = result.predictions[result.predictions["num_workers"] == 16]
     sweep_line = next(line for line in (args.sweep / "report.md").read_text().splitlines()
                       if line.startswith("- sweep wall time"))
-    emit("scaling_model", command_line(), {
+    emit("scaling_model", command_line(), measured_on=calibration.get("processor"), figures={
         "sweep": str(args.sweep), "sweep_wall_time": sweep_line.split(": ", 1)[1],
         "sweep_ended": json.loads((args.sweep / "sessions.json").read_text())[0]["ended"],
-        "measured_points": len(validation), "max_abs_error": worst,
+        "trials": len(summary), "measured_points": len(validation), "max_abs_error": worst,
         "target_max_abs_error": VALIDATION_TARGET, "target_met": worst <= VALIDATION_TARGET,
         "error_per_point": points,
         "links": {row.link: {"alpha_us": round(row.alpha_s * 1e6, 2),

@@ -7,8 +7,11 @@ scaling model (report/scaling_model.py) is fitted from it; it is kept as
 calibration.json beside the results.
 """
 
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -60,11 +63,25 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
                      "num_workers": get_world_size(), "bytes": nbytes,
                      "seconds": _collective_s(_reduce_scatter_all_gather, nbytes, device)}
                     for nbytes in _sizes(largest_bytes)]
-    return {"num_workers": get_world_size(), "device": device.type, "model": config.model,
+    return {"num_workers": get_world_size(), "device": device.type,
+            "processor": processor(device), "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
             "compute": _compute_probe(model, device, worker_counts,
                                       max(1, config.global_batch_size // max(worker_counts))),
             "gradient_bytes": [gradient_bytes(*layout) for layout in layouts]}
+
+
+def processor(device: torch.device) -> str:
+    """What computes, for the record: the GPU's name, or the node's cores, the CPU's
+    model and the kernels torch runs on it (AVX512, AVX2, ...: a CPU without AVX-512
+    trains LeNet several times slower per core, and ATEN_CPU_CAPABILITY can cap torch
+    below what the CPU has)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines
+                  if line.startswith("model name")), platform.machine())
+    return f"{os.cpu_count()} cores, {model}, torch's {torch.backends.cpu.get_cpu_capability()} kernels"
 
 
 def transports_of(sweep: SweepConfig) -> tuple[str, ...]:

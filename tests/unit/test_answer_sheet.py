@@ -77,8 +77,10 @@ def test_the_model_section_gives_the_held_out_points_error_apart():
 
 def test_a_sweep_calibrated_at_every_k_it_validates_says_none_is_held_out():
     summary = _summary()
-    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+    measured = {**calibration(), "processor": "2 cores, Some CPU, torch's AVX2 kernels"}
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), measured, data_note="",
                                use_gpu=False)
+    assert "at its k, on 2 cores, Some CPU, torch's AVX2 kernels." in sheet.model_section
     assert set(sheet.scaling.validation["num_workers"]) == {2}  # calibrated at 2 and 4
     assert not sheet.scaling.validation["held_out"].any()
     assert "at a worker count the calibration ran at (2): none is held out" in (

@@ -2,6 +2,10 @@
 allreduce to time (tests/processes/test_calibration_on_processes.py times
 the transports on two gloo processes)."""
 
+import os
+import subprocess
+import sys
+
 import torch
 
 from orchestrator.training import calibration
@@ -19,6 +23,19 @@ def test_one_process_times_compute_only(monkeypatch):
                        transports=("shared memory", "group"), layouts=())
     assert measured["allreduce"] == []
     assert [row["num_workers"] for row in measured["compute"]] == [1]
+    # The CPU and the kernels torch chose on it, which a figure depends on.
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert measured["processor"].endswith(f", torch's {capability} kernels"), measured["processor"]
+    assert measured["processor"].startswith(f"{os.cpu_count()} cores, ")
+
+
+def test_the_processor_names_the_kernels_torch_was_capped_at():
+    # ATEN_CPU_CAPABILITY is read once, when torch loads: a fresh interpreter.
+    code = ("import torch; from orchestrator.training.calibration import processor; "
+            "print(processor(torch.device('cpu')))")
+    capped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert capped.stdout.strip().endswith(", torch's DEFAULT kernels"), capped.stdout
 
 
 def test_the_sweep_names_each_model_precision_and_bucket_cap_once():

@@ -92,7 +92,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               "memory 2 barriers) and bytes over beta (a ring 2(k-1)/k per worker; shared "
               "memory (5k+1) through the node's one memory bandwidth), beta fitted to the "
               "larger half of the sizes and alpha to the smaller (robustly) of the "
-              "microbenchmark run at the sweep's start (calibration.json) at its k.", "",
+              "microbenchmark run at the sweep's start (calibration.json) at its k"
+              + (f", on {calibration['processor']}." if "processor" in calibration else "."), "",
               markdown_table(scaling.links), ""]
     validation = scaling.validation
     if validation.empty:
