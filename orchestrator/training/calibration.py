@@ -78,10 +78,12 @@ def processor(device: torch.device) -> str:
     below what the CPU has)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
     model = next((line.split(":", 1)[1].strip() for line in lines
                   if line.startswith("model name")), platform.machine())
-    return f"{os.cpu_count()} cores, {model}, torch's {torch.backends.cpu.get_cpu_capability()} kernels"
+    kernels = torch.backends.cpu.get_cpu_capability()
+    return f"{os.cpu_count()} cores, {model}, torch's {kernels} kernels"
 
 
 def transports_of(sweep: SweepConfig) -> tuple[str, ...]:

@@ -108,7 +108,7 @@ def wait_busy(work: dist.Work, device: torch.device) -> None:
     polls still hands the core to any other ready thread
     (bench/notes/sync_strategies.md). A wait past `SPIN_S` blocks: four ranks
     of a ring on 2 cores, each spinning through a whole 50 Mbit/s allreduce,
-    took CPU from the ranks moving its bytes (bench/notes/root_vs_ring.md).
+    took CPU from the ranks moving its bytes (bench/notes/scaling_held_out.md).
     On a GPU the wait only orders the CUDA stream, so it stays as it is.
     """
     if device.type == "cpu":
@@ -116,14 +116,11 @@ def wait_busy(work: dist.Work, device: torch.device) -> None:
     work.wait()  # raises the collective's error, if it failed
 
 
-def spin_until(done: Callable[[], bool]) -> bool:
-    """Poll `done` with `sched_yield` between polls for up to `SPIN_S`; whether it came true."""
+def spin_until(done: Callable[[], bool]) -> None:
+    """Poll `done`, with `sched_yield` between polls, until it is true or `SPIN_S` has passed."""
     deadline = time.perf_counter() + SPIN_S
-    while not done():
-        if time.perf_counter() > deadline:
-            return False
+    while not done() and time.perf_counter() < deadline:
         os.sched_yield()
-    return True
 
 
 def broadcast_(tensors: Iterable[torch.Tensor], *, src: int = 0) -> None:
