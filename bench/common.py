@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def emit(name: str, command: str, figures: dict, *, append: bool = True,
     `measured_on`: the machine that measured, where it is not this one (a
     benchmark that reads a sweep's files records the processor the sweep ran on)."""
     record = {"benchmark": name, "date": datetime.date.today().isoformat(),
-              "machine": measured_on or machine(), "command": command, **figures}
+              "machine": measured_on or machine(), "command": command, "commit": commit(),
+              **figures}
     print("BENCH " + json.dumps(record), flush=True)
     if not append:
         return record
@@ -51,6 +53,15 @@ def emit(name: str, command: str, figures: dict, *, append: bool = True,
     with open(RESULTS_DIR / f"{name}.jsonl", "a") as results:
         results.write(json.dumps(record) + "\n")
     return record
+
+
+def commit() -> str:
+    """The code that ran: HEAD's short hash, "+changes" where the work tree differs."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no").strip()
+                   else "")
 
 
 def command_line() -> str:

@@ -21,7 +21,7 @@ benchmark appends to `bench/results/`; do not edit by hand. Figures are
 medians over the runs a benchmark makes; ratios are measured side by side in
 one run. These are measurements, not tests: nothing here fails CI.
 """
-META = ("benchmark", "date", "machine", "command")
+META = ("benchmark", "date", "machine", "command", "commit")
 # The figures each target is judged by, shown for every machine: sessions get
 # different CPUs, and a figure from one says little about another. A tuple
 # is a path into a nested figure.
@@ -218,7 +218,9 @@ def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
         record = history[-1]
         name = record["benchmark"]
         lines += [f"## {name}", "", f"- date: {record['date']}", f"- machine: {record['machine']}",
-                  f"- command: `{record['command']}`", "", "| figure | value |", "| --- | --- |"]
+                  f"- command: `{record['command']}`",
+                  *([f"- commit: {record['commit']}"] if "commit" in record else []), "",
+                  "| figure | value |", "| --- | --- |"]
         lines += [f"| {key} | {_format(_without_steps(value))} |" for key, value in record.items()
                   if key not in META]
         lines.append("")

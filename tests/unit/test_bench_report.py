@@ -73,3 +73,31 @@ def test_notes_without_a_benchmark_come_after_the_benchmarks_under_their_title()
                         {"scaling": "A note.", "end_to_end": "4 min 2 s."})
     assert doc.index("A note.") < doc.index("## End-to-end runs (history)\n\n4 min 2 s.")
     assert "End-to-end" not in report.render([[_record("EPYC", "2026-11-23", 1.70)]], {})
+
+
+def test_every_held_out_run_gives_its_error_per_strategy_and_k():
+    def point(error: float) -> dict:
+        return {"measured_epoch_s": 4.0, "predicted_epoch_s": 4.0 * (1 + error), "error": error}
+    record = {"benchmark": "scaling_held_out", "date": "2026-11-25", "machine": "Xeon",
+              "command": "python bench/scaling_held_out.py", "commit": "abc1234",
+              "cluster": "head (0 CPUs) + 4 nodes x 1 CPU, netns, links 50mbit",
+              "points": {"bucketed 2w (fitted k)": point(-0.007),
+                         "root 2w (fitted k)": point(0.012),
+                         "bucketed 3w (held out)": point(-0.103),
+                         "root 3w (held out)": point(0.009),
+                         "bucketed 4w (held out)": point(-0.121)}}
+    doc = report.render([[record]], {})
+    assert "- commit: abc1234" in doc and "| commit |" not in doc
+    assert "| 2026-11-25 | Xeon | 50mbit | bucketed | -0.7% | -10.3% | -12.1% |" in doc
+    assert "| 2026-11-25 | Xeon | 50mbit | root | +1.2% | +0.9% | - |" in doc
+
+
+def test_every_scaling_model_validation_is_a_row_of_its_own_processor():
+    def record(machine: str, sweep: str, error: float) -> dict:
+        return {"benchmark": "scaling_model", "date": "2026-11-25", "machine": machine,
+                "command": "python bench/scaling_model.py", "sweep": sweep, "trials": 2,
+                "measured_points": 1, "max_abs_error": error, "target_met": error <= 0.15}
+    doc = report.render([[record("2 cores, X, torch's AVX512 kernels", "qs", 0.012),
+                          record("2 cores, X, torch's AVX2 kernels", "qs-avx2", 0.014)]], {})
+    assert "| 2026-11-25 | 2 cores, X, torch's AVX512 kernels | `qs` | 2 | 1 | 1.2% | True |" in doc
+    assert "| 2026-11-25 | 2 cores, X, torch's AVX2 kernels | `qs-avx2` | 2 | 1 | 1.4% | True |" in doc
