@@ -106,6 +106,9 @@ def test_a_dead_peer_fails_the_polled_allreduce_instead_of_spinning():
     assert outcome.startswith("raised after"), outcome
 
 
+LATE_S = 1.0
+
+
 def _late_peer_body(rank: int, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -117,9 +120,6 @@ def _late_peer_body(rank: int, port: int, results) -> None:
         results[rank] = (time.perf_counter() - wall, time.thread_time() - cpu)
     finally:
         dist.destroy_process_group()
-
-
-LATE_S = 1.0
 
 
 def test_a_long_wait_blocks_after_spinning_briefly():
