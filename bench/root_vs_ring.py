@@ -25,8 +25,8 @@ sockets per step (/proc/self/io's wchar; Ray's own chatter adds a little;
 gloo reads with recv, which rchar does not count, so received bytes are
 predicted only), and each rank's CPU seconds over wall seconds while timing, with
 the whole machine's busy share (/proc/stat), to tell a link-bound run from a
-CPU-bound one (a ring's wait polls with sched_yield, so a busy rank is no sign
-of a CPU-bound one: measured against predicted time is).
+CPU-bound one (a ring's wait polls with sched_yield for its first 20 ms, so a
+busy rank is no sign of a CPU-bound one: measured against predicted time is).
 
 Needs root (network namespaces). A k = 4 run oversubscribes a 2-core machine
 (5 Ray nodes, 4 workers): at a low rate the link, not the CPU, should set the
