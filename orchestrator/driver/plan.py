@@ -63,8 +63,8 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     sweep, gpu_from_cluster = _sweep_from(config_options(args))
     (point,) = sweep.grid
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
-    if args.storage and storage.local_path(args.storage) is None:
-        storage.require_reachable(args.storage)
+    if args.storage:
+        storage.require_usable(args.storage)
     return point.train, gpu_from_cluster
 
 
@@ -98,10 +98,9 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
         sweep_id = new_sweep_id(out_dir)
+    storage.require_usable(storage_location)
     folder = storage.local_path(storage_location)
-    if folder is None:
-        storage.require_reachable(storage_location)
-    elif args.storage and stored is None:
+    if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,

@@ -12,7 +12,7 @@ storage (`pyarrow.fs.FileSystem.from_uri`, which reads the query).
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from orchestrator.errors import UserError
 
@@ -49,7 +49,8 @@ def local_path(location: str) -> Path | None:
     if not is_uri(location):
         return Path(location)
     parts = urlsplit(location)
-    return Path(parts.path) if parts.scheme == "file" else None
+    # pyarrow, which Ray stores through, decodes the URI's escapes (%20 is a space).
+    return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
 
 def endpoint(uri: str) -> str:
@@ -63,6 +64,34 @@ def endpoint(uri: str) -> str:
     return f"the {parts.scheme} service"
 
 
+def require_usable(location: str, flag: str = "--storage") -> None:
+    """A URI that pyarrow, which Ray stores through, can open, and for a bucket
+    one that exists and answers (`require_reachable`); a plain path passes.
+
+    A URI allows neither a space nor a backslash in its path, which a local
+    folder's name may hold: pyarrow refuses such a `file://` URI where Ray
+    would meet it, inside the first run; the plain path works.
+    """
+    if not is_uri(location):
+        return
+    _open(location, flag)
+    if local_path(location) is None:
+        require_reachable(location, flag)
+
+
+def _open(uri: str, flag: str):
+    """pyarrow's filesystem and path for `uri`, or one line saying why not."""
+    import pyarrow.fs
+
+    try:
+        return pyarrow.fs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        hint = (f"; give the folder as a plain path ({flag} {unquote(urlsplit(uri).path)})"
+                if urlsplit(uri).scheme == "file" else "")
+        raise UserError(f"{flag} {uri}: not a storage URI pyarrow can open "
+                        f"({_one_line(error)}){hint}") from None
+
+
 def require_reachable(uri: str, flag: str = "--storage") -> None:
     """The bucket of `uri` exists and answers, asked within seconds; read only.
 
@@ -71,11 +100,7 @@ def require_reachable(uri: str, flag: str = "--storage") -> None:
     """
     import pyarrow.fs
 
-    try:
-        filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)
-    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-        raise UserError(f"{flag} {uri}: not a storage URI pyarrow can open "
-                        f"({_one_line(error)})") from None
+    filesystem, path = _open(uri, flag)
     filesystem = _with_short_timeouts(filesystem)
     bucket = path.split("/", 1)[0]
     try:

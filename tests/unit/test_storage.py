@@ -85,5 +85,28 @@ def test_the_reachability_probe_reads_pyarrows_options_from_the_query(s3_store):
 
 def test_a_file_uri_is_a_local_folder_not_a_bucket(tmp_path):
     assert storage.local_path(f"file://{tmp_path}/store") == tmp_path / "store"
+    # The folder pyarrow (and so Ray) writes to: the URI's escapes decoded.
+    assert storage.local_path(f"file://{tmp_path}/a%20store") == tmp_path / "a store"
     assert storage.local_path(str(tmp_path)) == tmp_path
     assert storage.local_path("s3://bucket/prefix?endpoint_override=127.0.0.1:9000") is None
+
+
+# A legal POSIX name that a new user can type: a backslash, a zero and an x.
+BACKSLASHED = "\\0x"
+
+
+@pytest.mark.reliability(fault="a file:// --storage URI with a backslash in its path, which "
+                               "no URI allows (the plain path works: test_sweep_script_on_ray)",
+                         lost="nothing")
+@pytest.mark.parametrize("script", ["sweep.py", "train.py"])
+def test_a_file_uri_pyarrow_cannot_parse_is_one_line_naming_the_plain_path(tmp_path, script):
+    folder = tmp_path / "no" / "such" / "parent" / BACKSLASHED
+    out = ["--out", str(tmp_path / "out")] if script == "sweep.py" else []
+    started = time.monotonic()
+    run = run_main(script, "--workers", "1", "--lr", "0.1", "--epochs", "1", *out,
+                   "--storage", f"file://{folder}")
+    line = refusal(run, tmp_path / "out")
+    assert f"--storage file://{folder}: not a storage URI pyarrow can open" in line, line
+    assert line.strip().endswith(f"give the folder as a plain path (--storage {folder})"), line
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "no").exists()
