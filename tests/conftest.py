@@ -11,6 +11,7 @@ processes without Ray (marker `processes`), tests/cluster starts or uses Ray
 
 import logging
 import os
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from helpers import REPO
+from helpers import REPO, slowness
 from orchestrator.driver import cluster
 from orchestrator.training import data
 
@@ -102,6 +103,7 @@ def pytest_configure(config):
 
 
 TESTS = Path(__file__).resolve().parent
+CI_STARTED_ENV_VAR = "CI_RUN_STARTED_UNIX_S"  # set by .ci/run
 LAYERS = {"unit": None, "processes": pytest.mark.processes, "cluster": pytest.mark.cluster}
 
 
@@ -132,8 +134,53 @@ def pytest_collection_modifyitems(session, config, items):
                                     f"file; its folder, tests/{layer}, says its layer")
         if LAYERS[layer] is not None:
             item.add_marker(LAYERS[layer])
+    _scale_timeouts(config, items)
     session.reliability_items = {item.nodeid for item in items
                                  if item.get_closest_marker("reliability")}
+
+
+def _scale_timeouts(config, items) -> None:
+    """Every test's pytest-timeout limit (its own marker's, else the ini's)
+    scaled to this machine (helpers.hang_limit): a hang detector, never a speed
+    assertion."""
+    factor = slowness()
+    default = config.getoption("timeout", None) or config.getini("timeout")
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0] if marker and marker.args else default or 0)
+        if seconds > 0:  # 0: no limit
+            item.add_marker(pytest.mark.timeout(seconds * factor), append=False)
+
+
+def pytest_report_header(config):
+    return (f"hang limits: x{slowness():.2f}, this machine's LeNet step against the reference "
+            f"machine's (tests/helpers.py)")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each layer's seconds (setup, call and teardown of its tests), for CI's log."""
+    seconds, counts = {}, {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            parts = nodeid.split("/")
+            if not nodeid or len(parts) < 3 or parts[0] != "tests" or parts[1] not in LAYERS:
+                continue
+            seconds[parts[1]] = seconds.get(parts[1], 0.0) + getattr(report, "duration", 0.0)
+            if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+                counts[parts[1]] = counts.get(parts[1], 0) + 1
+    if seconds:
+        terminalreporter.write_sep("-", "time per layer")
+        for layer in LAYERS:
+            if layer in seconds:
+                terminalreporter.write_line(f"tests/{layer}: {seconds[layer]:.0f} s "
+                                            f"({seconds[layer] / 60:.1f} min), "
+                                            f"{counts.get(layer, 0)} tests")
+    started = os.environ.get(CI_STARTED_ENV_VAR)
+    if started:
+        elapsed = time.time() - float(started)
+        terminalreporter.write_line(f".ci/run: {elapsed / 60:.1f} min since it started "
+                                    f"(./setup.sh included)")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,12 +1,14 @@
 """Helpers the tests share (fixtures and hooks stay in conftest.py)."""
 
 import contextlib
+import functools
 import importlib.util
 import io
 import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -18,6 +20,42 @@ from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
+
+# -- Hang limits. A test's timeout detects a hang; it never asserts a speed
+# (bench/ does). The limits were set on a 2-core Intel Xeon (Sapphire Rapids)
+# with AVX-512, where one thread's LeNet step below takes about this long; a
+# machine whose step takes longer (a CPU without AVX-512: up to 3x per core)
+# gets every limit scaled by as much, so that it fails only what hangs.
+REFERENCE_STEP_S = 0.0055
+
+
+@functools.cache
+def slowness() -> float:
+    """How many times slower than the reference machine this one runs one
+    thread's LeNet step (batch 64, fp32, forward, backward, update); at least 1.
+    Timed once a test session, the best of five (a fraction of a second)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = build_model("lenet", seed=0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        images, labels = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(4):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(images), labels).backward()
+                optimizer.step()
+            best = min(best, (time.perf_counter() - started) / 4)
+    finally:
+        torch.set_num_threads(threads)
+    return max(1.0, best / REFERENCE_STEP_S)
+
+
+def hang_limit(seconds: float) -> float:
+    """A limit of `seconds` on the reference machine, scaled to this one's `slowness`."""
+    return seconds * slowness()
 
 
 @contextlib.contextmanager
@@ -44,9 +82,11 @@ def num_actors(class_name: str, address: str | None = None) -> int:
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:
-    """Run one of experiments/*.py as a user would, capturing its output."""
+    """Run one of experiments/*.py as a user would, capturing its output;
+    `timeout_s` is a hang limit on the reference machine (`hang_limit`)."""
     return subprocess.run([sys.executable, str(REPO / "experiments" / script), *args],
-                          capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+                          capture_output=True, text=True, timeout=hang_limit(timeout_s), env=env,
+                          cwd=REPO)
 
 
 def import_tool(name: str):
@@ -192,10 +232,11 @@ def heavy_imports_of(modules: list[str]) -> list[str]:
 
 def sweep_on(cluster, *args: str, timeout_s: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """experiments/sweep.py as a user on a tools/netns_cluster.py cluster's head
-    runs it: inside the head's namespace, attached to the cluster."""
+    runs it: inside the head's namespace, attached to the cluster (`timeout_s`:
+    a hang limit on the reference machine)."""
     return cluster.run_in("head", [sys.executable, "experiments/sweep.py", "--address",
                                    cluster.head_address, *args],
-                          cwd=REPO, timeout=timeout_s, **kwargs)
+                          cwd=REPO, timeout=hang_limit(timeout_s), **kwargs)
 
 
 def run_main(script: str, *args: str) -> subprocess.CompletedProcess:
