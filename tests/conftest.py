@@ -162,12 +162,12 @@ def pytest_terminal_summary(terminalreporter):
     seconds, counts = {}, {}
     for reports in terminalreporter.stats.values():
         for report in reports:
-            nodeid = getattr(report, "nodeid", "")
+            nodeid, when = getattr(report, "nodeid", ""), getattr(report, "when", None)
             parts = nodeid.split("/")
-            if not nodeid or len(parts) < 3 or parts[0] != "tests" or parts[1] not in LAYERS:
-                continue
+            if when is None or len(parts) < 3 or parts[0] != "tests" or parts[1] not in LAYERS:
+                continue  # a warning's report, or a test outside the layers
             seconds[parts[1]] = seconds.get(parts[1], 0.0) + getattr(report, "duration", 0.0)
-            if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            if when == "call" or (when == "setup" and report.outcome != "passed"):
                 counts[parts[1]] = counts.get(parts[1], 0) + 1
     if seconds:
         terminalreporter.write_sep("-", "time per layer")

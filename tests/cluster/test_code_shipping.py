@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import orchestrator
-from helpers import REPO, import_tool, sweep_on
+from helpers import REPO, hang_limit, import_tool, sweep_on
 
 netns_cluster = import_tool("netns_cluster")
 
@@ -62,10 +62,10 @@ def test_a_node_that_cannot_import_the_package_runs_its_worker(
         cluster_without_the_package_on_w2, tmp_path):
     cluster = cluster_without_the_package_on_w2
     imports = [sys.executable, "-c", "import orchestrator.config"]
-    hidden = cluster.run_in("w2", imports, cwd=REPO, timeout=60)
+    hidden = cluster.run_in("w2", imports, cwd=REPO, timeout=hang_limit(60))
     assert hidden.returncode != 0
     assert "No module named 'orchestrator.config'" in hidden.stderr, hidden.stderr
-    assert cluster.run_in("w1", imports, cwd=REPO, timeout=60).returncode == 0
+    assert cluster.run_in("w1", imports, cwd=REPO, timeout=hang_limit(60)).returncode == 0
 
     run, out_dir = _sweep(cluster, tmp_path, "shipped")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

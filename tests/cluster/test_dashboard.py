@@ -13,7 +13,7 @@ import urllib.request
 
 import pandas as pd
 
-from helpers import REPO
+from helpers import REPO, hang_limit
 
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 # Ray Train V2's runs; in Ray 2.60 /api/train/v2/runs serves Train V1's.
@@ -41,7 +41,7 @@ def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_pa
     reader = threading.Thread(target=lambda: lines.extend(sweep.stdout), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + hang_limit(120)
         while not (line := next((line for line in lines if "Ray dashboard: " in line), None)):
             assert sweep.poll() is None and time.monotonic() < deadline, "".join(lines[-40:])
             time.sleep(0.2)
@@ -58,7 +58,7 @@ def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_pa
             if status == 200:
                 runs = json.loads(text)["train_runs"]
             time.sleep(0.5)
-        assert sweep.wait(timeout=600) == 0, "".join(lines[-40:])
+        assert sweep.wait(timeout=hang_limit(600)) == 0, "".join(lines[-40:])
     finally:
         if sweep.poll() is None:
             sweep.kill()

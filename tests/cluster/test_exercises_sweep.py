@@ -1,7 +1,15 @@
-"""`--preset exercises --quick` end to end on a real embedded Ray: every exercise
+"""The exercises study end to end on a real embedded Ray: every exercise
 answered from the sweep's own trials, the scaling model fitted from its
 calibration, and `--resume` on the finished sweep rewriting the answer sheet
-without running a trial again."""
+without running a trial again.
+
+On a grid of its own (`--config`), smaller than `--preset exercises --quick`
+but with every part of the study that the answer sheet reads: two worker
+counts, two learning rates (the linear rule's pair), two seeds (replicas),
+a strategy beside the reference and `delayed`, both splits, the threads
+baseline. The answers' numbers are checked on recorded sweeps
+(tests/unit/test_answers_recorded.py); this test runs the whole path.
+"""
 
 import json
 import os
@@ -13,17 +21,21 @@ import pytest
 from helpers import run_script
 from orchestrator.report.answers.sheet import EXERCISES
 
+STUDY = {"study": "exercises", "model": "lenet", "workers": [1, 2], "batch_sizes": [64],
+         "lrs": [0.2, 0.4], "seeds": [0, 1], "sync": ["scratch", "bucketed", "delayed"],
+         "split": ["even", "proportional"], "straggler_slowdown": 2.0,
+         "baseline_threads": None, "num_epochs": 2, "train_limit": 2048, "test_limit": 500}
 
-@pytest.mark.timeout(900)
-def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it(tmp_path):
-    out_dir = tmp_path / "out"
-    run = run_script("sweep.py", "--preset", "exercises", "--quick", "--out", str(out_dir),
-                     timeout_s=600)
+
+def test_the_exercises_study_answers_every_exercise_and_resume_rewrites_it(tmp_path):
+    out_dir, config = tmp_path / "out", tmp_path / "exercises.json"
+    config.write_text(json.dumps(STUDY))
+    run = run_script("sweep.py", "--config", str(config), "--out", str(out_dir))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     trials = pd.read_csv(out_dir / "trials.csv")
     assert (trials["status"] == "finished").all(), trials[["trial_id", "status", "error"]]
     parts = set(trials["part"])
-    assert {"batch-global", "batch-lr", "strategies"} <= parts
+    assert {"batch-global", "batch-lr", "warmup", "strategies", "delayed"} <= parts
     if len(os.sched_getaffinity(0)) >= 2:  # room for 2 workers: the straggler and threads
         assert {"split", "threads"} <= parts
     calibration = json.loads((out_dir / "calibration.json").read_text())
@@ -34,7 +46,7 @@ def test_the_quick_exercises_sweep_answers_every_exercise_and_resume_rewrites_it
     assert answers.strip() in report
     headings = re.findall(r"^### (13\.\d\.\d)", answers, flags=re.MULTILINE)
     assert headings == [number for number, _, _ in EXERCISES]
-    assert "data subsets (12000 training / 2000 test images, 3 epochs)" in answers
+    assert "data subsets (2048 training / 500 test images, 2 epochs)" in answers
     # 13.5.4's sentence carries the evaluation seconds of the trials' own table.
     evaluating = re.search(r"Evaluating the test set took ([\d.]+) s on 1 worker", answers)
     one_worker = trials[(trials["part"] == "batch-global") & (trials["num_workers"] == 1)]

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import pytest
 
-from helpers import REPO
+from helpers import REPO, hang_limit
 
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
 
@@ -26,7 +26,7 @@ def _popen(script: str, *args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
 
 def _read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: list[str]) -> str:
     """Read the process's output line by line until a line matches `pattern`."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + hang_limit(timeout_s)
     for line in process.stdout:
         seen.append(line)
         if re.search(pattern, line):
@@ -48,14 +48,14 @@ def _sweep_with_a_worker_killed_in_epoch_2(out_dir, log, *args: str) -> tuple[in
     with log.open("w") as log_file:
         process = _popen("sweep.py", *args, "--out", str(out_dir), stdout=log_file)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + hang_limit(180)
         while not list((out_dir / "ray" / "train-runs").glob("*/*/checkpoint_*")):
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         victims = _training_worker_pids()
         assert victims, "no Ray Train worker process found"
         os.kill(victims[-1], signal.SIGKILL)
-        process.wait(timeout=600)
+        process.wait(timeout=hang_limit(600))
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -79,7 +79,7 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
         assert victims, "no Ray Train worker process found"
         os.kill(victims[-1], signal.SIGKILL)
         final = _read_until(process, r"^test acc: ", 300, seen)
-        assert process.wait(timeout=60) == 0, "".join(seen[-40:])
+        assert process.wait(timeout=hang_limit(60)) == 0, "".join(seen[-40:])
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -131,7 +131,7 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
         finished_trial = re.search(r"trial (\S+) done", first_done).group(1)
         if stop == "SIGINT":
             process.send_signal(signal.SIGINT)
-            code = process.wait(timeout=120)
+            code = process.wait(timeout=hang_limit(120))
             rest = process.stdout.read()
             assert code == 130, "".join(seen[-30:]) + rest[-3000:]  # interrupted, and says how to resume
             assert "--resume" in rest
@@ -146,7 +146,8 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
             os.killpg(process.pid, signal.SIGKILL)
 
     resumed = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), *args, "--resume"],
-                             capture_output=True, text=True, timeout=600, cwd=REPO)
+                             capture_output=True, text=True, timeout=hang_limit(600),
+                             cwd=REPO)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
     assert f"trial {finished_trial} done" not in output  # kept, not re-run

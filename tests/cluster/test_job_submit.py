@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 
-from helpers import REPO
+from helpers import REPO, hang_limit
 from orchestrator.config.presets import DEFAULT_PRESET
 from orchestrator.driver.cluster import free_local_port
 
@@ -52,7 +52,7 @@ def _head():
          f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + hang_limit(120)
         # The job API answers once the dashboard is up.
         while not (_served_by(head.pid, dashboard_port) and subprocess.run(
                 [RAY_CLI, "job", "list", "--address", f"http://127.0.0.1:{dashboard_port}"],
@@ -92,7 +92,7 @@ def _submit(head: tuple[int, dict, Path], *sweep_args: str) -> tuple[str, str]:
     dashboard_port, env, temp_dir = head
     command = SUBMIT.format(port=dashboard_port).split() + list(sweep_args)
     submit = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=hang_limit(600))
     output = submit.stdout + submit.stderr
     job_id = re.search(r"Job '(raysubmit_\w+)' submitted successfully", output)
     assert job_id, output[-3000:]

@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from helpers import REPO, import_tool
+from helpers import REPO, hang_limit, import_tool
 
 from orchestrator.driver.tune_experiment import TRAIN_RUNS_DIR
 from orchestrator.report.summary import per_worker_values
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.skipif(
 
 def _first_checkpoint(storage, sweep: subprocess.Popen, timeout_s: float = 300) -> list[dict]:
     """The epoch history of the trial's first checkpoint, once Ray Train has taken it."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + hang_limit(timeout_s)
     while time.monotonic() < deadline and sweep.poll() is None:
         for taken in storage.glob(f"{TRAIN_RUNS_DIR}/*/*/{CHECKPOINT_TAKEN_FILE}"):
             run = taken.parent
@@ -60,7 +60,7 @@ def test_a_trial_resumes_on_the_spare_node_and_loses_no_epoch(three_node_cluster
         assert killed in ("w1", "w2")
         cluster.kill_node(killed)
         killed_at = time.time()
-        output, _ = sweep.communicate(timeout=600)
+        output, _ = sweep.communicate(timeout=hang_limit(600))
     finally:
         if sweep.poll() is None:
             sweep.kill()

@@ -3,6 +3,8 @@ on this machine: two 1-worker trials run at once, one per worker node; a
 2-worker trial gets both nodes to itself; and from the recorded node ids and
 times no two trials that overlapped shared a node."""
 
+import ast
+
 import pandas as pd
 
 from helpers import sweep_on
@@ -16,6 +18,7 @@ def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path)
                    "--train-limit", "2048", "--test-limit", "500", "--batch-size", "64",
                    "--no-calibrate", "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"Ray cluster at {cluster.head_address}: 3 node(s), 2 CPUs" in run.stdout
     assert "4 trial(s), up to 2 at a time:" in run.stdout
     assert "1 worker(s), global batch 64 (64/worker), lr 0.1" in run.stdout
     assert "on 1 whole node (1 CPUs reserved per worker)" in run.stdout
@@ -27,7 +30,14 @@ def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path)
     for trial_id, row in trials.iterrows():
         nodes = row["nodes"].split()
         assert len(nodes) == row["num_workers"] and set(nodes) <= workers, (trial_id, nodes)
-    spans = timeline.trial_spans(pd.read_csv(out_dir / "epochs.csv"))
+    # A 2-worker trial spans the two worker nodes (the head has no CPU), and its
+    # epochs say which worker ran where.
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    for _, epoch in epochs[epochs["num_workers"] == 2].iterrows():
+        worker_nodes = ast.literal_eval(epoch["worker_nodes"])
+        assert sorted(worker_nodes) == sorted(workers)
+        assert trials.loc[epoch["trial_id"], "nodes"] == " ".join(worker_nodes)
+    spans = timeline.trial_spans(epochs)
     assert set(spans["trial_id"]) == set(trials.index)
     # The two 1-worker trials, first in the grid, ran together, one per node.
     assert timeline.max_trials_at_once(spans) >= 2

@@ -9,8 +9,9 @@ import sys
 import textwrap
 
 import pandas as pd
+import pytest
 
-from helpers import REPO, run_script
+from helpers import REPO, hang_limit, run_script
 from orchestrator import ray_fastpath
 
 STOCK_ENV = {**os.environ, ray_fastpath.SWITCH_ENV_VAR: "0"}
@@ -44,7 +45,7 @@ STOCK_FIT = textwrap.dedent("""
 
 def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
     run = subprocess.run([sys.executable, "-c", STOCK_FIT, str(tmp_path)], capture_output=True,
-                         text=True, timeout=300, env={**STOCK_ENV, "PYTHONPATH": str(REPO / "tests")},
+                         text=True, timeout=hang_limit(300), env={**STOCK_ENV, "PYTHONPATH": str(REPO / "tests")},
                          cwd=REPO)
     assert run.returncode == 0, run.stderr[-3000:]
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
@@ -54,16 +55,27 @@ def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
 
 
 def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path):
-    # lr 0.2 learns (see test_sweep_trial_actors); ASHA ends it at its last rung
-    # (epoch 2) while its stock fit is still shutting down, and stops or
-    # finishes 0.001. A stock trial's process is not reused: the next trial
-    # used to fail waiting for it, and the sweep hung.
+    """...and Ray's TuneReportCallback brings every epoch to Tune, whose
+    logger callbacks (--tracking) see them as on the fast path
+    (tests/cluster/test_tracking.py: every tracker, on the fast path)."""
     out_dir = tmp_path / "out"
     run = run_script("sweep.py", "--workers", "1", "--lr", "0.2,0.001", "--batch-size", "16",
                      "--epochs", "2", "--train-limit", "8192", "--test-limit", "500",
                      "--scheduler", "asha", "--max-concurrent-trials", "1",
-                     "--out", str(out_dir), env=STOCK_ENV, timeout_s=300)
+                     "--tracking", "tensorboard", "--out", str(out_dir), env=STOCK_ENV,
+                     timeout_s=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
     assert trials.loc[0.2, "status"] == "finished" and trials.loc[0.2, "epochs_run"] == 2
     assert trials.loc[0.001, "status"] in ("finished", "stopped early")
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    sweep_id = json.loads((out_dir / "sweep.json").read_text())["id"]
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    for trial_id, trial in epochs.groupby("trial_id"):
+        (event_file,) = (out_dir / "ray" / sweep_id / trial_id).glob("events.out.tfevents.*")
+        events = EventAccumulator(str(event_file))
+        events.Reload()
+        scalars = events.Scalars("ray/tune/test_acc")
+        assert [event.step for event in scalars] == list(trial["epoch"])
+        assert [event.value for event in scalars] == pytest.approx(list(trial["test_acc"]))

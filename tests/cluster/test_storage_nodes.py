@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, import_tool, sweep_on
+from helpers import REPO, hang_limit, import_tool, sweep_on
 
 netns_cluster = import_tool("netns_cluster")
 
@@ -44,7 +44,7 @@ def test_a_storage_one_node_cannot_see_is_one_line_naming_that_node(tmp_path):
         run = cluster.run_in("head", [
             sys.executable, "experiments/train.py", "--address", cluster.head_address,
             "--workers", "1", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
-            "--storage", str(out_dir / "runs")], cwd=REPO, timeout=300)
+            "--storage", str(out_dir / "runs")], cwd=REPO, timeout=hang_limit(300))
         assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
         line = run.stderr.strip().splitlines()[-1]
         assert f"storage {out_dir / 'runs'} is not seen by every node" in line, line
@@ -54,7 +54,7 @@ def test_a_storage_one_node_cannot_see_is_one_line_naming_that_node(tmp_path):
         # A folder every node shares passes, and is left as it was.
         shared = tmp_path / "shared"
         check = cluster.run_in("head", [sys.executable, "-c", CHECK, str(shared / "ray")],
-                               cwd=REPO, timeout=120)
+                               cwd=REPO, timeout=hang_limit(120))
         assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-3000:]
         assert check.stdout.strip().splitlines()[-1] == "seen by every node"
         assert not shared.exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import SMALL, run_script
+from helpers import SMALL, hang_limit, run_script
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.report.plots import PLOT_FILES
 
@@ -45,16 +45,21 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
 
 
 def test_small_sweep_on_an_embedded_ray(tmp_path):
-    out_dir = tmp_path / "out"
-    # Storage given as a URI, the form a bucket takes on a multi-node cluster.
-    store = tmp_path / "store"
+    # Folders whose last names hold a backslash, a zero and an x, as a new user
+    # can type them: legal POSIX names that no URI allows (a file:// URI of
+    # them is refused, tests/unit/test_storage.py); as paths they work end to
+    # end, calibration included, and a storage's missing parents are made.
+    out_dir = tmp_path / "out\\0x"
+    store = tmp_path / "no" / "such" / "parent" / "\\0x"
     run = run_script("sweep.py", "--workers", "1,2", "--lr", "0.1,0.2", *SMALL,
-                     "--out", str(out_dir), "--storage", f"file://{store}")
+                     "--out", str(out_dir), "--storage", str(store))
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "calibrating" in run.stdout and (out_dir / "calibration.json").is_file()
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     trials = _assert_complete_results(out_dir, 4, run.stdout)
     # The sweep's own Train runs, in a folder named after it (see test_rundir).
-    assert len(list((store / "train-runs").glob("out-*/*/checkpoint_*/history.json"))) == 4
+    runs = (store / "train-runs").glob(f"{out_dir.name}-*/*/checkpoint_*/history.json")
+    assert len(list(runs)) == 4
     assert not (out_dir / "ray").exists()
     assert sorted(trials["base_lr"].unique()) == [0.1, 0.2]
     assert len(re.findall(r"trial \S+ done: test acc", run.stdout + run.stderr)) == 4
@@ -69,31 +74,15 @@ def test_small_sweep_on_an_embedded_ray(tmp_path):
 @pytest.mark.reliability(
     fault="ASHA stops trials early while later trials wait to run (one at a time)",
     lost="the stopped trials' remaining epochs, by design; the sweep goes on and finishes")
-def test_asha_stops_losing_trials_and_the_sweep_goes_on(tmp_path):
-    out_dir = tmp_path / "out"
-    # lr 0.3 learns in one epoch (test accuracy 0.59-0.73 over 3 seeds with
-    # AVX2 kernels, 1 also unvectorized; lr 0.9 did on earlier machines and stays
-    # at 0.10 with AVX2: see test_sweep_trial_actors); 0.001 and 0.002 do not,
-    # and ASHA stops them at its first rung. The third trial used to wait
-    # forever for a process held by the stopped second one.
-    run = run_script("sweep.py", "--workers", "1", "--lr", "0.3,0.001,0.002", "--epochs", "2",
-                     "--scheduler", "asha", "--batch-size", "64", "--train-limit", "30000",
-                     "--test-limit", "500", "--max-concurrent-trials", "1",
-                     "--out", str(out_dir), timeout_s=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    trials = pd.read_csv(out_dir / "trials.csv").set_index("base_lr")
-    assert trials.loc[0.3, "status"] == "finished" and trials.loc[0.3, "epochs_run"] == 2
-    for lr in (0.001, 0.002):
-        assert trials.loc[lr, "status"] == "stopped early" and trials.loc[lr, "epochs_run"] == 1
-
-
 def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     out_dir = tmp_path / "out"
     # Momentum 0.9 at lr 0.05 passes test accuracy 0.6 after about 250 steps
-    # (0.59 after 224, 0.69 after 256), an epoch of these 16,384 images; at lr
-    # 0.0005 it stays at chance (0.10), and ASHA stops it at its first rung
-    # (epoch 1), where the first trial, ended at the target, set the bar.
-    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64", "--lr", "0.05,0.0005",
+    # (0.59 after 224, 0.69 after 256), an epoch of these 16,384 images; at lrs
+    # 0.0005 and 0.001 it stays at chance (0.10), and ASHA stops them at its
+    # first rung (epoch 1), where the first trial, ended at the target, set the
+    # bar. The third trial used to wait forever for a process held by the
+    # stopped second one.
+    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64", "--lr", "0.05,0.0005,0.001",
                      "--momentum", "0.9", "--epochs", "3", "--train-limit", "16384",
                      "--test-limit", "500", "--target-acc", "0.6", "--evals-per-epoch", "4",
                      "--stop-at-target", "--scheduler", "asha", "--max-concurrent-trials", "1",
@@ -101,11 +90,14 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     trials = pd.read_csv(out_dir / "trials.csv").set_index("lr")
     assert (trials["momentum"] == 0.9).all()
-    fast, slow = trials.loc[0.05], trials.loc[0.0005]
+    fast = trials.loc[0.05]
     assert fast["status"] == "reached target", trials[["status", "error"]]
     assert 0 < fast["epochs_to_target"] < 3 and fast["epochs_run"] < 3
     assert 0 < fast["train_s_to_target"] < fast["wall_s_to_target"]
-    assert slow["status"] == "stopped early" and math.isnan(slow["train_s_to_target"])
+    for lr in (0.0005, 0.001):
+        slow = trials.loc[lr]
+        assert slow["status"] == "stopped early" and slow["epochs_run"] == 1, trials
+        assert math.isnan(slow["train_s_to_target"])
     evaluations = pd.read_csv(out_dir / "evaluations.csv")
     fast_evaluations = evaluations[evaluations["trial_id"] == fast["trial_id"]]
     # Tune ended it at the target: nothing like its 12 evaluations ran.
@@ -122,7 +114,7 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
 
 def _wait_for_head(head: subprocess.Popen, port: int) -> None:
     """Until the head started by `ray start` answers on `port` (a minute at most)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + hang_limit(60)
     while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
                          capture_output=True).returncode != 0:
         assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
@@ -176,7 +168,7 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
             agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
             with _ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
                            f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + hang_limit(60)
                 while len(_ray_list("nodes", "state=ALIVE", dashboard_port, env)) < 2:
                     assert worker_node.poll() is None and time.monotonic() < deadline, \
                         "the second node did not join"
@@ -210,7 +202,7 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     assert re.search(r"the grid point with 64 workers needs 64 workers of \{1 CPU\} each, but the "
                      r"embedded local Ray: 1 node\(s\), \d+ CPUs, 0 GPUs can hold at most \d+",
                      run.stderr), run.stderr
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < hang_limit(60)
     assert not (tmp_path / "out").exists()
 
 

@@ -8,7 +8,7 @@ from ray.util.state import list_placement_groups
 
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.tune_experiment import collect, run_experiment
-from helpers import num_actors
+from helpers import hang_limit, num_actors
 
 
 def _num_live_placement_groups() -> int:
@@ -41,7 +41,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     # The stopped trials' workers are gone and their CPUs free. The last
     # trial's process is not kept for another: Tune ends it, and its
     # placement group goes with the cleaner's next check (5 s apart).
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + hang_limit(15)
     while (_num_live_placement_groups() > live_groups_before
            or ray.available_resources().get("CPU") != 2.0):
         assert time.monotonic() < deadline, "a stopped trial's workers kept their CPUs"

@@ -43,11 +43,15 @@ def test_learns_on_real_data(fashion_mnist_small):
 @pytest.mark.parametrize("options", [{"precision": "bf16", "memory_format": "nchw"},
                                      {"memory_format": "channels-last"}])
 def test_bf16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
-    # test_learns_on_real_data's run: fp32 reaches about 0.70, and so do these.
-    config = TrainConfig(global_batch_size=32, lr=0.2, num_epochs=2, train_limit=8192,
-                         test_limit=1000, **options)
+    # Momentum leaves LeNet's initial plateau in a quarter of test_learns_on_real_data's
+    # images: 256 steps of 16 reached test accuracy 0.44 in bf16 with torch's
+    # AVX-512 kernels and 0.63 with its AVX2 ones (they round differently), 0.62 in
+    # fp32. bf16 runs several times slower than fp32 on a CPU without AVX-512.
+    config = TrainConfig(global_batch_size=16, lr=0.05, momentum=0.9, num_epochs=1,
+                         train_limit=4096, test_limit=1000, **options)
     history, reports = _train(config, fashion_mnist_small)
-    assert history[-1]["test_acc"] > 0.5  # chance is 0.1
+    assert history[-1]["test_acc"] > 0.3  # chance is 0.1
+    assert history[-1]["train_loss"] < 0.95 * math.log(10)  # chance's loss is ln 10
     assert history[-1]["precision"] == config.precision
     weights = reports[-1][1]["model"]
     # Autocast computes in bfloat16 but the weights it updates stay fp32.
