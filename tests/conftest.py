@@ -144,7 +144,8 @@ def _scale_timeouts(config, items) -> None:
     scaled to this machine (helpers.hang_limit): a hang detector, never a speed
     assertion."""
     factor = slowness()
-    default = config.getoption("timeout", None) or config.getini("timeout")
+    given = config.getoption("timeout", None)  # --timeout, which wins over the ini's
+    default = given if given is not None else config.getini("timeout")
     for item in items:
         marker = item.get_closest_marker("timeout")
         seconds = float(marker.args[0] if marker and marker.args else default or 0)
