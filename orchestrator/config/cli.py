@@ -185,6 +185,9 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--data-dir", default=None,
                        help="folder with the four Fashion-MNIST files (default: "
                             "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="check the input and the data, attach to (or start) Ray, print the "
+                            "plan fitted to the cluster, and stop: nothing trained or written")
 
 
 def _one_value(kind) -> Callable[[str], tuple]:

@@ -41,6 +41,7 @@ def sweep_main(argv: list[str] | None = None) -> int:
         d2l-sweep --preset scaling    # the exercises: workers x batch x lr
         d2l-sweep --preset d2l-13.6   # ResNet-18, meant for a GPU cluster
         d2l-sweep --workers 1,2 --batch-size 256,512 --lr 0.05,0.1 --out results/run1
+        d2l-sweep --preset exercises --dry-run   # the trials, fitted to the cluster; no run
 
     Writes trials.csv, epochs.csv, report.md and plots into --out. `--help` lists
     the options; each is a field of orchestrator.config.options.TrainConfig or
@@ -48,6 +49,9 @@ def sweep_main(argv: list[str] | None = None) -> int:
     """
     args = cli.sweep_parser(_title(sweep_main)).parse_args(argv)
     outcome = jobs.sweep(args)
+    if outcome.dry_run:
+        print(jobs.DRY_RUN_LINE)
+        return 0
     print("\n" + outcome.tables)
     print("\nResults:\n" + "\n".join(f"  {path}" for path in outcome.paths))
     if outcome.interrupted:

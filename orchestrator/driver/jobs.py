@@ -29,6 +29,9 @@ class RunOutcome:
     failed: bool
 
 
+DRY_RUN_LINE = "dry run: the plan above, fitted to this cluster; nothing trained, nothing written"
+
+
 @dataclass(frozen=True)
 class SweepOutcome:
     tables: str
@@ -37,6 +40,8 @@ class SweepOutcome:
     interrupted: bool
     """Some trial did not end: the same command with --resume finishes the sweep."""
     failed_trials: list[str]
+    dry_run: bool = False
+    """--dry-run: the plan was printed, and nothing else done."""
 
 
 def train(args: argparse.Namespace) -> RunOutcome:
@@ -65,6 +70,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
               f"{config.steps_per_epoch} steps/epoch, "
               f"{config.num_train_examples} train / {config.num_test_examples} test images")
+        if args.dry_run:
+            return RunOutcome(DRY_RUN_LINE, failed=False)
         name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
             result = run_trial(config, ray.put(dataset), name=name,
@@ -96,6 +103,13 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
+        if args.dry_run:
+            _print_plan(sweep_plan)
+            for line in request.trackers.lines():
+                print(f"tracking: {line}")
+            print(f"results: {request.out_dir}; storage: {request.storage}")
+            return SweepOutcome(tables="", paths=[], interrupted=False, failed_trials=[],
+                                dry_run=True)
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
         else:

@@ -18,6 +18,7 @@ import pytest
 
 from helpers import SMALL, hang_limit, run_script
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
+from orchestrator.driver.jobs import DRY_RUN_LINE
 from orchestrator.report.plots import PLOT_FILES
 
 # Ray's default port for a node's dashboard agent: fixed, so two nodes on one
@@ -192,6 +193,27 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
         current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
         if current.is_file() and current.read_text().strip().endswith(f":{port}"):
             current.unlink()
+
+
+def test_a_dry_run_prints_the_plan_fitted_to_the_cluster_and_writes_nothing(tmp_path):
+    out_dir, store = tmp_path / "out", tmp_path / "store"
+    run = run_script("sweep.py", "--preset", "exercises", "--quick", "--dry-run",
+                     "--out", str(out_dir), "--storage", str(store), timeout_s=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # The preset's worker counts, 1 and 2, come from this 2-CPU embedded Ray.
+    assert re.search(r"^\d+ trial\(s\), up to 1 at a time:$", run.stdout, re.MULTILINE)
+    assert "[batch-global] 2 worker(s), global batch 64 (32/worker)" in run.stdout
+    assert f"results: {out_dir}; storage: {store}" in run.stdout
+    assert run.stdout.strip().endswith(DRY_RUN_LINE)
+    assert "calibrating" not in run.stdout and "trial " not in run.stdout
+    assert not out_dir.exists() and not store.exists()
+
+    run = run_script("train.py", "--workers", "2", "--dry-run", "--storage", str(store),
+                     timeout_s=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "lenet, 2 worker(s) on CPUs (gloo), sync scratch" in run.stdout
+    assert run.stdout.strip().endswith(DRY_RUN_LINE) and "epoch 1/" not in run.stdout
+    assert not store.exists()
 
 
 @pytest.mark.reliability(fault="sweep.py: a grid point the cluster can never hold", lost="nothing")
