@@ -31,6 +31,7 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
     # each other's timings: the speedup of 2 workers over 1 would be wrong.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2"), _cluster({"CPU": 8.0}))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
+    assert jobs.timing_line(fitted) == "each trial timed with its nodes to itself"
     # Asked for, they run side by side, and the plan says so (report.md prints it).
     request = _request(tmp_path, "--workers", "1,2", "--max-concurrent-trials", "3")
     fitted = plan.fit_to_cluster(request, _cluster({"CPU": 8.0}))
