@@ -43,7 +43,8 @@ def _receive_time_s(cluster, sender: str, receiver: str) -> float:
         assert server.stdout.readline().strip() == "listening"
         send = (f"import socket; socket.create_connection({address!r}).sendall("
                 f"bytes({PAYLOAD_BYTES}))")
-        assert cluster.run_in(sender, [sys.executable, "-c", send], timeout=hang_limit(60)).returncode == 0
+        sent = cluster.run_in(sender, [sys.executable, "-c", send], timeout=hang_limit(60))
+        assert sent.returncode == 0
         received, seconds = server.communicate(timeout=hang_limit(60))[0].split()
     finally:
         server.kill()

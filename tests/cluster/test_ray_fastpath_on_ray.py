@@ -45,8 +45,8 @@ STOCK_FIT = textwrap.dedent("""
 
 def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
     run = subprocess.run([sys.executable, "-c", STOCK_FIT, str(tmp_path)], capture_output=True,
-                         text=True, timeout=hang_limit(300), env={**STOCK_ENV, "PYTHONPATH": str(REPO / "tests")},
-                         cwd=REPO)
+                         text=True, timeout=hang_limit(300),
+                         env={**STOCK_ENV, "PYTHONPATH": str(REPO / "tests")}, cwd=REPO)
     assert run.returncode == 0, run.stderr[-3000:]
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
     assert outcome["epochs"] == [1]
@@ -55,9 +55,13 @@ def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
 
 
 def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path):
-    """...and Ray's TuneReportCallback brings every epoch to Tune, whose
-    logger callbacks (--tracking) see them as on the fast path
-    (tests/cluster/test_tracking.py: every tracker, on the fast path)."""
+    """Through Ray's TuneReportCallback every epoch reaches Tune, and its logger
+    callbacks (--tracking) with it, as on the fast path (tests/cluster/test_tracking.py:
+    every tracker, on the fast path)."""
+    # lr 0.2 learns (see test_sweep_trial_actors); ASHA ends it at its last rung
+    # (epoch 2) while its stock fit is still shutting down, and stops or
+    # finishes 0.001. A stock trial's process is not reused: the next trial
+    # used to fail waiting for it, and the sweep hung.
     out_dir = tmp_path / "out"
     run = run_script("sweep.py", "--workers", "1", "--lr", "0.2,0.001", "--batch-size", "16",
                      "--epochs", "2", "--train-limit", "8192", "--test-limit", "500",

@@ -83,8 +83,8 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     # first rung (epoch 1), where the first trial, ended at the target, set the
     # bar. The third trial used to wait forever for a process held by the
     # stopped second one.
-    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64", "--lr", "0.05,0.0005,0.001",
-                     "--momentum", "0.9", "--epochs", "3", "--train-limit", "16384",
+    run = run_script("sweep.py", "--workers", "1", "--batch-size", "64",
+                     "--lr", "0.05,0.0005,0.001", "--momentum", "0.9", "--epochs", "3", "--train-limit", "16384",
                      "--test-limit", "500", "--target-acc", "0.6", "--evals-per-epoch", "4",
                      "--stop-at-target", "--scheduler", "asha", "--max-concurrent-trials", "1",
                      "--out", str(out_dir), timeout_s=400)
