@@ -103,21 +103,18 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
-        if args.dry_run:
-            _print_plan(sweep_plan)
-            for line in request.trackers.lines():
-                print(f"tracking: {line}")
-            print(f"results: {request.out_dir}; storage: {request.storage}")
-            return SweepOutcome(tables="", paths=[], interrupted=False, failed_trials=[],
-                                dry_run=True)
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
-        else:
+        elif not args.dry_run:
             claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
         _print_plan(sweep_plan)
         trackers = request.trackers
         for line in trackers.lines():
             print(f"tracking: {line}")
+        if args.dry_run:
+            print(f"results: {request.out_dir}; storage: {request.storage}")
+            return SweepOutcome(tables="", paths=[], interrupted=False, failed_trials=[],
+                                dry_run=True)
         if trackers.tensorboard_command:
             print(trackers.tensorboard_command)  # a line to paste, alone
         started = time.monotonic()

@@ -74,9 +74,10 @@ def require_usable(location: str, flag: str = "--storage") -> None:
     """
     if not is_uri(location):
         return
-    _open(location, flag)
     if local_path(location) is None:
-        require_reachable(location, flag)
+        require_reachable(location, flag)  # opens it first
+    else:
+        _open(location, flag)
 
 
 def _open(uri: str, flag: str):
@@ -86,8 +87,8 @@ def _open(uri: str, flag: str):
     try:
         return pyarrow.fs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-        hint = (f"; give the folder as a plain path ({flag} {unquote(urlsplit(uri).path)})"
-                if urlsplit(uri).scheme == "file" else "")
+        folder = local_path(uri)
+        hint = f"; give the folder as a plain path ({flag} {folder})" if folder else ""
         raise UserError(f"{flag} {uri}: not a storage URI pyarrow can open "
                         f"({_one_line(error)}){hint}") from None
 
