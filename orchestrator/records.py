@@ -4,11 +4,13 @@ print them. Plain Python: the workers write these records, the driver collects
 and prints them, the report reads them back from files.
 """
 
+import dataclasses
 import enum
 import math
 import os
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -37,16 +39,51 @@ ROOT_FUNNEL = "root"
 # What each epoch row of epochs.csv keeps of a worker's report.
 # sync_in_flight_s: each collective's launch to completion; above sync_time_s (what the
 # steps waited) only where communication ran behind computation (--sync delayed).
+# backend: the process group's (nccl, gloo; "none" in a group of one) beside the
+# transport the sums went over: GPU workers that share a device sum over gloo.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
                  "wall_s",
                  "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
                  "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
-                 "transport", "model", "device", "devices", "worker_nodes", "status",
+                 "transport", "backend", "model", "device", "devices", "worker_nodes", "status",
                  "run_started_unix_s", "ended_unix_s"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A preset's grid point this cluster cannot hold: not run, named in the plan
+    and in report.md with the scaling model's what-if for it (one per cell: the
+    seeds' replicas are one line)."""
+
+    num_workers: int
+    global_batch_size: int
+    batch_size_per_worker: int
+    lr: float
+    model: str
+    sync: str
+    precision: str
+    threads_per_worker: int
+    part: str
+    reason: str
+    """e.g. "2 workers need 2 GPUs; this cluster has 1: not run"."""
+
+    @property
+    def line(self) -> str:
+        return (f"{f'[{self.part}] ' if self.part else ''}{self.num_workers} worker(s), "
+                f"global batch {self.global_batch_size} ({self.batch_size_per_worker}/worker), "
+                f"lr {self.lr:g}, {self.model}, sync {self.sync}, {self.precision}: "
+                f"{self.reason}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "LeftOut":
+        return cls(**values)
 
 
 def epoch_line(metrics: dict, num_epochs: int) -> str:

@@ -76,6 +76,10 @@ class TrainConfig:
                                         "for it")
     use_gpu: bool = option(False, "each worker owns a GPU (NCCL) instead of a CPU slot (gloo); "
                                   "auto: when the cluster has GPUs", auto=True)
+    gpus_per_worker: float = option(
+        1.0, "with GPU workers: the share of a GPU each reserves (Ray's fractional GPUs), "
+             "0 < F <= 1; below 1 workers may share a GPU and sum over gloo, not NCCL (two "
+             "NCCL ranks cannot share a device): accuracies to compare, no speedup to read")
     sync_batchnorm: bool = option(False, "synchronise BatchNorm statistics across workers "
                                          "(GPU workers only)")
     warmup_epochs: int = option(0, "linear learning-rate warm-up epochs (Goyal et al., 2017)")
@@ -144,6 +148,14 @@ class TrainConfig:
                 and math.isfinite(self.straggler_slowdown) and self.straggler_slowdown >= 1):
             raise UserError(f"straggler slowdown must be a number >= 1, got "
                             f"{self.straggler_slowdown!r}")
+        if not (isinstance(self.gpus_per_worker, (int, float)) and not isinstance(
+                self.gpus_per_worker, bool) and 0 < self.gpus_per_worker <= 1):
+            raise UserError(f"GPUs per worker must be a share of one GPU, 0 < F <= 1, got "
+                            f"{self.gpus_per_worker!r}")
+        if self.gpus_per_worker != 1 and not self.use_gpu:
+            raise UserError(f"--gpus-per-worker {self.gpus_per_worker:g} is for GPU workers, "
+                            f"but these are CPU workers (--use-gpu no, or a cluster without "
+                            f"GPUs): leave it out")
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
         require_int(self.split_interval_steps, "split interval steps", minimum=0)
@@ -182,7 +194,20 @@ class TrainConfig:
     @property
     def resources_per_worker(self) -> dict[str, float]:
         """What Ray reserves for one worker: its threads' CPUs, and a GPU if it owns one."""
-        return {"CPU": float(self.threads_per_worker), **({"GPU": 1.0} if self.use_gpu else {})}
+        return {"CPU": float(self.threads_per_worker),
+                **({"GPU": float(self.gpus_per_worker)} if self.use_gpu else {})}
+
+    @property
+    def shares_gpu(self) -> bool:
+        """Several GPU workers that may share one device (--gpus-per-worker below 1)."""
+        return self.use_gpu and self.gpus_per_worker < 1 and self.num_workers > 1
+
+    @property
+    def backend(self) -> str:
+        """The process group's backend: NCCL when each worker owns a GPU; gloo on CPUs
+        and where workers share a GPU (NCCL refuses two ranks on one device; gloo sums
+        CUDA tensors)."""
+        return "nccl" if self.use_gpu and not self.shares_gpu else "gloo"
 
     @property
     def is_book_recipe(self) -> bool:

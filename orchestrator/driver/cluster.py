@@ -77,7 +77,22 @@ class Cluster:
             need = ", ".join(f"{amount:g} {name}" for name, amount in resources_per_worker.items())
             raise UserError(
                 f"{what} needs {num_workers} workers of {{{need}}} each, but the "
-                f"{self.describe()} can hold at most {capacity} such workers")
+                f"{self.describe()} can hold at most {capacity} such workers; "
+                + ways_out(resources_per_worker, num_workers, self.num_gpus))
+
+
+def ways_out(resources_per_worker: dict[str, float], num_workers: int, num_gpus: float) -> str:
+    """What a user can change when workers do not fit, for the end of the refusal."""
+    if resources_per_worker.get("GPU", 0) > 0:
+        # n workers to a GPU, each reserving 1/n of it, on the GPUs there are.
+        share = 1 / math.ceil(num_workers / num_gpus) if num_gpus >= 1 else 0.5
+        return (f"to put {num_workers} workers on {num_gpus:g} GPU(s) give --gpus-per-worker "
+                f"{share:.3g} (workers share a GPU over gloo: accuracies to compare, no "
+                f"speedup), or --use-gpu no (CPU workers), or attach to a cluster with more "
+                f"GPUs (--address)")
+    return ("give fewer --workers"
+            + (" or --threads-per-worker" if resources_per_worker.get("CPU", 1) > 1 else "")
+            + ", or attach to a cluster with more CPUs (--address)")
 
 
 def requested_address(address: str | None) -> str | None:

@@ -64,7 +64,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
         print(f"{config.model}, {config.num_workers} worker(s) on "
-              f"{'GPUs (NCCL)' if config.use_gpu else 'CPUs (gloo)'}, sync {config.sync}, "
+              f"{workers_text(config)}, sync {config.sync}, "
               f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
@@ -106,7 +106,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
         elif not args.dry_run:
-            claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id)
+            claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id,
+                          [cell.to_dict() for cell in sweep_plan.left_out])
         _print_plan(sweep_plan)
         trackers = request.trackers
         for line in trackers.lines():
@@ -145,7 +146,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
         report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                     title_lines=title, target_acc=base.target_acc,
-                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu)
+                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
+                                    left_out=[cell.to_dict() for cell in sweep_plan.left_out])
         interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
         return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                             interrupted=interrupted, failed_trials=report.failed_trials)
@@ -161,15 +163,20 @@ def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict
     path = request.out_dir / "calibration.json"
     if path.exists():
         return json.loads(path.read_text())
-    if len(set(sweep.workers)) < 2 or not sweep.calibrate:
+    # Points left out are estimated from the 1-worker trial and the gradient bytes
+    # that the calibration records, even where only one worker count runs.
+    if (len(set(sweep.workers)) < 2 and not sweep_plan.left_out) or not sweep.calibrate:
         return None
     from ray.train import TrainingFailedError
 
     from orchestrator.driver.tune_experiment import train_runs_path
     from orchestrator.driver.trial import run_calibration
 
-    print("calibrating: allreduce per transport and compute on "
-          f"{max(sweep.workers)} workers at once, for the scaling model")
+    workers = max(sweep.workers)
+    print(f"calibrating: allreduce per transport and compute on {workers} workers at once, "
+          f"for the scaling model" if workers > 1 else
+          "calibrating: the gradient bytes and one worker's compute, for the scaling model's "
+          "what-if of the points left out")
     try:
         measured = run_calibration(
             sweep, name="calibration",
@@ -227,9 +234,20 @@ def timing_line(sweep_plan: plan.SweepPlan) -> str:
             f"memory bandwidth and devices")
 
 
+def workers_text(config) -> str:
+    """What the workers run on, and the backend their sums go over."""
+    if not config.use_gpu:
+        return "CPUs (gloo)"
+    if config.gpus_per_worker < 1:
+        return (f"GPUs, {config.gpus_per_worker:g} of one each: workers may share a GPU "
+                f"(gloo, where NCCL refuses two ranks on one device)")
+    return "GPUs (NCCL)"
+
+
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
-    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time:")
+    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
+          f"workers on {workers_text(sweep_plan.sweep.base)}:")
     for point in points:
         train = point.train
         print(f"  {f'[{point.part}] ' if point.part else ''}"
@@ -241,6 +259,11 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
               + (f", last worker slowed {train.straggler_slowdown:g}x"
                  if train.straggler_slowdown > 1 else "")
               + _placement_part(sweep_plan.placements, train.num_workers))
+    if sweep_plan.left_out:
+        print(f"{len(sweep_plan.left_out)} point(s) of the preset left out, the report "
+              f"estimates each with the scaling model (a what-if, not a measurement):")
+        for cell in sweep_plan.left_out:
+            print(f"  {cell.line}")
 
 
 def _placement_part(placements, num_workers: int) -> str:

@@ -20,6 +20,7 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
+from orchestrator.records import LeftOut
 from orchestrator.driver.rundir import check_out_dir, new_sweep_id, out_dir_for, require_writable
 from orchestrator.driver import tracking
 
@@ -33,6 +34,10 @@ class SweepRequest:
     """`--use-gpu auto`: GPU workers if the cluster has GPUs."""
     workers_from_cluster: bool
     """The preset's worker counts are 1, 2, 4, ... up to what the cluster holds."""
+    workers_given: bool
+    """The worker counts are the user's (`--workers`, a `--config` file, a resumed
+    sweep's): one the cluster cannot hold is refused. Else they are a preset's, and
+    the points the cluster cannot hold are left out (`LeftOut`)."""
     out_dir: Path
     storage: str
     sweep_id: str
@@ -43,6 +48,8 @@ class SweepRequest:
     """Stop the sweep when the time spent plus its estimated time left exceeds it."""
     trackers: tracking.Trackers
     """Where `--tracking`'s trackers keep the sweep's runs."""
+    left_out: tuple[LeftOut, ...] = ()
+    """A resumed sweep's points left out when it started (sweep.json)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class SweepPlan:
     placements: dict[int, placement.Placement] | None = None
     """Per worker count, whole nodes of its own for each trial (placement.py);
     None: Ray places the workers where they fit."""
+    left_out: tuple[LeftOut, ...] = ()
+    """The preset's points this cluster cannot hold: not run."""
 
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -78,11 +87,12 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             flags = [*given_flags(args), *(["--quick"] if args.quick else [])]
             raise UserError(f"--config holds the whole sweep; put {', '.join(flags)} in the file")
         (sweep, gpu_from_cluster), label = _sweep_from_file(args.config), Path(args.config).stem
-        workers_from_cluster = False
+        workers_from_cluster, workers_given = False, True
     else:
         label = preset or DEFAULT_PRESET
         if label not in PRESETS:
             raise UserError(f"unknown preset {label!r}; choose one of {', '.join(PRESETS)}")
+        workers_given = "workers" in options
         options = {**PRESETS[label], **(quick(label) if args.quick else {}), **options}
         workers_from_cluster = options["workers"] is None
         sweep, gpu_from_cluster = _sweep_from(options)
@@ -92,9 +102,14 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         raise UserError(f"--max-hours must be a finite number > 0, got {args.max_hours}")
     out_dir = out_dir_for(args.out, label, args.storage)
     stored = check_out_dir(out_dir, resume=args.resume)
+    left_out = ()
     if stored is not None:
-        (sweep, storage_location, sweep_id), gpu_from_cluster, workers_from_cluster = \
-            stored, False, False
+        sweep, storage_location, sweep_id = stored.sweep, stored.storage, stored.sweep_id
+        try:
+            left_out = tuple(LeftOut.from_dict(values) for values in stored.left_out)
+        except TypeError as error:
+            raise UserError(f"{out_dir}/sweep.json: its left_out is not a plan's ({error})")
+        gpu_from_cluster, workers_from_cluster, workers_given = False, False, True
     else:
         storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
         sweep_id = new_sweep_id(out_dir)
@@ -106,15 +121,16 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
-                        workers_from_cluster=workers_from_cluster, out_dir=out_dir,
-                        storage=storage_location, sweep_id=sweep_id, resume=args.resume,
-                        max_concurrent_trials=args.max_concurrent_trials,
-                        max_hours=args.max_hours, trackers=trackers)
+                        workers_from_cluster=workers_from_cluster, workers_given=workers_given,
+                        out_dir=out_dir, storage=storage_location, sweep_id=sweep_id,
+                        resume=args.resume, max_concurrent_trials=args.max_concurrent_trials,
+                        max_hours=args.max_hours, trackers=trackers, left_out=left_out)
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
-    """Settle GPUs and open worker counts, and reject a grid point the cluster can never hold."""
-    sweep = request.sweep
+    """Settle GPUs and open worker counts; leave out a preset's points the cluster can
+    never hold, and refuse the user's."""
+    sweep, left_out = request.sweep, request.left_out
     if request.gpu_from_cluster:
         sweep = with_gpu_from_cluster(sweep, cluster)
     if request.workers_from_cluster:
@@ -123,16 +139,24 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     if sweep.baseline_threads is None:  # the preset's: a node's CPUs, on a CPU cluster
         node_cpus = max(int(node.get("CPU", 0)) for node in cluster.node_resources)
         sweep = dataclasses.replace(sweep, baseline_threads=0 if sweep.base.use_gpu else node_cpus)
+    if not request.workers_given:
+        sweep, left_out = _leave_out_what_cannot_fit(sweep, cluster)
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
+    return _concurrency(request, cluster, sweep, left_out)
+
+
+def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
+                 left_out: tuple[LeftOut, ...]) -> SweepPlan:
+    """How many trials run at once, and where, for a sweep that fits the cluster."""
     resources = sweep.base.resources_per_worker
     worker_counts = sorted({point.train.num_workers for point in sweep.grid})
     placements = _node_exclusive(cluster, worker_counts, resources)
     if request.max_concurrent_trials is None and placements is not None:
         # Every trial on whole nodes of its own: as many at once as there are nodes.
         return SweepPlan(sweep=sweep, max_concurrent_trials=placements[0],
-                         side_by_side=False, placements=placements[1])
+                         side_by_side=False, placements=placements[1], left_out=left_out)
     fits = max(1, cluster.max_workers(resources) // worker_counts[-1])
     # Trials on one node share its cores, memory bandwidth and PCIe: a speedup
     # (more than one worker count) is measured one trial at a time, unless
@@ -141,7 +165,43 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
     concurrent = request.max_concurrent_trials or isolated
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
-                     side_by_side=concurrent > 1 and not whole_nodes)
+                     side_by_side=concurrent > 1 and not whole_nodes, left_out=left_out)
+
+
+def _leave_out_what_cannot_fit(sweep: SweepConfig, cluster: Cluster
+                               ) -> tuple[SweepConfig, tuple[LeftOut, ...]]:
+    """The preset's worker counts the cluster can hold, and a `LeftOut` for each
+    point of the others (d2l-13.5's 2 workers on a machine of one GPU). When none
+    fits, the sweep is left whole, for `require_room` to refuse."""
+    resources = sweep.base.resources_per_worker
+    capacity = cluster.max_workers(resources)
+    fitting = tuple(k for k in sweep.workers if k <= capacity)
+    if not fitting or len(fitting) == len(sweep.workers):
+        return sweep, ()
+    cells = {}
+    for point in sweep.grid:
+        train = point.train
+        if train.num_workers > capacity:
+            cell = LeftOut(train.num_workers, train.global_batch_size,
+                           train.batch_size_per_worker, train.lr, train.model, train.sync,
+                           train.precision, train.threads_per_worker, point.part,
+                           shortfall(cluster, train.num_workers, train.resources_per_worker))
+            cells.setdefault(cell, None)  # the seeds' replicas are one cell
+    return dataclasses.replace(sweep, workers=fitting), tuple(cells)
+
+
+def shortfall(cluster: Cluster, num_workers: int, resources: dict[str, float]) -> str:
+    """Why `num_workers` such workers do not fit, in the cluster's scarcer resource:
+    "2 workers need 2 GPUs; this cluster has 1: not run"."""
+    room = cluster.max_workers(resources)
+    units = [unit for unit in ("GPU", "CPU") if resources.get(unit, 0) > 0]
+    unit = next((unit for unit in units if cluster.max_workers({unit: resources[unit]}) == room),
+                units[0])
+    total = cluster.num_gpus if unit == "GPU" else cluster.num_cpus
+    need = num_workers * resources[unit]
+    # Enough in all, but no node set holds that many whole workers (nodes too small).
+    where = f", room for {room} such workers" if need <= total else ""
+    return f"{num_workers} workers need {need:g} {unit}s; this cluster has {total:g}{where}: not run"
 
 
 def _node_exclusive(cluster: Cluster, worker_counts: list[int], resources: dict[str, float]
@@ -208,7 +268,7 @@ def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
         values = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"--config {path}: unreadable or not JSON ({error})")
-    sweep_json_keys = {"format", "sweep", "storage", "id"}
+    sweep_json_keys = {"format", "sweep", "storage", "id", "left_out"}
     if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= sweep_json_keys:
         values = values["sweep"]  # a previous sweep's sweep.json
     if not isinstance(values, dict):

@@ -18,6 +18,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver import job_env, storage
@@ -28,6 +29,17 @@ SWEEP_FILE = "sweep.json"
 # 3: `memory_format` replaced `channels_last`; checkpoints hold the layout.
 SWEEP_FORMAT = 3
 TEMPORARY = "a temporary copy that Ray may delete once the job ends"
+
+
+class StoredSweep(NamedTuple):
+    """What sweep.json keeps for `--resume`."""
+
+    sweep: SweepConfig
+    storage: str
+    sweep_id: str
+    left_out: list[dict]
+    """The preset's points the cluster could not hold when the sweep started
+    (records.LeftOut's fields), for the report to name; [] in older files."""
 
 
 def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Path:
@@ -56,10 +68,10 @@ def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Pa
                     f"the job's working directory, {TEMPORARY}; {fix}")
 
 
-def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str] | None:
+def check_out_dir(out_dir: Path, *, resume: bool) -> StoredSweep | None:
     """Refuse a folder that this sweep must not or cannot write; on resume, what to continue.
 
-    Returns the stored (sweep, storage path, sweep id) when resuming, else None.
+    Returns what sweep.json stored when resuming, else None.
     """
     marker = out_dir / SWEEP_FILE
     if out_dir.exists() and not out_dir.is_dir():
@@ -78,8 +90,11 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> tuple[SweepConfig, str, str
             raise UserError(f"{out_dir} was written by an earlier version and cannot be "
                             f"resumed; start a new sweep in another --out")
         try:
-            return (SweepConfig.from_dict(stored["sweep"]), str(stored["storage"]),
-                    str(stored["id"]))
+            left_out = stored.get("left_out", [])
+            if not (isinstance(left_out, list) and all(isinstance(v, dict) for v in left_out)):
+                raise TypeError(f"left_out is not a list of objects: {left_out!r}")
+            return StoredSweep(SweepConfig.from_dict(stored["sweep"]), str(stored["storage"]),
+                               str(stored["id"]), left_out)
         except (ValueError, KeyError, TypeError) as error:
             raise UserError(f"{unreadable} ({error})")
     if marker.exists():
@@ -101,12 +116,13 @@ def new_sweep_id(out_dir: Path) -> str:
     return f"{out_dir.name}-{secrets.token_hex(4)}"
 
 
-def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str) -> None:
+def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str,
+                  left_out: list[dict] = ()) -> None:
     """Create `sweep.json` whole and exclusively: of two sweeps claiming one
     folder at once, one wins and the other gets a `UserError`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"format": SWEEP_FORMAT, "sweep": sweep.to_dict(), "storage": storage,
-                       "id": sweep_id}, indent=2)
+                       "id": sweep_id, "left_out": list(left_out)}, indent=2)
     fd, temporary = tempfile.mkstemp(prefix=f".{SWEEP_FILE}.", dir=out_dir)
     try:
         with os.fdopen(fd, "w") as file:

@@ -122,5 +122,5 @@ def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig
         loop, train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
                                      **where),
-        torch_config=TorchConfig(backend="nccl" if config.use_gpu else "gloo"),
+        torch_config=TorchConfig(backend=config.backend),
         run_config=run_config)

@@ -36,7 +36,7 @@ EXPERIMENT_STATE_PERIOD_S = "2"
 # A trial's run options that trackers show as its parameters (the point holds them all).
 TRACKED_PARAMS = ("model", "num_workers", "global_batch_size", "lr", "momentum", "sync",
                   "split", "precision", "num_epochs", "threads_per_worker", "use_gpu",
-                  "straggler_slowdown", "seed")
+                  "gpus_per_worker", "straggler_slowdown", "seed")
 
 
 def train_runs_path(storage_path: str, sweep_id: str) -> str:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records import Status, book_line, memory_format_text, write_atomically
+from orchestrator.records import (LeftOut, Status, book_line, memory_format_text,
+                                  write_atomically)
 from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
+from orchestrator.report.scaling_model import what_if
 from orchestrator.report.summary import STRATEGY_CELL, summarize_trials
 from orchestrator.report.tables import (ISOLATION_KEYS, SCALING_KEYS, SPLIT_KEYS, isolation_table,
                                         scaling_table, split_table, strategy_table, varying_table)
@@ -30,15 +32,18 @@ class SweepReport:
 def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame,
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
-                       use_gpu: bool) -> SweepReport:
+                       use_gpu: bool, left_out: list[dict] = ()) -> SweepReport:
     """Summarise the sweep's frames (tune_experiment.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
-    `data_note` names the data subsets, empty on full data."""
+    `data_note` names the data subsets, empty on full data; `left_out`: the
+    preset's points the cluster could not hold (records.LeftOut's fields)."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
-                          target_acc=target_acc, sections=(sheet.model_section, sheet.answers))
+                          target_acc=target_acc, sections=(sheet.model_section, sheet.answers),
+                          not_run=left_out_section(summary, epochs, calibration, left_out,
+                                                   use_gpu))
     paths |= answer_sheet.write(out_dir, sheet)
     tables = ("Scaling\n" + varying_table(scaling_table(summary), SCALING_KEYS)
               + "\n\nStrategies\n" + varying_table(strategy_table(summary), STRATEGY_CELL)
@@ -54,10 +59,36 @@ def _trials_with(summary: pd.DataFrame, status: Status) -> list[str]:
     return list(summary[summary["status"] == status]["trial_id"])
 
 
+def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
+                     left_out: list[dict], use_gpu: bool) -> list[str]:
+    """report.md's lines on the points the cluster could not hold, each with the
+    scaling model's what-if (scaling_model.what_if); none when every point ran."""
+    if not left_out:
+        return []
+    lines = ["## Not run on this cluster", "",
+             "Points of the preset that need more devices than this cluster has. Each is "
+             "estimated by the scaling model (docs/SCALING_MODEL.md) from the 1-worker trial "
+             "of its model and sync and the gradient bytes that the calibration counted, on "
+             "named links, with each worker on a device of its own: **a what-if, not a "
+             "measurement**.", ""]
+    for cell in left_out:
+        label = LeftOut.from_dict(cell).line
+        estimates = what_if(summary, epochs, calibration, cell, use_gpu)
+        if not estimates:
+            lines.append(f"- {label}. No estimate: no finished 1-worker trial of its model "
+                         f"and sync, or no calibration.")
+            continue
+        over = "; ".join(f"{row['epoch_s']:.3g} s/epoch (speedup {row['speedup']:.2f}) over "
+                         f"{row['link']}" for row in estimates)
+        lines.append(f"- {label}. What-if: {over}; from trial `{estimates[0]['baseline_trial']}`"
+                     f" ({estimates[0]['baseline_epoch_s']:.3g} s/epoch measured on 1 worker).")
+    return [*lines, ""]
+
+
 def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
                   evaluations: pd.DataFrame, *, title_lines: list[str],
-                  target_acc: float | None = None, sections: tuple[str, ...] = ()
-                  ) -> dict[str, Path]:
+                  target_acc: float | None = None, sections: tuple[str, ...] = (),
+                  not_run: list[str] = ()) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
     `summary` is what `summarize_trials` made of the trials, `epochs` and
@@ -69,7 +100,7 @@ def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
     write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
     report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc,
-                           sections=sections)
+                           sections=sections, not_run=not_run)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
     plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
@@ -88,7 +119,8 @@ def _at_once_line(epochs: pd.DataFrame) -> str:
 
 
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
-                  target_acc: float | None = None, sections: tuple[str, ...] = ()) -> str:
+                  target_acc: float | None = None, sections: tuple[str, ...] = (),
+                  not_run: list[str] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              _at_once_line(epochs), "",
              "The book's line for each trial (time per epoch is training only), and its memory "
@@ -108,7 +140,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")
-    lines += ["", "## Scaling", "",
+    lines += ["", *not_run, "## Scaling", "",
               "Speedup is throughput (samples/s) against the median of the 1-worker trials "
               "(every seed) with the same model, sync, split, precision, batch and lr; "
               "efficiency is speedup / workers. Each row is the mean over its `trials`, "

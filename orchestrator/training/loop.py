@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from orchestrator.training.sync.collectives import allreduce_, broadcast_, gather_strings, get_rank, get_world_size
+from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings, get_rank,
+                                                    get_world_size, process_group_backend)
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
@@ -129,7 +130,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     worker_nodes = str(gather_strings(node_id or platform.node()))
     run_fields = {
         "model": config.model, "sync": config.sync, "split": config.split,
-        "transport": sync.transport,
+        "transport": sync.transport, "backend": process_group_backend(),
         "lr": config.lr, "momentum": config.momentum,
         "precision": config.precision, **chosen_layout,
         "num_workers": num_workers, "global_batch_size": config.global_batch_size,

@@ -19,7 +19,7 @@ def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path)
                    "--no-calibrate", "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"Ray cluster at {cluster.head_address}: 3 node(s), 2 CPUs" in run.stdout
-    assert "4 trial(s), up to 2 at a time:" in run.stdout
+    assert "4 trial(s), up to 2 at a time, workers on CPUs (gloo):" in run.stdout
     assert "1 worker(s), global batch 64 (64/worker), lr 0.1" in run.stdout
     assert "on 1 whole node (1 CPUs reserved per worker)" in run.stdout
     assert "on 2 whole nodes (1 CPUs reserved per worker)" in run.stdout

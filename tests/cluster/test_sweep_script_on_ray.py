@@ -228,27 +228,47 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
-    """A head that claims 4 CPUs could hold the 1- and the 2-worker trial at once;
-    timed side by side, they would crowd each other's speedup: the plan fitted
-    to this real cluster (--dry-run) runs them one at a time. (The rule and the
-    report's timing line: tests/unit/test_plan.py; a sweep attached to a
-    cluster and run to its report: the two-node test above.)"""
+def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
+    """A real head that declares 4 CPUs and one GPU (`ray start --num-gpus 1`;
+    nothing here uses it: every run is a --dry-run, the plan fitted to this cluster).
+
+    - CPU workers: it could hold the 1- and the 2-worker trial at once; timed side
+      by side they would crowd each other's speedup, so they run one at a time.
+    - The README's main command (d2l-13.5: 1 and 2 workers, GPUs since the cluster
+      has one) plans the 1-GPU trial and names the 2-worker one as not run: exit 0.
+    - `--workers 2`, the user's own, is refused in one line naming the ways out.
+    (The rules: tests/unit/test_plan.py; a sweep attached to a cluster and run to
+    its report: the two-node test above.)"""
     port = free_local_port(preferred=6379)
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
-    head_args = ["--head", f"--port={port}", "--num-cpus=4", "--include-dashboard=false",
+    head_args = ["--head", f"--port={port}", "--num-cpus=4", "--num-gpus=1",
+                 "--include-dashboard=false",
                  f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
+    out_dir = tmp_path / "out"
+    attach = ["--address", f"127.0.0.1:{port}", *SMALL, "--dry-run", "--out", str(out_dir)]
     try:
         with _ray_node(*head_args, env=env) as head:
             _wait_for_head(head, port)
-            out_dir = tmp_path / "out"
-            run = run_script("sweep.py", "--address", f"127.0.0.1:{port}", "--workers", "1,2",
-                             *SMALL, "--dry-run", "--out", str(out_dir), env=env)
+            run = run_script("sweep.py", *attach, "--use-gpu", "no", "--workers", "1,2", env=env)
             assert run.returncode == 0, run.stderr[-3000:]
-            assert "1 node(s), 4 CPUs" in run.stdout
-            assert "2 trial(s), up to 1 at a time" in run.stdout
+            assert "1 node(s), 4 CPUs, 1 GPUs" in run.stdout
+            assert "2 trial(s), up to 1 at a time, workers on CPUs (gloo):" in run.stdout
             assert run.stdout.strip().endswith(DRY_RUN_LINE)
+
+            run = run_script("sweep.py", *attach, env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert "1 trial(s), up to 1 at a time, workers on GPUs (NCCL):" in run.stdout
+            assert re.search(r"1 point\(s\) of the preset left out.*\n  2 worker\(s\), global "
+                             r"batch 64 \(32/worker\), lr 0.2, lenet, sync scratch, fp32: 2 "
+                             r"workers need 2 GPUs; this cluster has 1: not run", run.stdout)
+            assert run.stdout.strip().endswith(DRY_RUN_LINE)
+
+            run = run_script("sweep.py", *attach, "--workers", "2", env=env)
+            assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+            (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+            assert "needs 2 workers of {1 CPU, 1 GPU} each" in line
+            assert "--gpus-per-worker 0.5" in line and "--use-gpu no" in line
             assert not out_dir.exists()
     finally:
         current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
@@ -261,11 +281,23 @@ def test_a_speedup_sweep_on_a_roomy_node_times_one_trial_at_a_time(tmp_path):
           "than its estimate", lost="the epochs not trained: the sweep stops after its first "
                                     "epoch, saying how long it would take; --resume continues it")
 def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
+    """Also the preset's points that do not fit: a worker with every CPU's thread
+    leaves no room for the preset's second worker, which the plan and report.md name,
+    the report with the scaling model's what-if (its rules: tests/unit/test_plan.py,
+    tests/unit/test_left_out_report.py)."""
+    from ray._private.utils import get_num_cpus  # what the embedded Ray will hold
+    cpus = get_num_cpus()
     out_dir = tmp_path / "out"
-    run = run_script("sweep.py", "--preset", "d2l-13.6", "--workers", "1", "--batch-size", "32",
-                     "--train-limit", "64", "--test-limit", "100", "--max-hours", "0.00001",
-                     "--out", str(out_dir), timeout_s=300)
+    run = run_script("sweep.py", "--preset", "d2l-13.6", "--threads-per-worker", str(cpus),
+                     "--batch-size", "32", "--train-limit", "64", "--test-limit", "100",
+                     "--max-hours", "0.00001", "--out", str(out_dir), timeout_s=300)
     assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
+    not_run = (f"2 worker(s), global batch 64 (32/worker), lr 0.2, resnet18, sync scratch, "
+               f"fp32: 2 workers need {2 * cpus} CPUs; this cluster has {cpus}: not run")
+    assert f"  {not_run}\n" in run.stdout
+    report = (out_dir / "report.md").read_text()
+    assert re.search(re.escape(f"- {not_run}. What-if: ") + r"[\d.]+ s/epoch \(speedup [\d.]+\) "
+                     r"over 10 Gb/s Ethernet", report), report
     assert re.search(r"estimate: about [\d.]+ (s|min|h) left \(9 of 10 epochs to go; "
                      r"measured 1 worker [\d.]+ s/epoch", run.stdout), run.stdout[-3000:]
     assert re.search(r"revised estimate: [\d.]+ h elapsed \+ about [\d.]+ h left exceeds "

@@ -35,6 +35,10 @@ from orchestrator.errors import UserError
     ({"target_acc": 1.5}, "target accuracy must be in"),
     ({"evals_per_epoch": 0}, "evaluations per epoch must be >= 1"),
     ({"evals_per_epoch": 5, "train_limit": 1024}, "5 evaluations per epoch exceed the 4 steps"),
+    ({"gpus_per_worker": 0, "use_gpu": True}, "a share of one GPU, 0 < F <= 1, got 0"),
+    ({"gpus_per_worker": 1.5, "use_gpu": True}, "a share of one GPU, 0 < F <= 1, got 1.5"),
+    ({"gpus_per_worker": math.nan, "use_gpu": True}, "a share of one GPU"),
+    ({"gpus_per_worker": 0.5}, "--gpus-per-worker 0.5 is for GPU workers"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:

@@ -7,6 +7,7 @@ from orchestrator.config import cli
 from orchestrator.driver import jobs
 from orchestrator.driver import plan
 from orchestrator.driver.cluster import Cluster
+from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
 
 
@@ -75,3 +76,76 @@ def test_a_config_file_without_use_gpu_follows_the_cluster_like_the_command_line
     fitted = plan.fit_to_cluster(_request(tmp_path, "--config", str(config)),
                                  _cluster({"CPU": 8.0, "GPU": 2.0}))
     assert not fitted.sweep.base.use_gpu
+
+
+ONE_GPU = {"CPU": 16.0, "GPU": 1.0}
+
+
+def test_the_main_job_on_one_gpu_runs_what_fits_and_names_what_does_not(tmp_path):
+    """The README's main command (the d2l-13.5 preset, 1 and 2 workers) on a
+    machine of one GPU: the 1-worker trial runs, the 2-worker one is left out,
+    named with the reason (report.md estimates it)."""
+    fitted = plan.fit_to_cluster(_request(tmp_path), _cluster(ONE_GPU))
+    assert fitted.sweep.base.use_gpu and fitted.sweep.workers == (1,)
+    assert [point.train.num_workers for point in fitted.sweep.grid] == [1]
+    (cell,) = fitted.left_out
+    assert cell.reason == "2 workers need 2 GPUs; this cluster has 1: not run"
+    assert cell.line == ("2 worker(s), global batch 256 (128/worker), lr 0.2, lenet, sync scratch, "
+                         "fp32: 2 workers need 2 GPUs; this cluster has 1: not run")
+    assert fitted.sweep.grid[0].train.backend == "nccl"
+    # 13.6's preset: b per GPU, lr scaled linearly: the 2-GPU point is batch 512 at lr 0.2.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "d2l-13.6"), _cluster(ONE_GPU))
+    assert [(c.num_workers, c.global_batch_size, c.lr, c.model) for c in fitted.left_out] == [
+        (2, 512, 0.2, "resnet18")]
+    # Seeds replicate a point; its left-out cell is one.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--repeats", "3"), _cluster(ONE_GPU))
+    assert len(fitted.sweep.grid) == 3 and len(fitted.left_out) == 1
+    # Where everything fits, nothing is left out.
+    assert plan.fit_to_cluster(_request(tmp_path), _cluster({"CPU": 4.0, "GPU": 2.0})
+                               ).left_out == ()
+
+
+def test_workers_the_user_gave_that_cannot_fit_are_refused_with_the_ways_out(tmp_path):
+    for argv in (["--workers", "2"], ["--workers", "1,2"], ["--preset", "d2l-13.6",
+                                                              "--workers", "1,2"]):
+        with pytest.raises(UserError) as refused:
+            plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(ONE_GPU))
+        message = str(refused.value)
+        assert "needs 2 workers of {1 CPU, 1 GPU} each" in message and "\n" not in message
+        assert "--gpus-per-worker 0.5" in message and "--use-gpu no" in message
+    config = tmp_path / "sweep-options.json"
+    config.write_text('{"workers": [1, 2]}')  # a file's worker counts are the user's too
+    with pytest.raises(UserError, match="--gpus-per-worker 0.5"):
+        plan.fit_to_cluster(_request(tmp_path, "--config", str(config)), _cluster(ONE_GPU))
+    # train.py: its --workers is always the user's.
+    config = TrainConfig(num_workers=3, use_gpu=True)
+    with pytest.raises(UserError, match=r"put 3 workers on 1 GPU\(s\) give --gpus-per-worker 0.333"):
+        plan.fit_run_to_cluster(config, False, _cluster(ONE_GPU))
+
+
+def test_workers_that_share_a_gpu_fit_and_sum_over_gloo(tmp_path):
+    request = _request(tmp_path, "--workers", "1,2", "--gpus-per-worker", "0.5")
+    fitted = plan.fit_to_cluster(request, _cluster(ONE_GPU))
+    assert fitted.left_out == ()
+    one, two = (point.train for point in fitted.sweep.grid)
+    assert two.resources_per_worker == {"CPU": 1.0, "GPU": 0.5}
+    # NCCL refuses two ranks on one device; one worker alone keeps NCCL.
+    assert (one.backend, two.backend) == ("nccl", "gloo")
+    assert "workers may share a GPU (gloo" in jobs.workers_text(two)
+    config = TrainConfig(num_workers=3, use_gpu=True, gpus_per_worker=1 / 3)
+    assert plan.fit_run_to_cluster(config, False, _cluster(ONE_GPU)).backend == "gloo"
+    # A share is for GPU workers: on a cluster without GPUs, `auto` makes CPU ones.
+    with pytest.raises(UserError, match="--gpus-per-worker 0.5 is for GPU workers"):
+        plan.fit_to_cluster(request, _cluster({"CPU": 4.0}))
+
+
+def test_a_cpu_grid_point_too_big_for_the_nodes_says_which_resource(tmp_path):
+    # A preset's 2 workers of 2 threads on one node of 2 CPUs: left out, in CPUs.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--threads-per-worker", "2"),
+                                 _cluster({"CPU": 2.0}))
+    assert [cell.reason for cell in fitted.left_out] == [
+        "2 workers need 4 CPUs; this cluster has 2: not run"]
+    # Enough CPUs in all, but no node holds a whole worker of 3 threads and the
+    # cluster only one: the room is named too.
+    assert plan.shortfall(_cluster({"CPU": 3.0}, {"CPU": 2.0}, {"CPU": 2.0}), 2, {"CPU": 3.0}) == (
+        "2 workers need 6 CPUs; this cluster has 7, room for 1 such workers: not run")

@@ -93,3 +93,28 @@ def test_a_folder_of_an_earlier_version_is_not_resumed(tmp_path):
                                   f"cannot be resumed; start a new sweep in another --out")
     assert run.stdout == ""  # refused first: no data loaded, no Ray started
     assert snapshot() == before
+
+
+def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
+    """The preset's points a one-GPU machine could not hold stay named in the
+    report of a --resume (sweep.json keeps them), whatever the cluster then."""
+    parser = cli.sweep_parser("")
+    out_dir = tmp_path / "out"
+    request = plan.sweep_request(parser.parse_args(["--out", str(out_dir)]))
+    one_gpu = Cluster(address=None, dashboard_url=None,
+                      node_resources=({"CPU": 16.0, "GPU": 1.0},))
+    fitted = plan.fit_to_cluster(request, one_gpu)
+    claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id,
+                  [cell.to_dict() for cell in fitted.left_out])
+    # GPU workers: resumed against the GPU cluster's address (sweep_request connects to none).
+    resume = ["--out", str(out_dir), "--resume", "--address", "127.0.0.1:6379"]
+    resumed = plan.sweep_request(parser.parse_args(resume))
+    assert resumed.left_out == fitted.left_out and len(resumed.left_out) == 1
+    refitted = plan.fit_to_cluster(resumed, one_gpu)
+    assert refitted.left_out == fitted.left_out and refitted.sweep.workers == (1,)
+    # A hand-edited entry that is no plan's: one line, before Ray.
+    stored = json.loads((out_dir / SWEEP_FILE).read_text())
+    stored["left_out"] = [{"num_workers": 2}]
+    (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
+    with pytest.raises(UserError, match="left_out is not a plan's"):
+        plan.sweep_request(parser.parse_args(resume))

@@ -15,7 +15,7 @@ from torch import nn
 
 from orchestrator.records import ROOT_FUNNEL
 from orchestrator.training.sync.collectives import (allreduce_, flat_buckets, get_world_size,
-                                                    root_allreduce_)
+                                                    process_group_backend, root_allreduce_)
 from orchestrator.training.sync.shm_allreduce import SharedMemoryAllreduce
 from orchestrator.training.timing import DeviceTimer
 
@@ -39,7 +39,7 @@ def root_transport() -> Transport:
 
 def group_transport() -> Transport:
     """The process group's own allreduce; "none" without a group, or in a group of one."""
-    return Transport(dist.get_backend() if get_world_size() > 1 else "none", allreduce_)
+    return Transport(process_group_backend(), allreduce_)
 
 
 def make_transport(device: torch.device, largest_tensor_bytes: int, *,

@@ -22,6 +22,11 @@ def get_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def process_group_backend() -> str:
+    """The group's backend (nccl, gloo); "none" without a group, or in a group of one."""
+    return str(dist.get_backend()) if get_world_size() > 1 else "none"
+
+
 def allreduce_(tensor: torch.Tensor) -> torch.Tensor:
     """Sum `tensor` over all workers, in place: every worker ends with the sum.
 

@@ -1,0 +1,64 @@
+"""report.md on a preset's points the cluster could not hold: each named with its
+reason and the scaling model's what-if, read from a recorded sweep's own
+1-worker trials and calibration (tests/data/exercises-quick-current, 2 CPU cores)."""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.records import LeftOut
+from orchestrator.report.scaling_model import WHAT_IF_LINKS, what_if
+from orchestrator.report.sweep_report import left_out_section
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick-current"
+TWO_GPUS = LeftOut(num_workers=2, global_batch_size=64, batch_size_per_worker=32, lr=0.2,
+                   model="lenet", sync="scratch", precision="fp32", threads_per_worker=1,
+                   part="", reason="2 workers need 2 GPUs; this cluster has 1: not run")
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return (pd.read_csv(RECORDED / "trials.csv"), pd.read_csv(RECORDED / "epochs.csv"),
+            json.loads((RECORDED / "calibration.json").read_text()))
+
+
+def test_a_left_out_point_is_estimated_from_its_one_worker_trial(recorded):
+    trials, epochs, calibration = recorded
+    cell = TWO_GPUS.to_dict()
+    rows = what_if(trials, epochs, calibration, cell, use_gpu=True)
+    assert [row["link"] for row in rows] == [link.name for link in WHAT_IF_LINKS[True]]
+    baseline = trials[trials["trial_id"] == rows[0]["baseline_trial"]].iloc[0]
+    # Its own model, sync, threads and batch; the threads part (2 threads) is not it.
+    assert (baseline["num_workers"], baseline["sync"], baseline["threads_per_worker"],
+            baseline["global_batch_size"], baseline["lr"]) == (1, "scratch", 1, 64, 0.2)
+    for row in rows:  # two devices of their own: faster, never past ideal
+        assert 1 < row["speedup"] < 2 and row["epoch_s"] < row["baseline_epoch_s"]
+    pcie, nvlink = rows
+    assert nvlink["speedup"] > pcie["speedup"]  # the faster link sums sooner
+    # At one worker the model is its own baseline: no communication, speedup 1.
+    single = what_if(trials, epochs, calibration, {**cell, "num_workers": 1}, use_gpu=True)
+    assert [row["speedup"] for row in single] == pytest.approx([1.0, 1.0])
+    # CPU workers are estimated as nodes on Ethernet.
+    assert [row["link"] for row in what_if(trials, epochs, calibration, cell, use_gpu=False)] \
+        == [link.name for link in WHAT_IF_LINKS[False]]
+    # Without a 1-worker trial of its model, or without a calibration: no estimate.
+    assert what_if(trials, epochs, calibration, {**cell, "model": "resnet18"}, True) == []
+    assert what_if(trials, epochs, None, cell, True) == []
+
+
+def test_the_report_names_each_point_left_out_as_a_what_if(recorded):
+    trials, epochs, calibration = recorded
+    assert left_out_section(trials, epochs, calibration, [], use_gpu=True) == []
+    resnet = {**TWO_GPUS.to_dict(), "model": "resnet18"}
+    lines = left_out_section(trials, epochs, calibration, [TWO_GPUS.to_dict(), resnet],
+                             use_gpu=True)
+    text = "\n".join(lines)
+    assert lines[0] == "## Not run on this cluster" and "a what-if, not a measurement" in text
+    (lenet,) = [line for line in lines if line.startswith(f"- {TWO_GPUS.line}. What-if: ")]
+    assert re.search(r"[\d.]+ s/epoch \(speedup 1\.\d\d\) over PCIe 3\.0", lenet), lenet
+    assert re.search(r"from trial `\w+` \([\d.]+ s/epoch measured on 1 worker\)", lenet)
+    assert any(line.startswith("- ") and "resnet18" in line and "No estimate" in line
+               for line in lines)
