@@ -1,12 +1,13 @@
 """Shared fixtures: one Ray instance per test session, real Fashion-MNIST subsets,
 an S3 API on 127.0.0.1; the layers' markers, from the folders; docs/RELIABILITY.md.
 
-The tests live in three folders, one per layer, and the folder is the only
+The tests live in four folders, one per layer, and the folder is the only
 place a test's layer is said: tests/unit starts neither Ray nor several
 worker processes (the fast layer, `pytest tests/unit`, or equally
-`-m "not cluster and not processes"`), tests/processes starts 2 or 3 worker
-processes without Ray (marker `processes`), tests/cluster starts or uses Ray
-(marker `cluster`). helpers.py and this file, in tests/, serve all three.
+`-m "not cluster and not processes and not gpu"`), tests/processes starts 2 or
+3 worker processes without Ray (marker `processes`), tests/cluster starts or
+uses Ray (marker `cluster`), tests/gpu needs a CUDA GPU and is skipped without
+one (marker `gpu`; CI has none). helpers.py and this file, in tests/, serve all four.
 """
 
 import logging
@@ -104,7 +105,10 @@ def pytest_configure(config):
 
 TESTS = Path(__file__).resolve().parent
 CI_STARTED_ENV_VAR = "CI_RUN_STARTED_UNIX_S"  # set by .ci/run
-LAYERS = {"unit": None, "processes": pytest.mark.processes, "cluster": pytest.mark.cluster}
+LAYERS = {"unit": None, "processes": pytest.mark.processes, "cluster": pytest.mark.cluster,
+          "gpu": pytest.mark.gpu}
+NO_GPU = pytest.mark.skip(reason="tests/gpu needs a CUDA GPU; this machine has none that torch "
+                                 "can use (bench/gpu_check.py runs the layer on one)")
 
 
 def _layer(item: pytest.Item) -> str | None:
@@ -128,15 +132,22 @@ def pytest_collection_modifyitems(session, config, items):
         if not layer:
             raise pytest.UsageError(f"{item.nodeid}: a test belongs in one of the layer folders "
                                     f"tests/{', tests/'.join(LAYERS)}")
-        stated = {mark.name for mark in item.iter_markers()} & {"cluster", "processes"}
+        stated = {mark.name for mark in item.iter_markers()} & {"cluster", "processes", "gpu"}
         if stated:
             raise pytest.UsageError(f"{item.nodeid}: marked {', '.join(sorted(stated))} in its "
                                     f"file; its folder, tests/{layer}, says its layer")
         if LAYERS[layer] is not None:
             item.add_marker(LAYERS[layer])
+        if layer == "gpu" and not _cuda_available():
+            item.add_marker(NO_GPU)
     _scale_timeouts(config, items)
     session.reliability_items = {item.nodeid for item in items
                                  if item.get_closest_marker("reliability")}
+
+
+def _cuda_available() -> bool:
+    import torch  # helpers imported it already
+    return torch.cuda.is_available()
 
 
 def _scale_timeouts(config, items) -> None:

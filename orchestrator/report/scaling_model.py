@@ -173,8 +173,10 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
     fitted_at = {t: {int(s["num_workers"]) for s in samples if s["transport"] == t}
                  for t in measured}
+    # Workers that shared a GPU took turns on it: not the model's k devices.
+    own_devices = ~usable.get("shared_gpu", pd.Series(False, index=usable.index)).astype(bool)
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
-                        & (usable["straggler_slowdown"] == 1)]
+                        & (usable["straggler_slowdown"] == 1) & own_devices]
     by_trials = trial_contention(candidates[~candidates["num_workers"].isin(held_out_workers)],
                                  singles, epochs, calibration)
     validation, baselines = [], {}

@@ -59,6 +59,8 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
     nodes = trial_nodes(epochs)
     summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]
+    sharing = shared_gpu_trials(epochs)
+    summary["shared_gpu"] = summary["trial_id"].isin(sharing)
     summary["status"] = [_status(row) for row in summary.itertuples()]
     # Down to the trial id: the order Tune hands trials back in (a resumed sweep's
     # differs) must not change which replica a table or the model reads first.
@@ -78,6 +80,30 @@ def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:
                              for node in per_worker_values(values) or ())
         nodes[trial_id] = " ".join(seen)
     return nodes
+
+
+def shared_gpu_trials(epochs: pd.DataFrame) -> set[str]:
+    """Trials in which two workers ran on one GPU of one node (`--gpus-per-worker`
+    below 1): a device string such as "cuda:0" twice among a node's ranks."""
+    if "devices" not in epochs or "worker_nodes" not in epochs:
+        return set()
+    sharing = set()
+    for row in epochs.itertuples():
+        devices, nodes = _device_list(row.devices), per_worker_values(row.worker_nodes)
+        if not nodes or len(devices) != len(nodes):
+            continue
+        placed = [(node, device) for node, device in zip(nodes, devices)
+                  if device.startswith("cuda")]
+        if len(set(placed)) < len(placed):
+            sharing.add(row.trial_id)
+    return sharing
+
+
+def _device_list(devices) -> list[str]:
+    """epochs.csv's `devices`, "[cuda:0, cuda:0]", as a list."""
+    if not isinstance(devices, str):
+        return []
+    return [part.strip() for part in devices.strip("[]").split(",") if part.strip()]
 
 
 def per_worker_values(values) -> list | None:
@@ -113,11 +139,13 @@ def _with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against the median of the group's 1-worker trials over every seed:
     a seed changes the weights, not the work, so the 1-worker replicas are repeated
     measurements of one throughput; pairing each k-worker trial with its own seed's
-    would pair two noises at random."""
+    would pair two noises at random. None (NaN) for trials whose workers shared a GPU."""
     baselines = (summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)]
                  .groupby(BASELINE_KEYS)["samples_per_s"].median())
     keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
     summary = summary.copy()
     summary["speedup"] = summary["samples_per_s"].to_numpy() / baselines.reindex(keys).to_numpy()
+    # Workers that shared a GPU took turns on it: their throughput is no speedup to read.
+    summary.loc[summary["shared_gpu"], "speedup"] = math.nan
     summary["efficiency"] = summary["speedup"] / summary["num_workers"]
     return summary

@@ -12,8 +12,11 @@ from torch import nn
 
 from helpers import mixed_tensors, shared_dict
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings,
-                                                    get_rank, get_world_size)
+from orchestrator.training.sync import collectives
+from orchestrator.training.sync.collectives import (all_gather_, allreduce_, broadcast_,
+                                                    gather_strings, get_rank, get_world_size,
+                                                    reduce_scatter_, root_allreduce_,
+                                                    staged_through_host)
 from orchestrator.training.sync.shm_allreduce import stores_in_program_order
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
@@ -40,9 +43,27 @@ def _two_process_body(rank: int, port: int, results) -> None:
         broadcast_(weights)
         results[rank] = {"rank": get_rank(), "world": get_world_size(), "plain": plain,
                          "grads": grads, "transports": transports, "broadcast": weights,
-                         "devices": gather_strings(f"dev{rank}")}
+                         "devices": gather_strings(f"dev{rank}"), "staged": _staged(rank)}
     finally:
         dist.destroy_process_group()
+
+
+def _staged(rank: int) -> dict:
+    """The calls that GPU workers sharing a device stage through host memory
+    (collectives.staged_through_host: CUDA tensors under gloo), staged here on CPU
+    tensors, whose host copies are copies all the same: each result must land in
+    the caller's tensor. A strided tensor (channels-last) goes as its memory."""
+    collectives.staged_through_host = lambda tensor: True
+    try:
+        flat = torch.arange(4.0) + 10 * rank  # rank 0: 0 1 2 3; rank 1: 10 11 12 13
+        part = reduce_scatter_(flat).clone()  # each rank sums its half
+        gathered = all_gather_(flat.clone())
+        channels_last = (torch.arange(8.0).view(1, 2, 2, 2) + rank).contiguous(
+            memory_format=torch.channels_last)
+        root_allreduce_(channels_last)
+        return {"part": part, "flat": flat, "gathered": gathered, "root": channels_last}
+    finally:
+        collectives.staged_through_host = staged_through_host
 
 
 def _model_with_gradient(rank: int, strategy: str, **options) -> tuple[nn.Module, GradientSync]:
@@ -78,6 +99,16 @@ def test_helpers_on_two_gloo_processes():
         assert torch.equal(got["broadcast"][0], torch.zeros(5))
         assert torch.equal(got["broadcast"][1], torch.full((2, 2), 10.0))
         assert got["devices"] == ["dev0", "dev1"]
+        staged = got["staged"]
+        half = slice(2 * rank, 2 * rank + 2)
+        assert torch.equal(staged["part"], torch.tensor([10.0, 12.0, 14.0, 16.0])[half])
+        own = torch.arange(4.0) + 10 * rank
+        own[half] = staged["part"]  # the summed half in place, the other half its own
+        assert torch.equal(staged["flat"], own)
+        # Rank r's half from rank r, its sum: the whole sum everywhere, as sharded does it.
+        assert torch.equal(staged["gathered"], torch.tensor([10.0, 12.0, 14.0, 16.0]))
+        assert staged["root"].is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(staged["root"], 2 * torch.arange(8.0).view(1, 2, 2, 2) + 1)
 
 
 def _peer_dies_body(rank: int, port: int, results) -> None:

@@ -42,12 +42,25 @@ def test_without_a_gpu_it_says_it_did_not_run():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_gpu_check_without_a_gpu_says_so_in_one_line_and_records_nothing():
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path):
     results = REPO / "bench" / "results"
     before = {path.name: path.read_bytes() for path in results.iterdir()}
-    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
+    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"),
+                               "--out", str(tmp_path / "out"), "--record"],
                               capture_output=True, text=True, timeout=120, cwd=REPO)
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.splitlines() == [finished.stdout.strip()]
     assert "no CUDA device on this machine" in finished.stdout
     assert {path.name: path.read_bytes() for path in results.iterdir()} == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_gpu_check_says_what_it_runs_and_where_it_writes():
+    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--help"],
+                              capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
+    for part in ("--out", "--budget-s", "--record", "--data-dir"):
+        assert part in finished.stdout
+    # Without a folder for its files it refuses at once (argparse: exit 2).
+    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert refused.returncode == 2 and "--out" in refused.stderr

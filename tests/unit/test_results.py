@@ -96,6 +96,28 @@ def test_speedup_is_throughput_against_the_matching_one_worker_trial(summary):
     assert math.isnan(summary.loc["t4-lr0.2", "speedup"])
 
 
+def test_workers_that_shared_a_gpu_give_no_speedup():
+    """Two workers on one GPU (--gpus-per-worker 0.5) took turns on it: their
+    throughput is recorded, their speedup is not read (report.md, answers)."""
+    trials, epochs, evaluations = _recorded()
+    epochs["devices"] = "[cpu, cpu]"  # CPU slots: each worker its own core(s)
+    epochs["worker_nodes"] = "['node-a', 'node-a']"
+    on_gpus = epochs["trial_id"] == "t2-lr0.1"
+    epochs.loc[on_gpus, "devices"] = "[cuda:0, cuda:0]"
+    epochs.loc[epochs["trial_id"] == "t2-lr0.2", "devices"] = "[cuda:0, cuda:1]"
+    summary = summarize_trials(trials, epochs, evaluations).set_index("trial_id")
+    assert summary["shared_gpu"].to_dict() == {trial_id: trial_id == "t2-lr0.1"
+                                               for trial_id in summary.index}
+    assert math.isnan(summary.loc["t2-lr0.1", "speedup"])
+    assert math.isnan(summary.loc["t2-lr0.1", "efficiency"])
+    assert summary.loc["t2-lr0.1", "samples_per_s"] == 1800
+    assert summary.loc["t2-lr0.2", "speedup"] == pytest.approx(1.8)  # two GPUs of its own
+    # The same device name on two nodes is two devices.
+    epochs.loc[on_gpus, "worker_nodes"] = "['node-a', 'node-b']"
+    summary = summarize_trials(trials, epochs, evaluations).set_index("trial_id")
+    assert summary.loc["t2-lr0.1", "speedup"] == pytest.approx(1.8)
+
+
 def test_sync_share_and_accuracy_summaries(summary):
     row = summary.loc["t2-lr0.2"]
     assert row["sync_share"] == pytest.approx(3.0 / 16.0)

@@ -6,6 +6,7 @@ here creates one. With no group, or a group of one, every collective returns
 its input unchanged, so the training loop also runs in a single process.
 """
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -52,17 +53,43 @@ def root_allreduce_(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     # gloo sends only contiguous tensors: a channels-last gradient goes as its memory, flat.
     flat = tensor.view(-1) if tensor.is_contiguous() else _memory_order(tensor)
-    if get_rank() == 0:
-        received = torch.empty_like(flat)
-        for source in range(1, num_workers):
-            dist.recv(received, src=source)
-            flat += received
-        for destination in range(1, num_workers):
-            dist.send(flat, dst=destination)
-    else:
-        dist.send(flat, dst=0)
-        dist.recv(flat, src=0)
+    with on_host(flat) as moved:
+        if get_rank() == 0:
+            received = torch.empty_like(moved)
+            for source in range(1, num_workers):
+                dist.recv(received, src=source)
+                moved += received
+            for destination in range(1, num_workers):
+                dist.send(moved, dst=destination)
+        else:
+            dist.send(moved, dst=0)
+            dist.recv(moved, src=0)
     return tensor
+
+
+def staged_through_host(tensor: torch.Tensor) -> bool:
+    """Whether a call on `tensor` goes through host memory here: a CUDA tensor in a
+    gloo group (GPU workers that share a device, --gpus-per-worker). gloo's
+    allreduce and broadcast take CUDA tensors and copy through the host
+    themselves; its all-gather into one tensor does not ("The Gloo backend does
+    not support `all_gather_into_tensor`", torch's own SyncBatchNorm in
+    torch/nn/modules/_functions.py, which gathers a list instead), and its
+    reduce-scatter, sends and receives are not relied on to: those calls stage
+    their tensor here. The same sums: only where the bytes wait differs. NCCL,
+    and CPU tensors, go as they are."""
+    return tensor.is_cuda and dist.get_backend() == "gloo"
+
+
+@contextlib.contextmanager
+def on_host(tensor: torch.Tensor):
+    """`tensor` itself, or (where `staged_through_host`) a host copy of it that is
+    copied back into it on leaving: the calls inside work on what it gives."""
+    if not staged_through_host(tensor):
+        yield tensor
+        return
+    host = tensor.detach().to("cpu", copy=True)
+    yield host
+    tensor.copy_(host)
 
 
 def _memory_order(tensor: torch.Tensor) -> torch.Tensor:
@@ -79,18 +106,21 @@ def reduce_scatter_(flat: torch.Tensor) -> torch.Tensor:
     """
     part = flat.view(get_world_size(), -1)[get_rank()]
     if get_world_size() > 1:
-        # In place: the output is the input's own part, which NCCL and gloo allow.
-        # Blocking, not `wait_busy`: gloo's reduce-scatter runs inside `wait()`,
-        # so polling its work for completion would never end.
-        _reduce_scatter(part, flat, op=dist.ReduceOp.SUM)
+        with on_host(flat) as moved:
+            # In place: the output is the input's own part, which NCCL and gloo allow.
+            # Blocking, not `wait_busy`: gloo's reduce-scatter runs inside `wait()`,
+            # so polling its work for completion would never end.
+            _reduce_scatter(moved.view(get_world_size(), -1)[get_rank()], moved,
+                            op=dist.ReduceOp.SUM)
     return part
 
 
 def all_gather_(flat: torch.Tensor) -> torch.Tensor:
     """Fill every worker's `flat` with each worker r's r-th of k equal parts, in place."""
     if get_world_size() > 1:
-        part = flat.view(get_world_size(), -1)[get_rank()]
-        wait_busy(_all_gather(flat, part, async_op=True), flat.device)
+        with on_host(flat) as moved:
+            part = moved.view(get_world_size(), -1)[get_rank()]
+            wait_busy(_all_gather(moved, part, async_op=True), moved.device)
     return flat
 
 

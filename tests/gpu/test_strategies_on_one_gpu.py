@@ -1,0 +1,149 @@
+"""The book's claim on CUDA: k workers that share one GPU and one device are the
+same optimizer.
+
+Workers that share a GPU (`--gpus-per-worker` below 1) run their process group
+on gloo, which sums CUDA tensors where NCCL refuses two ranks on one device;
+the calls gloo does not take on CUDA tensors go through host memory
+(collectives.staged_through_host). Here k = 2 and 3 plain gloo processes, each
+on cuda:0, run the real loop (no Ray) in double precision: every strategy and
+the proportional split end with one device's parameters to the equivalence
+tests' relative 1e-9 (tests/processes/test_equivalence.py: the same on CPUs),
+`delayed` with its own one-worker run, and with `--sync-batchnorm` two workers
+normalise as one device does. CUDA's fp64 kernels sum in their own orders, far
+below that tolerance; float32 is not checked here (its rounding is the CPU
+tests' subject).
+
+Needs a CUDA GPU: skipped without one (tests/conftest.py); CI has none, and
+bench/gpu_check.py runs this layer on a lent GPU.
+"""
+
+import dataclasses
+import functools
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers import (EXACT_STRATEGIES, assert_same_parameters, assert_same_updates,
+                     equivalence_config, proportional_config, run_here, shared_dict, uneven)
+from orchestrator.config.options import TrainConfig
+from orchestrator.driver.cluster import free_local_port
+from orchestrator.training import loop, models
+from orchestrator.training.models import build_model
+
+GPU = torch.device("cuda", 0)
+CASES = [(sync, "lenet", 257, "fp64", "nchw") for sync in EXACT_STRATEGIES]  # 257: uneven shards
+SPLIT_SYNCS = ("scratch", "sharded")
+DELAYED = ("delayed", "lenet", 257, "fp64", "nchw")
+RESNET_CASE = ("scratch", "resnet18", 64, "fp64", "nchw")
+SMALL_RESNET_WIDTH = 4  # the book's ResNet-18 at 1/16 of its width, BatchNorms and all
+
+
+def _on_gpu(case, num_workers: int, **overrides) -> TrainConfig:
+    """`case` as `--use-gpu yes --gpus-per-worker 1/k` runs it: k workers on one GPU."""
+    return equivalence_config(case, num_workers=num_workers, use_gpu=True,
+                              gpus_per_worker=1 / num_workers, **overrides)
+
+
+def _split_on_gpu(num_workers: int, sync: str) -> TrainConfig:
+    return dataclasses.replace(proportional_config(num_workers, sync), use_gpu=True,
+                               gpus_per_worker=1 / num_workers)
+
+
+def _run(config: TrainConfig, dataset) -> tuple[list[dict], dict]:
+    """The history and the model's parameters (on the CPU: they leave the process)."""
+    history, state = run_here(config, dataset, GPU)
+    return history, {"model": state["model"]}
+
+
+def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> None:
+    torch.cuda.set_device(GPU)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=num_workers)
+    try:
+        models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=SMALL_RESNET_WIDTH)
+        # Every rank its own initial weights: only the broadcast can make them agree.
+        loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
+        runs = {case: _run(_on_gpu(case, num_workers), dataset) for case in CASES}
+        for sync in SPLIT_SYNCS:
+            runs[("split", sync)] = _run(_split_on_gpu(num_workers, sync), dataset)
+        runs[DELAYED] = _run(_on_gpu(DELAYED, num_workers, momentum=0.5), dataset)
+        if num_workers == 2:
+            runs["sync_batchnorm"] = _run(_on_gpu(RESNET_CASE, 2, sync_batchnorm=True), dataset)
+        if rank == 0:
+            results.update(runs)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda k: f"{k}-workers")
+def k_workers_on_one_gpu(request, fashion_mnist_small) -> tuple[int, dict]:
+    num_workers = request.param
+    with shared_dict() as results:
+        mp.spawn(_workers_body, args=(num_workers, free_local_port(), fashion_mnist_small,
+                                      results), nprocs=num_workers)
+        return num_workers, dict(results)
+
+
+@pytest.fixture(scope="module")
+def one_gpu(fashion_mnist_small):
+    """A run in this process on the GPU alone, computed when first asked for."""
+    original = models.BUILDERS["resnet18"]
+    models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=SMALL_RESNET_WIDTH)
+
+    @functools.cache
+    def run(config):
+        return _run(config, fashion_mnist_small)
+
+    yield run
+    models.BUILDERS["resnet18"] = original
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case[0])
+def test_k_workers_sharing_a_gpu_match_one_gpu(k_workers_on_one_gpu, one_gpu, case):
+    num_workers, results = k_workers_on_one_gpu
+    history, state = results[case]
+    assert [row["backend"] for row in history] == ["gloo"] * 2
+    assert [row["devices"] for row in history] == [
+        "[" + ", ".join(["cuda:0"] * num_workers) + "]"] * 2
+    want_history, want_state = one_gpu(_on_gpu(("scratch", *case[1:]), 1))
+    for row, want in zip(history, want_history, strict=True):
+        assert row["status"] == want["status"] == "ok"
+        assert row["train_loss"] == pytest.approx(want["train_loss"], rel=1e-9)
+        assert (row["train_acc"], row["test_acc"]) == (want["train_acc"], want["test_acc"])
+    assert_same_parameters(state["model"], want_state["model"],
+                           build_model("lenet", seed=7).state_dict(), "fp64")
+
+
+@pytest.mark.parametrize("sync", SPLIT_SYNCS)
+def test_the_proportional_split_on_a_shared_gpu_is_one_gpus_update(k_workers_on_one_gpu,
+                                                                   one_gpu, sync):
+    num_workers, results = k_workers_on_one_gpu
+    history, state = results[("split", sync)]
+    assert uneven(history), [row["worker_shares"] for row in history]
+    _, want = one_gpu(_split_on_gpu(1, "scratch"))
+    assert_same_updates(state["model"], want["model"])
+
+
+def test_delayed_on_a_shared_gpu_is_its_one_worker_run(k_workers_on_one_gpu, one_gpu):
+    """`delayed` is another optimizer (one-step-delayed SGD); on one worker it is
+    the plain-torch reference (tests/processes/test_delayed_sync.py)."""
+    _, results = k_workers_on_one_gpu
+    _, state = results[DELAYED]
+    _, want = one_gpu(_on_gpu(DELAYED, 1, momentum=0.5))
+    assert_same_parameters(state["model"], want["model"],
+                           build_model("lenet", seed=7).state_dict(), "fp64")
+
+
+def test_sync_batchnorm_over_gloo_makes_two_workers_one_gpu(k_workers_on_one_gpu, one_gpu):
+    """torch's SyncBatchNorm gathers its statistics with a list all-gather under
+    gloo (torch/nn/modules/_functions.py), so two workers on one GPU normalise
+    with the global batch's statistics: one device's parameters again."""
+    num_workers, results = k_workers_on_one_gpu
+    if num_workers != 2:
+        pytest.skip("checked at 2 workers")
+    _, state = results["sync_batchnorm"]
+    _, want = one_gpu(_on_gpu(RESNET_CASE, 1, sync_batchnorm=True))
+    assert_same_parameters(state["model"], want["model"],
+                           build_model("resnet18", seed=7).state_dict(), "fp64")

@@ -1,0 +1,38 @@
+"""The main job on a machine of one GPU, through Ray and Tune (sweep.py with its
+embedded Ray, as a reader of the book with one GPU runs it). Needs a CUDA GPU:
+skipped without one (tests/conftest.py); the plans on a CPU Ray that declares a
+GPU are tested in tests/cluster/test_sweep_script_on_ray.py."""
+
+import pandas as pd
+
+from helpers import SMALL, run_script
+
+
+def test_two_workers_share_the_gpu_over_gloo_and_give_no_speedup(tmp_path):
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--workers", "1,2", "--gpus-per-worker", "0.5", *SMALL,
+                     "--out", str(out_dir), timeout_s=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "workers on GPUs, 0.5 of one each: workers may share a GPU (gloo" in run.stdout
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    two = epochs[epochs["num_workers"] == 2]
+    assert set(two["backend"]) == {"gloo"} and set(two["devices"]) == {"[cuda:0, cuda:0]"}
+    assert set(epochs[epochs["num_workers"] == 1]["devices"]) == {"[cuda:0]"}
+    trials = pd.read_csv(out_dir / "trials.csv")
+    shared = trials[trials["num_workers"] == 2]
+    assert shared["shared_gpu"].all() and shared["speedup"].isna().all()
+    assert (trials["status"] == "finished").all()
+
+
+def test_the_main_job_on_one_gpu_runs_what_fits_and_estimates_the_rest(tmp_path):
+    """The README's command with the book's 13.5 preset (1 and 2 workers): the
+    1-GPU trial runs under NCCL, the 2-GPU one is named in report.md with the
+    scaling model's what-if; exit 0."""
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", *SMALL, "--out", str(out_dir), timeout_s=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 workers need 2 GPUs; this cluster has 1: not run" in run.stdout
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert list(trials["num_workers"]) == [1] and (trials["status"] == "finished").all()
+    report = (out_dir / "report.md").read_text()
+    assert "## Not run on this cluster" in report and "What-if: " in report
