@@ -65,17 +65,19 @@ def book_compute() -> Compute:
 
 
 def measured_compute(summary: pd.DataFrame, use_gpu: bool) -> Compute | None:
-    """A 1-worker ResNet-18 trial of this sweep: its mean epoch over its steps."""
+    """A 1-worker ResNet-18 trial of this sweep: its mean epoch (after the first) over its
+    steps."""
+    column = "epoch_s" if "epoch_s" in summary else "mean_epoch_time_s"  # older trials.csv
     singles = summary[(summary["model"] == "resnet18") & (summary["num_workers"] == 1)
-                      & summary["mean_epoch_time_s"].notna()]
+                      & summary[column].notna()]
     if singles.empty:
         return None
     trial = singles.iloc[0]
     device = "GPU" if use_gpu else "CPU"
     return Compute(f"this cluster's compute (ResNet-18 on 1 {device}, measured: "
-                   f"{trial['mean_epoch_time_s']:.1f} s/epoch at batch "
+                   f"{trial[column]:.1f} s/epoch at batch "
                    f"{int(trial['global_batch_size'])})",
-                   trial["mean_epoch_time_s"] / int(trial["steps_per_epoch"]),
+                   trial[column] / int(trial["steps_per_epoch"]),
                    int(trial["global_batch_size"]))
 
 

@@ -217,7 +217,7 @@ _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
                        "measured_speedup", "held_out", "contention", "contention_source",
                        "measured_compute_s", "predicted_compute_s", "measured_sync_s",
-                       "predicted_comm_s"]
+                       "predicted_comm_s", "compute_error", "comm_error"]
 
 
 def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
@@ -284,8 +284,17 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].median(),
             "predicted_comm_s": steps * step[2],
+            # Each component against its measured part: the slowest rank's compute, and
+            # the sync the steps waited for (which includes waiting for the slower rank).
+            "compute_error": _relative(steps * step[0], compute_s.median()),
+            "comm_error": _relative(steps * step[2], steady["sync_time_s"].median()),
             "contention_source": "trials" if key in by_trials else "probe",
             "baseline": baseline}
+
+
+def _relative(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured; NaN where nothing was measured."""
+    return (predicted - measured) / measured if measured and measured > 0 else math.nan
 
 
 def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:

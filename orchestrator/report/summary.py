@@ -46,13 +46,16 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         final_train_loss=("train_loss", "last"),
         mean_epoch_time_s=("epoch_time_s", "mean"),
         mean_eval_time_s=("eval_time_s", "mean"),
-        # The median ignores a first epoch slowed by warm-up effects.
-        samples_per_s=("samples_per_s", "median"),
-        total_sync_time_s=("sync_time_s", "sum"),
-        total_epoch_time_s=("epoch_time_s", "sum"),
         last_status=("status", "last"),
     )
-    per_trial["sync_share"] = per_trial.pop("total_sync_time_s") / per_trial.pop("total_epoch_time_s")
+    # Every time, throughput, speedup and sync share from one window of each trial:
+    # its epochs after the first, whose warm-up (allocations, the layout's timing,
+    # caches) the others do not pay; the first alone for a trial of one epoch.
+    timed = steady_epochs(epochs).groupby("trial_id").agg(
+        epoch_s=("epoch_time_s", "mean"), samples_per_s=("samples_per_s", "median"),
+        total_sync_time_s=("sync_time_s", "sum"), total_epoch_time_s=("epoch_time_s", "sum"))
+    timed["sync_share"] = timed.pop("total_sync_time_s") / timed.pop("total_epoch_time_s")
+    per_trial = per_trial.join(timed)
     summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
         time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
         right_index=True, how="left")
@@ -66,6 +69,13 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     # differs) must not change which replica a table or the model reads first.
     return _with_speedup(summary).sort_values(
         [*SCALING_GROUP, "num_workers", "trial_id"]).reset_index(drop=True)
+
+
+def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's epochs after its first (its only one, for a trial of one epoch)."""
+    first = epochs.groupby("trial_id")["epoch"].transform("min")
+    last = epochs.groupby("trial_id")["epoch"].transform("max")
+    return epochs[(epochs["epoch"] > first) | (first == last)]
 
 
 def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:

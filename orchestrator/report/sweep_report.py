@@ -141,9 +141,12 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")
     lines += ["", *not_run, "## Scaling", "",
-              "Speedup is throughput (samples/s) against the median of the 1-worker trials "
-              "(every seed) with the same model, sync, split, precision, batch and lr; "
-              "efficiency is speedup / workers. Each row is the mean over its `trials`, "
+              "Every time, throughput, speedup and sync share comes from one window of each "
+              "trial: its epochs after the first, whose warm-up the others do not pay "
+              "(`epoch_s` is their mean). Speedup is throughput (samples/s) against the "
+              "median of the 1-worker trials (every seed) with the same model, sync, split, "
+              "precision, batch and lr; efficiency is speedup / workers; workers that shared "
+              "a GPU took turns on it and give none. Each row is the mean over its `trials`, "
               "replicas that differ only in the seed; `epoch_time_spread` is the relative "
               "range of their epoch times.", "",
               varying_table(scaling_table(summary), SCALING_KEYS), "",

@@ -23,10 +23,10 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     their count and the relative range of their epoch times."""
     usable = summary[summary["status"] != Status.FAILED]
     if usable.empty:
-        return pd.DataFrame(columns=[*SCALING_KEYS, "trials", "mean_epoch_time_s"])
+        return pd.DataFrame(columns=[*SCALING_KEYS, "trials", "epoch_s"])
     table = usable.groupby(SCALING_KEYS, sort=True).agg(
-        trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "mean"),
-        epoch_time_spread=("mean_epoch_time_s", relative_range),
+        trials=("trial_id", "count"), epoch_s=("epoch_s", "mean"),
+        epoch_time_spread=("epoch_s", relative_range),
         samples_per_s=("samples_per_s", "mean"), sync_share=("sync_share", "mean"),
         speedup=("speedup", "mean"), efficiency=("efficiency", "mean"))
     return table.reset_index()
@@ -40,8 +40,8 @@ def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
     if usable.empty:
         return pd.DataFrame()
     table = usable.groupby(STRATEGY_CELL, sort=True).agg(
-        trials=("trial_id", "count"), mean_epoch_time_s=("mean_epoch_time_s", "median"),
-        epoch_time_spread=("mean_epoch_time_s", relative_range),
+        trials=("trial_id", "count"), epoch_s=("epoch_s", "median"),
+        epoch_time_spread=("epoch_s", relative_range),
         sync_share=("sync_share", "median"), speedup=("speedup", "median"))
     return table.reset_index()
 

@@ -36,6 +36,16 @@ def test_the_sheet_writes_its_files_and_states_the_validation_verdict(tmp_path):
                       sheet.model_section)
     assert float(match[1]) == round(100 * worst, 1)
     assert match[2] == ("met" if worst <= 0.15 else "missed")
+    # Part by part: compute against the slowest rank's, communication against the sync.
+    validation = pd.read_csv(tmp_path / "scaling_model_validation.csv")
+    assert len(validation) == len(sheet.scaling.validation) > 0
+    for part, predicted, measured in (("compute", "predicted_compute_s", "measured_compute_s"),
+                                      ("comm", "predicted_comm_s", "measured_sync_s")):
+        expected = (validation[predicted] - validation[measured]) / validation[measured]
+        assert validation[f"{part}_error"].tolist() == expected.tolist()
+    compute = validation["compute_error"].abs().max()
+    assert f"the largest error of the compute, against the slowest rank's measured " \
+           f"forward and backward, is {compute:.1%}" in sheet.model_section
 
 
 def test_without_a_calibration_the_answers_still_come_and_say_what_is_missing(tmp_path):

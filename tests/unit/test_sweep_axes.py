@@ -92,7 +92,7 @@ def test_speedup_is_against_the_one_worker_trial_of_the_same_strategy():
     assert speedup["s2"] == pytest.approx(1.6) and speedup["d2"] == pytest.approx(1.5)
     assert pd.isna(speedup["p2"])  # no 1-worker trial of the proportional split
     table = strategy_table(summary).set_index(["sync", "split", "num_workers"])
-    assert table.loc[("ddp", "even", 2), "mean_epoch_time_s"] == pytest.approx(8.0)
+    assert table.loc[("ddp", "even", 2), "epoch_s"] == pytest.approx(8.0)
     assert table.loc[("ddp", "even", 2), "sync_share"] == pytest.approx(1.0 / 8.0)
     assert table.loc[("scratch", "even", 2), "speedup"] == pytest.approx(1.6)
 

@@ -11,7 +11,8 @@ import pandas as pd
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, cell,
                                                   cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
-                                                  percent, seeds_text, timed)
+                                                  percent, seeds_text, speedup_over, timed,
+                                                  with_speedups)
 from orchestrator.records import ROOT_FUNNEL
 from orchestrator.report.tables import markdown_table
 
@@ -38,8 +39,9 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
     threads = cell(timed(part_trials(summary, "threads")))
     wide_cells, fixed_cells = (cells(trials, ["num_workers"])
                                for trials in (per_worker, fixed_global))
-    arms = pd.concat([wide_cells.assign(batch=wide_cells["batch_size"].map("{} per worker".format)),
-                      fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))])
+    arms = with_speedups(pd.concat([
+        wide_cells.assign(batch=wide_cells["batch_size"].map("{} per worker".format)),
+        fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))]), ["batch"])
     columns = ["batch", "num_workers", "global_batch_size", "steps_per_epoch",
                "epoch_s", "speedup", "final_test_acc", "seeds"]
     if threads is not None:
@@ -61,7 +63,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{many['steps_per_epoch']} steps per epoch), an epoch took "
             f"{many['epoch_s']:.1f} s ({seeds_text(many['seeds'])}) against "
             f"{one['epoch_s']:.1f} s on 1 worker ({seeds_text(one['seeds'])}, {one['steps_per_epoch']} steps): speedup "
-            f"{many['speedup']:.2f}.")
+            f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
         sentences.append(
@@ -284,7 +286,7 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
         return [missing_part("strategies")]
     # Scratch's own trials are 13.5's experiment.
     trials = pd.concat([timed(part_trials(summary, "batch-global")), strategies])
-    table = cells(trials, ["num_workers", "sync", "transport"])
+    table = with_speedups(cells(trials, ["num_workers", "sync", "transport"]), ["sync"])
     paragraphs = [markdown_table(table[["sync", "transport", "num_workers", "epoch_s",
                                         "sync_share", "speedup", "seeds"]])]
     k = int(strategies["num_workers"].max())

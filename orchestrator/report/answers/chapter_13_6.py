@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
-                                                  at_workers, compare_acc, compare_times,
+                                                  at_workers, cells, compare_acc, compare_times,
                                                   missing_part, numbers, one_worker_count,
                                                   part_trials, percent, seeds_text, timed,
-                                                  within_noise)
+                                                  with_speedups, within_noise)
 from orchestrator.records import Status
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values
@@ -28,13 +28,14 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     resnet = timed(part_trials(summary, "resnet18"))
     if not resnet.empty:
         k = int(resnet["num_workers"].max())
-        largest = at_workers(resnet, k)
-        paragraphs = [markdown_table(resnet[["num_workers", "global_batch_size", "lr",
-                                             "mean_epoch_time_s", "speedup",
-                                             "final_test_acc"]].reset_index(drop=True)),
+        table = with_speedups(cells(resnet, ["num_workers"]), ["model"])
+        largest = table[table["num_workers"] == k].iloc[0]
+        paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr", "epoch_s",
+                                            "speedup", "final_test_acc",
+                                            "seeds"]].reset_index(drop=True)),
                       f"{tried} ResNet-18 on {k} GPUs (global batch "
                       f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
-                      f"{largest['mean_epoch_time_s']:.1f} s per epoch, speedup "
+                      f"{largest['epoch_s']:.1f} s per epoch, speedup "
                       f"{largest['speedup']:.2f}, final test accuracy "
                       f"{largest['final_test_acc']:.3f} ({seeds_text(largest['seeds'])})."]
     elif use_gpu:

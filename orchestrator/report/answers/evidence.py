@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.records import Status
+from orchestrator.report.summary import BASELINE_KEYS
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
@@ -85,7 +86,13 @@ class Noise:
 
 def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame, tuple]:
     """The summary with each trial's `epoch_s` (the mean of the epochs every finished
-    trial ran, the first left out) and `transport`, and those epochs (first, last)."""
+    trial ran, the first left out) and `transport`, and those epochs (first, last).
+
+    One timing window: the throughput (`samples_per_s`, the epoch's examples over
+    `epoch_s`), the sync share, the speedup and the efficiency are recomputed from
+    those same epochs, the speedup against `baseline_rate`, the throughput of the
+    mean `epoch_s` of the 1-worker trials of the same setup (every seed), so that a
+    speedup printed beside two epoch times is their ratio (`cell` keeps it so)."""
     summary = summary.copy()
     finished = summary.loc[summary["status"] == Status.FINISHED, "trial_id"]
     runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
@@ -95,10 +102,40 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     window = runs[(runs["epoch"] >= first) & (runs["epoch"] <= last)]
     steady = window.groupby("trial_id")["epoch_time_s"].mean()
     summary["epoch_s"] = summary["trial_id"].map(steady)
+    sync_s = window.groupby("trial_id")["sync_time_s"].mean()
+    summary["sync_share"] = summary["trial_id"].map(sync_s) / summary["epoch_s"]
+    summary["samples_per_s"] = _examples(summary) / summary["epoch_s"]
+    summary["baseline_rate"] = _baseline_rates(summary)
+    shared = summary.get("shared_gpu", pd.Series(False, index=summary.index)).fillna(False)
+    summary["speedup"] = (summary["samples_per_s"] / summary["baseline_rate"]).where(
+        ~shared.astype(bool))
+    summary["efficiency"] = summary["speedup"] / summary["num_workers"]
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
     summary["transport"] = summary["trial_id"].map(transport).fillna("")
     return summary, (first, last)
+
+
+def _examples(trials: pd.DataFrame) -> pd.Series:
+    """The examples of one epoch: its steps of one global batch each."""
+    return trials["steps_per_epoch"] * trials["global_batch_size"]
+
+
+def _baseline_rates(summary: pd.DataFrame) -> pd.Series:
+    """Each trial's baseline throughput: its setup's 1-worker trials' mean `epoch_s`
+    (each seed's mean first, then over seeds, as `cell` averages), as examples per second."""
+    singles = summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)
+                      ].dropna(subset=["epoch_s"])
+    if singles.empty:
+        return pd.Series(math.nan, index=summary.index)
+    per_seed = singles.groupby([*BASELINE_KEYS, "seed"]).agg(
+        epoch_s=("epoch_s", "mean"), examples=("steps_per_epoch", "first"),
+        batch=("global_batch_size", "first"))
+    per_setup = per_seed.groupby(BASELINE_KEYS).agg(
+        epoch_s=("epoch_s", "mean"), examples=("examples", "first"), batch=("batch", "first"))
+    rates = per_setup["examples"] * per_setup["batch"] / per_setup["epoch_s"]
+    keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
+    return pd.Series(rates.reindex(keys).to_numpy(), index=summary.index)
 
 
 def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 1)) -> Noise:
@@ -216,6 +253,13 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].copy()
     row[measures] = per_seed.mean()
     row["seeds"] = len(per_seed)
+    if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
+        # The cell's own throughput and speedup, from its mean epoch: a speedup
+        # printed beside the cell's and its baseline's epoch times is their ratio.
+        row["samples_per_s"] = row["steps_per_epoch"] * row["global_batch_size"] / row["epoch_s"]
+        if not pd.isna(row["speedup"]):
+            row["speedup"] = row["samples_per_s"] / row["baseline_rate"]
+            row["efficiency"] = row["speedup"] / row["num_workers"]
     return row
 
 
@@ -225,6 +269,33 @@ def cells(trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return trials.assign(seeds=pd.Series(dtype=int))
     rows = [cell(group) for _, group in trials.groupby(keys, sort=True)]
     return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def rate(row: pd.Series) -> float:
+    """A trial's or a cell's throughput in the timing window: its epoch's examples over `epoch_s`."""
+    return row["steps_per_epoch"] * row["global_batch_size"] / row["epoch_s"]
+
+
+def speedup_over(many: pd.Series, one: pd.Series) -> float:
+    """`many`'s throughput over `one`'s: the ratio of the two epoch times printed
+    beside it (each epoch the same examples, its steps of one global batch)."""
+    if bool(many.get("shared_gpu", False)) is True:
+        return math.nan  # workers that shared a GPU took turns on it
+    return rate(many) / rate(one)
+
+
+def with_speedups(table: pd.DataFrame, group: list[str]) -> pd.DataFrame:
+    """A table of cells with each row's speedup and efficiency against the 1-worker
+    row of its `group` in the same table (NaN without one): every speedup shown is
+    the ratio of two epoch times shown."""
+    table = table.copy()
+    for _, rows in table.groupby(group, sort=False, dropna=False):
+        ones = rows[rows["num_workers"] == 1]
+        for index, row in rows.iterrows():
+            table.loc[index, "speedup"] = (speedup_over(row, ones.iloc[0]) if len(ones)
+                                           else math.nan)
+    table["efficiency"] = table["speedup"] / table["num_workers"]
+    return table
 
 
 def at_workers(trials: pd.DataFrame, num_workers: int) -> pd.Series | None:
