@@ -63,8 +63,9 @@ class TrainConfig:
     split_interval_steps: int = option(0, "with --split proportional, re-set the shares every "
                                           "N steps; 0: at each epoch boundary")
     straggler_slowdown: float = option(1.0, "the last of several workers emulates a device this "
-                                            "many times slower: it sleeps after its forward and "
-                                            "backward (13.6, exercise 2)")
+                                            "many times slower: after its forward and backward "
+                                            "it stays busy (on a CPU; beside a GPU it waits) "
+                                            "that much longer (13.6, exercise 2)")
     pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
                                     "local rank")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle",

@@ -7,11 +7,17 @@ Each trial carries its part, which the answers (report/answers/) select by:
   at 1 worker the first lr is left out: it is batch-global's 1-worker run; above
   1 worker the lrs below the first (the reference) too;
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
-  epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2);
+  epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2); and at
+  the largest lr searched there (the first seed), where the rule is likeliest to
+  break;
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
 - "delayed": two steps overlapped (13.6.3), a different optimizer: at the largest
   k for every epoch, beside batch-global's trial there (its synchronous twin),
-  and `bucketed` summing over the process group as `delayed` does, timed;
+  and `bucketed` summing over the process group as `delayed` does, timed; and
+  `delayed` at half the lr (first seed): on a quadratic of curvature c,
+  w(t+1) = w(t) - lr c w(t-1) is stable only for lr c < 1, where synchronous
+  SGD's w(t+1) = (1 - lr c) w(t) is for lr c < 2, so an lr tuned for the
+  synchronous optimizer may be too large for the delayed one;
 - "split": even and proportional splits beside a slowed last worker (13.6.2);
 - "threads": one worker using a node's cores as threads, the best single process;
 - "resnet18": 13.6's network, where the workers are GPUs (13.6.1).
@@ -67,6 +73,11 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
     if largest > 1:
         specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
                                {**reference, "lr": largest * lrs[0], "warmup_epochs": 1}, True))
+        # And at the largest lr searched there, where the rule is likeliest to break
+        # (it is k times a larger 1-worker lr): does warm-up rescue it? The first seed.
+        if max(lrs) > largest * lrs[0] and not math.isclose(max(lrs), largest * lrs[0]):
+            specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
+                                   {**reference, "lr": max(lrs), "warmup_epochs": 1}))
     specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
                         {**reference, **timing, "sync": sync})
               for sync in syncs[1:] if sync != "delayed" for k in workers]
@@ -74,7 +85,11 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
         specs += [PointSpec("delayed", largest, batch_size, "global", lrs[0],
                             {**reference, "sync": "delayed"}, True),
                   PointSpec("delayed", largest, batch_size, "global", lrs[0],
-                            {**reference, **timing, "sync": "bucketed", "shared_memory": False})]
+                            {**reference, **timing, "sync": "bucketed", "shared_memory": False}),
+                  # Staleness's price: one-step-delayed SGD is stable only for about half
+                  # the step size of synchronous SGD (studies' docstring), so half the lr.
+                  PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                            {**reference, "sync": "delayed", "lr": lrs[0] / 2})]
     if largest > 1:
         specs += [PointSpec("split", largest, batch_size, "global", lrs[0],
                             {**reference, **timing, "split": split,

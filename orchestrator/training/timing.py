@@ -7,8 +7,11 @@ recorded in the queue instead and read once, when `seconds` is asked for
 (once an epoch; bench/notes/gpu.md).
 
 `slowdown` emulates a slower device (13.6, exercise 2: a CPU beside GPUs):
-each timed span is stretched to that many times its length by sleeping, and
-the sleep counts as the device's time.
+each timed span is stretched to that many times its length, and the stretch
+counts as the device's time. On a CPU the worker stays busy for it, as a
+slower CPU would compute that long on its core: a sleep would hand the core to
+a worker beside it, and make the even split look better than a real straggler
+allows. On a GPU the host waits idle for it, as it would for a slower GPU.
 """
 
 import time
@@ -48,9 +51,15 @@ class DeviceTimer:
             self._seconds += seconds + (self._stretch(seconds) if self.slowdown > 1 else 0.0)
 
     def _stretch(self, seconds: float) -> float:
-        """Sleeps the extra time a device `slowdown` times slower would take; returns it."""
+        """Spends the extra time a device `slowdown` times slower would take (busy on a
+        CPU, asleep beside a GPU); returns it."""
         extra_s = (self.slowdown - 1) * max(seconds, 0.0)
-        time.sleep(extra_s)
+        if self.on_gpu:
+            time.sleep(extra_s)
+        else:
+            deadline = time.perf_counter() + extra_s
+            while time.perf_counter() < deadline:
+                pass
         return extra_s
 
     @property

@@ -28,10 +28,10 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     parts = Counter(point.part for point in sweep.grid)
     # 13.5's experiment with 3 seeds, 4 lrs at 1 worker (its 0.2 is batch-global's
     # run) and 3 at 2 (none below 0.2) with 2 more seeds at 0.4, the warm-up arm with 3
-    # seeds, 4 more strategies per count, the delayed arm with 3 seeds and its bucketed
-    # twin over gloo, the two splits at 2 workers, one 2-thread worker.
-    assert parts == {"batch-global": 6, "batch-lr": 8, "warmup": 3, "strategies": 8,
-                     "delayed": 4, "split": 2, "threads": 1}
+    # seeds and one at the largest lr, 0.8, 4 more strategies per count, the delayed arm with 3 seeds, its bucketed
+    # twin over gloo and its half-lr arm, the two splits at 2 workers, one 2-thread worker.
+    assert parts == {"batch-global": 6, "batch-lr": 8, "warmup": 4, "strategies": 8,
+                     "delayed": 5, "split": 2, "threads": 1}
     by_part = {}
     for point in sweep.grid:
         by_part.setdefault(point.part, []).append(point)
@@ -46,7 +46,9 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     delayed = [(p.train.sync, p.train.num_workers, p.train.num_epochs, p.train.seed,
                 p.train.shared_memory, p.train.lr, p.train.global_batch_size)
                for p in by_part["delayed"]]
+    # And staleness's price: delayed at half the lr, every epoch, the first seed.
     assert sorted(delayed) == [("bucketed", 2, 2, 0, False, 0.2, 256),
+                               ("delayed", 2, 8, 0, True, 0.1, 256),
                                *[("delayed", 2, 8, seed, True, 0.2, 256) for seed in (0, 1, 2)]]
     assert {(p.train.split, p.train.straggler_slowdown) for p in by_part["split"]} == {
         ("even", 2.0), ("proportional", 2.0)}
@@ -57,7 +59,8 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     assert all((p.train.lr, p.train.sync if p.part not in ("strategies", "delayed")
                 else "scratch") == (0.2, "scratch")
                for p in sweep.grid
-               if p.part in ("batch-global", "strategies", "delayed", "split", "threads"))
+               if p.part in ("batch-global", "strategies", "delayed", "split", "threads")
+               and not (p.part == "delayed" and p.train.lr == 0.1))
     assert not any(p.part == "resnet18" for p in sweep.grid)
 
 
@@ -116,10 +119,12 @@ def test_a_straggler_slowdown_below_1_is_refused(tmp_path, value):
 
 def test_a_slowed_timer_stretches_each_span_and_counts_the_stretch():
     timer = DeviceTimer(torch.device("cpu"), slowdown=3.0)
-    started_wall = time.perf_counter()
+    started_wall, started_cpu = time.perf_counter(), time.thread_time()
     started = timer.start()
     time.sleep(0.02)
     timer.stop(started)
     wall_s = time.perf_counter() - started_wall
-    assert timer.seconds == pytest.approx(wall_s, rel=0.1)  # the sleep counts as compute
+    assert timer.seconds == pytest.approx(wall_s, rel=0.1)  # the stretch counts as compute
     assert 0.058 <= timer.seconds < 0.2  # 3x the 20 ms span
+    # Busy, as a slower CPU computes: the 40 ms stretch held the core, not a sleep.
+    assert time.thread_time() - started_cpu >= 0.03

@@ -131,7 +131,8 @@ def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
     assert ("With a 1-epoch linear warm-up of the lr (Goyal et al., 2017) to 0.4 at global batch "
             "512 on 2 workers, the final test accuracy was 0.751 (mean of 2 seeds), 0.009 higher "
             "than 0.742 without warm-up (1 seed), and 0.008 higher than 1 worker's 0.743 at lr "
-            "0.2 (1 seed): with warm-up the linear scaling rule held at global batch 512."
+            "0.2 (1 seed): with warm-up the linear scaling rule held at global batch 512 from 1 "
+            "worker's lr 0.2."
             ) in sections["13.5.2"]
     # Its two seeds, 0.002 apart, are the sweep's only replicas: the accuracy noise.
     assert "varied by up to 0.002 over its seeds" in sections["noise"]
@@ -213,6 +214,27 @@ def test_seeds_or_repeats_make_every_point_once_per_seed(tmp_path, argv):
         point.train.__class__(**{**point.train.to_dict(), "seed": 1}) for point in once]
 
 
+def test_each_warm_up_arm_is_held_against_its_own_lr_without_warm_up():
+    """The rule from 1 worker's 0.2 (0.4 at 2 workers) and, where it is likeliest to
+    break, from 1 worker's 0.4 (0.8): one sentence per warm-up arm."""
+    summary = test_answers._summary()
+    rows = []
+    for lr, cold_id, accs in ((0.4, "l2-0.4", (0.750, 0.752)), (0.8, "l2-0.4", (0.730,))):
+        cold = summary[summary["trial_id"] == cold_id].iloc[0]
+        rows += [{**cold, "trial_id": f"w{lr}-{seed}", "part": "warmup", "seed": seed,
+                  "warmup_epochs": 1, "base_lr": 0.2, "lr": lr, "final_test_acc": acc}
+                 for seed, acc in enumerate(accs)]
+    cold_08 = summary[summary["trial_id"] == "l2-0.4"].iloc[0]
+    rows.append({**cold_08, "trial_id": "l2-0.8", "lr": 0.8, "base_lr": 0.8,
+                 "final_test_acc": 0.100})
+    section = _sections(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))["13.5.2"]
+    assert "warm-up of the lr (Goyal et al., 2017) to 0.4 at global batch 512" in section
+    assert ("to 0.8 at global batch 512 on 2 workers, the final test accuracy was 0.730 (1 "
+            "seed), 0.630 higher than 0.100 without warm-up (1 seed), and 0.010 higher than 1 "
+            "worker's 0.720 at lr 0.4 (1 seed): with warm-up the linear scaling rule held at "
+            "global batch 512 from 1 worker's lr 0.4.") in section
+
+
 def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_arm():
     for label, options, seeds in (("quick", quick("exercises"), 2), ("full", {}, 3)):
         sweep = SweepConfig.from_dict({**PRESETS["exercises"], **options, "workers": (1, 2),
@@ -220,19 +242,26 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         by_part: dict[str, list] = {}
         for point in sweep.grid:
             by_part.setdefault(point.part, []).append(point.train)
-        assert len(sweep.grid) == {"quick": 27, "full": 32}[label]
+        # + the warm-up arm at the largest lr (0.8) and delayed at half the lr, one seed each.
+        assert len(sweep.grid) == {"quick": 29, "full": 34}[label]
         assert sorted(run.seed for run in by_part["batch-global"]) == sorted(
             list(range(seeds)) * 2)
-        (warm, *more) = by_part["warmup"]
+        (warm, *more) = [run for run in by_part["warmup"] if run.lr == 0.4]
         assert (warm.num_workers, warm.lr, warm.warmup_epochs) == (2, 0.4, 1) and len(more) == (
             seeds - 1)
+        # And where the rule is likeliest to break: 2 x 0.4, the largest lr searched.
+        assert [(run.num_workers, run.warmup_epochs, run.seed) for run in by_part["warmup"]
+                if run.lr == 0.8] == [(2, 1, 0)]
         # Its twin without warm-up has as many seeds; 0.8 widens the lr range.
         twin = [run for run in by_part["batch-lr"] if run.num_workers == 2 and run.lr == 0.4]
         assert len(twin) == seeds
         assert sorted({run.lr for run in by_part["batch-lr"]}) == [0.1, 0.2, 0.4, 0.8]
         assert {run.seed for part in ("strategies", "split", "threads")
                 for run in by_part[part]} == {0}
-        # The delayed optimizer has every seed; its timed bucketed twin the first.
-        assert sorted(run.seed for run in by_part["delayed"] if run.sync == "delayed") == list(
-            range(seeds))
+        # The delayed optimizer has every seed at the book's lr, its half-lr arm and its
+        # timed bucketed twin the first.
+        assert sorted(run.seed for run in by_part["delayed"]
+                      if run.sync == "delayed" and run.lr == 0.2) == list(range(seeds))
+        assert [run.seed for run in by_part["delayed"]
+                if run.sync == "delayed" and run.lr == 0.1] == [0]
         assert [run.seed for run in by_part["delayed"] if run.sync == "bucketed"] == [0]

@@ -208,13 +208,19 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
 
 
 def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
-    """The warm-up arm against the same lr and batch without warm-up, and against 1
-    worker at 1/k of the lr: whether warm-up rescued the linear scaling rule."""
+    """Each warm-up arm (one per lr, at the largest global batch) against the same lr
+    and batch without warm-up, and against 1 worker at 1/k of the lr: whether warm-up
+    rescued the linear scaling rule there."""
     arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
     if arm.empty:
         return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
                 f"largest global batch with the linearly scaled lr)."]
-    warm = cell(arm[arm["global_batch_size"] == arm["global_batch_size"].max()])
+    arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
+    return [" ".join(_warmup_sentence(summary, cell(arm[np.isclose(arm["lr"], lr)]), noise)
+                     for lr in sorted(arm["lr"].unique()))]
+
+
+def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> str:
     k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
@@ -227,13 +233,13 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
         sentence += (f", {compare_acc(warm['final_test_acc'], cold['final_test_acc'], noise)} "
                      f"{cold['final_test_acc']:.3f} without warm-up ({seeds_text(cold['seeds'])})")
     if one is None:
-        return [sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."]
+        return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = warm["final_test_acc"] - one["final_test_acc"] >= -noise.acc
-    return [sentence + (
+    return sentence + (
         f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
         f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({seeds_text(one['seeds'])}): with "
         f"warm-up the linear scaling rule {'held' if held else 'did not hold'} at global "
-        f"batch {batch}.")]
+        f"batch {batch} from 1 worker's lr {lr / k:g}.")
 
 
 # Worker counts the bytes table of 13.5.3 shows, beside the sweep's own.

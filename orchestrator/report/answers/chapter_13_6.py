@@ -138,17 +138,20 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         return [missing_part("split")]
     even, proportional = even.iloc[0], proportional.iloc[0]
     k, slowdown = proportional["num_workers"], proportional["straggler_slowdown"]
-    plain = timed(part_trials(summary, "batch-global"))
-    plain = at_workers(plain[plain["straggler_slowdown"] == 1.0], k)
+    unslowed = timed(part_trials(summary, "batch-global"))
+    unslowed = unslowed[(unslowed["straggler_slowdown"] == 1.0)
+                        & (unslowed["global_batch_size"] == proportional["global_batch_size"])]
+    plain, alone = at_workers(unslowed, k), at_workers(unslowed, 1)
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
-    # Like for like: the same epoch of the trial without a straggler, not its last.
-    plain_last = (_last_epoch(epochs, plain["trial_id"], up_to=even_last["epoch"])
-                  if plain is not None else None)
+    # Like for like: the same epoch of the trials without a straggler, not their last.
+    plain_last, alone_last = (
+        _last_epoch(epochs, trial["trial_id"], up_to=even_last["epoch"])
+        if trial is not None else None for trial in (plain, alone))
     ideal_s = _ideal_epoch_s(even_last)
     # Last epochs: a proportional split starts even and re-sets its shares after the first.
     rows = [("even, straggler", even_last), ("proportional, straggler", proportional_last),
-            ("even, no straggler", plain_last)]
+            ("even, no straggler", plain_last), ("the fast worker alone", alone_last)]
     table = pd.DataFrame([{"setup": setup, "last_epoch_s": last["epoch_time_s"],
                            "last_epoch_shares": _joined(last, "worker_shares", "g"),
                            "last_epoch_compute_s": _joined(last, "worker_compute_s", ".2f")}
@@ -176,6 +179,17 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                          f"{ideal_s:.1f} s ({even_s / ideal_s:.2f}x faster than even); the "
                          f"proportional split's {proportional_s:.1f} s is "
                          f"{compare_times(proportional_s, ideal_s, noise)} that.")
+    if alone_last is not None:
+        alone_s = alone_last["epoch_time_s"]
+        sentences.append(
+            f"Is the slow device worth having at all? The fast worker alone took {alone_s:.1f} s "
+            f"in its epoch {int(alone_last['epoch'])} (the whole global batch, no sum): the "
+            f"even split with the straggler was {compare_times(even_s, alone_s, noise)} it, "
+            f"the proportional split {compare_times(proportional_s, alone_s, noise)} it.")
+    sentences.append(
+        f"The straggler is emulated: the last worker stays busy on its core until its "
+        f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
+        f"compute (a sleep would hand its core to the other worker).")
     worth = proportional_s < even_s and not within_noise(proportional_s, even_s, noise)
     sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
                       "Not worth it here: the gain is not beyond the noise. ") + (
@@ -224,8 +238,12 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     k = int(delayed["num_workers"].max())
     if k < 2:
         return [dropped, f"{OVERLAP} {one_worker_count(delayed)}"]
-    # One configuration's replicas (a grid may run delayed at several lrs or batches).
-    first = delayed[delayed["num_workers"] == k].iloc[0]
+    # One configuration's replicas (a grid may run delayed at several lrs or batches):
+    # the largest lr's, the synchronous optimizer's own; a smaller one is staleness's price.
+    at_k = delayed[delayed["num_workers"] == k]
+    first = at_k[at_k["lr"] == at_k["lr"].max()].iloc[0]
+    smaller = at_k[(at_k["lr"] < first["lr"]) & (at_k["global_batch_size"]
+                                                 == first["global_batch_size"])]
     delayed = delayed[np.logical_and.reduce([delayed[key] == first[key] for key in ARM_KEYS])]
     arm = at_workers(delayed, k)
     same_k = usable[(usable["num_workers"] == k)
@@ -245,6 +263,17 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         + (f": {'; '.join(timed_beside)}." if timed_beside else
            f"; no bucketed or ddp trial summed through the same transport at {k} workers "
            f"(`{EXERCISES_COMMAND}` runs one)."))
+    bound = next((row for name, row in waiting if name == "bucketed" and row is not None), None)
+    if bound is not None:
+        # The most any overlap can save is the time a step waits for its sums.
+        resolvable = bound["sync_share"] > noise.time_fraction
+        sentences.append(
+            f"The most any overlap can save is the synchronous step's wait for its sums, "
+            f"{percent(bound['sync_share'])} of bucketed's epoch here, against a time noise of "
+            f"{noise.time_label()}: " + (
+                "a gain of that size can be told from the noise." if resolvable else
+                "this sweep cannot resolve a gain of that size, whatever the overlap does; "
+                "more replicas (`--repeats`) or a slower link would."))
     # Accuracy: beside the synchronous optimizer with everything else equal.
     synchronous = timed(part_trials(summary, "batch-global"))
     twin = at_workers(synchronous[(synchronous["global_batch_size"] == arm["global_batch_size"])
@@ -263,11 +292,31 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
             f"synchronous optimizer's {twin['final_test_acc']:.3f} ({twin['sync']}, the same "
             f"lr {twin['lr']:g}, global batch {twin['global_batch_size']} and seeds; "
             f"{seeds_text(twin['seeds'])}).")
+    sentences.append(STALENESS)
+    half = at_workers(smaller, k) if not smaller.empty else None
+    if half is not None and twin is not None:
+        sentences.append(
+            f"Measured: at lr {half['lr']:g} delayed reached {half['final_test_acc']:.3f} "
+            f"({seeds_text(half['seeds'])}), "
+            f"{compare_acc(half['final_test_acc'], arm['final_test_acc'], noise)} its "
+            f"{arm['final_test_acc']:.3f} at lr {arm['lr']:g} and "
+            f"{compare_acc(half['final_test_acc'], twin['final_test_acc'], noise)} the "
+            f"synchronous optimizer's {twin['final_test_acc']:.3f} at lr {twin['lr']:g}.")
     sentences.append(
         "Overlap pays where a step's sum takes as long as a good part of its compute (a slow "
         "link, a large model); where the sum is short there is little to hide, and the stale "
         "gradient is the price either way.")
     return [dropped, " ".join(sentences)]
+
+
+STALENESS = (
+    "The stale gradient's price: on a quadratic of curvature c, synchronous SGD's "
+    "w(t+1) = (1 - lr c) w(t) converges for lr c < 2, but one-step-delayed SGD's "
+    "w(t+1) = w(t) - lr c w(t-1) has characteristic roots of modulus sqrt(lr c) once "
+    "lr c > 1/4, so it converges only for lr c < 1: about half the step size (the "
+    "reason asynchronous and stale-gradient SGD scale the lr down with the staleness, "
+    "Zhang et al. 2016, 'Staleness-aware Async-SGD'). An lr tuned for the synchronous "
+    "optimizer can be too large for the delayed one.")
 
 
 def _last_epoch(epochs: pd.DataFrame, trial_id: str, up_to: float = float("inf")
