@@ -100,6 +100,31 @@ def data_parallel_comm_s(link: Link, num_gpus: int,
     return steps * link.alpha_s + volume * gradient_bytes / link.beta_bytes_per_s
 
 
+# 16 GPUs as they come: two 8-GPU nodes, NVLink inside each, a network between.
+NODE_GPUS = 8
+NODE_LINK, NETWORK_LINK = INTERCONNECTS[2], INTERCONNECTS[1]  # NVLink; 100 Gb/s RDMA
+
+
+def two_node_comm_s(num_gpus: int = PREDICTED_GPUS,
+                    gradient_bytes: int = RESNET18_GRADIENT_BYTES) -> float:
+    """One step's hierarchical allreduce on `num_gpus` GPUs in nodes of `NODE_GPUS`
+    (NCCL's tree/ring over nodes, as a two-level sum): a reduce-scatter and an
+    all-gather inside each node over NVLink (a ring of 8: 2*7 steps, 2*7/8 of the
+    bytes), and between them an allreduce of the node's sums across the nodes, whose
+    8 shards of 1/8 all leave through the node's one network link (assumed: one 100
+    Gb/s RDMA link per node), 2(m-1)/m of the bytes for m nodes."""
+    nodes = math.ceil(num_gpus / NODE_GPUS)
+    calls = math.ceil(gradient_bytes / BUCKET_BYTES)
+    steps, volume = per_call("ring", NODE_GPUS)
+    inside = calls * steps * NODE_LINK.alpha_s + volume * gradient_bytes / NODE_LINK.beta_bytes_per_s
+    if nodes < 2:
+        return inside
+    steps, volume = per_call("ring", nodes)
+    between = (calls * steps * NETWORK_LINK.alpha_s
+               + volume * gradient_bytes / NETWORK_LINK.beta_bytes_per_s)
+    return inside + between
+
+
 def predict_epoch_s(compute: Compute, comm_s: float, num_gpus: int) -> float:
     """13.6's way: each GPU keeps its batch, so an epoch takes 1/k of the steps."""
     steps = math.ceil(FASHION_MNIST_TRAIN / (num_gpus * compute.batch_per_worker))
@@ -118,17 +143,25 @@ def book_check() -> dict:
 
 def sixteen_gpu_rows(summary: pd.DataFrame, use_gpu: bool) -> pd.DataFrame:
     """Per compute source and link, ResNet-18's epoch and speedup on 16 devices,
-    each keeping its batch (13.6's way), a ring allreduce of its 44.7 MB a step.
+    each keeping its batch (13.6's way): the book's nn.DataParallel (its 44.7 MB a
+    step through GPU 0) on the p2.16xlarge's PCIe, DDP's ring allreduce on each
+    named link, and 16 GPUs as two 8-GPU nodes.
     `row` says what each row is; every one is a what-if unless both its compute
     and its link are the p2.16xlarge's, which none is (no K80 figure is cited)."""
     computes = [c for c in (measured_compute(summary, use_gpu), book_compute()) if c]
     rows = []
     for compute in computes:
-        for link in (P2_16XLARGE, *INTERCONNECTS):
-            comm_s = ring_comm_s(link, PREDICTED_GPUS)
+        # The book's own program first: nn.DataParallel, every gradient through GPU 0.
+        cases = [(f"{P2_16XLARGE.name}'s bandwidth, the book's nn.DataParallel (every "
+                  f"gradient through GPU 0)", data_parallel_comm_s(P2_16XLARGE, PREDICTED_GPUS)),
+                 *((f"{link.name}'s bandwidth, DDP's ring", ring_comm_s(link, PREDICTED_GPUS))
+                   for link in (P2_16XLARGE, *INTERCONNECTS)),
+                 (f"two 8-GPU nodes: {NODE_LINK.name} inside, {NETWORK_LINK.name} between, "
+                  f"DDP's two-level sum", two_node_comm_s())]
+        for where, comm_s in cases:
             epoch_s = predict_epoch_s(compute, comm_s, PREDICTED_GPUS)
             single_s = predict_epoch_s(compute, 0.0, 1)
-            rows.append({"row": f"what-if: {compute.label}, {link.name}'s bandwidth",
+            rows.append({"row": f"what-if: {compute.label}, {where}",
                          "gpus": PREDICTED_GPUS,
                          "global_batch_size": PREDICTED_GPUS * compute.batch_per_worker,
                          "epoch_s": epoch_s, "comm_s_per_step": comm_s,

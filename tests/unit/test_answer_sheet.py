@@ -98,11 +98,19 @@ def test_a_sweep_calibrated_at_every_k_it_validates_says_none_is_held_out():
 
 
 def test_13_6_1s_sixteen_worker_rows_say_which_are_what_ifs():
-    """A named interconnect with this cluster's compute is a what-if, in the table itself."""
+    """Every predicted row is a what-if, in the table itself: a named interconnect with
+    this cluster's compute, and this cluster's own transport extended to 16 workers
+    (a review found those unlabelled: 16 workers on one 2-core node never ran)."""
     summary = _summary()
     sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
                                use_gpu=False)
-    assert "| this cluster's compute and shared memory (measured) transport |" in sheet.answers
+    assert ("| what-if: this cluster's compute and shared memory (measured) transport, "
+            "extended to 16 workers |") in sheet.answers
+    rows = [line for line in sheet.answers.split("### 13.6.1")[1].split("### 13.6.2")[0]
+            .splitlines() if line.startswith("| ") and "speedup" not in line
+            and not line.startswith("| ---") and "|" in line[2:]]
+    labelled = [line for line in rows if "compute" in line]
+    assert labelled and all(line.startswith("| what-if: ") for line in labelled)
     assert "| what-if: this cluster's lenet compute, NVLink, 8x H100 (NCCL)'s bandwidth |" in (
         sheet.answers)
 

@@ -36,9 +36,12 @@ def test_the_book_check_predicts_2_gpus_from_1_with_data_parallels_traffic():
 
 def test_sixteen_gpu_rows_use_resnets_bytes_and_say_what_they_are():
     rows = resnet.sixteen_gpu_rows(_summary(), use_gpu=False)  # no ResNet-18 trial
-    assert len(rows) == 1 + len(INTERCONNECTS)
+    # The book's DataParallel and DDP's ring on the p2.16xlarge, the ring on each named
+    # link, and two 8-GPU nodes.
+    assert len(rows) == 3 + len(INTERCONNECTS)
     assert rows["row"].str.startswith("what-if: the book's GPU, cited").all()
-    (p2,) = rows[rows["row"].str.contains("p2.16xlarge \\(16 K80\\)")].to_dict("records")
+    (p2,) = rows[rows["row"].str.contains("p2.16xlarge \\(16 K80\\)'s bandwidth, DDP's ring")
+                 ].to_dict("records")
     # Two 25 MB buckets, each 2 * 15 ring steps; 2 * 15/16 of the bytes per GPU.
     comm_s = (2 * 30 * P2_16XLARGE.alpha_s
               + 30 / 16 * 44_703_272 / P2_16XLARGE.beta_bytes_per_s)
@@ -46,6 +49,21 @@ def test_sixteen_gpu_rows_use_resnets_bytes_and_say_what_they_are():
     steps = math.ceil(60_000 / 4096)
     assert p2["epoch_s"] == pytest.approx(steps * (13.8 / 235 + comm_s), rel=1e-12)
     assert p2["speedup"] == pytest.approx(13.8 / p2["epoch_s"], rel=1e-12)
+    # The book's own program: nn.DataParallel, GPU 0 sends the parameters to 15 GPUs and
+    # receives 15 gradients: 30 copies of 44.7 MB through its PCIe link, about 5x not 14x.
+    (book,) = rows[rows["row"].str.contains("the book's nn.DataParallel")].to_dict("records")
+    book_comm_s = 30 * P2_16XLARGE.alpha_s + 30 * 44_703_272 / P2_16XLARGE.beta_bytes_per_s
+    assert book["comm_s_per_step"] == pytest.approx(book_comm_s, rel=1e-12)
+    assert 4 < book["speedup"] < 7 < p2["speedup"]
+    # Two 8-GPU nodes: a ring of 8 over NVLink inside, the node sums across 2 nodes.
+    (nodes,) = rows[rows["row"].str.contains("two 8-GPU nodes")].to_dict("records")
+    nvlink, network = INTERCONNECTS[2], INTERCONNECTS[1]
+    two_level_s = (2 * 14 * nvlink.alpha_s + 14 / 8 * 44_703_272 / nvlink.beta_bytes_per_s
+                   + 2 * 2 * network.alpha_s + 1 * 44_703_272 / network.beta_bytes_per_s)
+    assert nodes["comm_s_per_step"] == pytest.approx(two_level_s, rel=1e-12)
+    (one_node,) = rows[rows["row"].str.contains("NVLink, 8x H100 \\(NCCL\\)'s bandwidth")
+                       ]["speedup"]
+    assert nodes["speedup"] < one_node  # the network between the nodes costs
 
 
 def test_a_measured_resnet18_epoch_is_used_and_labelled_measured():
@@ -55,9 +73,9 @@ def test_a_measured_resnet18_epoch_is_used_and_labelled_measured():
     rows = resnet.sixteen_gpu_rows(summary, use_gpu=True)
     ours = rows[rows["row"].str.contains("this cluster's compute \\(ResNet-18 on 1 GPU, "
                                          "measured: 30.0 s/epoch")]
-    assert len(ours) == 1 + len(INTERCONNECTS)
+    assert len(ours) == 3 + len(INTERCONNECTS)
     assert ours["row"].str.startswith("what-if: ").all()
-    (p2,) = ours[ours["row"].str.contains("p2.16xlarge")]["epoch_s"]
+    (p2,) = ours[ours["row"].str.contains("p2.16xlarge.*DDP's ring")]["epoch_s"]
     comm_s = resnet.ring_comm_s(P2_16XLARGE, 16)
     assert p2 == pytest.approx(15 * (30.0 / 235 + comm_s), rel=1e-12)
 

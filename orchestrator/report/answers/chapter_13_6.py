@@ -56,7 +56,11 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
     compute = ("this sweep's own 1-worker ResNet-18 epoch (measured) and the book's"
                if measured else "the book's own (cited: this sweep trained no ResNet-18 on "
                "one worker)")
-    p2 = table[table["row"].str.contains("p2.16xlarge")].iloc[-1]
+    book = resnet.book_compute().label
+    ours = table[table["row"].str.contains(book, regex=False)]
+    p2 = ours[ours["row"].str.contains("p2.16xlarge.*DDP's ring")].iloc[0]
+    data_parallel = ours[ours["row"].str.contains("nn.DataParallel")].iloc[0]
+    two_nodes = ours[ours["row"].str.contains("two 8-GPU nodes")].iloc[0]
     sentences = [
         f"For ResNet-18 itself: {resnet.RESNET18_PARAMETERS:,} parameters in "
         f"{resnet.RESNET18_TENSORS} tensors, {resnet.RESNET18_GRADIENT_BYTES / 1e6:.1f} MB of "
@@ -68,7 +72,14 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"communication a smaller share and the speedup higher. On that link, with the "
         f"book's compute and 256 examples per GPU (global batch "
         f"{int(p2['global_batch_size'])}), the model predicts a speedup of "
-        f"{p2['speedup']:.1f} (efficiency {p2['efficiency']:.2f}).",
+        f"{p2['speedup']:.1f} (efficiency {p2['efficiency']:.2f}) for DDP's ring; the "
+        f"book's own program, nn.DataParallel, sends the parameters from GPU 0 to the 15 "
+        f"others and receives their 15 gradients there, 30 copies of 44.7 MB through one "
+        f"link a step, for a speedup of {data_parallel['speedup']:.1f} (efficiency "
+        f"{data_parallel['efficiency']:.2f}). Sixteen GPUs of today come as two 8-GPU "
+        f"nodes, NVLink inside and a network between (one 100 Gb/s RDMA link per node "
+        f"assumed): summed in two levels, {two_nodes['speedup']:.1f} (efficiency "
+        f"{two_nodes['efficiency']:.2f}).",
         f"Checked against the book ({resnet.BOOK_SOURCE}): from its 1-GPU epoch and "
         f"nn.DataParallel's traffic (GPU 0 sends the parameters to the other GPU and "
         f"receives its gradients, over PCIe 3.0, assumed), the model predicts "
@@ -121,7 +132,9 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
         f"batch per worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr "
         f"must be re-tuned: {tuned}. `scaling_model.png` draws the curves.")
     measured = best["link"].str.endswith("(measured)")
-    best = best.assign(row=[f"this cluster's compute and {link} transport" if own else
+    # Every row a what-if: none of them ran, whatever link it assumes.
+    best = best.assign(row=[f"what-if: this cluster's compute and {link} transport, "
+                            f"extended to {PREDICTED_WORKERS} workers" if own else
                             f"what-if: this cluster's {model} compute, {link}'s bandwidth"
                             for own, link, model in zip(measured, best["link"],
                                                         best["model"])])
