@@ -138,6 +138,7 @@ class SweepConfig:
         specs = exercise_specs(
             workers=self.workers, batch_size=self.batch_sizes[0], lrs=self.lrs, syncs=self.sync,
             splits=self.split, seeds=self.seeds, num_epochs=self.base.num_epochs,
+            test_limit=self.base.test_limit,
             straggler_slowdown=self.base.straggler_slowdown,
             baseline_threads=self.baseline_threads or 0,
             threads_per_worker=self.base.threads_per_worker, use_gpu=self.base.use_gpu)

@@ -27,7 +27,9 @@ PRESETS: dict[str, dict] = {
     # workers and baseline_threads None: from the cluster. 0.8: one step past 0.4,
     # the 1-worker best at the top edge of 0.1-0.4 in a recorded run. Three seeds
     # replicate the cells the answers compare. 8 epochs, not the book's 10: the
-    # 32 trials then fit 30 minutes on 2 cores (10: about 36 by the live estimate).
+    # 32 trials fitted 30 minutes on 2 cores (10: about 36 by the live estimate);
+    # with the warm-up at 0.8, delayed at half the lr and ResNet-18 trained on the
+    # CPUs they are 36, about 35 minutes by the same reckoning (not yet measured).
     "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
                       lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2),
                       sync=("scratch", "bucketed", "ddp", "sharded", "root", "delayed"),

@@ -261,6 +261,24 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
         _render(_summary(short)))["13.6.3"]
 
 
+def test_13_6_1_reads_resnet18_trained_briefly_on_cpus():
+    """A review graded 13.6.1 D: no ResNet-18 had been trained. On CPUs the study now
+    trains it briefly, and the answer reads its measured epoch, sync and speedup."""
+    trained = [("r1", "resnet18", "scratch", "even", "per-worker", 64, 0.1, 1, 1, 1.0, 12.0,
+                0.0, 0.30, 3.0),
+               ("r2", "resnet18", "scratch", "even", "per-worker", 64, 0.2, 2, 1, 1.0, 13.0,
+                0.1, 0.28, 2.0)]
+    summary = _summary([*TRIALS, *trained])
+    summary.loc[summary["part"] == "resnet18", "model"] = "resnet18"
+    section = _sections(_render(summary))["13.6.1"]
+    # Its throughput: twice the examples per step at 13.0 s against 12.0 s.
+    assert ("ResNet-18 on 2 CPU workers (global batch 128, lr 0.2) took 13.0 s per epoch, 10% "
+            f"of it in gradient sync, speedup {(468 * 128 / 13.0) / (937 * 64 / 12.0):.2f} in "
+            "throughput, final test accuracy 0.280 (1 seed). On CPUs it is trained briefly")\
+        in section
+    assert "this cluster's compute (ResNet-18 on 1 CPU, measured: 12.0 s/epoch" in section
+
+
 def test_13_6_3_without_the_delayed_arm_names_the_command():
     summary = _summary()
     section = _sections(_render(summary[summary["part"] != "delayed"]))["13.6.3"]

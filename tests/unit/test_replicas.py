@@ -242,8 +242,9 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         by_part: dict[str, list] = {}
         for point in sweep.grid:
             by_part.setdefault(point.part, []).append(point.train)
-        # + the warm-up arm at the largest lr (0.8) and delayed at half the lr, one seed each.
-        assert len(sweep.grid) == {"quick": 29, "full": 34}[label]
+        # + the warm-up arm at the largest lr (0.8) and delayed at half the lr, one seed
+        # each, and ResNet-18 on 1 and 2 CPU workers, briefly.
+        assert len(sweep.grid) == {"quick": 31, "full": 36}[label]
         assert sorted(run.seed for run in by_part["batch-global"]) == sorted(
             list(range(seeds)) * 2)
         (warm, *more) = [run for run in by_part["warmup"] if run.lr == 0.4]
