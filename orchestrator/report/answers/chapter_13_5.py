@@ -5,14 +5,17 @@ Replicas (seeds) of a configuration are averaged into one cell (evidence.cell)
 and every number says how many stand behind it.
 """
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise, at_workers, cell,
+from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, REPEATS_COMMAND, Noise,
+                                                  at_workers, cell,
                                                   cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
                                                   percent, seeds_text, speedup_over, timed,
-                                                  with_speedups)
+                                                  Welch, welch, with_speedups)
 from orchestrator.records import ROOT_FUNNEL
 from orchestrator.report.tables import markdown_table
 
@@ -123,8 +126,8 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
     times the lr should reach 1 worker's accuracy in as many epochs. One row per
     1-worker lr whose k-fold was also searched at k workers, with the verdict; each
     accuracy the mean over its seeds."""
-    means = cells(lr_trials(summary).dropna(subset=["final_test_acc"]),
-                  ["num_workers", "global_batch_size", "lr"])
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    means = cells(trials, ["num_workers", "global_batch_size", "lr"])
     if means.empty:
         return pd.DataFrame()
     single = means[means["num_workers"] == 1]
@@ -134,13 +137,42 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             if not np.isclose(many.lr, many.num_workers * one.lr):
                 continue
             gap = many.final_test_acc - one.final_test_acc
+            test = welch(*(_per_seed(trials, cell_row) for cell_row in (many, one)))
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
                          "seeds_1_worker": one.seeds, "scaled_lr": many.lr,
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
-                         "held": "yes" if gap >= -noise.acc else "no"})
+                         "welch_t": test.t if test else np.nan,
+                         "p": test.p if test else np.nan,
+                         "held": _rule_verdict(gap, test, noise)})
     return pd.DataFrame(rows)
+
+
+# A difference is called at this two-sided level of Welch's test on the replicas.
+SIGNIFICANCE = 0.05
+VERDICTS = {"yes": "held", "no": "did not hold",
+            "within noise": "not refuted (lower, but not beyond the noise)"}
+
+
+def _rule_verdict(gap: float, test, noise: Noise) -> str:
+    """Did k times the batch at k times the lr reach 1 worker's accuracy? With replicas
+    on both sides, Welch's test decides ("no": lower at p < SIGNIFICANCE; "within
+    noise": lower, not significantly); with one seed on a side, the sweep's accuracy
+    noise does ("no": lower by more than it)."""
+    if gap >= 0:
+        return "yes"
+    if test is not None:
+        return "no" if test.p < SIGNIFICANCE else "within noise"
+    return "no" if gap < -noise.acc else "within noise"
+
+
+def _per_seed(trials: pd.DataFrame, row) -> list[float]:
+    """The final test accuracies of a cell's seeds (trials of one seed averaged)."""
+    same = trials[(trials["num_workers"] == row.num_workers)
+                  & (trials["global_batch_size"] == row.global_batch_size)
+                  & np.isclose(trials["lr"], row.lr)]
+    return list(same.groupby("seed")["final_test_acc"].mean())
 
 
 def held_up_to(rule: pd.DataFrame) -> int | None:
@@ -150,7 +182,7 @@ def held_up_to(rule: pd.DataFrame) -> int | None:
     if rule.empty:
         return held
     for batch, rows in rule.groupby("global_batch_size", sort=True):
-        if (rows["held"] != "yes").any():
+        if (rows["held"] == "no").any():  # not refuted: yes, or within noise
             break
         held = batch
     return held
@@ -171,6 +203,18 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
                  f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
+    ties = []
+    for _, row in table.iterrows():
+        best = f"lr {row['best_lr']:g}"
+        close = [column for column in lr_columns if column != best
+                 and not np.isnan(row[column]) and row[best] - row[column] <= noise.acc]
+        if close:
+            ties.append(f"at {row['num_workers']} worker(s) the best, {best} "
+                        f"({row[best]:.3f}), is within the accuracy noise ({noise.acc_label()}) "
+                        f"of {', '.join(f'{column} ({row[column]:.3f})' for column in close)}")
+    if ties:
+        sentences.append(f"Not resolved: {'; '.join(ties)}; more seeds (`{REPEATS_COMMAND}`) "
+                         f"would tell them apart, if anything does.")
     edges = [f"{row.num_workers} worker(s)'s ({row.on_edge} of {searched})"
              for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
     if edges:
@@ -189,9 +233,14 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
         f"({seeds_text(row.seeds_scaled)}), "
         f"{compare_acc(row.acc_scaled, row.acc_1_worker, noise)} it"
+        + (f" ({Welch(row.welch_t, math.nan, row.p).text((row.seeds_scaled, row.seeds_1_worker))})"
+           if not np.isnan(row.p) else "")
+        + f": {VERDICTS[row.held]}"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
-                     f"epochs) was tested in {len(rule)} pair(s): {pairs}.")
+                     f"epochs) was tested in {len(rule)} pair(s), a lower accuracy called only "
+                     f"at p < {SIGNIFICANCE:g} by Welch's t test on the seeds where both have "
+                     f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
     largest = held_up_to(rule)
     epochs = int(lr_trials(summary)["num_epochs"].max())
     if largest:
