@@ -177,11 +177,14 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     own_devices = ~usable.get("shared_gpu", pd.Series(False, index=usable.index)).astype(bool)
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1) & own_devices]
-    by_trials = trial_contention(candidates[~candidates["num_workers"].isin(held_out_workers)],
-                                 singles, epochs, calibration)
+    contending = candidates[~candidates["num_workers"].isin(held_out_workers)]
+    by_trials = trial_contention(contending, singles, epochs, calibration)
     validation, baselines = [], {}
     for _, trial in candidates.iterrows():
-        row = _validate(trial, singles, epochs, measured, calibration, by_trials)
+        # Never from the trial being validated: the others at its k, else the probe.
+        others = trial_contention(contending, singles, epochs, calibration,
+                                  leave_out=trial["trial_id"])
+        row = _validate(trial, singles, epochs, measured, calibration, others)
         if row is not None:
             baseline = row.pop("baseline")
             row["held_out"] = row["num_workers"] not in fitted_at[row["transport"]]
@@ -194,12 +197,16 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     # On this cluster each strategy sums over the transport it used, its workers
     # contending as its trials measured (the probe where none ran); on a named
     # interconnect each worker has a device of its own: contention 1.
-    predictions = [_predict_curve(baseline, link, contending)
+    # On this cluster's own transports, no further than the workers it measured at
+    # once: its contention beyond them is not known (it was held at the largest k's).
+    measured_k = max([int(c["num_workers"]) for c in calibration.get("compute", [])]
+                     + [int(k) for k in usable["num_workers"]])
+    predictions = [_predict_curve(baseline, link, contending, up_to)
                    for baseline in baselines.values()
-                   for link, contending in [
+                   for link, contending, up_to in [
                        (_own_link(baseline.trial["sync"], measured),
-                        _contention_of(baseline.trial, by_trials, calibration)),
-                       *((link, lambda k: 1.0) for link in INTERCONNECTS)]
+                        _contention_of(baseline.trial, by_trials, calibration), measured_k),
+                       *((link, lambda k: 1.0, None) for link in INTERCONNECTS)]
                    if link is not None]
     links = [*measured.values(), *INTERCONNECTS]
     return ScalingResult(
@@ -221,10 +228,13 @@ _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
 
 
 def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
-                     calibration: dict) -> dict[tuple, float]:
+                     calibration: dict, leave_out: str | None = None) -> dict[tuple, float]:
     """{(model, threads_per_worker, k): contention} read from the trials' own compute
     seconds: a k-worker trial's slowest rank's compute seconds per example of its
-    shard, over its 1-worker baseline's per example; the median over the trials."""
+    shard, over its 1-worker baseline's per example; the median over the trials.
+    `leave_out`: a trial whose own seconds must not count (the one being validated)."""
+    if leave_out is not None:
+        trials = trials[trials["trial_id"] != leave_out]
     ratios: dict[tuple, list[float]] = {}
     for _, trial in trials.iterrows():
         single = _baseline_trial(trial, singles)
@@ -339,16 +349,20 @@ def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) 
                      other_s.median(), history["epoch_time_s"].median(), recorded[layout])
 
 
-def _predict_curve(baseline: _Baseline, link: Link, contending) -> pd.DataFrame:
+def _predict_curve(baseline: _Baseline, link: Link, contending,
+                   up_to: int | None = None) -> pd.DataFrame:
     """Both of 13.5.1's ways to add workers, from the baseline's global batch b:
     "global" keeps it (shard b/k, 13.5's experiment), "per-worker" gives each worker
     b (global k*b, 13.6's, and 1/k of the steps). Speedup is the epoch's.
-    `contending(k)`: the contention at k (1.0: each worker on a device of its own)."""
+    `contending(k)`: the contention at k (1.0: each worker on a device of its own);
+    `up_to`: the largest k to predict (None: every one of PREDICTED_WORKERS)."""
     trial = baseline.trial
     batch, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
     rows = []
     for scaling in ("global", "per-worker"):
         for k in PREDICTED_WORKERS:
+            if up_to is not None and k > up_to:
+                continue
             global_batch_size = batch if scaling == "global" else k * batch
             largest_shard = max(even_shares(global_batch_size, k))
             compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,

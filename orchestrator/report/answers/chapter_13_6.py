@@ -114,6 +114,13 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
     validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
                  f"{percent(errors.max())} (the largest |error|){growth}." if len(errors)
                  else "No measured epoch time validated the scaling model.")
+    own = scaling.predictions[scaling.predictions["link"].str.endswith("(measured)")]
+    if not own.empty and own["num_workers"].max() < PREDICTED_WORKERS:
+        validated += (f" On this cluster's own transports it predicts no further than the "
+                      f"{int(own['num_workers'].max())} workers measured at once (their "
+                      f"contention beyond is unknown: `scaling_model.csv`); {PREDICTED_WORKERS} "
+                      f"workers are predicted on named links, each worker on a device of its "
+                      f"own.")
     predicted = scaling.predictions[scaling.predictions["num_workers"] == PREDICTED_WORKERS]
     if predicted.empty:
         return [f"{validated} Its predictions stop short of {PREDICTED_WORKERS} workers."]
