@@ -129,3 +129,17 @@ def test_13_6_1_says_whether_its_validation_held_out_any_k():
     held_out = sheet.scaling.validation
     assert (f"the {len(held_out)} at a worker count its calibration did not run at within "
             in sheet.answers)
+
+
+def test_a_fastest_strategy_at_16_workers_is_named_only_beyond_the_noise():
+    """Each strategy's forecast starts from its own 1-worker epoch, which carries the
+    time noise: strategies predicted within it of the fastest are named as a tie."""
+    from orchestrator.report.answers.chapter_13_6 import _fastest
+    from orchestrator.report.answers.evidence import Noise
+    predicted = pd.DataFrame({"link": "10 Gb/s Ethernet", "batch_scaling": "global",
+                              "sync": ["bucketed", "ddp", "root"],
+                              "speedup": [6.56, 7.11, 3.0]})
+    best = predicted.iloc[1]
+    measured = Noise(time_fraction=0.10, acc=0.01, time_groups=(3, 9))
+    assert _fastest(predicted, best, measured) == "ddp; bucketed within the time noise, 10%"
+    assert _fastest(predicted, best, Noise(time_fraction=0.05, acc=0.01)) == "ddp"

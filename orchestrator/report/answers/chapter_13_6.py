@@ -18,7 +18,7 @@ PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 
 
 def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
-                  rule_held_up_to: int | None) -> list[str]:
+                  rule_held_up_to: int | None, noise: Noise | None = None) -> list[str]:
     """`rule_held_up_to`: the largest global batch at which 13.5.2 found the linear
     scaling rule to hold, None where it did not or was not tested."""
     usable = summary[summary["status"] != Status.FAILED]
@@ -54,7 +54,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
                       f"`{GPU_COMMAND}` trains it."]
     return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
-        scaling, rule_held_up_to)
+        scaling, rule_held_up_to, noise)
 
 
 def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
@@ -101,7 +101,22 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
     return [markdown_table(table), " ".join(sentences)]
 
 
-def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
+def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> str:
+    """The strategy predicted fastest on `best`'s link, or the tie where others come
+    within the time noise: each strategy's prediction starts from its own 1-worker
+    trial, whose measured epoch carries that noise."""
+    rivals = predicted[(predicted["link"] == best["link"])
+                       & (predicted["batch_scaling"] == best["batch_scaling"])
+                       & (predicted["sync"] != best["sync"])]
+    margin = noise.time_fraction if noise is not None else 0.0
+    tied = sorted(rivals[rivals["speedup"] >= best["speedup"] / (1 + margin)]["sync"])
+    if not tied:
+        return best["sync"]
+    return f"{best['sync']}; {', '.join(tied)} within the time noise, {noise.time_label()}"
+
+
+def _sixteen_workers(scaling, rule_held_up_to: int | None,
+                     noise: Noise | None = None) -> list[str]:
     if scaling is None:
         return [f"No scaling model came with this sweep, so there is no prediction for "
                 f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
@@ -135,7 +150,8 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None) -> list[str]:
                else f"with {batch // PREDICTED_WORKERS} examples per worker (global batch "
                     f"{batch}, 13.6's way)")
         per_link = "; ".join(f"{row['speedup']:.2f} (efficiency {row['efficiency']:.2f}, "
-                             f"{row['sync']}) over {row['link']}" for _, row in rows.iterrows())
+                             f"{_fastest(predicted, row, noise)}) over {row['link']}"
+                             for _, row in rows.iterrows())
         sentences.append(f"At {PREDICTED_WORKERS} workers, {how}, it predicts a speedup of "
                          f"{per_link}.")
     if rule_held_up_to is None:
