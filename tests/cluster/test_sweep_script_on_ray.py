@@ -201,7 +201,8 @@ def test_a_dry_run_prints_the_plan_fitted_to_the_cluster_and_writes_nothing(tmp_
                      "--out", str(out_dir), "--storage", str(store), timeout_s=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # The preset's worker counts, 1 and 2, come from this 2-CPU embedded Ray.
-    assert re.search(r"^\d+ trial\(s\), up to 1 at a time:$", run.stdout, re.MULTILINE)
+    assert re.search(r"^\d+ trial\(s\), up to 1 at a time, workers on CPUs \(gloo\):$",
+                     run.stdout, re.MULTILINE)
     assert "[batch-global] 2 worker(s), global batch 64 (32/worker)" in run.stdout
     assert f"results: {out_dir}; storage: {store}" in run.stdout
     assert run.stdout.strip().endswith(DRY_RUN_LINE)
