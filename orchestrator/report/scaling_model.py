@@ -174,7 +174,8 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     fitted_at = {t: {int(s["num_workers"]) for s in samples if s["transport"] == t}
                  for t in measured}
     # Workers that shared a GPU took turns on it: not the model's k devices.
-    own_devices = ~usable.get("shared_gpu", pd.Series(False, index=usable.index)).astype(bool)
+    shared = usable.get("shared_gpu", pd.Series(False, index=usable.index))
+    own_devices = ~shared.astype(object).fillna(False).astype(bool)
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1) & own_devices]
     contending = candidates[~candidates["num_workers"].isin(held_out_workers)]

@@ -106,9 +106,9 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary["sync_share"] = summary["trial_id"].map(sync_s) / summary["epoch_s"]
     summary["samples_per_s"] = _examples(summary) / summary["epoch_s"]
     summary["baseline_rate"] = _baseline_rates(summary)
-    shared = summary.get("shared_gpu", pd.Series(False, index=summary.index)).fillna(False)
+    shared = summary.get("shared_gpu", pd.Series(False, index=summary.index))
     summary["speedup"] = (summary["samples_per_s"] / summary["baseline_rate"]).where(
-        ~shared.astype(bool))
+        ~shared.astype(object).fillna(False).astype(bool))
     summary["efficiency"] = summary["speedup"] / summary["num_workers"]
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
@@ -340,7 +340,8 @@ def rate(row: pd.Series) -> float:
 def speedup_over(many: pd.Series, one: pd.Series) -> float:
     """`many`'s throughput over `one`'s: the ratio of the two epoch times printed
     beside it (each epoch the same examples, its steps of one global batch)."""
-    if bool(many.get("shared_gpu", False)) is True:
+    shared = many.get("shared_gpu", False)
+    if pd.notna(shared) and bool(shared):
         return math.nan  # workers that shared a GPU took turns on it
     return rate(many) / rate(one)
 
