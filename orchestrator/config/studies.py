@@ -43,8 +43,9 @@ from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE
 TIMING_EPOCHS = 2
 # 13.6's recipe: ResNet-18 at lr 0.1 per 256 examples per GPU, scaled linearly.
 RESNET_LR = 0.1
-# On CPUs: steps an epoch per worker (about 6 s each at b 256 on one core without
-# AVX-512, so 2 epochs take under 2 minutes), and test images scored.
+# On CPUs: steps an epoch per worker (about 6 s each at b 256 on one core of the
+# 2-core Xeon with AVX-512, more without; 2 epochs about 2 minutes of training at
+# 1 worker), and test images scored.
 RESNET_CPU_STEPS = 8
 RESNET_CPU_TEST = 500
 
