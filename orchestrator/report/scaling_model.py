@@ -30,7 +30,7 @@ import pandas as pd
 from orchestrator.config.dataset import even_shares
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, Status
-from orchestrator.report.summary import SCALING_GROUP, per_worker_values
+from orchestrator.report.summary import SCALING_GROUP, per_worker_values, shared_gpu_mask
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 SHARED_MEMORY = "shared memory"  # calibration.json's name of the node's shared-memory transport
@@ -174,8 +174,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     fitted_at = {t: {int(s["num_workers"]) for s in samples if s["transport"] == t}
                  for t in measured}
     # Workers that shared a GPU took turns on it: not the model's k devices.
-    shared = usable.get("shared_gpu", pd.Series(False, index=usable.index))
-    own_devices = ~shared.astype(object).fillna(False).astype(bool)
+    own_devices = ~shared_gpu_mask(usable)
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1) & own_devices]
     contending = candidates[~candidates["num_workers"].isin(held_out_workers)]

@@ -109,6 +109,13 @@ def shared_gpu_trials(epochs: pd.DataFrame) -> set[str]:
     return sharing
 
 
+def shared_gpu_mask(trials: pd.DataFrame) -> pd.Series:
+    """Per row, whether the trial's workers shared a GPU: `shared_gpu` where a summary
+    has it, False where it is missing (a trials.csv of an earlier version, or NaN)."""
+    shared = trials.get("shared_gpu", pd.Series(False, index=trials.index))
+    return shared.astype(object).fillna(False).astype(bool)
+
+
 def _device_list(devices) -> list[str]:
     """epochs.csv's `devices`, "[cuda:0, cuda:0]", as a list."""
     if not isinstance(devices, str):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.records import Status
-from orchestrator.report.summary import BASELINE_KEYS
+from orchestrator.report.summary import BASELINE_KEYS, shared_gpu_mask
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
@@ -106,9 +106,8 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary["sync_share"] = summary["trial_id"].map(sync_s) / summary["epoch_s"]
     summary["samples_per_s"] = _examples(summary) / summary["epoch_s"]
     summary["baseline_rate"] = _baseline_rates(summary)
-    shared = summary.get("shared_gpu", pd.Series(False, index=summary.index))
     summary["speedup"] = (summary["samples_per_s"] / summary["baseline_rate"]).where(
-        ~shared.astype(object).fillna(False).astype(bool))
+        ~shared_gpu_mask(summary))
     summary["efficiency"] = summary["speedup"] / summary["num_workers"]
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
@@ -317,7 +316,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
         # printed beside the cell's and its baseline's epoch times is their ratio.
-        row["samples_per_s"] = row["steps_per_epoch"] * row["global_batch_size"] / row["epoch_s"]
+        row["samples_per_s"] = rate(row)
         if not pd.isna(row["speedup"]):
             row["speedup"] = row["samples_per_s"] / row["baseline_rate"]
             row["efficiency"] = row["speedup"] / row["num_workers"]
