@@ -147,7 +147,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                     title_lines=title, target_acc=base.target_acc,
                                     data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                    left_out=[cell.to_dict() for cell in sweep_plan.left_out])
+                                    left_out=sweep_plan.left_out)
         interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
         return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                             interrupted=interrupted, failed_trials=report.failed_trials)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from orchestrator.config.dataset import even_shares
 from orchestrator.config.options import TrainConfig
-from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, Status
+from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, LeftOut, Status
 from orchestrator.report.summary import SCALING_GROUP, per_worker_values, shared_gpu_mask
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
@@ -482,8 +482,8 @@ WHAT_IF_LINKS = {True: (P2_16XLARGE, INTERCONNECTS[2]), False: INTERCONNECTS[:2]
 
 
 def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
-            cell: dict, use_gpu: bool) -> list[dict]:
-    """A point the cluster could not hold (records.LeftOut's fields), estimated from
+            cell: LeftOut, use_gpu: bool) -> list[dict]:
+    """A point the cluster could not hold, estimated from
     the sweep's 1-worker trial of its model, sync, precision and threads (the
     closest global batch, then lr) and the calibration's gradient bytes: per named link, its
     epoch seconds and speedup over the model's own 1-worker epoch, each worker
@@ -495,21 +495,21 @@ def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | Non
     timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
     singles = usable[usable["trial_id"].isin(epochs[timed]["trial_id"])]
     same = (singles[["model", "sync", "precision", "threads_per_worker"]]
-            == [cell[key] for key in ("model", "sync", "precision", "threads_per_worker")])
+            == [cell.model, cell.sync, cell.precision, cell.threads_per_worker])
     singles = singles[same.all(axis=1)]
     if singles.empty:
         return []
     # The closest global batch, then the closest lr.
     distance = pd.DataFrame({"batch": (singles["global_batch_size"]
-                                       - cell["global_batch_size"]).abs(),
-                             "lr": (singles["lr"] - cell["lr"]).abs()})
+                                       - cell.global_batch_size).abs(),
+                             "lr": (singles["lr"] - cell.lr).abs()})
     single = singles.loc[distance.sort_values(["batch", "lr"]).index[0]]
     try:
         baseline = _baseline_costs(single, epochs, calibration)
     except KeyError:  # no gradient bytes recorded for its layout
         return []
     batch, steps = int(single["global_batch_size"]), int(single["steps_per_epoch"])
-    num_workers, global_batch = int(cell["num_workers"]), int(cell["global_batch_size"])
+    num_workers, global_batch = cell.num_workers, cell.global_batch_size
     largest_shard = max(even_shares(global_batch, num_workers))
     # The same examples an epoch: fewer, larger steps with a larger global batch.
     one_s = steps * (baseline.per_example_s * batch + baseline.other_s)

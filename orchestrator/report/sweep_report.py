@@ -3,6 +3,7 @@ every file of its folder out (trials.csv, epochs.csv, evaluations.csv,
 report.md, the plots and the answer sheet), and the tables to print.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +33,12 @@ class SweepReport:
 def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame,
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
-                       use_gpu: bool, left_out: list[dict] = ()) -> SweepReport:
+                       use_gpu: bool, left_out: Sequence[LeftOut] = ()) -> SweepReport:
     """Summarise the sweep's frames (tune_experiment.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data; `left_out`: the
-    preset's points the cluster could not hold (records.LeftOut's fields)."""
+    preset's points the cluster could not hold."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
@@ -60,7 +61,7 @@ def _trials_with(summary: pd.DataFrame, status: Status) -> list[str]:
 
 
 def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
-                     left_out: list[dict], use_gpu: bool) -> list[str]:
+                     left_out: Sequence[LeftOut], use_gpu: bool) -> list[str]:
     """report.md's lines on the points the cluster could not hold, each with the
     scaling model's what-if (scaling_model.what_if); none when every point ran."""
     if not left_out:
@@ -72,7 +73,7 @@ def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
              "named links, with each worker on a device of its own: **a what-if, not a "
              "measurement**.", ""]
     for cell in left_out:
-        label = LeftOut.from_dict(cell).line
+        label = cell.line
         estimates = what_if(summary, epochs, calibration, cell, use_gpu)
         if not estimates:
             lines.append(f"- {label}. No estimate: no finished 1-worker trial of its model "

@@ -2,6 +2,7 @@
 reason and the scaling model's what-if, read from a recorded sweep's own
 1-worker trials and calibration (tests/data/exercises-quick-current, 2 CPU cores)."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -27,7 +28,7 @@ def recorded():
 
 def test_a_left_out_point_is_estimated_from_its_one_worker_trial(recorded):
     trials, epochs, calibration = recorded
-    cell = TWO_GPUS.to_dict()
+    cell = TWO_GPUS
     rows = what_if(trials, epochs, calibration, cell, use_gpu=True)
     assert [row["link"] for row in rows] == [link.name for link in WHAT_IF_LINKS[True]]
     baseline = trials[trials["trial_id"] == rows[0]["baseline_trial"]].iloc[0]
@@ -39,21 +40,21 @@ def test_a_left_out_point_is_estimated_from_its_one_worker_trial(recorded):
     pcie, nvlink = rows
     assert nvlink["speedup"] > pcie["speedup"]  # the faster link sums sooner
     # At one worker the model is its own baseline: no communication, speedup 1.
-    single = what_if(trials, epochs, calibration, {**cell, "num_workers": 1}, use_gpu=True)
+    single = what_if(trials, epochs, calibration, dataclasses.replace(cell, num_workers=1), use_gpu=True)
     assert [row["speedup"] for row in single] == pytest.approx([1.0, 1.0])
     # CPU workers are estimated as nodes on Ethernet.
     assert [row["link"] for row in what_if(trials, epochs, calibration, cell, use_gpu=False)] \
         == [link.name for link in WHAT_IF_LINKS[False]]
     # Without a 1-worker trial of its model, or without a calibration: no estimate.
-    assert what_if(trials, epochs, calibration, {**cell, "model": "resnet18"}, True) == []
+    assert what_if(trials, epochs, calibration, dataclasses.replace(cell, model="resnet18"), True) == []
     assert what_if(trials, epochs, None, cell, True) == []
 
 
 def test_the_report_names_each_point_left_out_as_a_what_if(recorded):
     trials, epochs, calibration = recorded
     assert left_out_section(trials, epochs, calibration, [], use_gpu=True) == []
-    resnet = {**TWO_GPUS.to_dict(), "model": "resnet18"}
-    lines = left_out_section(trials, epochs, calibration, [TWO_GPUS.to_dict(), resnet],
+    resnet = dataclasses.replace(TWO_GPUS, model="resnet18")
+    lines = left_out_section(trials, epochs, calibration, [TWO_GPUS, resnet],
                              use_gpu=True)
     text = "\n".join(lines)
     assert lines[0] == "## Not run on this cluster" and "a what-if, not a measurement" in text
