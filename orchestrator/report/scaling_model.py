@@ -164,10 +164,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     their plan reaches their prediction."""
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != Status.FAILED]
-    singles = usable[(usable["num_workers"] == 1) & (usable["straggler_slowdown"] == 1)]
-    # A baseline needs its workers' compute seconds (older sweeps did not record them).
-    timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
-    singles = singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
+    singles = _baseline_candidates(summary, epochs)
     if not samples or singles.empty or "gradient_bytes" not in calibration:
         return None
     measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
@@ -213,6 +210,15 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
         links=pd.DataFrame([vars(link) for link in links]).rename(columns={"name": "link"}),
         validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
         predictions=pd.concat(predictions, ignore_index=True))
+
+
+def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """The trials that can be a baseline: 1 worker, not failed, no straggler, with
+    its workers' compute seconds recorded (older sweeps did not record them)."""
+    singles = summary[(summary["status"] != Status.FAILED) & (summary["num_workers"] == 1)
+                      & (summary["straggler_slowdown"] == 1)]
+    timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
+    return singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
 
 
 # held_out: the trial's k is not one the calibration fitted its transport at.
@@ -490,10 +496,7 @@ def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | Non
     on a device of its own (contention 1). [] without such a trial or bytes."""
     if not calibration or "gradient_bytes" not in calibration:
         return []
-    usable = summary[(summary["status"] != Status.FAILED) & (summary["num_workers"] == 1)
-                     & (summary["straggler_slowdown"] == 1)]
-    timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
-    singles = usable[usable["trial_id"].isin(epochs[timed]["trial_id"])]
+    singles = _baseline_candidates(summary, epochs)
     same = (singles[["model", "sync", "precision", "threads_per_worker"]]
             == [cell.model, cell.sync, cell.precision, cell.threads_per_worker])
     singles = singles[same.all(axis=1)]
