@@ -78,7 +78,7 @@ def book_config(model: str, args: argparse.Namespace, device: torch.device) -> T
                        memory_format=args.memory_format, use_gpu=device.type == "cuda")
 
 
-def measure(config: TrainConfig, dataset: data.FashionMNIST, device: torch.device) -> dict:
+def measure(config: TrainConfig, dataset: data.Images, device: torch.device) -> dict:
     """Train one model; its figures, named after it."""
     def print_epoch(metrics: dict, *_) -> None:
         print(f"{config.model} epoch {metrics['epoch']}/{config.num_epochs}: "

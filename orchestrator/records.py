@@ -19,7 +19,7 @@ class Status(str, enum.Enum):
     (every member but `OK`, from the report's summary); written as the value."""
 
     OK = "ok"
-    DIVERGED = "diverged"  # a non-finite gradient, or a loss past DIVERGED_LOSS
+    DIVERGED = "diverged"  # a non-finite gradient, or a loss past DIVERGED_LOSS_FACTOR
     FINISHED = "finished"
     STOPPED_EARLY = "stopped early"  # by ASHA
     REACHED_TARGET = "reached target"  # ended there by --stop-at-target

@@ -85,7 +85,7 @@ def s3_store(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def fashion_mnist_small() -> data.FashionMNIST:
+def fashion_mnist_small() -> data.Images:
     """The first 8,192 training and 1,000 test images of the real data set."""
     return data.load(train_limit=8192, test_limit=1000)
 

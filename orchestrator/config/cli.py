@@ -53,6 +53,10 @@ def train_parser(description: str) -> OneLineParser:
     parser.add_argument("--name", default=None,
                         help="run name in the Ray storage (default: model, workers and time); "
                              "the name of an earlier run resumes it from its last checkpoint")
+    parser.add_argument("--check-equivalence", action="store_true",
+                        help="instead of training: run a few steps on --workers and on one "
+                             "device with the same global batch (fp64) and say whether the "
+                             "parameters agree, naming the layers that differ (exit 1)")
     add_cluster_options(parser)
     return parser
 

@@ -1,8 +1,29 @@
 """What the data set holds and how a global batch splits evenly: plain arithmetic
 that the options, the workers and the report share (no numpy, no torch)."""
 
+from dataclasses import dataclass
+
+FASHION_MNIST = "fashion-mnist"
 TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What a run must know of its data set before it starts (the defaults:
+    Fashion-MNIST's); training/datasets.py reads them from any other."""
+
+    name: str = FASHION_MNIST
+    train_size: int = TRAIN_SIZE
+    test_size: int = TEST_SIZE
+    input_shape: tuple[int, ...] = (1, 28, 28)
+    num_classes: int = 10
+
+    def describe(self) -> str:
+        """For the plan line and the report: "fashion-mnist (60000 train / 10000 test,
+        1x28x28, 10 classes)"."""
+        return (f"{self.name} ({self.train_size} train / {self.test_size} test, "
+                f"{'x'.join(map(str, self.input_shape))}, {self.num_classes} classes)")
 
 
 def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:

@@ -7,9 +7,11 @@ import dataclasses
 import functools
 import itertools
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.config.dataset import FASHION_MNIST, DataFacts
 from orchestrator.config.options import (Precision, Split, Sync, TrainConfig, check_choices,
                                          field_doc, option, require_int, typed_value)
 from orchestrator.config.studies import exercise_specs
@@ -154,11 +156,14 @@ class SweepConfig:
                 for name in OPTION_FIELDS}
 
     @classmethod
-    def from_dict(cls, values: dict, *, source: str = "sweep options") -> "SweepConfig":
+    def from_dict(cls, values: dict, *, source: str = "sweep options",
+                  facts_of: Callable[[str], DataFacts] | None = None) -> "SweepConfig":
         """Build from the flat form (JSON lists for tuples), as `to_dict` writes it.
 
         Unknown keys and values of the wrong type are a `UserError` naming them
         and `source` (empty: the command line, whose errors need no source).
+        `facts_of(dataset)` reads the data set's facts (training/datasets.py);
+        without it the trials are told Fashion-MNIST's.
         """
         if not isinstance(values, dict):
             raise UserError(f"{source}: expected an object of sweep options, "
@@ -171,6 +176,8 @@ class SweepConfig:
                  for key, value in values.items()}
         axes = {key: typed.pop(key) for key in SWEEP_FIELDS if key in typed}
         try:
+            facts = facts_of(typed.get("dataset", FASHION_MNIST)) if facts_of else DataFacts()
+            typed |= {name: getattr(facts, name) for name in FACT_FIELDS}
             return cls(base=_first_point(typed, axes), **axes)
         except UserError as error:
             if not source:
@@ -198,11 +205,14 @@ def _first_point(options: dict, axes: dict) -> TrainConfig:
 
 # The run's own options (its swept fields come from the axes), and the sweep's.
 TRAIN_FIELDS = {spec.name: spec for spec in dataclasses.fields(TrainConfig)
-                if not spec.metadata["swept"]}
+                if not spec.metadata["swept"] and not spec.metadata["from_data"]}
 
 SWEEP_FIELDS = {spec.name: spec for spec in dataclasses.fields(SweepConfig) if spec.name != "base"}
 
 OPTION_FIELDS = {**TRAIN_FIELDS, **SWEEP_FIELDS}
+# The run's facts of its data set (DataFacts), which no option sets.
+FACT_FIELDS = tuple(spec.name for spec in dataclasses.fields(TrainConfig)
+                    if spec.metadata["from_data"])
 
 def _check_axes(seeds: tuple, workers: tuple, batch_sizes: tuple, lrs: tuple, momentums: tuple,
                 syncs: tuple, splits: tuple, precisions: tuple) -> None:

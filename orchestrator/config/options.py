@@ -14,7 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE, even_shares
+from orchestrator.config.dataset import FASHION_MNIST, DataFacts, even_shares
+from orchestrator.config.references import REFERENCE
 from orchestrator.errors import UserError
 
 Model = Literal["lenet", "resnet18"]
@@ -27,22 +28,33 @@ MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
 
 
 def option(default, doc: str, *, flag: str | None = None, swept: bool = False,
-           auto: bool = False):
+           auto: bool = False, from_data: bool = False):
     """A config field: its default, one line of doc, and its flag when not `--<name>`.
 
     `swept`: set for each grid point from the sweep's axes, not an option of
     its own. `auto`: the command line also takes `auto` (its default), decided
-    once the cluster is known.
+    once the cluster is known. `from_data`: no option either, a fact of the
+    `--dataset` (DataFacts) that the driver reads before anything starts.
     """
     return field(default=default, metadata={"doc": doc, "flag": flag, "swept": swept,
-                                            "auto": auto})
+                                            "auto": auto, "from_data": from_data})
+
+
+_FACTS = DataFacts()
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One data-parallel training run, as every worker sees it."""
 
-    model: Model = option("lenet", "which of the book's networks: lenet (13.5) or resnet18 (13.6)")
+    model: str = option("lenet", "the book's lenet (13.5) or resnet18 (13.6), or your own: "
+                                 "package.module:function, called as function(num_classes=N, "
+                                 "input_shape=(C, H, W)) and returning a torch.nn.Module")
+    dataset: str = option(FASHION_MNIST, "fashion-mnist (the book's); a folder of "
+                                         "train/<class>/ and test/<class>/ images "
+                                         "(torchvision's ImageFolder layout); or your own: "
+                                         "package.module:function returning (train, test), "
+                                         "each (images, labels) or a Dataset of (image, label)")
     num_workers: int = option(1, "Ray Train workers, each owning one device (the book's num_gpus)",
                               swept=True)
     global_batch_size: int = option(256, "examples per optimizer step, summed over all workers",
@@ -99,9 +111,23 @@ class TrainConfig:
                                             "(epochs, training and wall seconds to it)")
     evals_per_epoch: int = option(1, "evaluate test accuracy this many times per epoch, so a "
                                      "target is timed within 1/N of an epoch")
+    train_size: int = option(_FACTS.train_size, "training examples in the data set",
+                             from_data=True)
+    test_size: int = option(_FACTS.test_size, "test examples in the data set", from_data=True)
+    input_shape: tuple[int, ...] = option(_FACTS.input_shape, "one image's (C, H, W)",
+                                          from_data=True)
+    num_classes: int = option(_FACTS.num_classes, "classes: labels are 0 to N-1",
+                              from_data=True)
 
     def __post_init__(self):
         check_choices(self)
+        if not isinstance(self.model, str) or not (self.model in MODELS
+                                                   or REFERENCE.match(self.model)):
+            raise UserError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}, "
+                            f"or your own as package.module:function")
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise UserError(f"--dataset must name a data set, got {self.dataset!r}")
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
         require_int(self.num_workers, "number of workers", minimum=1)
         require_int(self.global_batch_size, "batch size", minimum=1)
         if self.global_batch_size < self.num_workers:
@@ -127,9 +153,9 @@ class TrainConfig:
             )
         if self.train_limit is not None:
             require_int(self.train_limit, "train limit", minimum=1)
-            if self.train_limit > TRAIN_SIZE:
-                raise UserError(f"train limit {self.train_limit} is larger than the {TRAIN_SIZE} "
-                                f"training images")
+            if self.train_limit > self.train_size:
+                raise UserError(f"train limit {self.train_limit} is larger than the "
+                                f"{self.train_size} training images")
             if self.train_limit < self.global_batch_size:
                 raise UserError(
                     f"train limit {self.train_limit} is smaller than one global batch "
@@ -141,10 +167,10 @@ class TrainConfig:
                             f"{self.steps_per_epoch} steps of an epoch")
         if self.test_limit is not None:
             require_int(self.test_limit, "test limit", minimum=1)
-            if self.test_limit > TEST_SIZE:
+            if self.test_limit > self.test_size:
                 raise UserError(
-                    f"test limit {self.test_limit} is larger than the {TEST_SIZE} test images"
-                )
+                    f"test limit {self.test_limit} is larger than the {self.test_size} test "
+                    f"images")
         if not (isinstance(self.straggler_slowdown, (int, float))
                 and math.isfinite(self.straggler_slowdown) and self.straggler_slowdown >= 1):
             raise UserError(f"straggler slowdown must be a number >= 1, got "
@@ -169,11 +195,11 @@ class TrainConfig:
 
     @property
     def num_train_examples(self) -> int:
-        return TRAIN_SIZE if self.train_limit is None else self.train_limit
+        return self.train_size if self.train_limit is None else self.train_limit
 
     @property
     def num_test_examples(self) -> int:
-        return TEST_SIZE if self.test_limit is None else self.test_limit
+        return self.test_size if self.test_limit is None else self.test_limit
 
     @property
     def steps_per_epoch(self) -> int:
@@ -214,8 +240,20 @@ class TrainConfig:
     def is_book_recipe(self) -> bool:
         """13.5's own run (any number of workers): LeNet, global batch 256, lr 0.2,
         plain SGD, no warm-up, fp32; the baseline of time to accuracy."""
-        return (self.model, self.global_batch_size, self.lr, self.momentum,
-                self.warmup_epochs, self.precision) == ("lenet", 256, 0.2, 0.0, 0, "fp32")
+        return (self.model, self.dataset, self.global_batch_size, self.lr, self.momentum,
+                self.warmup_epochs, self.precision) == ("lenet", FASHION_MNIST, 256, 0.2, 0.0,
+                                                        0, "fp32")
+
+    @property
+    def is_book_model(self) -> bool:
+        """One of the book's networks on the book's data set: what the book's
+        exercises are about (the report answers them for these only)."""
+        return self.model in MODELS and self.dataset == FASHION_MNIST
+
+    @property
+    def facts(self) -> DataFacts:
+        return DataFacts(self.dataset, self.train_size, self.test_size, self.input_shape,
+                         self.num_classes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -10,6 +10,7 @@ import math
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import ray
@@ -37,7 +38,9 @@ class Cluster:
     """Total resources of each alive node."""
     token_auth: bool = False
     """Whether the cluster (and so its dashboard) asks for Ray's auth token."""
-    shipped_package: str | None = None
+    shipped: tuple[str, ...] = ()
+    """The folders and files the job ships to every node (py_modules): this package
+    and the user's model and data set modules."""
     """The package folder the job shipped to every node (job_env.py); None if none."""
 
     @property
@@ -125,20 +128,23 @@ def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> 
 
 
 def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
-            num_cpus: int | None = None) -> Cluster:
-    """Attach to `address`, or start an embedded Ray when it is None."""
+            num_cpus: int | None = None, user_code: tuple[Path, ...] = ()) -> Cluster:
+    """Attach to `address`, or start an embedded Ray when it is None. `user_code`:
+    the user's modules for an attached cluster's nodes (an embedded Ray's workers
+    import them from this folder, on their sys.path as the driver's)."""
     # Imports Ray Train (seconds): only once the input has passed, not with this module.
     from orchestrator import ray_fastpath
-    shipped = None
+    shipped = ()
     if address is None:
         context = _start_embedded(dashboard_host, num_cpus)
     else:
         check_reachable(address)
         # Reaches every process of this job on every node: Tune's trials,
         # Train's controllers and workers.
-        runtime_env = job_env.attached_runtime_env(ray_fastpath.job_env_vars(embedded=False))
-        # Before ray.init, which replaces the folder with its package's URI.
-        shipped = (runtime_env.get("py_modules") or [None])[0]
+        runtime_env = job_env.attached_runtime_env(ray_fastpath.job_env_vars(embedded=False),
+                                                   user_code)
+        # Before ray.init, which replaces the folders with their packages' URIs.
+        shipped = tuple(runtime_env.get("py_modules", ()))
         try:
             context = ray.init(address=address, runtime_env=runtime_env)
         except ConnectionError as error:
@@ -156,7 +162,7 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
         node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]),
         # Ray sets it for a cluster it starts, unless the user chose.
         token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token",
-        shipped_package=shipped)
+        shipped=shipped)
 
 
 def _start_embedded(dashboard_host: str, num_cpus: int | None):

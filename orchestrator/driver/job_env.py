@@ -9,6 +9,10 @@ travels; its dependencies (torch, Ray) must be installed on every node.
 ORCHESTRATOR_SHIP_CODE=0 ships nothing (the nodes then import their own
 copy). The embedded Ray is this machine: nothing to ship.
 
+The user's own `--model` and `--dataset` modules travel the same way: the
+folder of their top-level package (or the one file of a lone module), unless
+installed in site-packages like torch.
+
 Under `ray job submit` the job already has a runtime environment, which
 `ray.init` merges with the one given here and refuses when both set the same
 key or variable: what the submitted job sets is left to it.
@@ -19,6 +23,7 @@ import os
 from pathlib import Path
 
 import orchestrator
+from orchestrator.config.references import REFERENCE, code_to_ship
 
 SHIP_CODE_ENV_VAR = "ORCHESTRATOR_SHIP_CODE"
 # Set by Ray's job supervisor for a submitted job's entrypoint (its runtime
@@ -56,15 +61,31 @@ def package_to_ship() -> Path | None:
     return PACKAGE_DIR
 
 
-def attached_runtime_env(env_vars: dict[str, str]) -> dict:
+def user_code(config) -> tuple[Path, ...]:
+    """Where the run's `--model` and `--dataset` references live, to ship: the
+    workers build the model; the data set is loaded here, but a data set's module
+    may hold the model too, and costs little to send."""
+    paths = (code_to_ship(reference) for reference in (config.model, config.dataset)
+             if REFERENCE.match(reference))
+    return tuple(dict.fromkeys(path for path in paths if path is not None))
+
+
+def attached_runtime_env(env_vars: dict[str, str], user_code: tuple[Path, ...] = ()) -> dict:
     """`ray.init`'s runtime_env on an attached cluster: `env_vars` for every
-    process and the package, less what a submitted job sets itself."""
+    process, the package and `user_code` (the folders or files of the user's
+    `--model` / `--dataset` modules), less what a submitted job sets itself: a
+    job submitted with its own `py_modules`, or whose `--working-dir` holds the
+    user's module, brings that code itself."""
     submitted = submitted_runtime_env()
     runtime_env = {"env_vars": {name: value for name, value in env_vars.items()
                                 if name not in submitted.get("env_vars", {})}}
     package = package_to_ship()
-    if package is not None:
-        runtime_env["py_modules"] = [str(package)]
-        if "excludes" not in submitted:
-            runtime_env["excludes"] = PACKAGE_EXCLUDES
+    if package is None:
+        return runtime_env
+    in_working_dir = submitted.get("working_dir") and Path.cwd().resolve()
+    shipped = [path for path in (package, *user_code)
+               if path is package or not (in_working_dir and path.is_relative_to(in_working_dir))]
+    runtime_env["py_modules"] = [str(path) for path in dict.fromkeys(shipped)]
+    if "excludes" not in submitted:
+        runtime_env["excludes"] = PACKAGE_EXCLUDES
     return runtime_env

@@ -15,7 +15,8 @@ from pathlib import Path
 import ray
 
 from orchestrator.driver import cluster as ray_cluster
-from orchestrator.training import data
+from orchestrator.driver import job_env
+from orchestrator.training import datasets
 from orchestrator.driver import plan
 from orchestrator.driver import storage
 from orchestrator.driver.rundir import claim_out_dir
@@ -47,8 +48,8 @@ class SweepOutcome:
 def train(args: argparse.Namespace) -> RunOutcome:
     """One run of `TrainConfig`, printing a line per epoch."""
     config, gpu_from_cluster = plan.run_request(args)
-    dataset = data.load(args.data_dir, train_limit=config.train_limit,
-                        test_limit=config.test_limit)
+    dataset = datasets.load(config.dataset, args.data_dir, train_limit=config.train_limit,
+                            test_limit=config.test_limit)
     from ray.train import TrainingFailedError
     from ray.train.constants import DEFAULT_STORAGE_PATH
 
@@ -57,7 +58,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
     from orchestrator.records import book_line, memory_format_text, target_line
     from orchestrator.driver.trial import run_trial
 
-    cluster = _connect(args)
+    cluster = _connect(args, config)
     try:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         storage_path = storage.resolve(args.storage) if args.storage else None
@@ -69,10 +70,21 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
               f"{config.steps_per_epoch} steps/epoch, "
-              f"{config.num_train_examples} train / {config.num_test_examples} test images")
+              f"{config.num_train_examples} train / {config.num_test_examples} test images "
+              f"of {data_text(config)}")
         if args.dry_run:
             return RunOutcome(DRY_RUN_LINE, failed=False)
-        name = args.name or f"{config.model}-{config.num_workers}w-{time.strftime('%Y%m%d-%H%M%S')}"
+        name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
+                             f"{time.strftime('%Y%m%d-%H%M%S')}")
+        if args.check_equivalence:
+            from orchestrator.driver import equivalence
+            try:
+                verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
+                                          storage_path=storage_path)
+            except TrainingFailedError as error:
+                return RunOutcome(f"equivalence: not checked, training failed: {error}",
+                                  failed=True)
+            return RunOutcome(verdict.line(config.num_workers), failed=not verdict.agree)
         try:
             result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=storage_path,
@@ -94,11 +106,12 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     """The sweep's Tune experiment, then trials.csv, epochs.csv, report.md and plots."""
     request = plan.sweep_request(args)
     base = request.sweep.base
-    dataset = data.load(args.data_dir, train_limit=base.train_limit, test_limit=base.test_limit)
+    dataset = datasets.load(base.dataset, args.data_dir, train_limit=base.train_limit,
+                            test_limit=base.test_limit)
     from orchestrator.driver.tune_experiment import all_trials_ended, collect, run_experiment
     from orchestrator.report import write_sweep_report
 
-    cluster = _connect(args)
+    cluster = _connect(args, base)
     try:
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
@@ -139,7 +152,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                  f"{base.target_acc if base.target_acc is not None else 'none'}"
                  f"{' (trials stop there)' if sweep.stop_at_target else ''}",
                  f"- data: {base.num_train_examples} training and {base.num_test_examples} "
-                 f"test images{' (subsets)' if _data_note(base) else ''}",
+                 f"test images{' (subsets)' if _data_note(base) else ''} of "
+                 f"{data_text(base)}",
                  f"- timing: {timing_line(sweep_plan)}",
                  f"- sweep wall time: {_sessions_line(request.out_dir, started)}",
                  *(f"- tracking: {line}" for line in trackers.lines())]
@@ -203,6 +217,18 @@ def _sessions_line(out_dir: Path, started: float) -> str:
             f"({', '.join(str(session['wall_s']) for session in sessions)} s)")
 
 
+def _short(model: str) -> str:
+    """A model's name as a run's name can hold it: a reference's function."""
+    return model.rpartition(":")[2]
+
+
+def data_text(config) -> str:
+    """The data set and the shapes the model was built for: "fashion-mnist (1x28x28,
+    10 classes)"."""
+    return (f"{config.dataset} ({'x'.join(map(str, config.input_shape))}, "
+            f"{config.num_classes} classes)")
+
+
 def _data_note(base) -> str:
     """What the report says of data subsets (--quick, --train-limit); empty on full data."""
     if base.train_limit is None and base.test_limit is None:
@@ -211,13 +237,15 @@ def _data_note(base) -> str:
             f"{base.num_epochs} epochs")
 
 
-def _connect(args: argparse.Namespace) -> ray_cluster.Cluster:
-    """Attach to `--address` / RAY_ADDRESS or start an embedded Ray, and say which."""
+def _connect(args: argparse.Namespace, config) -> ray_cluster.Cluster:
+    """Attach to `--address` / RAY_ADDRESS or start an embedded Ray, and say which;
+    `config`'s own model and data set modules go with the job (job_env.py)."""
     cluster = ray_cluster.connect(ray_cluster.requested_address(args.address),
-                                  dashboard_host=args.dashboard_host)
+                                  dashboard_host=args.dashboard_host,
+                                  user_code=job_env.user_code(config))
     print(cluster.describe())
-    if cluster.shipped_package:
-        print(f"shipping {cluster.shipped_package} to every node with the job (py_modules)")
+    for path in cluster.shipped:
+        print(f"shipping {path} to every node with the job (py_modules)")
     if cluster.dashboard_url:
         print(cluster.dashboard_hint)
     return cluster
@@ -246,8 +274,11 @@ def workers_text(config) -> str:
 
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
+    base = sweep_plan.sweep.base
+    print(f"model {base.model}, data {data_text(base)}: {base.num_train_examples} train / "
+          f"{base.num_test_examples} test images")
     print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
-          f"workers on {workers_text(sweep_plan.sweep.base)}:")
+          f"workers on {workers_text(base)}:")
     for point in points:
         train = point.train
         print(f"  {f'[{point.part}] ' if point.part else ''}"

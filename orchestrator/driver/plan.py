@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.driver import placement, storage
 from orchestrator.config.cli import AUTO, config_options, given_flags
 from orchestrator.driver.cluster import Cluster, requested_address
+from orchestrator.config.dataset import FASHION_MNIST, DataFacts
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
@@ -69,8 +70,12 @@ class SweepPlan:
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """train.py's run, and whether its GPU use waits on the cluster: a grid of one point."""
-    sweep, gpu_from_cluster = _sweep_from(config_options(args))
+    sweep, gpu_from_cluster = _sweep_from(config_options(args), data_dir=args.data_dir)
     (point,) = sweep.grid
+    if args.check_equivalence and point.train.num_workers < 2:
+        raise UserError("--check-equivalence compares k workers with one device: give "
+                        "--workers 2 or more")
+    check_model(point.train)
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
     if args.storage:
         storage.require_usable(args.storage)
@@ -86,7 +91,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         if options or args.quick:
             flags = [*given_flags(args), *(["--quick"] if args.quick else [])]
             raise UserError(f"--config holds the whole sweep; put {', '.join(flags)} in the file")
-        (sweep, gpu_from_cluster), label = _sweep_from_file(args.config), Path(args.config).stem
+        (sweep, gpu_from_cluster), label = (_sweep_from_file(args.config, args.data_dir),
+                                            Path(args.config).stem)
         workers_from_cluster, workers_given = False, True
     else:
         label = preset or DEFAULT_PRESET
@@ -95,13 +101,14 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         workers_given = "workers" in options
         options = {**PRESETS[label], **(quick(label) if args.quick else {}), **options}
         workers_from_cluster = options["workers"] is None
-        sweep, gpu_from_cluster = _sweep_from(options)
+        sweep, gpu_from_cluster = _sweep_from(options, data_dir=args.data_dir)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise UserError(f"--max-concurrent-trials must be >= 1, got {args.max_concurrent_trials}")
     if args.max_hours is not None and not (math.isfinite(args.max_hours) and args.max_hours > 0):
         raise UserError(f"--max-hours must be a finite number > 0, got {args.max_hours}")
     out_dir = out_dir_for(args.out, label, args.storage)
-    stored = check_out_dir(out_dir, resume=args.resume)
+    stored = check_out_dir(out_dir, resume=args.resume,
+                           facts_of=lambda dataset: data_facts(dataset, args.data_dir))
     left_out = ()
     if stored is not None:
         sweep, storage_location, sweep_id = stored.sweep, stored.storage, stored.sweep_id
@@ -118,6 +125,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
+    check_model(sweep.base)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
@@ -246,7 +254,27 @@ def workers_up_to(capacity: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _sweep_from(options: dict, *, source: str = "") -> tuple[SweepConfig, bool]:
+def data_facts(dataset: str, data_dir: str | None) -> DataFacts:
+    """The data set's facts; Fashion-MNIST's without numpy or torch (a typo in
+    the command line costs no import), any other's by loading it (datasets.py)."""
+    if dataset == FASHION_MNIST:
+        return DataFacts()
+    from orchestrator.training import datasets
+    return datasets.facts(dataset, data_dir)
+
+
+def check_model(config: TrainConfig) -> None:
+    """The user's model, or a book's on another data set, built and run on a batch
+    of two here: one line for one the workers could not train (models.check_model).
+    The book's on Fashion-MNIST need no check, nor torch's import."""
+    if config.is_book_model:
+        return
+    from orchestrator.training.models import check_model as build_and_run
+    build_and_run(config.model, num_classes=config.num_classes, input_shape=config.input_shape)
+
+
+def _sweep_from(options: dict, *, source: str = "", data_dir: str | None = None
+                ) -> tuple[SweepConfig, bool]:
     """The sweep the command line asks for, and whether its GPU use waits on the cluster.
 
     Until the cluster says, `auto` is checked as GPU workers (the permissive
@@ -258,10 +286,11 @@ def _sweep_from(options: dict, *, source: str = "") -> tuple[SweepConfig, bool]:
         checked["workers"] = (1,)
     if gpu_from_cluster:
         checked["use_gpu"] = True
-    return SweepConfig.from_dict(checked, source=source), gpu_from_cluster
+    return SweepConfig.from_dict(checked, source=source, facts_of=lambda dataset: data_facts(
+        dataset, data_dir)), gpu_from_cluster
 
 
-def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
+def _sweep_from_file(path: str, data_dir: str | None) -> tuple[SweepConfig, bool]:
     """The file's sweep; a file without `use_gpu` (or with "auto") leaves it to the
     cluster, as the command line does."""
     try:
@@ -274,7 +303,7 @@ def _sweep_from_file(path: str) -> tuple[SweepConfig, bool]:
     if not isinstance(values, dict):
         raise UserError(f"{path}: expected an object of sweep options, "
                         f"got {type(values).__name__}")
-    return _sweep_from(values, source=path)
+    return _sweep_from(values, source=path, data_dir=data_dir)
 
 
 def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None) -> None:

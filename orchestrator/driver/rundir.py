@@ -17,9 +17,11 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from orchestrator.config.dataset import DataFacts
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver import job_env, storage
 from orchestrator.errors import UserError
@@ -68,10 +70,12 @@ def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Pa
                     f"the job's working directory, {TEMPORARY}; {fix}")
 
 
-def check_out_dir(out_dir: Path, *, resume: bool) -> StoredSweep | None:
+def check_out_dir(out_dir: Path, *, resume: bool,
+                  facts_of: Callable[[str], DataFacts] | None = None) -> StoredSweep | None:
     """Refuse a folder that this sweep must not or cannot write; on resume, what to continue.
 
-    Returns what sweep.json stored when resuming, else None.
+    Returns what sweep.json stored when resuming, else None; `facts_of` reads its
+    data set's facts again (SweepConfig.from_dict).
     """
     marker = out_dir / SWEEP_FILE
     if out_dir.exists() and not out_dir.is_dir():
@@ -93,7 +97,8 @@ def check_out_dir(out_dir: Path, *, resume: bool) -> StoredSweep | None:
             left_out = stored.get("left_out", [])
             if not (isinstance(left_out, list) and all(isinstance(v, dict) for v in left_out)):
                 raise TypeError(f"left_out is not a list of objects: {left_out!r}")
-            return StoredSweep(SweepConfig.from_dict(stored["sweep"]), str(stored["storage"]),
+            return StoredSweep(SweepConfig.from_dict(stored["sweep"], facts_of=facts_of),
+                               str(stored["storage"]),
                                str(stored["id"]), left_out)
         except (ValueError, KeyError, TypeError) as error:
             raise UserError(f"{unreadable} ({error})")

@@ -22,8 +22,8 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
-from orchestrator.training.loop import PARAMETER_DTYPES, to_model_input
-from orchestrator.training.models import NUM_CLASSES, build_model
+from orchestrator.training.loop import PARAMETER_DTYPES, model_of, to_model_input
+from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
 from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
                                              root_transport)
 
@@ -46,7 +46,7 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     book's allreduce through worker 0);
     `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them;
     `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record."""
-    model = build_model(config.model, seed=config.seed).to(device)
+    model = model_of(config).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     largest_bytes = min(LARGEST_BYTES, 4 * param_bytes)
     samples = []
@@ -66,9 +66,11 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     return {"num_workers": get_world_size(), "device": device.type,
             "processor": processor(device), "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
-            "compute": _compute_probe(model, device, worker_counts,
+            "compute": _compute_probe(model, config, device, worker_counts,
                                       max(1, config.global_batch_size // max(worker_counts))),
-            "gradient_bytes": [gradient_bytes(*layout) for layout in layouts]}
+            "gradient_bytes": [gradient_bytes(*layout, num_classes=config.num_classes,
+                                              input_shape=config.input_shape)
+                               for layout in layouts]}
 
 
 def processor(device: torch.device) -> str:
@@ -100,11 +102,14 @@ def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:
                                 point.train.bucket_cap_mb) for point in sweep.grid))
 
 
-def gradient_bytes(model: str, precision: str, bucket_cap_mb: float) -> dict:
+def gradient_bytes(model: str, precision: str, bucket_cap_mb: float, *,
+                   num_classes: int = NUM_CLASSES, input_shape: tuple[int, ...] = INPUT_SHAPE) -> dict:
     """What one step's sync sends, as the strategies lay it out: one message per
     parameter tensor (scratch), one per bucket of at most `bucket_cap_mb` (bucketed,
-    ddp); sharded's flat buffer is their sum."""
-    built = build_model(model, seed=0).to(PARAMETER_DTYPES[precision])
+    ddp); sharded's flat buffer is their sum. The model as the run's data set
+    shapes it (its classes, its images)."""
+    built = build_model(model, seed=0, num_classes=num_classes,
+                        input_shape=input_shape).to(PARAMETER_DTYPES[precision])
     return {"model": model, "precision": precision, "bucket_cap_mb": bucket_cap_mb,
             "tensor_bytes": [nbytes(p) for p in built.parameters() if p.requires_grad],
             "bucket_bytes": [sum(map(nbytes, bucket)) for bucket in buckets(built, bucket_cap_mb)]}
@@ -138,13 +143,14 @@ def _collective_s(collective, nbytes: int, device: torch.device) -> float:
     return statistics.median(seconds[2:])
 
 
-def _compute_probe(model, device: torch.device, worker_counts: tuple[int, ...],
-                   batch_per_worker: int) -> list[dict]:
+def _compute_probe(model, config: TrainConfig, device: torch.device,
+                   worker_counts: tuple[int, ...], batch_per_worker: int) -> list[dict]:
     """Seconds per example of forward and backward when the first j workers compute
-    at once, for each j; the others wait at a barrier meanwhile."""
-    images = torch.randint(0, 256, (batch_per_worker, 28, 28), dtype=torch.uint8)
+    at once, for each j; the others wait at a barrier meanwhile. Random images of
+    the run's shape: the time does not depend on their values."""
+    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8)
     x = to_model_input(images).to(device)
-    labels = torch.randint(0, NUM_CLASSES, (batch_per_worker,), device=device)
+    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
 
     def step():
         F.cross_entropy(model(x), labels).backward()

@@ -44,8 +44,10 @@ FILES = (
 
 
 @dataclass(frozen=True)
-class FashionMNIST:
-    """Images as uint8 [N, 28, 28], labels as uint8 [N]; converted per batch."""
+class Images:
+    """A data set as the workers get it: images [N, C, H, W] or [N, H, W] (uint8
+    pixels, else float32; Fashion-MNIST's uint8 [N, 28, 28]) and integer labels
+    [N] (Fashion-MNIST's uint8); converted per batch (loop.to_model_input)."""
 
     train_images: np.ndarray
     train_labels: np.ndarray
@@ -73,12 +75,12 @@ def locate(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def load(data_dir: str | os.PathLike | None = None, *,
-         train_limit: int | None = None, test_limit: int | None = None) -> FashionMNIST:
+         train_limit: int | None = None, test_limit: int | None = None) -> Images:
     """Load (the first `train_limit` / `test_limit` examples of) Fashion-MNIST."""
     folder = locate(data_dir)
     train_images, train_labels, test_images, test_labels = (
         read_idx(_path_of(folder, spec), spec) for spec in FILES)
-    return FashionMNIST(
+    return Images(
         train_images=train_images[:train_limit], train_labels=train_labels[:train_limit],
         test_images=test_images[:test_limit], test_labels=test_labels[:test_limit])
 

@@ -23,8 +23,8 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
 from orchestrator.training import layout
-from orchestrator.training.data import FashionMNIST
-from orchestrator.training.models import NUM_CLASSES, build_model
+from orchestrator.training.data import Images
+from orchestrator.training.models import build_model
 from orchestrator.training.split import BatchSplit
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
@@ -35,10 +35,11 @@ from orchestrator.training.timing import DeviceTimer
 # afresh at every batch (bench/notes/ray_overhead.md).
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
-# An epoch's training loss 100 times a uniform guess's (ln 10) means blown up:
-# a too-large lr can throw the loss to 1e20 and then, its ReLUs dead, leave it
-# at a finite constant that no non-finite check catches.
-DIVERGED_LOSS = 100 * math.log(NUM_CLASSES)
+# An epoch's training loss 100 times a uniform guess's (ln of the classes, ln 10
+# for Fashion-MNIST) means blown up: a too-large lr can throw the loss to 1e20
+# and then, its ReLUs dead, leave it at a finite constant that no non-finite
+# check catches.
+DIVERGED_LOSS_FACTOR = 100
 # Reading a value off a GPU waits for every queued step and then idles it, so
 # there the non-finite-gradient count is read only every this many steps: a
 # diverged run may take that many more steps to stop (bench/notes/gpu.md),
@@ -57,12 +58,18 @@ Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
 OnEvaluation = Callable[[int, float], None]
 
 
+def model_of(config: TrainConfig) -> nn.Module:
+    """The run's network, fresh from its seed, for its data set's classes and images."""
+    return build_model(config.model, seed=config.seed, num_classes=config.num_classes,
+                       input_shape=config.input_shape)
+
+
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     """The run's SGD, built in this one place so every sync strategy steps the same one."""
     return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
 
 
-def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.device,
+def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                  report: Reporter,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
                  started_at: float | None = None, node_id: str | None = None,
@@ -89,8 +96,9 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
         state, history, evaluations = resume_from
         if state is None:
             return history  # a diverged run's last checkpoint: nothing to resume
-    # The uint8 data set (52 MB) goes to the device once and each batch is
-    # gathered there, not copied from the host every step; on a CPU `.to` is a no-op.
+    # The data set (Fashion-MNIST's uint8: 52 MB) goes to the device once and each
+    # batch is gathered there, not copied from the host every step; on a CPU `.to`
+    # is a no-op.
     train_images, train_labels, test_images, test_labels = (
         tensor.to(device) for tensor in _as_tensors(
             data.train_images, data.train_labels, data.test_images, data.test_labels))
@@ -104,7 +112,7 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
             _layout_step(config, device, train_images, train_labels), device),
         scope=layout_scope or layout.process_scope())
     config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
-    model = build_model(config.model, seed=config.seed)
+    model = model_of(config)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
@@ -129,7 +137,8 @@ def run_training(config: TrainConfig, data: FashionMNIST, *, device: torch.devic
     # metric to Tune's TensorBoard logger, which warned on every sweep).
     worker_nodes = str(gather_strings(node_id or platform.node()))
     run_fields = {
-        "model": config.model, "sync": config.sync, "split": config.split,
+        "model": config.model, "dataset": config.dataset, "sync": config.sync,
+        "split": config.split,
         "transport": sync.transport, "backend": process_group_backend(),
         "lr": config.lr, "momentum": config.momentum,
         "precision": config.precision, **chosen_layout,
@@ -253,7 +262,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     totals = allreduce_(torch.stack([loss_sum, num_correct]))
     num_examples = max(num_steps, 1) * batch_size
     train_loss = totals[0].item() / num_examples if status == Status.OK else math.nan
-    if train_loss > DIVERGED_LOSS:  # the same all-reduced value, so the same verdict everywhere
+    # the same all-reduced value, so the same verdict everywhere
+    if train_loss > DIVERGED_LOSS_FACTOR * math.log(config.num_classes):
         status = Status.DIVERGED
     return {
         "train_loss": train_loss,
@@ -345,7 +355,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
 
 def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
-    """Logits of a uint8 image batch on the model's device, in the weights' dtype
+    """Logits of an image batch on the model's device, in the weights' dtype
     whatever the precision of the forward pass."""
     dtype = PARAMETER_DTYPES[config.precision]
     x = to_model_input(images).to(dtype, memory_format=_memory_format(config))
@@ -358,8 +368,11 @@ def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> tor
 
 
 def to_model_input(images: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 28, 28] to float32 [N, 1, 28, 28] in [0, 1], as the book's ToTensor."""
-    return images.unsqueeze(1).float().div_(255)
+    """A batch as the model takes it, float32 [N, C, H, W]: uint8 pixels scaled to
+    [0, 1] as the book's ToTensor does, other values as they are; [N, H, W] (one
+    channel, as Fashion-MNIST is kept) gains its channel axis."""
+    x = images.unsqueeze(1) if images.dim() == 3 else images
+    return x.float().div_(255) if images.dtype == torch.uint8 else x.float()
 
 
 def _memory_format(config: TrainConfig) -> torch.memory_format:
@@ -379,7 +392,7 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
     runs = {}
     for name in layout.FORMATS:
         run_config = dataclasses.replace(config, memory_format=name)
-        model = build_model(config.model, seed=config.seed).to(
+        model = model_of(config).to(
             device, dtype=PARAMETER_DTYPES[config.precision],
             memory_format=_memory_format(run_config))
         runs[name] = (run_config, model, make_optimizer(model.parameters(), config))

@@ -1,24 +1,39 @@
-"""The book's two networks: LeNet of 13.5 and the ResNet-18 variant of 13.6.
+"""The book's two networks, LeNet of 13.5 and the ResNet-18 variant of 13.6, and
+the user's own: `--model package.module:function`.
 
-Both are built from eager modules (no Lazy* layers) so that every parameter
-exists before DistributedDataParallel or the first broadcast sees it.
+The book's are built from eager modules (no Lazy* layers) so that every
+parameter exists before DistributedDataParallel or the first broadcast sees
+it; a user's model must be too (`check_model` says so in one line).
 """
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from orchestrator.config.references import resolve
+from orchestrator.errors import UserError
+
+# Fashion-MNIST's: the book's models are drawn for it, and any other data set
+# gives its own (the run's `num_classes` and `input_shape`).
 NUM_CLASSES = 10
+INPUT_SHAPE = (1, 28, 28)
 
 
-def lenet() -> nn.Sequential:
-    """13.5's LeNet: conv 20@3x3, avg-pool, conv 50@5x5, avg-pool, dense 800-128-10."""
+def lenet(num_classes: int = NUM_CLASSES,
+          input_shape: tuple[int, ...] = INPUT_SHAPE) -> nn.Sequential:
+    """13.5's LeNet: conv 20@3x3, avg-pool, conv 50@5x5, avg-pool, dense 800-128-10
+    (on 28x28 images; other sizes change the first dense layer's 800 inputs)."""
+    in_channels, *image_size = input_shape
+    height, width = (((size - 2) // 2 - 4) // 2 for size in image_size)
+    if min(height, width) < 1:
+        raise UserError(f"LeNet needs images of at least 12x12 pixels, got "
+                        f"{image_size[0]}x{image_size[1]}")
     return nn.Sequential(
-        nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(kernel_size=2, stride=2),
+        nn.Conv2d(in_channels, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(kernel_size=2, stride=2),
         nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(kernel_size=2, stride=2),
         nn.Flatten(),
-        nn.Linear(800, 128), nn.ReLU(),
-        nn.Linear(128, NUM_CLASSES))
+        nn.Linear(50 * height * width, 128), nn.ReLU(),
+        nn.Linear(128, num_classes))
 
 
 class Residual(nn.Module):
@@ -40,7 +55,8 @@ class Residual(nn.Module):
         return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
 
 
-def resnet18(in_channels: int = 1, width: int = 64) -> nn.Sequential:
+def resnet18(num_classes: int = NUM_CLASSES, input_shape: tuple[int, ...] = INPUT_SHAPE, *,
+             width: int = 64) -> nn.Sequential:
     """13.6's ResNet-18: a 3x3 stride-1 stem and no max-pooling, for 28x28 images.
 
     `width` is the first stage's channels (the book's 64; each stage doubles
@@ -51,27 +67,78 @@ def resnet18(in_channels: int = 1, width: int = 64) -> nn.Sequential:
         return nn.Sequential(Residual(cin, cout, stride=1 if first else 2), Residual(cout, cout))
 
     return nn.Sequential(
-        nn.Conv2d(in_channels, width, kernel_size=3, stride=1, padding=1),
+        nn.Conv2d(input_shape[0], width, kernel_size=3, stride=1, padding=1),
         nn.BatchNorm2d(width), nn.ReLU(),
         stage(width, width, first=True), stage(width, 2 * width, first=False),
         stage(2 * width, 4 * width, first=False), stage(4 * width, 8 * width, first=False),
-        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(8 * width, NUM_CLASSES))
+        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(8 * width, num_classes))
 
 
+# Called as the user's functions are: (num_classes=N, input_shape=(C, H, W)).
 BUILDERS = {"lenet": lenet, "resnet18": resnet18}
+BUILTIN = tuple(BUILDERS)
 
 
-def build_model(name: str, *, seed: int) -> nn.Module:
-    """A fresh network with the book's init: weights N(0, 0.01^2), biases zero.
+def is_reference(name: str) -> bool:
+    """Whether `name` is the user's `package.module:function` (else a built-in's name)."""
+    return name not in BUILTIN
+
+
+def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
+                input_shape: tuple[int, ...] = INPUT_SHAPE) -> nn.Module:
+    """A fresh network: the book's with the book's init (weights N(0, 0.01^2),
+    biases zero); the user's as its function builds it, called with torch's
+    generator seeded by `seed`, so that its own init repeats too.
 
     Workers still broadcast rank 0's weights afterwards; the seed only makes a
     run repeatable, it is not what keeps the replicas identical.
     """
+    if is_reference(name):
+        function = resolve(name, option="--model")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                model = function(num_classes=num_classes, input_shape=tuple(input_shape))
+            except Exception as error:
+                raise UserError(f"--model {name}: calling it with num_classes={num_classes}, "
+                                f"input_shape={tuple(input_shape)} raised "
+                                f"{type(error).__name__}: {error}") from None
+        if not isinstance(model, nn.Module):
+            raise UserError(f"--model {name} returned {type(model).__name__}, not a "
+                            f"torch.nn.Module")
+        return model
+    model = BUILDERS[name](num_classes=num_classes, input_shape=tuple(input_shape))
     generator = torch.Generator().manual_seed(seed)
-    model = BUILDERS[name]()
     for module in model.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             with torch.no_grad():
                 module.weight.normal_(0.0, 0.01, generator=generator)
                 module.bias.zero_()
     return model
+
+
+def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...]) -> int:
+    """Build the model once on the driver and run a batch of two through it: one
+    line (UserError) for a model the workers could not train, before any starts.
+    Returns its number of parameters."""
+    model = build_model(name, seed=0, num_classes=num_classes, input_shape=input_shape)
+    lazy = [type(module).__name__ for module in model.modules()
+            if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
+    if lazy:
+        raise UserError(f"--model {name} has lazy layers ({', '.join(sorted(set(lazy)))}): "
+                        f"give their sizes, so that every parameter exists before the workers "
+                        f"broadcast rank 0's weights")
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        raise UserError(f"--model {name} has no trainable parameters")
+    try:
+        with torch.no_grad():
+            logits = model.eval()(torch.zeros(2, *input_shape))
+    except Exception as error:
+        raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} raised "
+                        f"{type(error).__name__}: {error}") from None
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, num_classes):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} gave {shape}; "
+                        f"expected logits of shape (2, {num_classes}), one per class")
+    return sum(p.numel() for p in parameters)

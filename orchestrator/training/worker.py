@@ -22,7 +22,7 @@ from orchestrator import ray_fastpath
 from orchestrator.training.checkpoint import load_checkpoint, save_checkpoint
 from orchestrator.training.sync.collectives import get_rank
 from orchestrator.config.options import TrainConfig
-from orchestrator.training.data import FashionMNIST
+from orchestrator.training.data import Images
 from orchestrator.training.loop import run_training
 
 # Ray starts its worker processes at this niceness (its `worker_niceness` setting).
@@ -36,7 +36,7 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
         pin_to_own_cores(ray.train.get_context().get_local_rank(), config.threads_per_worker)
     torch.set_num_threads(config.threads_per_worker)
     ray_fastpath.prepare_worker_process()
-    data: FashionMNIST = ray.get(loop_config["data"])
+    data: Images = ray.get(loop_config["data"])
     checkpoint = ray.train.get_checkpoint()
     resume_from = None
     if checkpoint is not None:

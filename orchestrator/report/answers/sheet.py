@@ -3,7 +3,9 @@ calibration, its section of report.md and the "## Answers" section, written
 beside the report as answers.md, scaling_model.csv and scaling_model.png.
 
 The Answers take the book's seven exercises of 13.5 and 13.6 in turn
-(chapter_13_5.py, chapter_13_6.py), each answered from the sweep's own trials:
+(chapter_13_5.py, chapter_13_6.py), or for a model or data set of the user's
+own the questions they ask of any model (any_model.py), each answered from the
+sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
 the noise (evidence.py: the spread of repeated identical work in time, of seeds
 in accuracy) is reported as within noise, every number says how many seeds
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.answers import chapter_13_5, chapter_13_6
+from orchestrator.report.answers import any_model, chapter_13_5, chapter_13_6
 from orchestrator.report.answers.evidence import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
@@ -186,6 +188,16 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     `validation`, `predictions` and `links`; `gradient_bytes`: LeNet's per step."""
     summary, epochs_counted = prepared(summary, epochs)
     noise = estimate_noise(summary, epochs_counted)
+    if not any_model.is_book(summary):
+        lines = ["## Answers", "", any_model.intro(summary), ""]
+        if data_note:
+            lines += [f"Trained on data subsets ({data_note}).", ""]
+        lines += [noise.sentence(), ""]
+        for title, paragraphs in any_model.answers(summary, scaling, noise):
+            lines += [f"### {title}", ""]
+            for paragraph in paragraphs:
+                lines += [paragraph, ""]
+        return "\n".join(lines)
     rule = chapter_13_5.linear_rule(summary, noise)
     answers = [chapter_13_5.answer_13_5_1(summary, noise),
                chapter_13_5.answer_13_5_2(summary, rule, noise),

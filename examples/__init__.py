@@ -1,0 +1,1 @@
+"""Examples of a model and a data set of your own (`--model`, `--dataset`)."""

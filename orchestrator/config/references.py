@@ -1,0 +1,66 @@
+"""`package.module:function`: the user's model or data set, named on the command line.
+
+Imported as the driver or a worker finds it: the current folder first, as
+`python -m` and uvicorn do; a worker of an attached cluster gets the module
+from the job's runtime environment (driver/job_env.py). No torch here: a
+reference to a data set function need not import it.
+"""
+
+import importlib
+import os
+import re
+import sys
+from pathlib import Path
+
+from orchestrator.errors import UserError
+
+# As setuptools' entry points and uvicorn write it; the function may be an
+# attribute path (`module:Class.method`).
+REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def resolve(reference: str, *, option: str):
+    """The callable `reference` names; one line (UserError) naming `option` when
+    it does not import, is missing, or is not callable."""
+    module_name, _, attribute = reference.partition(":")
+    found = import_module(module_name, reference, option=option)
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise UserError(f"{option} {reference}: {module_name} has no {attribute}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise UserError(f"{option} {reference}: {attribute} is {type(found).__name__}, not a "
+                        f"function")
+    return found
+
+
+def import_module(module_name: str, reference: str, *, option: str):
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        raise UserError(f"{option} {reference}: cannot import {module_name} ({error}); run "
+                        f"from the folder that holds it, or put it on PYTHONPATH") from None
+    except Exception as error:  # the user's module failed while importing
+        raise UserError(f"{option} {reference}: importing {module_name} raised "
+                        f"{type(error).__name__}: {error}") from None
+
+
+def code_to_ship(reference: str) -> Path | None:
+    """The folder or file that holds `reference`'s top-level package or module, for
+    a cluster's other nodes (Ray's py_modules); None for one installed in
+    site-packages, which every node is expected to have as it has torch."""
+    top = reference.partition(":")[0].split(".")[0]
+    module = import_module(top, reference, option="the reference")
+    location = getattr(module, "__file__", None)
+    if location is None:  # a namespace package: its one folder
+        paths = list(getattr(module, "__path__", []))
+        location = paths[0] + "/__init__.py" if len(paths) == 1 else None
+    if location is None:
+        return None
+    path = Path(location).resolve()
+    shipped = path.parent if path.name == "__init__.py" else path
+    if "site-packages" in shipped.parts or "dist-packages" in shipped.parts:
+        return None
+    return shipped

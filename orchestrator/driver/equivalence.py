@@ -1,0 +1,170 @@
+"""`train.py --check-equivalence`: do k workers train this model as one device does?
+
+Data parallelism is exact when the k workers' summed gradients are the one
+device's gradient of the same global batch. That holds for any model whose
+forward pass treats examples independently, and fails for layers that look
+at the batch: BatchNorm normalises each worker's shard by the shard's own
+statistics (unless synchronised), Dropout draws each worker's masks from its
+own generator. The check runs the user's model for a few steps on k workers
+and on one device, with the same global batch and the same initial weights,
+in fp64 (so that a summation order cannot pass for a difference), and compares
+every parameter and buffer; the layers that differ are named.
+
+The runs are real Ray Train trials (trial.py) of the same loop as training,
+with the run's sync strategy, split and options; only the precision, the
+layout and the length are the check's own.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from orchestrator.config.options import TrainConfig
+
+STEPS = 4
+# A parameter agrees when the two runs' values are closer than this fraction of
+# how far one device's moved it from the initial weights over the steps: fp64
+# round-off of the sums' different order is about 1e-15 of it, a shard's
+# BatchNorm statistics 1e-3 or more.
+TOLERANCE = {"fp64": 1e-9, "fp32": 1e-4}
+# Layers whose training output depends on the other examples of the batch, or
+# on a random generator each worker holds apart.
+BATCH_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd,
+                   nn.AlphaDropout)
+
+
+def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
+    """The run shortened to `STEPS` steps of its global batch, one epoch, in
+    `precision`, in NCHW (no layout timing), no failures retried, a small test set."""
+    steps = min(STEPS, config.num_train_examples // config.global_batch_size)
+    return dataclasses.replace(
+        config, precision=precision, memory_format="nchw", num_epochs=1, warmup_epochs=0,
+        train_limit=steps * config.global_batch_size, evals_per_epoch=1, target_acc=None,
+        test_limit=min(config.num_test_examples, max(config.num_workers, 100)),
+        max_failures=0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    agree: bool
+    steps: int
+    precision: str
+    largest: float
+    """The largest relative difference of any parameter (in its update's units)."""
+    largest_in: str
+    differing: tuple[str, ...]
+    """The layers (module names) with a parameter or buffer that differs."""
+    batch_layers: tuple[str, ...]
+    """Of the model's layers, those that look at the batch (BATCH_DEPENDENT, not
+    synchronised): the usual cause."""
+    num_tensors: int
+    num_differing: int
+
+    def line(self, num_workers: int) -> str:
+        head = (f"{num_workers} workers and 1 device after {self.steps} steps of the same "
+                f"global batch ({self.precision}): ")
+        if self.agree:
+            return (f"equivalence: agree. {head}every parameter and buffer the same, the "
+                    f"largest difference {self.largest:.1e} of how far the steps moved it "
+                    f"(in {self.largest_in}; tolerance {TOLERANCE[self.precision]:g})")
+        named = ", ".join(self.differing[:8]) + (
+            f" and {len(self.differing) - 8} more" if len(self.differing) > 8 else "")
+        cause = ""
+        if self.batch_layers:
+            shown = ", ".join(self.batch_layers[:8]) + (
+                f" and {len(self.batch_layers) - 8} more" if len(self.batch_layers) > 8 else "")
+            cause = (f"; the cause is likely its layers that look at the batch: {shown} "
+                     f"(BatchNorm normalises by each worker's shard: --sync-batchnorm on GPU "
+                     f"workers, or GroupNorm/LayerNorm; Dropout draws each worker's masks)")
+        return (f"equivalence: differ: {named}. {head}{self.num_differing} of "
+                f"{self.num_tensors} tensors differ, the largest by {self.largest:.2g} of "
+                f"how far the steps moved it (in {self.largest_in}){cause}")
+
+
+def compare(model: nn.Module, initial: dict, one_device: dict, many: dict, *,
+            steps: int, precision: str, sync_batchnorm: bool = False) -> Verdict:
+    """The state dicts after the steps on one device and on k workers, against the
+    `initial` weights of `model` (built from the run's seed)."""
+    differing, largest, largest_in, num_differing = {}, 0.0, "", 0
+    names = list(one_device)
+    for name in names:
+        reference, other = one_device[name].double(), many[name].double()
+        if reference.shape != other.shape:
+            raise ValueError(f"{name}: shapes {tuple(reference.shape)} and {tuple(other.shape)}")
+        moved = (reference - initial[name].double()).abs().max().item() if name in initial \
+            else reference.abs().max().item()
+        scale = moved if moved > 0 else max(reference.abs().max().item(), 1.0)
+        difference = (reference - other).abs().max().item() / scale
+        if not math.isfinite(difference):
+            difference = math.inf
+        if difference > largest or not largest_in:
+            largest, largest_in = difference, name
+        if difference > TOLERANCE[precision]:
+            num_differing += 1
+            differing.setdefault(name.rpartition(".")[0] or name, None)
+    modules = dict(model.named_modules())
+    batch_layers = tuple(
+        _layer(name, module) for name, module in modules.items()
+        if isinstance(module, BATCH_DEPENDENT) and not (
+            sync_batchnorm and isinstance(module, nn.modules.batchnorm._BatchNorm)))
+    return Verdict(agree=not differing, steps=steps, precision=precision, largest=largest,
+                   largest_in=largest_in,
+                   differing=tuple(_layer(name, modules.get(name)) for name in differing),
+                   batch_layers=batch_layers, num_tensors=len(names),
+                   num_differing=num_differing)
+
+
+def _layer(name: str, module: nn.Module | None) -> str:
+    """A layer as the check names it: "layer1.0.bn1 (BatchNorm2d)"."""
+    return f"{name} ({type(module).__name__})" if module is not None else name
+
+
+def initial_state(config: TrainConfig) -> tuple[nn.Module, dict]:
+    """The model as every worker starts it (rank 0's, from the seed), in the check's dtype."""
+    from orchestrator.training.loop import PARAMETER_DTYPES, model_of
+    model = model_of(config).to(PARAMETER_DTYPES[config.precision])
+    return model, {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def compare_runs(config: TrainConfig, one_device_state: dict, many_state: dict) -> Verdict:
+    model, initial = initial_state(config)
+    return compare(model, initial, one_device_state, many_state,
+                   steps=config.steps_per_epoch, precision=config.precision,
+                   sync_batchnorm=config.sync_batchnorm)
+
+
+def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -> Verdict:
+    """The two runs on the cluster (k workers, then one), compared: in fp64, or in
+    fp32 where the model does not run in fp64."""
+    from ray.train import TrainingFailedError
+
+    from orchestrator.driver.trial import run_trial
+    from orchestrator.training.checkpoint import load_checkpoint
+
+    def final_state(check: TrainConfig, label: str) -> dict:
+        result = run_trial(check, data_ref, name=f"{name}-{label}", storage_path=storage_path)
+        with result.checkpoint.as_directory() as folder:
+            state, _, _ = load_checkpoint(Path(folder))
+        if state is None:
+            raise TrainingFailedError(f"the {label} run diverged")
+        return state["model"]
+
+    for precision in ("fp64", "fp32"):
+        check = check_config(config, precision)
+        print(f"checking: {check.num_workers} workers, then 1 device, {check.steps_per_epoch} "
+              f"steps of global batch {check.global_batch_size} in {precision}, sync "
+              f"{check.sync}, split {check.split}")
+        try:
+            many = final_state(check, f"{check.num_workers}w")
+            one = final_state(dataclasses.replace(check, num_workers=1), "1w")
+        except TrainingFailedError as error:
+            if precision == "fp32":
+                raise
+            print(f"the model did not train in fp64 ({str(error).splitlines()[0]}); "
+                  f"checking in fp32, with a looser tolerance")
+            continue
+        return compare_runs(check, one, many)
+    raise AssertionError("unreachable")
