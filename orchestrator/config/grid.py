@@ -114,6 +114,12 @@ class SweepConfig:
             require_int(self.baseline_threads, "baseline threads", minimum=0)
         if self.study == "exercises":
             _check_one_value_each(self)
+            if not self.base.is_book_model:
+                raise UserError(
+                    f"the exercises study answers the book's exercises, about its own networks "
+                    f"on Fashion-MNIST; for {self.base.model} on {self.base.dataset} sweep a "
+                    f"grid (--study grid, as every other preset does): its answer sheet asks "
+                    f"the same questions of any model")
         _check_tracking(self.tracking, self.tracking_uri)
         _ = self.grid  # every grid point is a valid TrainConfig, or this raises
 

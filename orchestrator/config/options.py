@@ -127,7 +127,10 @@ class TrainConfig:
                             f"or your own as package.module:function")
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise UserError(f"--dataset must name a data set, got {self.dataset!r}")
-        object.__setattr__(self, "input_shape", tuple(self.input_shape))
+        # A tuple; a JSON list, or Tune's config's "1x28x28" (tune_experiment.py), read back.
+        shape = self.input_shape
+        object.__setattr__(self, "input_shape", tuple(
+            int(size) for size in (shape.split("x") if isinstance(shape, str) else shape)))
         require_int(self.num_workers, "number of workers", minimum=1)
         require_int(self.global_batch_size, "batch size", minimum=1)
         if self.global_batch_size < self.num_workers:

@@ -321,8 +321,12 @@ def _progress_table() -> tune.CLIReporter:
 
 def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) -> dict:
     placement = (placements or {}).get(point.train.num_workers)
+    # The image shape as text ("1x28x28"), which TrainConfig reads back: Tune's
+    # TensorBoard logger keeps scalars and text of a trial's config, and says at
+    # every trial that it dropped a tuple.
+    train = {**point.train.to_dict(), "input_shape": "x".join(map(str, point.train.input_shape))}
     return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
-            "train": point.train.to_dict(),
+            "train": train,
             "placement": placement.to_dict() if placement else None}
 
 

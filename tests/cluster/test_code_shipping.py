@@ -1,6 +1,7 @@
 """Code on every node: attached to a cluster, a sweep ships this package with
 its job (py_modules), so a node that cannot import it still runs the trials;
-without shipping, the same trial fails on that import."""
+without shipping, the same trial fails on that import. The user's own model
+and data set modules (`--model`, `--dataset`) travel the same way."""
 
 import ast
 import os
@@ -21,17 +22,19 @@ pytestmark = [pytest.mark.skipif(
     reason="a node without the package needs a mount namespace (root)")]
 
 PACKAGE_DIR = REPO / "orchestrator"
+EXAMPLES_DIR = REPO / "examples"
 TINY = ["--workers", "2", "--epochs", "1", "--train-limit", "2048", "--test-limit", "500",
         "--batch-size", "64", "--lr", "0.1", "--no-calibrate", "--max-failures", "0"]
 
 
 @pytest.fixture(scope="module")
 def cluster_without_the_package_on_w2():
-    """A head of no CPU and two 1-CPU worker nodes, w2 without the package: a
-    2-worker trial puts one worker there."""
+    """A head of no CPU and two 1-CPU worker nodes, w2 without the package nor
+    the examples: a 2-worker trial puts one worker there."""
     assert orchestrator.__file__ == str(PACKAGE_DIR / "__init__.py")
-    with netns_cluster.netns_cluster(3, 1, head_cpus=0,
-                                     private_path=os.pathsep.join(_package_dirs())) as cluster:
+    with netns_cluster.netns_cluster(
+            3, 1, head_cpus=0,
+            private_path=os.pathsep.join([*_package_dirs(), str(EXAMPLES_DIR)])) as cluster:
         yield cluster
         pids = cluster.pids()
     assert cluster.leftovers(pids) == ([], [])
@@ -84,3 +87,32 @@ def test_a_node_that_cannot_import_the_package_runs_its_worker(
     trials = pd.read_csv(out_dir / "trials.csv")
     assert trials["status"].tolist() == ["failed"], trials
     assert "No module named 'orchestrator" in run.stdout + run.stderr
+
+
+def test_your_own_model_and_data_travel_with_the_job(cluster_without_the_package_on_w2,
+                                                     tmp_path):
+    """The sweep of examples/own_model.py attached to the cluster: its module
+    ships beside the package, a worker on w2 (which cannot import it) builds
+    the model, and the report carries the scaling model and the answers written
+    for a model not the book's."""
+    cluster = cluster_without_the_package_on_w2
+    imports = [sys.executable, "-c", "import examples.own_model"]
+    hidden = cluster.run_in("w2", imports, cwd=REPO, timeout=hang_limit(60))
+    assert "No module named 'examples.own_model'" in hidden.stderr, hidden.stderr
+
+    out_dir = tmp_path / "own"
+    run = sweep_on(cluster, "--model", "examples.own_model:cnn", "--dataset",
+                   "examples.own_model:tops", "--workers", "1,2", "--epochs", "2",
+                   "--train-limit", "2048", "--test-limit", "500", "--batch-size", "64",
+                   "--lr", "0.05", "--max-failures", "0", "--out", str(out_dir),
+                   "--storage", str(tmp_path / "own-storage"), env=cluster.env())
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"shipping {EXAMPLES_DIR} to every node with the job (py_modules)" in run.stdout
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    pair = epochs[epochs["num_workers"] == 2]["worker_nodes"].iloc[0]
+    ids = cluster.node_ids()
+    assert sorted(ast.literal_eval(pair)) == sorted([ids["w1"], ids["w2"]])
+    assert set(epochs["model"]) == {"examples.own_model:cnn"}
+    report = (out_dir / "report.md").read_text()
+    assert "## Scaling model" in report and "### How many workers are worth it" in report
+    assert "### 13.5.1" not in report

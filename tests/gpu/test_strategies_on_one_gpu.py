@@ -64,7 +64,8 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
     try:
         models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=SMALL_RESNET_WIDTH)
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
+        loop.build_model = lambda name, *, seed, **shape: build_model(
+            name, seed=seed + 1000 * rank, **shape)
         runs = {case: _run(_on_gpu(case, num_workers), dataset) for case in CASES}
         for sync in SPLIT_SYNCS:
             runs[("split", sync)] = _run(_split_on_gpu(num_workers, sync), dataset)

@@ -112,7 +112,8 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
     try:
         torch.set_num_threads(1)
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
+        loop.build_model = lambda name, *, seed, **shape: build_model(
+            name, seed=seed + 1000 * rank, **shape)
         overrides = ({"split": "proportional", "split_interval_steps": 1, "evals_per_epoch": 2}
                      if num_workers == 3 else {})
         history, state = run_here(_delayed(num_workers=num_workers, **overrides), dataset)

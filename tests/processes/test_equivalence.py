@@ -51,7 +51,8 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
         torch.set_num_threads(1)
         _small_resnet()
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
+        loop.build_model = lambda name, *, seed, **shape: build_model(
+            name, seed=seed + 1000 * rank, **shape)
         for case in LENET_CASES + RESNET_CASES:
             # gloo: k spinning shared-memory waits on 2 busy cores would crawl;
             # tests/cluster/test_equivalence_on_ray.py sums through shared memory.
@@ -142,7 +143,8 @@ def _sync_batchnorm_body(rank: int, port: int, dataset, results) -> None:
                             world_size=2, device_id=device)
     try:
         _small_resnet()
-        loop.build_model = lambda name, *, seed: build_model(name, seed=seed + 1000 * rank)
+        loop.build_model = lambda name, *, seed, **shape: build_model(
+            name, seed=seed + 1000 * rank, **shape)
         history, state = run_here(equivalence_config(RESNET_CASES[0], num_workers=2, use_gpu=True,
                                                      sync_batchnorm=True), dataset, device)
         if rank == 0:

@@ -95,6 +95,10 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     efficiency = ("" if math.isnan(best["efficiency"]) else
                   f", at an efficiency of {best['efficiency']:.2f} with "
                   f"{percent(best['sync_share'])} of each epoch in gradient sync")
+    if best["efficiency"] > 1:
+        efficiency += (" (above 1: each worker's smaller shard ran faster per example, in "
+                       "its caches, or the times carry their noise, "
+                       f"{noise.time_label()} in this sweep)")
     return (f"With {label}: " + "; ".join(steps) + f". More workers paid up to {paid}"
             + (" (the most this sweep ran)" if paid == group["num_workers"].max() else "")
             + efficiency + "." + accuracy)
@@ -122,7 +126,9 @@ def _lrs(summary: pd.DataFrame) -> list[str]:
     table = isolation_table(summary)
     if table.empty:
         return ["No trial finished."]
-    lines = [markdown_table(table[["num_workers", "batch_size", "batch_scaling", "lrs_searched",
+    varying = [column for column in ("sync", "split", "precision", "batch_scaling")
+               if table[column].nunique() > 1]
+    lines = [markdown_table(table[[*varying, "num_workers", "batch_size", "lrs_searched",
                                    "best_lr", "best_final_test_acc", "trials", "on_edge"]])]
     if summary["base_lr"].nunique() < 2:
         lines.append("One learning rate ran: `--lr 0.05,0.1,0.2,0.4` searches a range at "

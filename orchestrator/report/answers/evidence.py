@@ -29,6 +29,10 @@ WORK_KEYS = ["model", "sync", "transport", "split", "precision", "threads_per_wo
              "straggler_slowdown", "num_workers", "global_batch_size", "momentum"]
 # Trials that share these as well differ only in the seed: replicas.
 CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs"]
+# At one worker these strategies run the same code, the base class's step with
+# no sync (GradientSync.synchronize returns at once): their 1-worker trials are
+# the same work, and what separates their times is noise.
+IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
 # What a cell averages over its replicas; the rest is the configuration's own.
 MEASURES = ["epoch_s", "mean_epoch_time_s", "mean_eval_time_s", "final_test_acc",
             "best_test_acc", "samples_per_s", "sync_share", "speedup", "efficiency"]
@@ -64,7 +68,9 @@ class Noise:
         groups, trials = self.time_groups
         if groups:
             time = (f"Time noise: identical work (trials that differ only in the seed or the "
-                    f"lr, which change the weights, not the work of an epoch) varied by up to "
+                    f"lr, which change the weights, not the work of an epoch, or at one worker "
+                    f"only in the sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which "
+                    f"sum nothing there) varied by up to "
                     f"{percent(self.time_fraction)} in epoch time, over {groups} group(s) of "
                     f"{trials} trials across the sweep.")
         else:
@@ -142,7 +148,9 @@ def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 
     identical work, the accuracy noise from every configuration run with several seeds."""
     usable = summary[summary["status"] != Status.FAILED]
     timed_trials = usable.dropna(subset=["epoch_s"])
-    time_groups = [group["epoch_s"] for _, group in timed_trials.groupby(WORK_KEYS)
+    alone = (timed_trials["num_workers"] == 1) & timed_trials["sync"].isin(IDLE_AT_ONE_WORKER)
+    same_work = timed_trials.assign(sync=timed_trials["sync"].where(~alone, "no sync"))
+    time_groups = [group["epoch_s"] for _, group in same_work.groupby(WORK_KEYS)
                    if len(group) > 1]
     if time_groups:
         time_fraction = max((group.max() - group.min()) / group.median() for group in time_groups)

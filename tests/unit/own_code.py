@@ -1,0 +1,84 @@
+"""Models and data sets of a user's own, good and bad, as `--model` and `--dataset`
+name them (`own_code:<function>`, importable from tests/); test_own_model.py
+uses them."""
+
+import numpy as np
+import torch
+from torch import nn
+
+IMPORTED_AT_LEAST_ONCE = True
+NOT_A_FUNCTION = 3
+
+
+def mlp(num_classes, input_shape):
+    channels, height, width = input_shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, 32), nn.ReLU(),
+                         nn.Linear(32, num_classes))
+
+
+def returns_a_string(num_classes, input_shape):
+    return "not a module"
+
+
+def wrong_logits(num_classes, input_shape):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes + 1))
+
+
+def eager_wrong_logits(num_classes, input_shape):
+    channels, height, width = input_shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, num_classes + 1))
+
+
+def lazy(num_classes, input_shape):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+
+def raises(num_classes, input_shape):
+    raise RuntimeError("no such width")
+
+
+def _pixels(count: int, shape: tuple, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (count, *shape), dtype=np.uint8)
+
+
+def grey_pairs():
+    """A pair of uint8 arrays N x H x W and integer tensors: 3 classes."""
+    train = (_pixels(96, (20, 20), 0), torch.arange(96) % 3)
+    test = (_pixels(30, (20, 20), 1), torch.arange(30) % 3)
+    return train, test
+
+
+def colour_datasets():
+    """Map-style Datasets of (float tensor C x H x W, int): 5 classes, 3x16x16."""
+    generator = torch.Generator().manual_seed(0)
+    train = torch.utils.data.TensorDataset(torch.randn(40, 3, 16, 16, generator=generator),
+                                           torch.arange(40) % 5)
+    test = torch.utils.data.TensorDataset(torch.randn(10, 3, 16, 16, generator=generator),
+                                          torch.arange(10) % 5)
+    return train, test
+
+
+def shapes_differ():
+    return (_pixels(8, (20, 20), 0), np.zeros(8)), (_pixels(4, (24, 24), 1), np.zeros(4))
+
+
+def labels_short():
+    return (_pixels(8, (20, 20), 0), np.arange(7) % 2), (_pixels(4, (20, 20), 1), np.arange(4) % 2)
+
+
+def negative_labels():
+    return (_pixels(8, (20, 20), 0), np.arange(8) - 1), (_pixels(4, (20, 20), 1), np.arange(4))
+
+
+def one_class():
+    return (_pixels(8, (20, 20), 0), np.zeros(8, int)), (_pixels(4, (20, 20), 1), np.zeros(4, int))
+
+
+def not_finite():
+    images = np.zeros((8, 1, 20, 20), dtype=np.float32)
+    images[3, 0, 2, 2] = np.nan
+    return (images, np.arange(8) % 2), (images[:4], np.arange(4) % 2)
+
+
+def not_a_pair():
+    return [1, 2, 3]
