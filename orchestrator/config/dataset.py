@@ -19,12 +19,6 @@ class DataFacts:
     input_shape: tuple[int, ...] = (1, 28, 28)
     num_classes: int = 10
 
-    def describe(self) -> str:
-        """For the plan line and the report: "fashion-mnist (60000 train / 10000 test,
-        1x28x28, 10 classes)"."""
-        return (f"{self.name} ({self.train_size} train / {self.test_size} test, "
-                f"{'x'.join(map(str, self.input_shape))}, {self.num_classes} classes)")
-
 
 def shard_bounds(total: int, num_shards: int, rank: int) -> tuple[int, int]:
     """[start, stop) of shard `rank` when `total` items are split as evenly as possible.

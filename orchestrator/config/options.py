@@ -253,11 +253,6 @@ class TrainConfig:
         exercises are about (the report answers them for these only)."""
         return self.model in MODELS and self.dataset == FASHION_MNIST
 
-    @property
-    def facts(self) -> DataFacts:
-        return DataFacts(self.dataset, self.train_size, self.test_size, self.input_shape,
-                         self.num_classes)
-
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -53,14 +53,14 @@ def code_to_ship(reference: str) -> Path | None:
     site-packages, which every node is expected to have as it has torch."""
     top = reference.partition(":")[0].split(".")[0]
     module = import_module(top, reference, option="the reference")
-    location = getattr(module, "__file__", None)
-    if location is None:  # a namespace package: its one folder
-        paths = list(getattr(module, "__path__", []))
-        location = paths[0] + "/__init__.py" if len(paths) == 1 else None
-    if location is None:
-        return None
-    path = Path(location).resolve()
-    shipped = path.parent if path.name == "__init__.py" else path
+    if getattr(module, "__file__", None):
+        path = Path(module.__file__).resolve()
+        shipped = path.parent if path.name == "__init__.py" else path
+    else:  # a namespace package: its folder, when it has one
+        folders = list(getattr(module, "__path__", []))
+        if len(folders) != 1:
+            return None
+        shipped = Path(folders[0]).resolve()
     if "site-packages" in shipped.parts or "dist-packages" in shipped.parts:
         return None
     return shipped

@@ -47,6 +47,10 @@ def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
         max_failures=0)
 
 
+class Diverged(Exception):
+    """A run of the check diverged: its weights, not finite, compare to nothing."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     agree: bool
@@ -149,7 +153,8 @@ def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -
         with result.checkpoint.as_directory() as folder:
             state, _, _ = load_checkpoint(Path(folder))
         if state is None:
-            raise TrainingFailedError(f"the {label} run diverged")
+            raise Diverged(f"the {label} run diverged at lr {check.lr:g}: check at a smaller "
+                           f"--lr")
         return state["model"]
 
     for precision in ("fp64", "fp32"):

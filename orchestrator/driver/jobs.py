@@ -81,9 +81,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
             try:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)
-            except TrainingFailedError as error:
-                return RunOutcome(f"equivalence: not checked, training failed: {error}",
-                                  failed=True)
+            except (TrainingFailedError, equivalence.Diverged) as error:
+                return RunOutcome(f"equivalence: not checked: {error}", failed=True)
             return RunOutcome(verdict.line(config.num_workers), failed=not verdict.agree)
         try:
             result = run_trial(config, ray.put(dataset), name=name,

@@ -103,7 +103,8 @@ def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:
 
 
 def gradient_bytes(model: str, precision: str, bucket_cap_mb: float, *,
-                   num_classes: int = NUM_CLASSES, input_shape: tuple[int, ...] = INPUT_SHAPE) -> dict:
+                   num_classes: int = NUM_CLASSES,
+                   input_shape: tuple[int, ...] = INPUT_SHAPE) -> dict:
     """What one step's sync sends, as the strategies lay it out: one message per
     parameter tensor (scratch), one per bucket of at most `bucket_cap_mb` (bucketed,
     ddp); sharded's flat buffer is their sum. The model as the run's data set

@@ -33,10 +33,6 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
                   ".ppm")
 
 
-def is_folder(spec: str) -> bool:
-    return spec != FASHION_MNIST and not REFERENCE.match(spec)
-
-
 def facts(spec: str, data_dir: str | None = None) -> DataFacts:
     """What a run needs to know of its data set before it starts; Fashion-MNIST's
     without reading it (its files are checked when it is loaded)."""

@@ -6,7 +6,6 @@ import numpy as np
 import torch
 from torch import nn
 
-IMPORTED_AT_LEAST_ONCE = True
 NOT_A_FUNCTION = 3
 
 
@@ -18,10 +17,6 @@ def mlp(num_classes, input_shape):
 
 def returns_a_string(num_classes, input_shape):
     return "not a module"
-
-
-def wrong_logits(num_classes, input_shape):
-    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes + 1))
 
 
 def eager_wrong_logits(num_classes, input_shape):

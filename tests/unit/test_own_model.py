@@ -31,14 +31,16 @@ RECORDED = Path(__file__).parents[1] / "data" / "own-model-sweep"
 
 
 def test_a_model_of_the_users_own_is_built_seeded_and_checked_on_a_batch():
-    assert check_model("own_code:mlp", num_classes=3, input_shape=(1, 20, 20)) == 400 * 32 + 32 + 32 * 3 + 3
+    assert check_model("own_code:mlp", num_classes=3, input_shape=(1, 20, 20)) == (
+        400 * 32 + 32 + 32 * 3 + 3)
     first, again, other = (build_model("own_code:mlp", seed=seed, num_classes=3,
                                        input_shape=(1, 20, 20)) for seed in (0, 0, 1))
     assert torch.equal(first[1].weight, again[1].weight)  # the seed repeats its own init
     assert not torch.equal(first[1].weight, other[1].weight)
     # The book's LeNet drawn for other images: its dense layer takes their size.
     assert build_model("lenet", seed=0, num_classes=4, input_shape=(3, 32, 32))[0].in_channels == 3
-    assert build_model("lenet", seed=0, num_classes=4, input_shape=(1, 32, 32))[7].in_features == 50 * 5 * 5
+    lenet = build_model("lenet", seed=0, num_classes=4, input_shape=(1, 32, 32))
+    assert lenet[7].in_features == 50 * 5 * 5 and lenet[9].out_features == 4
 
 
 @pytest.mark.parametrize("reference, fragment", [
@@ -201,7 +203,8 @@ def test_the_users_modules_ship_with_an_attached_job(monkeypatch):
     shipped = job_env.user_code(config)
     assert shipped == (REPO / "examples", Path(__file__).with_name("own_code.py"))
     assert job_env.attached_runtime_env({}, shipped)["py_modules"] == [
-        str(job_env.PACKAGE_DIR), str(REPO / "examples"), str(Path(__file__).with_name("own_code.py"))]
+        str(job_env.PACKAGE_DIR), str(REPO / "examples"),
+        str(Path(__file__).with_name("own_code.py"))]
     # The book's model and data set: nothing of the user's to ship.
     assert job_env.user_code(TrainConfig()) == ()
     # Submitted with a working directory that holds the user's code: it travels with the job.

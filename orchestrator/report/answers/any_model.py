@@ -47,14 +47,14 @@ def answers(summary: pd.DataFrame, scaling, noise: Noise) -> list[tuple[str, lis
 
 
 def intro(summary: pd.DataFrame) -> str:
+    model, dataset = _one(summary, "model"), _one(summary, "dataset")
     return (f"The book's seven exercises (13.5.1 to 13.6.3) are about its own networks, "
-            f"LeNet and ResNet-18, on Fashion-MNIST; this sweep trained "
-            f"`{_one(summary, 'model')}` on `{_one(summary, 'dataset')}`. The questions "
-            f"below are those the chapters ask of any model, answered from this sweep's "
-            f"trials; `--preset exercises` answers the book's own. Whether k workers train "
-            f"exactly as one device is a property of the model (BatchNorm's batch "
-            f"statistics break it): `python experiments/train.py --model ... --dataset ... "
-            f"--workers 2 --check-equivalence` checks it.")
+            f"LeNet and ResNet-18, on Fashion-MNIST; this sweep trained `{model}` on "
+            f"`{dataset}`. The questions below are those the chapters ask of any model, "
+            f"answered from this sweep's trials; `--preset exercises` answers the book's "
+            f"own. Whether k workers train exactly as one device is a property of the model "
+            f"(BatchNorm's batch statistics break it): `python experiments/train.py --model "
+            f"{model} --dataset {dataset} --workers 2 --check-equivalence` checks it.")
 
 
 def _workers(usable: pd.DataFrame, noise: Noise, command: str) -> list[str]:
