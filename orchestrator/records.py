@@ -41,14 +41,18 @@ ROOT_FUNNEL = "root"
 # steps waited) only where communication ran behind computation (--sync delayed).
 # backend: the process group's (nccl, gloo; "none" in a group of one) beside the
 # transport the sums went over: GPU workers that share a device sum over gloo.
+# grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
+# measurements (training/loop.py GradientNoise; report/noise_scale.py), NaN where
+# the strategy does not expose them.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
                  "wall_s",
                  "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
                  "worker_compute_s", "lr", "momentum", "sync", "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
-                 "transport", "backend", "model", "device", "devices", "worker_nodes", "status",
-                 "run_started_unix_s", "ended_unix_s"]
+                 "transport", "backend", "model", "dataset", "device", "devices", "worker_nodes",
+                 "status", "run_started_unix_s", "ended_unix_s",
+                 "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from orchestrator.records import Status
-from orchestrator.report import time_to_accuracy
+from orchestrator.report import noise_scale, time_to_accuracy
 
 # A speedup compares trials of one momentum, strategy, split and precision.
 SPEEDUP_AXES = ["momentum", "sync", "split", "precision"]
@@ -58,7 +58,8 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     per_trial = per_trial.join(timed)
     summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
         time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
-        right_index=True, how="left")
+        right_index=True, how="left").merge(noise_scale.per_trial(epochs), on="trial_id",
+                                            how="left")
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
     nodes = trial_nodes(epochs)
     summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]

@@ -220,6 +220,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     sync.module.train()
     sync.sync_time_s = 0.0
     check = NonFiniteCheck(sync, device)
+    noise = GradientNoise(device) if GradientNoise.applies(config) else None
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
     status = Status.OK
@@ -235,7 +236,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         shard_start, shard_stop = split.bounds()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         y = labels[index].long()
-        outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer)
+        outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer,
+                              noise)
         if outcome is None:
             status = Status.DIVERGED
             break
@@ -259,7 +261,10 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
         status = Status.DIVERGED
-    totals = allreduce_(torch.stack([loss_sum, num_correct]))
+    # The noise probe's shard sums ride on the epoch's one collective (zeros without it).
+    shard_sums = noise.shard_sums if noise is not None else torch.zeros(
+        2, dtype=torch.float64, device=device)
+    totals = allreduce_(torch.cat([torch.stack([loss_sum, num_correct]), shard_sums]))
     num_examples = max(num_steps, 1) * batch_size
     train_loss = totals[0].item() / num_examples if status == Status.OK else math.nan
     # the same all-reduced value, so the same verdict everywhere
@@ -272,6 +277,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
         "sync_in_flight_s": sync.in_flight_s,
+        **(noise.epoch_metrics(totals[2:], num_steps, config.num_workers) if noise is not None
+           else GradientNoise.NOT_MEASURED),
         "status": status,
         **split.end_epoch(num_steps),
     }
@@ -285,7 +292,8 @@ def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
 
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                 labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck",
-                timer: DeviceTimer) -> tuple[torch.Tensor, torch.Tensor] | None:
+                timer: DeviceTimer, noise: "GradientNoise | None" = None
+                ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
     forward, loss over the global batch, backward, gradient sync, SGD step.
 
@@ -301,9 +309,13 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     # the single-device mean gradient, even when shards differ in size.
     (losses.sum() / config.global_batch_size).backward()
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
+    if noise is not None:
+        noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
     sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
     if check.failed():
         return None
+    if noise is not None:
+        noise.add_batch(check.last_norm)
     sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
     sync.zero_grad()
     return losses.detach(), logits.detach()
@@ -325,15 +337,66 @@ class NonFiniteCheck:
         self.num_steps = 0
 
     def failed(self) -> bool:
-        """Counts this step's gradients; True if this step reads a nonzero count."""
+        """Counts this step's gradients; True if this step reads a nonzero count.
+        `last_norm` keeps their norm (the noise probe's batch gradient)."""
         grads = self.sync.summed_grads()
-        self.count += ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
+        self.last_norm = torch.nn.utils.get_total_norm(grads)
+        self.count += ~torch.isfinite(self.last_norm)
         self.num_steps += 1
         return self.num_steps % self.interval_steps == 0 and self.read()
 
     def read(self) -> bool:
         """Whether any step so far had a non-finite gradient, on any worker."""
         return bool(self.sync.agreed_count(self.count).item())
+
+
+class GradientNoise:
+    """The gradient noise scale's two measurements, free in data-parallel training
+    (McCandlish et al., 2018, "An Empirical Model of Large-Batch Training",
+    appendix A.1): each worker's gradient over its shard of b examples and the
+    summed gradient over the global batch B are two unbiased estimates of the
+    true gradient G at two batch sizes, E|g_b|^2 = |G|^2 + tr(S)/b, from which
+    the report solves for the noise tr(S) and |G|^2 (report/noise_scale.py).
+
+    Measured where a worker holds its own shard's gradient before the sum and
+    the whole sum after it: scratch, bucketed and root on two workers or more
+    (ddp sums inside backward, sharded and delayed hold parts or late sums).
+    Accumulated on the device; read once an epoch with the loss's collective.
+    """
+
+    SYNCS = ("scratch", "bucketed", "root")
+    NOT_MEASURED = {"grad_sq_shard": math.nan, "grad_sq_batch": math.nan,
+                    "noise_shard_examples": math.nan}
+
+    @classmethod
+    def applies(cls, config: TrainConfig) -> bool:
+        return config.num_workers > 1 and config.sync in cls.SYNCS
+
+    def __init__(self, device: torch.device):
+        # Summed over steps: this worker's |g_b|^2 and 1/b; the batch's |G_B|^2.
+        self.shard_sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.batch_sq = torch.zeros((), dtype=torch.float64, device=device)
+
+    def add_shard(self, grads: list[torch.Tensor], shard_examples: int,
+                  global_batch_size: int) -> None:
+        """The shard's gradient before the sum: its losses were divided by the global
+        batch, so its mean gradient is B/b times it."""
+        norm = torch.nn.utils.get_total_norm(grads).double() * (global_batch_size / shard_examples)
+        self.shard_sums += torch.stack([norm.square(), norm.new_tensor(1 / shard_examples)])
+
+    def add_batch(self, norm: torch.Tensor) -> None:
+        """The summed gradient's norm: the global batch's mean gradient."""
+        self.batch_sq += norm.double().square()
+
+    def epoch_metrics(self, shard_totals: torch.Tensor, num_steps: int,
+                      num_workers: int) -> dict:
+        """The epoch's means: |g_b|^2 over every worker and step, |G_B|^2 over the
+        steps, and the shard's size (the harmonic mean of each worker's)."""
+        if num_steps == 0:
+            return dict(self.NOT_MEASURED)
+        shard_sq, inverse = (shard_totals / (num_workers * num_steps)).tolist()
+        return {"grad_sq_shard": shard_sq, "grad_sq_batch": self.batch_sq.item() / num_steps,
+                "noise_shard_examples": 1 / inverse}
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,

@@ -22,6 +22,7 @@ transport.
 """
 
 import functools
+import math
 
 import pytest
 import torch
@@ -114,6 +115,29 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     # The optimizer state is the whole model's on every strategy (sharded gathers its parts).
     assert state["optimizer"]["param_groups"] == want_state["optimizer"]["param_groups"]
     assert state["optimizer"]["state"].keys() == want_state["optimizer"]["state"].keys()
+
+
+def test_the_gradient_noise_measurements_are_the_strategies_own_sums(k_worker_runs):
+    """The noise scale's two squared norms (loop.GradientNoise) are of the same
+    gradients whichever exact strategy summed them: scratch's, bucketed's and
+    root's agree to fp64 rounding; the strategies that hold no shard gradient
+    before the sum record none."""
+    num_workers, results = k_worker_runs
+    shards = [257 // num_workers + (rank < 257 % num_workers) for rank in range(num_workers)]
+    harmonic = num_workers / sum(1 / shard for shard in shards)
+    reference = results[("scratch", "lenet", 257, "fp64", "nchw")][0]
+    for row in reference:
+        # A shard's mean gradient is noisier than the batch's: a larger squared norm.
+        assert row["grad_sq_shard"] > row["grad_sq_batch"] > 0
+        assert row["noise_shard_examples"] == pytest.approx(harmonic, rel=1e-12)
+    for sync in ("bucketed", "root"):
+        history = results[(sync, "lenet", 257, "fp64", "nchw")][0]
+        for row, want in zip(history, reference, strict=True):
+            for column in ("grad_sq_shard", "grad_sq_batch"):
+                assert row[column] == pytest.approx(want[column], rel=FP64_RTOL), (sync, column)
+    for sync in ("ddp", "sharded"):
+        history = results[(sync, "lenet", 257, "fp64", "nchw")][0]
+        assert all(math.isnan(row["grad_sq_batch"]) for row in history), sync
 
 
 def test_per_worker_batchnorm_is_not_the_one_device_optimizer(k_worker_runs, one_device_runs):

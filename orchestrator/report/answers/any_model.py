@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from orchestrator.records import Status
+from orchestrator.report import noise_scale
 from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, cells, compare_acc,
                                                   compare_times, percent, seeds_text, timed,
                                                   with_speedups)
@@ -139,7 +140,9 @@ def _lrs(summary: pd.DataFrame) -> list[str]:
                      "batches, `--batch-scaling per-worker`) usually wants a larger lr, by "
                      "the linear scaling rule with warm-up (Goyal et al., 2017), up to the "
                      "gradient noise scale's limit (McCandlish et al., 2018).")
-    return lines
+    batch = int(summary["global_batch_size"].min())
+    large_batch = noise_scale.large_batch_text(summary, (batch, 16 * batch))
+    return lines + ([large_batch] if large_batch else [])
 
 
 def _forecast(summary: pd.DataFrame, scaling, model: str) -> list[str]:

@@ -10,11 +10,13 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND
                                                   part_trials, percent, seeds_text, timed,
                                                   with_speedups, within_noise)
 from orchestrator.records import Status
+from orchestrator.report import noise_scale
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
 
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
+BOOK_BATCH = 256  # 13.6's batch
 
 
 def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
@@ -53,8 +55,11 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     else:
         paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
                       f"`{GPU_COMMAND}` trains it."]
+    # 13.6's batch of 256 on 16 GPUs the book's way, 256 each: a global batch of 4096.
+    large_batch = noise_scale.large_batch_text(
+        summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
     return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
-        scaling, rule_held_up_to, noise)
+        scaling, rule_held_up_to, noise) + ([large_batch] if large_batch else [])
 
 
 def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:

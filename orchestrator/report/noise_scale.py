@@ -1,0 +1,96 @@
+"""The gradient noise scale of a trial, from what its workers measured for free
+(training/loop.py, `GradientNoise`): McCandlish, Kaplan, Amodei et al. (2018),
+"An Empirical Model of Large-Batch Training", appendix A.1.
+
+A mean gradient over b examples has E|g_b|^2 = |G|^2 + tr(S)/b, for the true
+gradient G and the per-example covariance S. Each worker's shard (b examples)
+and the summed gradient (the global batch B) are two such measurements every
+step; averaged over an epoch (numerator and denominator apart, as the paper
+does) they give
+
+    tr(S)  = (|g_b|^2 - |G_B|^2) / (1/b - 1/B)
+    |G|^2  = (B |G_B|^2 - b |g_b|^2) / (B - b)
+    B_simple = tr(S) / |G|^2,
+
+the simple noise scale, which the paper found to predict the critical batch
+size: below it a larger batch saves steps almost one for one, above it it
+mostly spends more examples. Their model of the trade-off: reaching a given
+loss takes (1 + B_noise/B) times the fewest steps and (1 + B/B_noise) times
+the fewest examples.
+"""
+
+import math
+
+import pandas as pd
+
+COLUMNS = ["grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
+
+
+def per_trial(epochs: pd.DataFrame) -> pd.DataFrame:
+    """Each measured trial's B_simple over its epochs after the first (the means of
+    the two squared norms, then solved), and in its last epoch; NaN where the
+    estimate is not positive (noise larger than the signal it measures)."""
+    if not set(COLUMNS) <= set(epochs.columns):
+        return pd.DataFrame(columns=["trial_id", "noise_scale", "noise_scale_last"])
+    measured = epochs.dropna(subset=COLUMNS)
+    rows = []
+    for trial_id, history in measured.sort_values("epoch").groupby("trial_id"):
+        steady = history[history["epoch"] > history["epoch"].min()] if len(history) > 1 \
+            else history
+        batch = float(history["global_batch_size"].iloc[0])
+        rows.append({"trial_id": trial_id,
+                     "noise_scale": simple(steady["grad_sq_shard"].mean(),
+                                           steady["grad_sq_batch"].mean(),
+                                           steady["noise_shard_examples"].mean(), batch),
+                     "noise_scale_last": simple(*history[COLUMNS].iloc[-1], batch)})
+    return pd.DataFrame(rows, columns=["trial_id", "noise_scale", "noise_scale_last"])
+
+
+def simple(shard_sq: float, batch_sq: float, shard: float, batch: float) -> float:
+    """B_simple from the mean squared norms at the shard's size and the batch's."""
+    if not shard < batch:
+        return math.nan
+    trace = (shard_sq - batch_sq) / (1 / shard - 1 / batch)
+    signal = (batch * batch_sq - shard * shard_sq) / (batch - shard)
+    return trace / signal if trace > 0 and signal > 0 else math.nan
+
+
+def examples_factor(batch: float, noise_scale: float) -> float:
+    """(1 + B/B_noise): the examples a batch of B spends to reach a given loss, over
+    the fewest any batch could (McCandlish et al., 2018, eq. 2.11)."""
+    return 1 + batch / noise_scale
+
+
+def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
+                     model: str | None = None) -> str | None:
+    """What the measured noise scale says of a larger global batch's accuracy per
+    epoch: `batches` (a batch the sweep ran, the larger one asked about), from
+    `model`'s trials where they measured it, else from every measured trial's
+    (the text names which); None where no trial measured it."""
+    measured = summary.dropna(subset=["noise_scale"]) if "noise_scale" in summary else summary[:0]
+    if model is not None and (measured["model"] == model).any():
+        measured = measured[measured["model"] == model]
+    if measured.empty:
+        return None
+    values = measured["noise_scale"]
+    models = ", ".join(sorted(measured["model"].unique()))
+    if model is not None and model not in models:
+        models += f"; {model}'s was not measured"
+    estimate = float(values.median())
+    small, large = batches
+    more = examples_factor(large, estimate) / examples_factor(small, estimate)
+    spread = (f"from {values.min():.3g} to {values.max():.3g} over {len(values)} trials"
+              if len(values) > 1 else "one trial")
+    return (f"How a larger batch trains, measured: the gradient noise scale (McCandlish et "
+            f"al., 2018), read for free from each worker's shard gradient and their sum in "
+            f"this sweep's multi-worker trials of {models}, is B_simple = {estimate:.3g} "
+            f"examples (the median; {spread}; epochs after the first). Their experiments found it near the "
+            f"critical batch, within an order of magnitude: below it a larger batch saves "
+            f"steps almost one for one, above it mostly spends examples. By their model, "
+            f"reaching a given loss takes (1 + B/B_noise) times the fewest examples any "
+            f"batch could: {examples_factor(small, estimate):.2f}x at global batch {small}, "
+            f"{examples_factor(large, estimate):.2f}x at {large}, so about {more:.1f}x the "
+            f"epochs of batch {small} for the same loss at {large} (a what-if from their "
+            f"model and this estimate, the lr re-tuned for the batch as Goyal et al. (2017) "
+            f"do). The noise scale grows as the loss falls, so this early-training estimate "
+            f"understates what later training tolerates.")

@@ -1,0 +1,72 @@
+"""The gradient noise scale (McCandlish et al., 2018, appendix A.1) from the two
+squared norms the workers record (report/noise_scale.py): exact on the
+expectations, recovered from simulated gradients whose noise is known, and
+the large-batch sentence the answers print. That the workers record the same
+norms whichever exact strategy sums: tests/processes/test_equivalence.py."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator.report import noise_scale
+
+
+def test_the_estimate_is_exact_on_the_expectations():
+    # E|g_b|^2 = |G|^2 + tr(S)/b, at b = 128 and B = 256; tr(S) = 40, |G|^2 = 0.02.
+    shard_sq, batch_sq = 0.02 + 40 / 128, 0.02 + 40 / 256
+    assert noise_scale.simple(shard_sq, batch_sq, 128, 256) == pytest.approx(2000)
+    # No signal left once the noise is subtracted: no estimate.
+    assert math.isnan(noise_scale.simple(0.3, 0.14, 128, 256))
+    assert math.isnan(noise_scale.simple(0.3, 0.2, 256, 256))
+
+
+def test_simulated_gradients_of_known_noise_give_it_back():
+    """Per-example gradients G + e, e ~ N(0, diag(s^2)): two workers of 64 examples
+    each, 400 steps; the true B_simple is sum(s^2) / |G|^2 = 500."""
+    rng = np.random.default_rng(0)
+    dimension, shard, steps = 20, 64, 400
+    gradient = np.full(dimension, 0.1)  # |G|^2 = 0.2
+    spread = np.sqrt(np.full(dimension, 100 / dimension))  # tr(S) = 100
+    shard_sq, batch_sq = [], []
+    for _ in range(steps):
+        examples = gradient + spread * rng.standard_normal((2, shard, dimension))
+        shards = examples.mean(axis=1)
+        shard_sq.append((shards ** 2).sum(axis=1).mean())
+        batch_sq.append((shards.mean(axis=0) ** 2).sum())
+    estimate = noise_scale.simple(np.mean(shard_sq), np.mean(batch_sq), shard, 2 * shard)
+    assert estimate == pytest.approx(500, rel=0.25)
+
+
+def _epochs(trial_id: str, rows: list[tuple[float, float]], shard: float = 128) -> pd.DataFrame:
+    return pd.DataFrame([{"trial_id": trial_id, "epoch": epoch + 1, "global_batch_size": 256,
+                          "grad_sq_shard": shard_sq, "grad_sq_batch": batch_sq,
+                          "noise_shard_examples": shard}
+                         for epoch, (shard_sq, batch_sq) in enumerate(rows)])
+
+
+def test_a_trial_is_read_over_its_epochs_after_the_first():
+    expectations = [(0.02 + 40 / 128, 0.02 + 40 / 256), (0.01 + 40 / 128, 0.01 + 40 / 256)]
+    epochs = pd.concat([
+        _epochs("t", [(1.0, 0.1), *expectations]),  # the first epoch is left out
+        _epochs("one-worker", [(math.nan, math.nan)])])
+    table = noise_scale.per_trial(epochs)
+    assert list(table["trial_id"]) == ["t"]
+    # The means of the two norms, then solved: |G|^2 0.015, tr(S) 40.
+    assert table["noise_scale"].iloc[0] == pytest.approx(40 / 0.015)
+    assert table["noise_scale_last"].iloc[0] == pytest.approx(4000)
+    # Epochs recorded before the columns existed: nothing to read.
+    assert noise_scale.per_trial(epochs.drop(columns=["grad_sq_shard"])).empty
+
+
+def test_the_large_batch_sentence_names_its_model_and_is_a_what_if():
+    summary = pd.DataFrame({"model": ["lenet", "lenet", "resnet18"],
+                            "noise_scale": [1500.0, 2500.0, math.nan]})
+    text = noise_scale.large_batch_text(summary, (256, 4096), model="resnet18")
+    assert "multi-worker trials of lenet; resnet18's was not measured" in text
+    assert "B_simple = 2e+03 examples (the median; from 1.5e+03 to 2.5e+03 over 2 trials" in text
+    # (1 + 4096/2000) / (1 + 256/2000)
+    assert "1.13x at global batch 256, 3.05x at 4096, so about 2.7x the epochs" in text
+    assert "a what-if from their model and this estimate" in text
+    assert noise_scale.large_batch_text(summary.iloc[2:], (256, 4096)) is None
