@@ -95,13 +95,23 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
     """
     if is_reference(name):
         function = resolve(name, option="--model")
+        arguments = {"num_classes": num_classes, "input_shape": tuple(input_shape)}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:
-                model = function(num_classes=num_classes, input_shape=tuple(input_shape))
+                try:
+                    model = function(**arguments)
+                except TypeError as error:
+                    # A builder that takes no image shape, as torchvision's models
+                    # (`torchvision.models:resnet18`): the classes alone, seeded alike.
+                    if "input_shape" not in str(error):
+                        raise
+                    arguments.pop("input_shape")
+                    torch.manual_seed(seed)
+                    model = function(**arguments)
             except Exception as error:
-                raise UserError(f"--model {name}: calling it with num_classes={num_classes}, "
-                                f"input_shape={tuple(input_shape)} raised "
+                given = ", ".join(f"{key}={value}" for key, value in arguments.items())
+                raise UserError(f"--model {name}: calling it with {given} raised "
                                 f"{type(error).__name__}: {error}") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name} returned {type(model).__name__}, not a "

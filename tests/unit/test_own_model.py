@@ -59,6 +59,15 @@ def test_a_model_the_workers_could_not_train_is_one_line(reference, fragment):
     assert "\n" not in str(error.value)
 
 
+def test_a_builder_without_input_shape_gets_the_classes_alone():
+    """torchvision's models take num_classes and no image shape: called with the
+    classes alone; a data set of other channels than its stem's is one line."""
+    assert check_model("torchvision.models:resnet18", num_classes=5,
+                       input_shape=(3, 32, 32)) == 11_179_077
+    with pytest.raises(UserError, match=r"expected input\[2, 1, 28, 28\] to have 3 channels"):
+        check_model("torchvision.models:resnet18", num_classes=10, input_shape=(1, 28, 28))
+
+
 def test_lenet_on_images_too_small_for_it_is_one_line():
     with pytest.raises(UserError, match="LeNet needs images of at least 12x12 pixels, got 8x8"):
         check_model("lenet", num_classes=2, input_shape=(1, 8, 8))
