@@ -21,6 +21,7 @@ the fewest examples.
 
 import math
 
+import numpy as np
 import pandas as pd
 
 COLUMNS = ["grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
@@ -61,36 +62,56 @@ def examples_factor(batch: float, noise_scale: float) -> float:
     return 1 + batch / noise_scale
 
 
+# A trial still on the loss plateau of a uniform guess (ln of the classes) has
+# learned nothing: its gradient is tiny and its noise scale says nothing of training.
+LEARNED_LOSS_FRACTION = 0.9
+
+
+def learned(summary: pd.DataFrame) -> pd.Series:
+    """Trials whose final training loss fell below 90% of a uniform guess's."""
+    classes = summary["num_classes"] if "num_classes" in summary else 10
+    return summary["final_train_loss"] < LEARNED_LOSS_FRACTION * np.log(classes)
+
+
 def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
                      model: str | None = None) -> str | None:
-    """What the measured noise scale says of a larger global batch's accuracy per
-    epoch: `batches` (a batch the sweep ran, the larger one asked about), from
-    `model`'s trials where they measured it, else from every measured trial's
-    (the text names which); None where no trial measured it."""
-    measured = summary.dropna(subset=["noise_scale"]) if "noise_scale" in summary else summary[:0]
+    """What the measured noise scale says of a larger global batch's cost in epochs:
+    `batches` (a batch the sweep ran, the larger one asked about), from `model`'s
+    trials that learned where there are some, else from every measured trial that
+    learned (the text names which); None where none did."""
+    if "noise_scale_last" not in summary:
+        return None
+    measured = summary.dropna(subset=["noise_scale_last"])
+    measured = measured[learned(measured)]
     if model is not None and (measured["model"] == model).any():
         measured = measured[measured["model"] == model]
     if measured.empty:
         return None
-    values = measured["noise_scale"]
     models = ", ".join(sorted(measured["model"].unique()))
     if model is not None and model not in models:
-        models += f"; {model}'s was not measured"
-    estimate = float(values.median())
+        models += f" ({model}'s trials did not learn enough to measure it)"
+    # The most trained: the noise scale grows as the loss falls.
+    latest = measured.sort_values("final_train_loss").iloc[0]
+    estimate = float(latest["noise_scale_last"])
     small, large = batches
     more = examples_factor(large, estimate) / examples_factor(small, estimate)
-    spread = (f"from {values.min():.3g} to {values.max():.3g} over {len(values)} trials"
-              if len(values) > 1 else "one trial")
+    others = (f"; the {len(measured)} measured trials that learned: median "
+              f"{measured['noise_scale_last'].median():.3g}, from "
+              f"{measured['noise_scale_last'].min():.3g} to "
+              f"{measured['noise_scale_last'].max():.3g}" if len(measured) > 1 else "")
     return (f"How a larger batch trains, measured: the gradient noise scale (McCandlish et "
-            f"al., 2018), read for free from each worker's shard gradient and their sum in "
-            f"this sweep's multi-worker trials of {models}, is B_simple = {estimate:.3g} "
-            f"examples (the median; {spread}; epochs after the first). Their experiments found it near the "
-            f"critical batch, within an order of magnitude: below it a larger batch saves "
-            f"steps almost one for one, above it mostly spends examples. By their model, "
-            f"reaching a given loss takes (1 + B/B_noise) times the fewest examples any "
-            f"batch could: {examples_factor(small, estimate):.2f}x at global batch {small}, "
+            f"al., 2018), read for free from each worker's shard gradient and their sum, is "
+            f"B_simple = {estimate:.3g} examples in the last epoch of trial "
+            f"`{latest['trial_id']}` ({latest['model']}, global batch "
+            f"{int(latest['global_batch_size'])}, train loss "
+            f"{latest['final_train_loss']:.2f}, the lowest of the {models} trials that "
+            f"measured it{others}). Their experiments found it near the critical batch, "
+            f"within an order of magnitude: below it a larger batch saves steps almost one "
+            f"for one, above it mostly spends examples. By their model, reaching a given loss "
+            f"takes (1 + B/B_noise) times the fewest examples any batch could: "
+            f"{examples_factor(small, estimate):.2f}x at global batch {small}, "
             f"{examples_factor(large, estimate):.2f}x at {large}, so about {more:.1f}x the "
-            f"epochs of batch {small} for the same loss at {large} (a what-if from their "
-            f"model and this estimate, the lr re-tuned for the batch as Goyal et al. (2017) "
-            f"do). The noise scale grows as the loss falls, so this early-training estimate "
-            f"understates what later training tolerates.")
+            f"epochs of batch {small} to reach this loss at {large}, the lr re-tuned for the "
+            f"batch as Goyal et al. (2017) do. A what-if from their model and these short "
+            f"runs: the noise scale grows as the loss falls, so longer training pays less "
+            f"for the larger batch than this.")

@@ -60,13 +60,19 @@ def test_a_trial_is_read_over_its_epochs_after_the_first():
     assert noise_scale.per_trial(epochs.drop(columns=["grad_sq_shard"])).empty
 
 
-def test_the_large_batch_sentence_names_its_model_and_is_a_what_if():
-    summary = pd.DataFrame({"model": ["lenet", "lenet", "resnet18"],
-                            "noise_scale": [1500.0, 2500.0, math.nan]})
+def test_the_large_batch_sentence_reads_the_most_trained_trial_that_learned():
+    summary = pd.DataFrame({
+        "trial_id": ["a", "b", "plateau", "r"], "model": ["lenet", "lenet", "lenet", "resnet18"],
+        "global_batch_size": [128, 256, 128, 128], "num_classes": 10,
+        "final_train_loss": [0.9, 0.6, 2.3, 2.28],
+        "noise_scale_last": [1500.0, 2000.0, 90000.0, 40.0]})
     text = noise_scale.large_batch_text(summary, (256, 4096), model="resnet18")
-    assert "multi-worker trials of lenet; resnet18's was not measured" in text
-    assert "B_simple = 2e+03 examples (the median; from 1.5e+03 to 2.5e+03 over 2 trials" in text
+    # ResNet-18's trial is still on ln(10)'s plateau: lenet's are read, and named.
+    assert ("B_simple = 2e+03 examples in the last epoch of trial `b` (lenet, global batch "
+            "256, train loss 0.60, the lowest of the lenet (resnet18's trials did not learn "
+            "enough to measure it) trials that measured it; the 2 measured trials that "
+            "learned: median 1.75e+03, from 1.5e+03 to 2e+03)") in text
     # (1 + 4096/2000) / (1 + 256/2000)
     assert "1.13x at global batch 256, 3.05x at 4096, so about 2.7x the epochs" in text
-    assert "a what-if from their model and this estimate" in text
-    assert noise_scale.large_batch_text(summary.iloc[2:], (256, 4096)) is None
+    assert "A what-if from their model and these short runs" in text
+    assert noise_scale.large_batch_text(summary.iloc[2:3], (256, 4096)) is None
