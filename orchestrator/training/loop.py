@@ -373,16 +373,24 @@ class GradientNoise:
         return config.num_workers > 1 and config.sync in cls.SYNCS
 
     def __init__(self, device: torch.device):
-        # Summed over steps: this worker's |g_b|^2 and 1/b; the batch's |G_B|^2.
-        self.shard_sums = torch.zeros(2, dtype=torch.float64, device=device)
+        # Summed over steps: this worker's |g_b|^2 (on the device: no step waits for
+        # it) and 1/b (known here); the batch's |G_B|^2.
+        self.shard_sq = torch.zeros((), dtype=torch.float64, device=device)
+        self.inverse_shard = 0.0
         self.batch_sq = torch.zeros((), dtype=torch.float64, device=device)
+
+    @property
+    def shard_sums(self) -> torch.Tensor:
+        """This worker's two sums, to be added up over the workers."""
+        return torch.stack([self.shard_sq, self.shard_sq.new_tensor(self.inverse_shard)])
 
     def add_shard(self, grads: list[torch.Tensor], shard_examples: int,
                   global_batch_size: int) -> None:
         """The shard's gradient before the sum: its losses were divided by the global
         batch, so its mean gradient is B/b times it."""
         norm = torch.nn.utils.get_total_norm(grads).double() * (global_batch_size / shard_examples)
-        self.shard_sums += torch.stack([norm.square(), norm.new_tensor(1 / shard_examples)])
+        self.shard_sq += norm.square()
+        self.inverse_shard += 1 / shard_examples
 
     def add_batch(self, norm: torch.Tensor) -> None:
         """The summed gradient's norm: the global batch's mean gradient."""
