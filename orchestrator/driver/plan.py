@@ -99,7 +99,13 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         if label not in PRESETS:
             raise UserError(f"unknown preset {label!r}; choose one of {', '.join(PRESETS)}")
         workers_given = "workers" in options
-        options = {**PRESETS[label], **(quick(label) if args.quick else {}), **options}
+        reduced = quick(label) if args.quick else {}
+        if reduced and options.get("dataset", FASHION_MNIST) != FASHION_MNIST:
+            # --quick's subsets, no larger than the user's data set
+            facts = data_facts(options["dataset"], args.data_dir)
+            reduced = {**reduced, "train_limit": min(reduced["train_limit"], facts.train_size),
+                       "test_limit": min(reduced["test_limit"], facts.test_size)}
+        options = {**PRESETS[label], **reduced, **options}
         workers_from_cluster = options["workers"] is None
         sweep, gpu_from_cluster = _sweep_from(options, data_dir=args.data_dir)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:

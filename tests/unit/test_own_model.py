@@ -180,6 +180,18 @@ def test_the_run_is_told_its_data_sets_facts():
         SweepConfig.from_dict({"num_classes": 3})
 
 
+def test_quick_subsets_are_no_larger_than_the_users_data_set(tmp_path):
+    from orchestrator.config import cli
+    from orchestrator.driver import plan
+
+    args = cli.sweep_parser("").parse_args([
+        "--quick", "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
+        "--batch-size", "32", "--out", str(tmp_path / "out")])
+    base = plan.sweep_request(args).sweep.base
+    assert (base.num_train_examples, base.num_test_examples, base.num_epochs) == (96, 30, 3)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.reliability(fault="train.py/sweep.py: a bad model or data reference", lost="nothing")
 @pytest.mark.parametrize("script, args, fragment", [
     ("train.py", ["--model", "examples.own_model:nope"], "examples.own_model has no nope"),
