@@ -298,8 +298,23 @@ def test_a_sweep_of_a_model_not_the_books_answers_the_questions_of_any_model():
         one, many = (pair[pair["num_workers"] == k].iloc[0] for k in ("1", "2"))
         assert float(many["speedup"]) == pytest.approx(
             float(one["epoch_s"]) / float(many["epoch_s"]), rel=0.01)
-    assert "2 workers (0.632 s/epoch, 1 seed) are 1.82x faster than 1 (1.15 s)" in answers
+    assert ("With sync bucketed, global batch 256, lr 0.2: 2 workers (0.632 s/epoch, 1 seed) "
+            "are 1.82x faster than 1 (1.15 s)") in answers
     # Scratch's and bucketed's 1-worker trials are the same work (no sync at one
     # worker): 1.32 and 1.15 s, the sweep's time noise.
     assert "varied by up to 13% in epoch time, over 1 group(s) of 2 trials" in answers
     assert "within noise (1.3% apart, noise 13%) of scratch" in answers
+
+
+def test_workers_that_did_not_pay_beyond_the_noise_are_said_so():
+    trials = pd.read_csv(RECORDED / "trials.csv")
+    epochs = pd.read_csv(RECORDED / "epochs.csv")
+    # Every 2-worker epoch as long as its strategy's 1-worker one.
+    alone = epochs[epochs["num_workers"] == 1].set_index(["sync", "epoch"])["epoch_time_s"]
+    pairs = epochs["num_workers"] == 2
+    epochs.loc[pairs, "epoch_time_s"] = [alone[(sync, epoch)] for sync, epoch in
+                                         zip(epochs.loc[pairs, "sync"], epochs.loc[pairs, "epoch"])]
+    calibration = json.loads((RECORDED / "calibration.json").read_text())
+    answers = sheet.build(trials, epochs, calibration, data_note="", use_gpu=False).answers
+    assert answers.count("More workers did not pay beyond the noise here.") == 2
+    assert "More workers paid up to" not in answers

@@ -62,7 +62,8 @@ def _workers(usable: pd.DataFrame, noise: Noise, command: str) -> list[str]:
     if usable["num_workers"].nunique() < 2:
         return [f"This sweep ran one worker count only; `{command}` compares several."]
     table = with_speedups(cells(usable, CONFIG_KEYS), SCALING_GROUP)
-    varying = [column for column in ("sync", "lr") if table[column].nunique() > 1]
+    varying = [column for column in ("sync", "split", "precision", "global_batch_size", "lr",
+                                     "momentum") if table[column].nunique() > 1]
     columns = [*varying, "num_workers", "epoch_s", "speedup", "efficiency", "sync_share",
                "final_test_acc", "seeds"]
     paragraphs = [markdown_table(table[columns].reset_index(drop=True))]
@@ -78,7 +79,8 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     """Each added step of workers: faster beyond the noise or not, and the accuracy
     against one worker's; the last count that still paid."""
     first = group.iloc[0]
-    label = f"sync {first['sync']}, lr {first['lr']:g}"
+    label = (f"sync {first['sync']}, global batch {int(first['global_batch_size'])}, "
+             f"lr {first['lr']:g}")
     steps, paid = [], int(first["num_workers"])
     for before, after in zip(group.iloc[:-1].itertuples(), group.iloc[1:].itertuples()):
         verdict = compare_times(after.epoch_s, before.epoch_s, noise)
@@ -100,6 +102,9 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
         efficiency += (" (above 1: each worker's smaller shard ran faster per example, in "
                        "its caches, or the times carry their noise, "
                        f"{noise.time_label()} in this sweep)")
+    if paid == first["num_workers"]:
+        return (f"With {label}: " + "; ".join(steps) + ". More workers did not pay beyond "
+                "the noise here.")
     return (f"With {label}: " + "; ".join(steps) + f". More workers paid up to {paid}"
             + (" (the most this sweep ran)" if paid == group["num_workers"].max() else "")
             + efficiency + "." + accuracy)
@@ -118,8 +123,9 @@ def _strategies(usable: pd.DataFrame, noise: Noise) -> list[str]:
     others = [f"{compare_times(fastest['epoch_s'], row.epoch_s, noise)} {row.sync} "
               f"({row.epoch_s:.3g} s)" for row in at_k.iloc[1:].itertuples()]
     lines.append(f"At {k} workers {fastest['sync']} ({fastest['epoch_s']:.3g} s/epoch) is "
-                 + "; ".join(others) + ". Every exact strategy computes the same update "
-                 "(tested); they differ in time only.")
+                 + "; ".join(others) + ". The exact strategies (all but delayed) compute "
+                 "the same update (tested), so they differ in time only; over different "
+                 "transports (the table's) the time compares the transports as well.")
     return lines
 
 
