@@ -8,6 +8,17 @@ TRAIN_SIZE = 60_000
 TEST_SIZE = 10_000
 
 
+def shape_text(shape: tuple[int, ...]) -> str:
+    """An image's (C, H, W) as the plan, the report and Tune's config write it:
+    "1x28x28" (`parse_shape` reads it back)."""
+    return "x".join(map(str, shape))
+
+
+def parse_shape(shape: str | tuple | list) -> tuple[int, ...]:
+    """`shape_text`'s form, a JSON list or a tuple, as a tuple of ints."""
+    return tuple(int(size) for size in (shape.split("x") if isinstance(shape, str) else shape))
+
+
 @dataclass(frozen=True)
 class DataFacts:
     """What a run must know of its data set before it starts (the defaults:

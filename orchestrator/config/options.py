@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.config.dataset import FASHION_MNIST, DataFacts, even_shares
+from orchestrator.config.dataset import FASHION_MNIST, DataFacts, even_shares, parse_shape
 from orchestrator.config.references import REFERENCE
 from orchestrator.errors import UserError
 
@@ -128,9 +128,7 @@ class TrainConfig:
         if not isinstance(self.dataset, str) or not self.dataset.strip():
             raise UserError(f"--dataset must name a data set, got {self.dataset!r}")
         # A tuple; a JSON list, or Tune's config's "1x28x28" (tune_experiment.py), read back.
-        shape = self.input_shape
-        object.__setattr__(self, "input_shape", tuple(
-            int(size) for size in (shape.split("x") if isinstance(shape, str) else shape)))
+        object.__setattr__(self, "input_shape", parse_shape(self.input_shape))
         require_int(self.num_workers, "number of workers", minimum=1)
         require_int(self.global_batch_size, "batch size", minimum=1)
         if self.global_batch_size < self.num_workers:

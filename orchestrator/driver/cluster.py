@@ -41,7 +41,6 @@ class Cluster:
     shipped: tuple[str, ...] = ()
     """The folders and files the job ships to every node (py_modules): this package
     and the user's model and data set modules."""
-    """The package folder the job shipped to every node (job_env.py); None if none."""
 
     @property
     def num_cpus(self) -> float:

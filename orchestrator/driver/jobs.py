@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ray
 
+from orchestrator.config.dataset import shape_text
 from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
 from orchestrator.training import datasets
@@ -224,7 +225,7 @@ def _short(model: str) -> str:
 def data_text(config) -> str:
     """The data set and the shapes the model was built for: "fashion-mnist (1x28x28,
     10 classes)"."""
-    return (f"{config.dataset} ({'x'.join(map(str, config.input_shape))}, "
+    return (f"{config.dataset} ({shape_text(config.input_shape)}, "
             f"{config.num_classes} classes)")
 
 

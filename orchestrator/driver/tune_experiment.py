@@ -22,6 +22,7 @@ from orchestrator import ray_fastpath
 from orchestrator.driver import storage, tracking
 from orchestrator.driver.estimate import PointShape, SweepEstimate
 from orchestrator.driver.placement import Placement
+from orchestrator.config.dataset import shape_text
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
@@ -324,7 +325,7 @@ def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) ->
     # The image shape as text ("1x28x28"), which TrainConfig reads back: Tune's
     # TensorBoard logger keeps scalars and text of a trial's config, and says at
     # every trial that it dropped a tuple.
-    train = {**point.train.to_dict(), "input_shape": "x".join(map(str, point.train.input_shape))}
+    train = {**point.train.to_dict(), "input_shape": shape_text(point.train.input_shape)}
     return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
             "train": train,
             "placement": placement.to_dict() if placement else None}

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.config.dataset import FASHION_MNIST, DataFacts
+from orchestrator.config.dataset import FASHION_MNIST, DataFacts, shape_text
+from orchestrator.config.references import REFERENCE, resolve
 from orchestrator.errors import UserError
 from orchestrator.training import data
-from orchestrator.config.references import REFERENCE, resolve
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm",
                   ".ppm")
@@ -42,8 +42,7 @@ def facts(spec: str, data_dir: str | None = None) -> DataFacts:
     return DataFacts(name=spec, train_size=len(images.train_labels),
                      test_size=len(images.test_labels),
                      input_shape=_input_shape(images.train_images),
-                     num_classes=int(max(images.train_labels.max(),
-                                         images.test_labels.max())) + 1)
+                     num_classes=_classes(images.train_labels, images.test_labels))
 
 
 def load(spec: str, data_dir: str | None = None, *, train_limit: int | None = None,
@@ -73,8 +72,7 @@ def _load_whole(spec: str, data_dir: str | None) -> data.Images:
     if train_images.shape[1:] != test_images.shape[1:]:
         raise UserError(f"--dataset {spec}: train images are {_shape(train_images)} but test "
                         f"images {_shape(test_images)}: they must be of one shape")
-    classes = int(max(train_labels.max(), test_labels.max())) + 1
-    if classes < 2:
+    if _classes(train_labels, test_labels) < 2:
         raise UserError(f"--dataset {spec}: every label is 0; a classifier needs two classes "
                         f"or more")
     return data.Images(train_images=train_images, train_labels=train_labels,
@@ -207,9 +205,14 @@ def _checked(spec: str, name: str, images: np.ndarray, labels: np.ndarray
     return np.ascontiguousarray(images), labels.astype(np.int64)
 
 
+def _classes(train_labels: np.ndarray, test_labels: np.ndarray) -> int:
+    """Labels are 0 to N-1: the largest of either set, plus one."""
+    return int(max(train_labels.max(), test_labels.max())) + 1
+
+
 def _input_shape(images: np.ndarray) -> tuple[int, int, int]:
     return (1, *images.shape[1:]) if images.ndim == 3 else tuple(images.shape[1:])
 
 
 def _shape(images: np.ndarray) -> str:
-    return "x".join(map(str, _input_shape(images)))
+    return shape_text(_input_shape(images))

@@ -12,6 +12,8 @@ import math
 
 import pandas as pd
 
+from orchestrator.config.dataset import FASHION_MNIST
+from orchestrator.config.options import MODELS
 from orchestrator.records import Status
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, cells, compare_acc,
@@ -32,7 +34,7 @@ def is_book(summary: pd.DataFrame) -> bool:
     """Whether the sweep trained the book's networks on the book's data set."""
     models = set(summary.get("model", pd.Series(dtype=object)).dropna())
     datasets = set(summary.get("dataset", pd.Series(dtype=object)).dropna())
-    return models <= {"lenet", "resnet18"} and datasets <= {"fashion-mnist"}
+    return models <= set(MODELS) and datasets <= {FASHION_MNIST}
 
 
 def answers(summary: pd.DataFrame, scaling, noise: Noise) -> list[tuple[str, list[str]]]:
