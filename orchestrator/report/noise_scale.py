@@ -24,6 +24,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from orchestrator.config.dataset import DataFacts
+
 COLUMNS = ["grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
 
 
@@ -69,7 +71,8 @@ LEARNED_LOSS_FRACTION = 0.9
 
 def learned(summary: pd.DataFrame) -> pd.Series:
     """Trials whose final training loss fell below 90% of a uniform guess's."""
-    classes = summary["num_classes"] if "num_classes" in summary else 10
+    # A trials.csv from before num_classes was recorded: Fashion-MNIST's.
+    classes = summary["num_classes"] if "num_classes" in summary else DataFacts().num_classes
     return summary["final_train_loss"] < LEARNED_LOSS_FRACTION * np.log(classes)
 
 
