@@ -9,7 +9,8 @@ import sys
 import torch
 
 from orchestrator.training import calibration
-from orchestrator.training.calibration import layouts_of, measure, transports_of
+from orchestrator.training.calibration import (LARGEST_BYTES, gradient_bytes, largest_message,
+                                               layouts_of, measure, transports_of)
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
 
@@ -49,3 +50,13 @@ def test_the_book_allreduce_is_timed_only_for_a_sweep_that_runs_it():
     assert transports_of(SweepConfig(sync=("root", "bucketed"))) == (
         "shared memory", "group", "root")
     assert transports_of(SweepConfig(sync=("root",))) == ("group", "root")
+
+
+def test_the_transports_are_timed_up_to_the_largest_model_the_sweep_sums():
+    lenet, resnet = gradient_bytes("lenet", "fp32", 25.0), gradient_bytes("resnet18", "fp32", 25.0)
+    lenet_bytes = sum(lenet["tensor_bytes"])
+    assert largest_message(lenet_bytes, [lenet]) == 4 * lenet_bytes  # 1 MB: in cache
+    # The exercises probe LeNet and train ResNet-18 too (44.7 MB a step): its size.
+    assert sum(resnet["tensor_bytes"]) > 40e6
+    assert largest_message(lenet_bytes, [lenet, resnet]) == LARGEST_BYTES
+    assert largest_message(lenet_bytes, []) == 4 * lenet_bytes
