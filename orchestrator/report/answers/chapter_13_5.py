@@ -14,7 +14,8 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, REPEATS_COM
                                                   at_workers, cell,
                                                   cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
-                                                  percent, seeds_text, speedup_over, timed,
+                                                  percent, seeds_text, acc_seeds_text,
+                                                  speedup_over, timed,
                                                   Welch, welch, with_speedups)
 from orchestrator.records import ROOT_FUNNEL
 from orchestrator.report.tables import markdown_table
@@ -73,9 +74,9 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"At {k} workers the per-worker batch's epochs were "
             f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the "
             f"global batch's, and its final test accuracy after {wide['epochs_run']} epochs, "
-            f"{wide['final_test_acc']:.3f} ({seeds_text(wide['seeds'])}), was "
+            f"{wide['final_test_acc']:.3f} ({acc_seeds_text(wide)}), was "
             f"{compare_acc(wide['final_test_acc'], fixed['final_test_acc'], noise)} "
-            f"{fixed['final_test_acc']:.3f} ({seeds_text(fixed['seeds'])}): a global batch of "
+            f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): a global batch of "
             f"{wide['global_batch_size']} makes fewer, larger steps per epoch, so the same "
             f"epochs make fewer updates (13.5.2 re-tunes the lr).")
     if threads is not None:
@@ -152,7 +153,15 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
 # A difference is called at this two-sided level of Welch's test on the replicas.
 SIGNIFICANCE = 0.05
 VERDICTS = {"yes": "held", "no": "did not hold",
-            "within noise": "not refuted (lower, but not beyond the noise)"}
+            "within noise": "was not refuted (lower, but not beyond the noise)"}
+
+
+def _verdict_text(held: str, decided_by_test: bool) -> str:
+    """VERDICTS[held]; a lower accuracy that Welch's test did not call is "not
+    significantly" lower, which may still be beyond the single-trial noise."""
+    if held == "within noise" and decided_by_test:
+        return f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g})"
+    return VERDICTS[held]
 
 
 def _rule_verdict(gap: float, test, noise: Noise) -> str:
@@ -235,7 +244,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"{compare_acc(row.acc_scaled, row.acc_1_worker, noise)} it"
         + (f" ({Welch(row.welch_t, math.nan, row.p).text((row.seeds_scaled, row.seeds_1_worker))})"
            if not np.isnan(row.p) else "")
-        + f": {VERDICTS[row.held]}"
+        + f": the rule {_verdict_text(row.held, not np.isnan(row.p))}"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
                      f"epochs) was tested in {len(rule)} pair(s), a lower accuracy called only "
@@ -270,6 +279,9 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
 
 
 def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> str:
+    """The warm-up arm against the same lr and batch without warm-up, and against 1
+    worker at 1/k of the lr, decided as the linear rule's pairs are (`_rule_verdict`:
+    Welch's test where both sides have replicas, else the accuracy noise)."""
     k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
@@ -277,17 +289,21 @@ def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> st
     one = cell(trials[(trials["num_workers"] == 1) & np.isclose(trials["lr"], lr / k)])
     sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr (Goyal et al., "
                 f"2017) to {lr:g} at global batch {batch} on {k} workers, the final test "
-                f"accuracy was {warm['final_test_acc']:.3f} ({seeds_text(warm['seeds'])})")
+                f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
     if cold is not None:
         sentence += (f", {compare_acc(warm['final_test_acc'], cold['final_test_acc'], noise)} "
-                     f"{cold['final_test_acc']:.3f} without warm-up ({seeds_text(cold['seeds'])})")
+                     f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
-    held = warm["final_test_acc"] - one["final_test_acc"] >= -noise.acc
+    arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
+    test = welch(*(_per_seed(rows, cell_row) for rows, cell_row in
+                   ((arm, warm), (trials, one))))
+    held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     return sentence + (
         f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
-        f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({seeds_text(one['seeds'])}): with "
-        f"warm-up the linear scaling rule {'held' if held else 'did not hold'} at global "
+        f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({acc_seeds_text(one)})"
+        + (f" ({test.text((int(warm['seeds']), int(one['seeds'])))})" if test else "")
+        + f": with warm-up the linear scaling rule {_verdict_text(held, test is not None)} at global "
         f"batch {batch} from 1 worker's lr {lr / k:g}.")
 
 

@@ -7,7 +7,8 @@ import pandas as pd
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
                                                   at_workers, cells, compare_acc, compare_times,
                                                   missing_part, numbers, one_worker_count,
-                                                  part_trials, percent, seeds_text, timed,
+                                                  part_trials, percent, seeds_text,
+                                                  acc_seeds_text, timed,
                                                   with_speedups, within_noise)
 from orchestrator.records import Status
 from orchestrator.report import noise_scale
@@ -48,7 +49,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                       f"{largest['epoch_s']:.1f} s per epoch, "
                       f"{percent(largest['sync_share'])} of it in gradient sync, speedup "
                       f"{largest['speedup']:.2f} in throughput, final test accuracy "
-                      f"{largest['final_test_acc']:.3f} ({seeds_text(largest['seeds'])})."
+                      f"{largest['final_test_acc']:.3f} ({acc_seeds_text(largest)})."
                       + brief]
     elif use_gpu:
         paragraphs = [f"{tried} {missing_part('resnet18')}"]
@@ -338,17 +339,17 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     else:
         sentences.append(
             f"After {arm['epochs_run']} epochs its final test accuracy was "
-            f"{arm['final_test_acc']:.3f} ({seeds_text(arm['seeds'])}), "
+            f"{arm['final_test_acc']:.3f} ({acc_seeds_text(arm)}), "
             f"{compare_acc(arm['final_test_acc'], twin['final_test_acc'], noise)} the "
             f"synchronous optimizer's {twin['final_test_acc']:.3f} ({twin['sync']}, the same "
             f"lr {twin['lr']:g}, global batch {twin['global_batch_size']} and seeds; "
-            f"{seeds_text(twin['seeds'])}).")
+            f"{acc_seeds_text(twin)}).")
     sentences.append(STALENESS)
     half = at_workers(smaller, k) if not smaller.empty else None
     if half is not None and twin is not None:
         sentences.append(
             f"Measured: at lr {half['lr']:g} delayed reached {half['final_test_acc']:.3f} "
-            f"({seeds_text(half['seeds'])}), "
+            f"({acc_seeds_text(half)}), "
             f"{compare_acc(half['final_test_acc'], arm['final_test_acc'], noise)} its "
             f"{arm['final_test_acc']:.3f} at lr {arm['lr']:g} and "
             f"{compare_acc(half['final_test_acc'], twin['final_test_acc'], noise)} the "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.records import Status
+from orchestrator.report.noise_scale import LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import BASELINE_KEYS, shared_gpu_mask
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
@@ -51,6 +52,9 @@ class Noise:
     """(configurations, largest number of seeds of one) the accuracy noise came from."""
     epochs: tuple[int, int] = (1, 1)
     """The first and last epoch that `epoch_s` averages, the same in every trial."""
+    acc_not_learned: int = 0
+    """Replicas left out of the accuracy noise: seeds of a replicated configuration
+    that did not learn (`learned`), a failure each answer names, not noise."""
 
     def time_label(self) -> str:
         return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
@@ -84,6 +88,14 @@ class Noise:
         else:
             acc = (f"Accuracy noise: no configuration ran with two seeds or more, so it is "
                    f"assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every point).")
+        if self.acc_not_learned:
+            seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
+                     else f"{self.acc_not_learned} seeds that did not learn")
+            acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
+                    f"uniform guess's, ln(classes): stuck on the initial plateau or "
+                    f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
+                    f"that does not learn is a failure, which the answers name where they "
+                    f"use its configuration, not the spread of runs that do.")
         return (f"{counted} {time} {acc} A difference is a finding only beyond its noise; "
                 f"below it, it is reported as within noise. Each number says how many seeds "
                 f"(replicas) it is the mean of; a mean of several is steadier than one trial, "
@@ -159,15 +171,28 @@ def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 
         time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
     scored = usable.dropna(subset=["final_test_acc"])
     # Trials of one configuration and seed (a study's twins) count as one replica.
-    per_seed = scored.groupby([*CONFIG_KEYS, "seed"])["final_test_acc"].mean().reset_index()
-    acc_groups = [group for _, group in per_seed.groupby(CONFIG_KEYS) if len(group) > 1]
+    per_seed = scored.assign(learned=_learned(scored)).groupby([*CONFIG_KEYS, "seed"]).agg(
+        final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
+    replicated = [group for _, group in per_seed.groupby(CONFIG_KEYS) if len(group) > 1]
+    # One seed left on LeNet's plateau (accuracy 0.10) beside two at 0.82 is a failure
+    # to report, not a spread of 0.72 that would hide every other difference.
+    not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
+    acc_groups = [group[group["learned"]] for group in replicated]
+    acc_groups = [group for group in acc_groups if len(group) > 1]
     if acc_groups:
         acc = max(group.max() - group.min() for group in
                   (group["final_test_acc"] for group in acc_groups))
         acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
-    return Noise(time_fraction, acc, time_from, acc_from, epochs_counted)
+    return Noise(time_fraction, acc, time_from, acc_from, epochs_counted, not_learned)
+
+
+def _learned(trials: pd.DataFrame) -> pd.Series:
+    """`learned`, or every trial where the sweep recorded no training loss."""
+    if "final_train_loss" not in trials:
+        return pd.Series(True, index=trials.index)
+    return learned(trials)
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise) -> str:
@@ -260,6 +285,16 @@ def seeds_text(count: int) -> str:
     return f"mean of {count} seeds" if count > 1 else "1 seed"
 
 
+def acc_seeds_text(row: pd.Series) -> str:
+    """`seeds_text` for an accuracy, naming the seeds that did not learn: "mean of 3
+    seeds, 1 of which did not learn" (or "1 seed, which did not learn")."""
+    text, failed = seeds_text(row["seeds"]), int(row.get("not_learned", 0) or 0)
+    if not failed:
+        return text
+    return (f"{text}, which did not learn" if int(row["seeds"]) == 1
+            else f"{text}, {failed} of which did not learn")
+
+
 def percent(fraction: float) -> str:
     return f"{fraction:.0%}" if abs(fraction) >= 0.1 else f"{fraction:.1%}"
 
@@ -321,6 +356,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].copy()
     row[measures] = per_seed.mean()
     row["seeds"] = len(per_seed)
+    row["not_learned"] = int((~_learned(trials).groupby(trials["seed"]).all()).sum())
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
         # printed beside the cell's and its baseline's epoch times is their ratio.
