@@ -91,8 +91,8 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
     if measured.empty:
         return None
     models = ", ".join(sorted(measured["model"].unique()))
-    if model is not None and model not in models:
-        models += f" ({model}'s trials did not learn enough to measure it)"
+    unmeasured = (f"; {model}'s trials did not learn enough to measure it"
+                  if model is not None and model not in set(measured["model"]) else "")
     # The most trained: the noise scale grows as the loss falls.
     latest = measured.sort_values("final_train_loss").iloc[0]
     estimate = float(latest["noise_scale_last"])
@@ -108,7 +108,7 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
             f"`{latest['trial_id']}` ({latest['model']}, global batch "
             f"{int(latest['global_batch_size'])}, train loss "
             f"{latest['final_train_loss']:.2f}, the lowest of the {models} trials that "
-            f"measured it{others}). Their experiments found it near the critical batch, "
+            f"measured it{unmeasured}{others}). Their experiments found it near the critical batch, "
             f"within an order of magnitude: below it a larger batch saves steps almost one "
             f"for one, above it mostly spends examples. By their model, reaching a given loss "
             f"takes (1 + B/B_noise) times the fewest examples any batch could: "

@@ -69,9 +69,9 @@ def test_the_large_batch_sentence_reads_the_most_trained_trial_that_learned():
     text = noise_scale.large_batch_text(summary, (256, 4096), model="resnet18")
     # ResNet-18's trial is still on ln(10)'s plateau: lenet's are read, and named.
     assert ("B_simple = 2e+03 examples in the last epoch of trial `b` (lenet, global batch "
-            "256, train loss 0.60, the lowest of the lenet (resnet18's trials did not learn "
-            "enough to measure it) trials that measured it; the 2 measured trials that "
-            "learned: median 1.75e+03, from 1.5e+03 to 2e+03)") in text
+            "256, train loss 0.60, the lowest of the lenet trials that measured it; "
+            "resnet18's trials did not learn enough to measure it; the 2 measured trials "
+            "that learned: median 1.75e+03, from 1.5e+03 to 2e+03)") in text
     # (1 + 4096/2000) / (1 + 256/2000)
     assert "1.13x at global batch 256, 3.05x at 4096, so about 2.7x the epochs" in text
     assert "A what-if from their model and these short runs" in text
