@@ -296,7 +296,12 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "global_batch_size": int(trial["global_batch_size"]),
             "measured_epoch_s": measured_s, "predicted_epoch_s": predicted_s,
             "error": (predicted_s - measured_s) / measured_s,
-            "measured_speedup": baseline.epoch_s / measured_s, "contention": factor,
+            # Throughputs: an epoch of the trial need not hold its baseline's examples
+            # (ResNet-18 on CPUs trains k times the examples on k workers).
+            "measured_speedup": (steps * int(trial["global_batch_size"]) / measured_s)
+            / (int(baseline.trial["steps_per_epoch"])
+               * int(baseline.trial["global_batch_size"]) / baseline.epoch_s),
+            "contention": factor,
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].median(),
             "predicted_comm_s": steps * step[2],
