@@ -188,3 +188,22 @@ def test_the_loop_imports_no_ray():
     subprocess.run([sys.executable, "-c", f"import sys, {modules}; "
                     "assert not [m for m in sys.modules if m.split('.')[0] == 'ray']"],
                    check=True, cwd=REPO)
+
+
+def test_a_trial_scores_only_its_own_test_limit_of_the_sweeps_data(fashion_mnist_small,
+                                                                    monkeypatch):
+    # A sweep loads its data once (here 1,000 test images); the exercises' ResNet-18 on
+    # CPUs asks for 500 of them, and once scored all 10,000: 98 s of evaluation
+    # against 56 s of training an epoch.
+    scored = []
+    evaluate = loop.evaluate
+
+    def counting(model, images, labels, config, *, device):
+        scored.append(len(labels))
+        return evaluate(model, images, labels, config, device=device)
+
+    monkeypatch.setattr(loop, "evaluate", counting)
+    config = TrainConfig(global_batch_size=64, lr=0.1, num_epochs=1, train_limit=256,
+                         test_limit=500)
+    _train(config, fashion_mnist_small)
+    assert len(fashion_mnist_small.test_labels) == 1000 and scored == [500]
