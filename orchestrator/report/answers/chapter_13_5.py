@@ -303,8 +303,8 @@ def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> st
         f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
         f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({acc_seeds_text(one)})"
         + (f" ({test.text((int(warm['seeds']), int(one['seeds'])))})" if test else "")
-        + f": with warm-up the linear scaling rule {_verdict_text(held, test is not None)} at global "
-        f"batch {batch} from 1 worker's lr {lr / k:g}.")
+        + f": with warm-up the linear scaling rule {_verdict_text(held, test is not None)} "
+        f"at global batch {batch} from 1 worker's lr {lr / k:g}.")
 
 
 # Worker counts the bytes table of 13.5.3 shows, beside the sweep's own.

@@ -93,8 +93,8 @@ class Noise:
                      else f"{self.acc_not_learned} seeds that did not learn")
             acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
                     f"uniform guess's, ln(classes): stuck on the initial plateau or "
-                    f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
-                    f"that does not learn is a failure, which the answers name where they "
+                    f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
+                    f"it: a run that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
         return (f"{counted} {time} {acc} A difference is a finding only beyond its noise; "
                 f"below it, it is reported as within noise. Each number says how many seeds "
