@@ -70,7 +70,10 @@ LEARNED_LOSS_FRACTION = 0.9
 
 
 def learned(summary: pd.DataFrame) -> pd.Series:
-    """Trials whose final training loss fell below 90% of a uniform guess's."""
+    """Trials whose final training loss fell below 90% of a uniform guess's; every
+    trial where the sweep recorded no training loss (nothing to tell them by)."""
+    if "final_train_loss" not in summary:
+        return pd.Series(True, index=summary.index)
     # A trials.csv from before num_classes was recorded: Fashion-MNIST's.
     classes = summary["num_classes"] if "num_classes" in summary else DataFacts().num_classes
     return summary["final_train_loss"] < LEARNED_LOSS_FRACTION * np.log(classes)

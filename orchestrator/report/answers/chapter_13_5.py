@@ -274,14 +274,16 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
                 f"largest global batch with the linearly scaled lr)."]
     arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
-    return [" ".join(_warmup_sentence(summary, cell(arm[np.isclose(arm["lr"], lr)]), noise)
+    return [" ".join(_warmup_sentence(summary, arm[np.isclose(arm["lr"], lr)], noise)
                      for lr in sorted(arm["lr"].unique()))]
 
 
-def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> str:
-    """The warm-up arm against the same lr and batch without warm-up, and against 1
-    worker at 1/k of the lr, decided as the linear rule's pairs are (`_rule_verdict`:
-    Welch's test where both sides have replicas, else the accuracy noise)."""
+def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> str:
+    """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
+    without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
+    rule's pairs are (`_rule_verdict`: Welch's test where both sides have replicas,
+    else the accuracy noise)."""
+    warm = cell(arm)
     k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
@@ -295,9 +297,7 @@ def _warmup_sentence(summary: pd.DataFrame, warm: pd.Series, noise: Noise) -> st
                      f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
-    arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
-    test = welch(*(_per_seed(rows, cell_row) for rows, cell_row in
-                   ((arm, warm), (trials, one))))
+    test = welch(_per_seed(arm, warm), _per_seed(trials, one))
     held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     return sentence + (
         f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "

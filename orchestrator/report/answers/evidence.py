@@ -54,7 +54,7 @@ class Noise:
     """The first and last epoch that `epoch_s` averages, the same in every trial."""
     acc_not_learned: int = 0
     """Replicas left out of the accuracy noise: seeds of a replicated configuration
-    that did not learn (`learned`), a failure each answer names, not noise."""
+    that did not learn (`noise_scale.learned`), a failure each answer names, not noise."""
 
     def time_label(self) -> str:
         return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
@@ -171,7 +171,7 @@ def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 
         time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
     scored = usable.dropna(subset=["final_test_acc"])
     # Trials of one configuration and seed (a study's twins) count as one replica.
-    per_seed = scored.assign(learned=_learned(scored)).groupby([*CONFIG_KEYS, "seed"]).agg(
+    per_seed = scored.assign(learned=learned(scored)).groupby([*CONFIG_KEYS, "seed"]).agg(
         final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
     replicated = [group for _, group in per_seed.groupby(CONFIG_KEYS) if len(group) > 1]
     # One seed left on LeNet's plateau (accuracy 0.10) beside two at 0.82 is a failure
@@ -186,13 +186,6 @@ def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
     return Noise(time_fraction, acc, time_from, acc_from, epochs_counted, not_learned)
-
-
-def _learned(trials: pd.DataFrame) -> pd.Series:
-    """`learned`, or every trial where the sweep recorded no training loss."""
-    if "final_train_loss" not in trials:
-        return pd.Series(True, index=trials.index)
-    return learned(trials)
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise) -> str:
@@ -356,7 +349,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].copy()
     row[measures] = per_seed.mean()
     row["seeds"] = len(per_seed)
-    row["not_learned"] = int((~_learned(trials).groupby(trials["seed"]).all()).sum())
+    row["not_learned"] = int((~learned(trials).groupby(trials["seed"]).all()).sum())
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
         # printed beside the cell's and its baseline's epoch times is their ratio.
