@@ -230,7 +230,8 @@ _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
                        "measured_speedup", "held_out", "contention", "contention_source",
                        "measured_compute_s", "predicted_compute_s", "measured_sync_s",
-                       "predicted_comm_s", "compute_error", "comm_error"]
+                       "measured_sync_least_s", "predicted_comm_s", "compute_error",
+                       "comm_error"]
 
 
 def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
@@ -291,6 +292,7 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     # Where the time went, per epoch, each side: the slowest rank's compute and the sync.
     compute_s = steady["worker_compute_s"].map(
         lambda values: max(per_worker_values(values) or [np.nan]))
+    sync_least_s = least_sync_s(steady)
     return {"trial_id": trial["trial_id"], "model": trial["model"], "sync": trial["sync"],
             "transport": transport, "num_workers": num_workers,
             "global_batch_size": int(trial["global_batch_size"]),
@@ -304,13 +306,28 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "contention": factor,
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].median(),
+            "measured_sync_least_s": sync_least_s,
             "predicted_comm_s": steps * step[2],
             # Each component against its measured part: the slowest rank's compute, and
-            # the sync the steps waited for (which includes waiting for the slower rank).
+            # the sync of the rank that waited least for the other (rank 0's where the
+            # ranks' were not recorded: it includes waiting for the slower rank).
             "compute_error": _relative(steps * step[0], compute_s.median()),
-            "comm_error": _relative(steps * step[2], steady["sync_time_s"].median()),
+            "comm_error": _relative(steps * step[2], steady["sync_time_s"].median()
+                                    if math.isnan(sync_least_s) else sync_least_s),
             "contention_source": "trials" if key in by_trials else "probe",
             "baseline": baseline}
+
+
+def least_sync_s(history: pd.DataFrame) -> float:
+    """The median over `history`'s epochs of the least sync seconds of any rank: the
+    rank that arrived last at each sum waited for no one, so the least is the
+    nearest to the sums' own time (an upper bound: which rank arrives last changes
+    from step to step). NaN for a sweep that did not record each rank's."""
+    if "worker_sync_s" not in history:
+        return math.nan
+    least = history["worker_sync_s"].map(lambda values: min(per_worker_values(values) or
+                                                            [math.nan]))
+    return float(least.median()) if least.notna().any() else math.nan
 
 
 def _relative(predicted: float, measured: float) -> float:

@@ -265,10 +265,13 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
         status = Status.DIVERGED
-    # The noise probe's shard sums ride on the epoch's one collective (zeros without it).
+    # The noise probe's shard sums ride on the epoch's one collective (zeros without it),
+    # and so does each rank's sync time, in its own slot of a zero row: the sum is exact.
     shard_sums = noise.shard_sums if noise is not None else torch.zeros(
         2, dtype=torch.float64, device=device)
-    totals = allreduce_(torch.cat([torch.stack([loss_sum, num_correct]), shard_sums]))
+    sync_s = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
+    sync_s[get_rank()] = sync.sync_time_s
+    totals = allreduce_(torch.cat([torch.stack([loss_sum, num_correct]), shard_sums, sync_s]))
     num_examples = max(num_steps, 1) * batch_size
     train_loss = totals[0].item() / num_examples if status == Status.OK else math.nan
     # the same all-reduced value, so the same verdict everywhere
@@ -281,7 +284,9 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
         "sync_in_flight_s": sync.in_flight_s,
-        **(noise.epoch_metrics(totals[2:], num_steps, config.num_workers) if noise is not None
+        # Every rank's: the one that waited least is the nearest to the transfer alone.
+        "worker_sync_s": totals[4:].tolist(),
+        **(noise.epoch_metrics(totals[2:4], num_steps, config.num_workers) if noise is not None
            else GradientNoise.NOT_MEASURED),
         "status": status,
         **split.end_epoch(num_steps),

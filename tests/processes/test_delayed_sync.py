@@ -135,4 +135,7 @@ def test_k_workers_are_one_step_delayed_sgd(fashion_mnist_small, reference, num_
         assert row["status"] == "ok"
         # The steps waited for part of the sums' time at most; gloo ran the rest behind them.
         assert 0 < row["sync_time_s"] and 0 < row["sync_in_flight_s"], row
+        # Every rank's sync seconds, in rank order: rank 0's is the row's own.
+        assert len(row["worker_sync_s"]) == num_workers, row
+        assert row["worker_sync_s"][0] == row["sync_time_s"] and min(row["worker_sync_s"]) > 0
     assert_same_parameters(state["model"], reference, _initial(), "fp64")

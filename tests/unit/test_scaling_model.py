@@ -374,3 +374,23 @@ def test_a_measured_speedup_is_a_ratio_of_throughputs_not_of_epochs():
     one_s, two_s = expected_epoch_s("scratch", 1), expected_epoch_s("scratch", 2)
     assert validation.loc["two", "measured_speedup"] == pytest.approx(
         (STEPS * 2 * GLOBAL_BATCH / two_s) / (STEPS * GLOBAL_BATCH / one_s))
+
+
+def test_the_communication_is_checked_against_the_rank_that_waited_least():
+    """Rank 0 waited 0.5 s an epoch for the slower rank on top of the sums' own time:
+    against rank 0's sync the model's communication reads far too low; against the
+    rank that waited least (each rank's recorded), it is right."""
+    one, two = trial("one", "bucketed", 1), trial("two", "bucketed", 2)
+    comm_s = STEPS * comm_per_step_s("bucketed", 2)
+    for epoch in two[1]:
+        epoch["sync_time_s"] = comm_s + 0.5
+        epoch["worker_sync_s"] = f"[{comm_s + 0.5:.9g}, {comm_s:.9g}]"
+    summary, epochs = sweep(one, two)
+    row = fit_and_validate(summary, epochs, calibration()).validation.iloc[0]
+    assert row["measured_sync_least_s"] == pytest.approx(comm_s)
+    assert abs(row["comm_error"]) < 0.01
+    # A sweep from before each rank's was recorded: rank 0's, waiting included.
+    row = fit_and_validate(summary, epochs.drop(columns="worker_sync_s"),
+                           calibration()).validation.iloc[0]
+    assert math.isnan(row["measured_sync_least_s"])
+    assert row["comm_error"] == pytest.approx(comm_s / (comm_s + 0.5) - 1)

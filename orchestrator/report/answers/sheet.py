@@ -132,10 +132,15 @@ def _components_text(validation: pd.DataFrame) -> str:
         return ""
     compute = validation["compute_error"].abs().max()
     comm = validation["comm_error"].abs().max()
+    ranks = ("against the sync time of the rank that waited least (an upper bound of the "
+             "sums' own time: it still waits where the other rank arrives last)"
+             if "measured_sync_least_s" in validation
+             and validation["measured_sync_least_s"].notna().all() else
+             "against the sync time the steps measured on rank 0 (which includes waiting "
+             "for the slower rank: this sweep did not record each rank's)")
     return (f"Part by part (`scaling_model_validation.csv`): the largest error of the compute, "
             f"against the slowest rank's measured forward and backward, is {compute:.1%}; of "
-            f"the communication, against the sync time the steps measured (which includes "
-            f"waiting for the slower rank), {comm:.1%}"
+            f"the communication, {ranks}, {comm:.1%}"
             + (": the total fits better than its parts, which is no validation of the "
                "communication model." if comm > max(VALIDATION_TARGET, 2 * compute) else "."))
 
