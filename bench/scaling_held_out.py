@@ -116,8 +116,7 @@ def main() -> None:
         held_single["trial_id"])]], ignore_index=True)
     calibration = fit_calibration(fit_cal, held_cal)
     assert {int(s["num_workers"]) for s in calibration["allreduce"]} == {2}
-    result = fit_and_validate(summary, epochs, calibration,
-                              held_out_workers=frozenset(HELD_OUT_WORKERS))
+    result = fit_and_validate(summary, epochs, calibration)
     if result is None or result.validation.empty:
         sys.exit("no trial to validate the model on")
     validation = result.validation.sort_values("num_workers")

@@ -104,7 +104,8 @@ def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str,
     loop_config = {"train_config": config.to_dict(), "worker_counts": sorted(sweep.workers),
                    "transports": calibration.transports_of(sweep),
                    "layouts": calibration.layouts_of(sweep),
-                   "sharded": any(point.train.sync == "sharded" for point in sweep.grid)}
+                   "sharded": any(point.train.sync == "sharded" for point in sweep.grid),
+                   "probes": calibration.probes_of(sweep)}
     run_config = RunConfig(name=name, storage_path=storage_path,
                            failure_config=FailureConfig(max_failures=0),
                            logging_config=LoggingConfig(log_level="WARNING"))

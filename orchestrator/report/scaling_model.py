@@ -13,9 +13,9 @@ at worker 0; the node's shared memory two barriers and (5k+1) bytes through the
 node's one memory bandwidth. alpha is fitted per step at the calibration's k; how
 it grows with k is the algorithm's.
 
-`s1` and `other` come from the 1-worker trial; `contention` from the trials' own
-compute seconds at k where a trial at k exists, else the calibration's concurrent
-compute probe; `alpha` and `beta` from its allreduce microbenchmark (per
+`s1` and `other` come from the 1-worker trial; `contention` from the calibration's
+concurrent compute probe of the trial's model (never from the trials it validates:
+their own compute seconds check it); `alpha` and `beta` from its allreduce microbenchmark (per
 transport, a robust fit) or from a named interconnect, `bytes` from the gradient
 bytes it recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
 bound, since ddp overlaps it with backward. No Ray or torch here.
@@ -117,19 +117,30 @@ def _least_relative_deviations(design: np.ndarray, seconds: np.ndarray,
     return x
 
 
-def contention(calibration: dict, num_workers: int) -> float:
-    """s(k) / s(1): how much slower one worker computes while k compute at once.
+def contention(calibration: dict, num_workers: int, model: str | None = None) -> float:
+    """s(k) / s(1): how much slower one worker computes while k compute at once, as
+    the calibration's probe of `model` read it (`probed_model`).
 
     Interpolated between measured worker counts; above the largest measured, that
     one's value (contention is not extrapolated); 1.0 without a 1-worker measurement.
     """
+    probed = probed_model(calibration, model)
     measured = {int(c["num_workers"]): c["seconds_per_example"]
-                for c in calibration.get("compute", [])}
+                for c in calibration.get("compute", [])
+                if c.get("model", calibration.get("model")) == probed}
     if 1 not in measured:
         return 1.0
     counts = sorted(measured)
     per_example_s = np.interp(num_workers, counts, [measured[k] for k in counts])
     return float(per_example_s / measured[1])
+
+
+def probed_model(calibration: dict, model: str | None) -> str | None:
+    """The model whose probe stands for `model`'s contention: its own where the
+    calibration probed it, else the calibration's own model (a calibration from
+    before each model was probed probed only that one)."""
+    probed = {c.get("model", calibration.get("model")) for c in calibration.get("compute", [])}
+    return model if model in probed else calibration.get("model")
 
 
 @dataclass(frozen=True)
@@ -155,13 +166,12 @@ class _Baseline:
     gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
 
 
-def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict,
-                     held_out_workers: frozenset[int] = frozenset()) -> ScalingResult | None:
+def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
+                     calibration: dict) -> ScalingResult | None:
     """Fit, validate and predict; None without a usable 1-worker trial or allreduce
     sample, or without gradient bytes (a calibration.json from before they were recorded).
-    Trials of `held_out_workers` are validated only: their compute seconds do not
-    set the contention (the calibration's probe does), so nothing of theirs but
-    their plan reaches their prediction."""
+    Of a validated trial nothing but its plan and transport reaches its prediction:
+    the contention is the probe's."""
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != Status.FAILED]
     singles = _baseline_candidates(summary, epochs)
@@ -174,14 +184,9 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
     own_devices = ~shared_gpu_mask(usable)
     candidates = usable[(usable["num_workers"] > 1) & (usable["split"] == "even")
                         & (usable["straggler_slowdown"] == 1) & own_devices]
-    contending = candidates[~candidates["num_workers"].isin(held_out_workers)]
-    by_trials = trial_contention(contending, singles, epochs, calibration)
     validation, baselines = [], {}
     for _, trial in candidates.iterrows():
-        # Never from the trial being validated: the others at its k, else the probe.
-        others = trial_contention(contending, singles, epochs, calibration,
-                                  leave_out=trial["trial_id"])
-        row = _validate(trial, singles, epochs, measured, calibration, others)
+        row = _validate(trial, singles, epochs, measured, calibration)
         if row is not None:
             baseline = row.pop("baseline")
             row["held_out"] = row["num_workers"] not in fitted_at[row["transport"]]
@@ -192,8 +197,8 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
             baselines.setdefault((single["model"], single["sync"]),
                                  _baseline_costs(single, epochs, calibration))
     # On this cluster each strategy sums over the transport it used, its workers
-    # contending as its trials measured (the probe where none ran); on a named
-    # interconnect each worker has a device of its own: contention 1.
+    # contending as the probe measured; on a named interconnect each worker has a
+    # device of its own: contention 1.
     # On this cluster's own transports, no further than the workers it measured at
     # once: its contention beyond them is not known (it was held at the largest k's).
     measured_k = max([int(c["num_workers"]) for c in calibration.get("compute", [])]
@@ -202,7 +207,9 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
                    for baseline in baselines.values()
                    for link, contending, up_to in [
                        (_own_link(baseline.trial["sync"], measured),
-                        _contention_of(baseline.trial, by_trials, calibration), measured_k),
+                        lambda k, model=baseline.trial["model"]: contention(calibration, k,
+                                                                           model),
+                        measured_k),
                        *((link, lambda k: 1.0, None) for link in INTERCONNECTS)]
                    if link is not None]
     links = [*measured.values(), *INTERCONNECTS]
@@ -222,56 +229,27 @@ def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.Data
 
 
 # held_out: the trial's k is not one the calibration fitted its transport at.
-# contention_source: "trials" (the k-worker trials' own compute seconds) or "probe".
+# contention: the probe's at k; contention_source: "probe" (of the trial's model) or
+# "probe of <model>" (another model's, where the calibration probed only that one);
+# measured_contention: the trial's own (its slowest rank's compute seconds per
+# example over its baseline's), which checks the probe and sets nothing.
 # Per epoch, where the time went: the slowest rank's compute and the sync as
-# measured (the sync includes waiting for the slower rank), the model's compute and
-# communication.
+# measured (rank 0's, which includes waiting for the slower rank, and the least of
+# any rank's), the model's compute and communication.
 _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
                        "measured_speedup", "held_out", "contention", "contention_source",
+                       "measured_contention",
                        "measured_compute_s", "predicted_compute_s", "measured_sync_s",
                        "measured_sync_least_s", "predicted_comm_s", "compute_error",
                        "comm_error"]
 
 
-def trial_contention(trials: pd.DataFrame, singles: pd.DataFrame, epochs: pd.DataFrame,
-                     calibration: dict, leave_out: str | None = None) -> dict[tuple, float]:
-    """{(model, threads_per_worker, k): contention} read from the trials' own compute
-    seconds: a k-worker trial's slowest rank's compute seconds per example of its
-    shard, over its 1-worker baseline's per example; the median over the trials.
-    `leave_out`: a trial whose own seconds must not count (the one being validated)."""
-    if leave_out is not None:
-        trials = trials[trials["trial_id"] != leave_out]
-    ratios: dict[tuple, list[float]] = {}
-    for _, trial in trials.iterrows():
-        single = _baseline_trial(trial, singles)
-        history = _steady(epochs[epochs["trial_id"] == trial["trial_id"]])
-        values = history["worker_compute_s"].map(per_worker_values)
-        if single is None or history.empty or values.map(lambda v: v is None).any():
-            continue
-        baseline = _baseline_costs(single, epochs, calibration)
-        per_example_s = (values.map(max) / (int(trial["steps_per_epoch"])
-                                            * int(trial["batch_size_per_worker"]))).median()
-        key = (trial["model"], trial["threads_per_worker"], int(trial["num_workers"]))
-        ratios.setdefault(key, []).append(per_example_s / baseline.per_example_s)
-    return {key: float(np.median(values)) for key, values in ratios.items()}
-
-
-def _contention_of(trial: pd.Series, by_trials: dict[tuple, float], calibration: dict):
-    """k -> contention for `trial`'s model and threads: its trials' where they ran
-    at k, the calibration's probe for counts not run."""
-    def at(num_workers: int) -> float:
-        key = (trial["model"], trial["threads_per_worker"], num_workers)
-        return by_trials.get(key, contention(calibration, num_workers))
-    return at
-
-
 def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
-              measured: dict[str, Link], calibration: dict,
-              by_trials: dict[tuple, float]) -> dict | None:
+              measured: dict[str, Link], calibration: dict) -> dict | None:
     """The trial's predicted against its measured epoch, or None if it has no
-    baseline or its transport was not calibrated. Of the trial itself only its plan,
-    transport and (through `by_trials`) its compute seconds are used."""
+    baseline or its transport was not calibrated. Of the trial itself only its plan
+    and transport are used."""
     history = epochs[epochs["trial_id"] == trial["trial_id"]]
     transport = next((t for t in history["transport"] if t != "none"), None)
     single = _baseline_trial(trial, singles)
@@ -281,8 +259,8 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
         return None
     baseline = _baseline_costs(single, epochs, calibration)
     num_workers = int(trial["num_workers"])
-    key = (trial["model"], trial["threads_per_worker"], num_workers)
-    factor = _contention_of(trial, by_trials, calibration)(num_workers)
+    factor = contention(calibration, num_workers, trial["model"])
+    probed = probed_model(calibration, trial["model"])
     step = _step_s(baseline, measured[transport], num_workers,
                    int(trial["batch_size_per_worker"]), factor)
     steps = int(trial["steps_per_epoch"])
@@ -304,6 +282,9 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             / (int(baseline.trial["steps_per_epoch"])
                * int(baseline.trial["global_batch_size"]) / baseline.epoch_s),
             "contention": factor,
+            "contention_source": "probe" if probed == trial["model"] else f"probe of {probed}",
+            "measured_contention": compute_s.median() / (
+                steps * int(trial["batch_size_per_worker"]) * baseline.per_example_s),
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].median(),
             "measured_sync_least_s": sync_least_s,
@@ -314,7 +295,6 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "compute_error": _relative(steps * step[0], compute_s.median()),
             "comm_error": _relative(steps * step[2], steady["sync_time_s"].median()
                                     if math.isnan(sync_least_s) else sync_least_s),
-            "contention_source": "trials" if key in by_trials else "probe",
             "baseline": baseline}
 
 

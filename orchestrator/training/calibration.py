@@ -7,6 +7,7 @@ scaling model (report/scaling_model.py) is fitted from it; it is kept as
 calibration.json beside the results.
 """
 
+import dataclasses
 import os
 import platform
 import statistics
@@ -31,21 +32,26 @@ FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
 LARGEST_BYTES = 64 * 1024 * 1024
 REPEATS = 9
-# Each worker count computes for about this long per round, in rounds that
-# alternate the counts; their mean follows a shared node's contention as a
-# trial's epochs average it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs).
+# Each worker count computes for about this long per round (one step at least), in
+# rounds that alternate the counts: their sum follows a shared node's contention as
+# a trial's epoch sums it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs). Up to
+# COMPUTE_ROUNDS rounds, fewer (2 at least) where a model's steps would take longer
+# than COMPUTE_BUDGET_S in all (ResNet-18's CPU step of 256 examples takes seconds).
 COMPUTE_PROBE_S = 0.3
 COMPUTE_ROUNDS = 10
+COMPUTE_BUDGET_S = 30.0
 
 
 def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
             transports: tuple[str, ...], layouts: tuple[tuple[str, str, float], ...],
-            sharded: bool = False) -> dict:
+            sharded: bool = False, probes: tuple[tuple[str, int], ...] = ()) -> dict:
     """The microbenchmark on this worker group (every worker calls it); rank 0's
     result is the one kept. `transports`: "shared memory", "group" and/or "root" (the
     book's allreduce through worker 0);
     `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them;
-    `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record."""
+    `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record;
+    `probes`: the (model, batch per worker) whose contention to probe (`probes_of`);
+    none: the run's own model at its global batch over the most workers."""
     model = model_of(config).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     layout_bytes = [gradient_bytes(*layout, num_classes=config.num_classes,
@@ -68,8 +74,12 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     return {"num_workers": get_world_size(), "device": device.type,
             "processor": processor(device), "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
-            "compute": _compute_probe(model, config, device, worker_counts,
-                                      max(1, config.global_batch_size // max(worker_counts))),
+            "compute": [sample for name, batch_per_worker in probes or (
+                (config.model, max(1, config.global_batch_size // max(worker_counts))),)
+                        for sample in _compute_probe(
+                            model if name == config.model else
+                            model_of(dataclasses.replace(config, model=name)).to(device),
+                            config, device, worker_counts, batch_per_worker, name=name)],
             "gradient_bytes": layout_bytes}
 
 
@@ -94,6 +104,19 @@ def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
                    and bool({"scratch", "bucketed"} & set(sweep.sync)))
     return (("shared memory",) if node_memory else ()) + ("group",) + (
         ("root",) if "root" in sweep.sync else ())
+
+
+def probes_of(sweep: SweepConfig) -> tuple[tuple[str, int], ...]:
+    """(model, batch per worker) for each model the sweep trains on several workers,
+    at the batch per worker most of those trials take (the smaller on a tie): the
+    contention the scaling model reads is probed on that work, not on another
+    model's. () for a sweep of single workers (the run's own model is probed)."""
+    batches: dict[str, list[int]] = {}
+    for point in sweep.grid:
+        if point.train.num_workers > 1:
+            batches.setdefault(point.train.model, []).append(point.train.batch_size_per_worker)
+    return tuple((model, min(set(sizes), key=lambda size: (-sizes.count(size), size)))
+                 for model, sizes in batches.items())
 
 
 def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:
@@ -155,10 +178,14 @@ def _collective_s(collective, nbytes: int, device: torch.device) -> float:
 
 
 def _compute_probe(model, config: TrainConfig, device: torch.device,
-                   worker_counts: tuple[int, ...], batch_per_worker: int) -> list[dict]:
+                   worker_counts: tuple[int, ...], batch_per_worker: int, *,
+                   name: str) -> list[dict]:
     """Seconds per example of forward and backward when the first j workers compute
     at once, for each j; the others wait at a barrier meanwhile. Random images of
-    the run's shape: the time does not depend on their values."""
+    the run's shape: the time does not depend on their values. Each rank's seconds
+    are summed over the rounds and the slowest rank's sum is read, as a trial's
+    epoch sums each rank's compute and waits for the slowest (a maximum taken
+    round by round would read each short round's worst jitter)."""
     images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8)
     x = to_model_input(images).to(device)
     labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
@@ -168,10 +195,11 @@ def _compute_probe(model, config: TrainConfig, device: torch.device,
 
     for _ in range(2):
         step()
-    steps = _steps_for(step, device)
     counts = [count for count in sorted(set(worker_counts)) if count <= get_world_size()]
-    rounds: dict[int, list[float]] = {count: [] for count in counts}
-    for _ in range(COMPUTE_ROUNDS):
+    steps, num_rounds = _steps_for(step, device, len(counts))
+    totals = {count: torch.zeros(get_world_size(), dtype=torch.float64, device=device)
+              for count in counts}
+    for _ in range(num_rounds):
         for count in counts:
             _barrier()
             seconds = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
@@ -192,22 +220,28 @@ def _compute_probe(model, config: TrainConfig, device: torch.device,
                 allreduce_(seconds)
             elif dist.is_initialized():
                 dist.all_reduce(seconds)
-            rounds[count].append(seconds.max().item() / (steps * batch_per_worker))
-    return [{"num_workers": count, "batch_per_worker": batch_per_worker,
-             "seconds_per_example": statistics.mean(rounds[count])} for count in counts]
+            totals[count] += seconds
+    return [{"num_workers": count, "model": name, "batch_per_worker": batch_per_worker,
+             "rounds": num_rounds, "steps_per_round": steps,
+             "seconds_per_example": totals[count].max().item()
+             / (num_rounds * steps * batch_per_worker)} for count in counts]
 
 
-def _steps_for(step, device: torch.device) -> int:
-    """Steps that take about COMPUTE_PROBE_S on rank 0, agreed by every worker."""
+def _steps_for(step, device: torch.device, num_counts: int) -> tuple[int, int]:
+    """(steps a round, rounds): steps that take about COMPUTE_PROBE_S on rank 0 (one at
+    least), and as many of COMPUTE_ROUNDS rounds as COMPUTE_BUDGET_S holds (two at
+    least); agreed by every worker."""
     _synchronize(device)
     started = time.perf_counter()
     step()
     _synchronize(device)
-    steps = torch.tensor([max(3, round(COMPUTE_PROBE_S / (time.perf_counter() - started)))],
-                         device=device)
+    step_s = time.perf_counter() - started
+    steps = max(1, round(COMPUTE_PROBE_S / step_s))
+    rounds = max(2, min(COMPUTE_ROUNDS, int(COMPUTE_BUDGET_S / (num_counts * steps * step_s))))
+    agreed = torch.tensor([steps, rounds], device=device)
     if dist.is_initialized():
-        dist.broadcast(steps, src=0)
-    return int(steps)
+        dist.broadcast(agreed, src=0)
+    return int(agreed[0]), int(agreed[1])
 
 
 def _barrier() -> None:

@@ -61,7 +61,8 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
                                worker_counts=tuple(loop_config["worker_counts"]),
                                transports=tuple(loop_config["transports"]),
                                layouts=tuple(loop_config["layouts"]),
-                               sharded=loop_config["sharded"])
+                               sharded=loop_config["sharded"],
+                               probes=tuple(map(tuple, loop_config.get("probes", ()))))
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:

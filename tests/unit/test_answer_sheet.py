@@ -32,10 +32,13 @@ def test_the_sheet_writes_its_files_and_states_the_validation_verdict(tmp_path):
     predictions = pd.read_csv(tmp_path / "scaling_model.csv")
     assert sorted(predictions["num_workers"].unique()) == [1, 2, 4, 8, 16, 32, 64]
     worst = sheet.scaling.validation["error"].abs().max()
-    match = re.search(r"the largest error is ([\d.]+)% \(target 15%: (met|missed)\)",
-                      sheet.model_section)
+    match = re.search(r"the largest error is ([\d.]+)% \(target 15%: (met|missed); (\d+) of "
+                      r"(\d+) point\(s\) within it, the median ([\d.]+)%\)", sheet.model_section)
     assert float(match[1]) == round(100 * worst, 1)
     assert match[2] == ("met" if worst <= 0.15 else "missed")
+    errors = sheet.scaling.validation["error"].abs()
+    assert (int(match[3]), int(match[4])) == ((errors <= 0.15).sum(), len(errors))
+    assert float(match[5]) == round(100 * errors.median(), 1)
     # Part by part: compute against the slowest rank's, communication against the sync.
     validation = pd.read_csv(tmp_path / "scaling_model_validation.csv")
     assert len(validation) == len(sheet.scaling.validation) > 0
@@ -46,6 +49,12 @@ def test_the_sheet_writes_its_files_and_states_the_validation_verdict(tmp_path):
     compute = validation["compute_error"].abs().max()
     assert f"the largest error of the compute, against the slowest rank's measured " \
            f"forward and backward, is {compute:.1%}" in sheet.model_section
+    # The probe's contention beside the trials' own, which checks it and sets nothing.
+    for (model, k), group in validation.groupby(["model", "num_workers"]):
+        assert (group["contention_source"] == "probe").all()
+        assert f"{model} at k = {k}: the probe {group['contention'].iloc[0]:.2f}x, the trials' " \
+               f"own {group['measured_contention'].median():.2f}x (median of {len(group)})" \
+               in sheet.model_section
 
 
 def test_without_a_calibration_the_answers_still_come_and_say_what_is_missing(tmp_path):

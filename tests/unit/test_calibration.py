@@ -10,20 +10,21 @@ import torch
 
 from orchestrator.training import calibration
 from orchestrator.training.calibration import (LARGEST_BYTES, gradient_bytes, largest_message,
-                                               layouts_of, measure, transports_of)
+                                               layouts_of, measure, probes_of, transports_of)
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
+from orchestrator.training.models import build_model, resnet18
 
 
 def test_one_process_times_compute_only(monkeypatch):
     # What is timed, not how well: batches of 32 rather than 256, and rounds
-    # of about 0.03 s rather than the sweep's 0.3 s (at least 3 steps each),
-    # the same 10 rounds.
+    # of about 0.03 s rather than the sweep's 0.3 s, the same 10 rounds.
     monkeypatch.setattr(calibration, "COMPUTE_PROBE_S", 0.03)
     measured = measure(TrainConfig(global_batch_size=32), torch.device("cpu"), worker_counts=(1,),
                        transports=("shared memory", "group"), layouts=())
     assert measured["allreduce"] == []
-    assert [row["num_workers"] for row in measured["compute"]] == [1]
+    assert [(row["num_workers"], row["model"], row["batch_per_worker"], row["rounds"])
+            for row in measured["compute"]] == [(1, "lenet", 32, 10)]
     # The CPU and the kernels torch chose on it, which a figure depends on.
     capability = torch.backends.cpu.get_cpu_capability()
     assert measured["processor"].endswith(f", torch's {capability} kernels"), measured["processor"]
@@ -60,3 +61,24 @@ def test_the_transports_are_timed_up_to_the_largest_model_the_sweep_sums():
     assert sum(resnet["tensor_bytes"]) > 40e6
     assert largest_message(lenet_bytes, [lenet, resnet]) == LARGEST_BYTES
     assert largest_message(lenet_bytes, []) == 4 * lenet_bytes
+
+
+def test_each_model_is_probed_at_the_batch_its_multi_worker_trials_take(monkeypatch):
+    # A narrow ResNet-18 stands in for the sweep's (the probe builds it by name).
+    monkeypatch.setattr(calibration, "COMPUTE_PROBE_S", 0.01)
+    monkeypatch.setattr(calibration, "COMPUTE_BUDGET_S", 0.0)  # the fewest rounds: 2
+    monkeypatch.setattr(calibration, "model_of", lambda config: (
+        resnet18(width=8) if config.model == "resnet18" else build_model(config.model, seed=0)))
+    measured = measure(TrainConfig(global_batch_size=16), torch.device("cpu"), worker_counts=(1,),
+                       transports=(), layouts=(), probes=(("lenet", 8), ("resnet18", 4)))
+    assert [(row["model"], row["batch_per_worker"], row["rounds"])
+            for row in measured["compute"]] == [("lenet", 8, 2), ("resnet18", 4, 2)]
+    assert all(row["seconds_per_example"] > 0 and row["steps_per_round"] >= 1
+               for row in measured["compute"])
+
+
+def test_the_probes_are_the_models_that_run_on_several_workers_at_their_usual_batch():
+    sweep = SweepConfig(base=TrainConfig(), workers=(1, 2, 4), batch_sizes=(256, 512))
+    # LeNet at 2 and 4 workers, global 256 and 512: 128, 64, 256, 128 a worker.
+    assert probes_of(sweep) == (("lenet", 128),)
+    assert probes_of(SweepConfig(base=TrainConfig(), workers=(1,))) == ()

@@ -11,7 +11,7 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.training.calibration import gradient_bytes
 from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, Link, _comm_s,
                                                contention, fit_and_validate, fit_link,
-                                               plot_scaling_model)
+                                               plot_scaling_model, probed_model)
 
 PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a step
 ALPHA_S, BETA_BYTES_PER_S = 20e-6, 2e9
@@ -179,10 +179,10 @@ def test_only_even_unslowed_finished_trials_are_validated():
     assert list(result.validation["trial_id"]) == ["even"]
 
 
-def test_held_out_worker_counts_take_their_contention_from_the_probe_not_their_trials():
+def test_the_contention_is_the_probes_and_the_trials_own_only_check_it():
     """Two 4-worker trials that computed 1.6x slower than alone, where the probe read
-    1.3: each is predicted from the other's seconds, never its own; held out, from
-    the probe alone."""
+    1.3: each is predicted from the probe, never from its own seconds or the other's;
+    their own contention is printed beside it, and the compute's error shows the gap."""
     single = trial("one", "bucketed", 1)
     fours = [trial(name, "bucketed", 4) for name in ("four", "four-b")]
     slower = STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // 4) * 1.6
@@ -190,18 +190,24 @@ def test_held_out_worker_counts_take_their_contention_from_the_probe_not_their_t
         for epoch in history:
             epoch["worker_compute_s"] = f"[{', '.join([f'{slower:.9g}'] * 4)}]"
     summary, epochs = sweep(single, *fours)
-    for seen in fit_and_validate(summary, epochs, calibration()).validation.itertuples():
-        assert (seen.contention_source, seen.contention) == ("trials", pytest.approx(1.6))
-    # Alone at its k, a trial has no other to read: the probe's.
-    summary, epochs = sweep(single, fours[0])
-    (alone,) = fit_and_validate(summary, epochs, calibration()).validation.itertuples()
-    assert (alone.contention_source, alone.contention) == ("probe", pytest.approx(1.3))
-    summary, epochs = sweep(single, *fours)
-    for held in fit_and_validate(summary, epochs, calibration(),
-                                 held_out_workers=frozenset({4})).validation.itertuples():
-        assert (held.contention_source, held.contention) == ("probe", pytest.approx(1.3))
-        assert held.predicted_epoch_s == pytest.approx(expected_epoch_s("bucketed", 4),
-                                                       rel=0.01)
+    for row in fit_and_validate(summary, epochs, calibration()).validation.itertuples():
+        assert (row.contention_source, row.contention) == ("probe", pytest.approx(1.3))
+        assert row.measured_contention == pytest.approx(1.6)
+        assert row.compute_error == pytest.approx(1.3 / 1.6 - 1)
+        assert row.predicted_compute_s == pytest.approx(
+            STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // 4) * 1.3)
+
+
+def test_each_model_takes_its_own_probe_and_another_where_it_was_not_probed():
+    measured = calibration()
+    measured["compute"] += [{"num_workers": k, "model": "resnet18", "batch_per_worker": 64,
+                             "seconds_per_example": 0.01 * c}
+                            for k, c in {1: 1.0, 2: 1.05, 4: 1.2}.items()]
+    assert contention(measured, 2, "resnet18") == pytest.approx(1.05)
+    assert contention(measured, 2, "lenet") == pytest.approx(1.1)
+    # A model the calibration did not probe (or an older calibration): its own model's.
+    assert probed_model(measured, "mine") == "lenet"
+    assert contention(measured, 2, "mine") == pytest.approx(1.1)
 
 
 def test_one_worker_trials_alone_still_predict():
@@ -320,35 +326,6 @@ def test_one_outlier_sample_does_not_set_the_fit():
     link = fit_link("shared memory", samples)
     assert link.alpha_s == pytest.approx(ALPHA_S, rel=0.05)
     assert link.beta_bytes_per_s == pytest.approx(BETA_BYTES_PER_S, rel=0.05)
-
-
-def _slower_trial(trial_id: str, k: int, factor: float):
-    """A bucketed trial whose workers computed `factor` x the calibration's contention."""
-    row, epochs = trial(trial_id, "bucketed", k)
-    extra_s = STEPS * PER_EXAMPLE_S * (GLOBAL_BATCH // k) * CONTENTION[k] * (factor - 1)
-    for epoch in epochs:
-        values = [float(v) * factor for v in epoch["worker_compute_s"].strip("[]").split(",")]
-        epoch["worker_compute_s"] = f"[{', '.join(f'{v:.9g}' for v in values)}]"
-        epoch["epoch_time_s"] += extra_s * (1.5 if epoch["epoch"] == 1 else 1.0)
-    return row, epochs
-
-
-def test_contention_is_the_other_trials_at_its_k_and_the_probe_elsewhere():
-    """The probe says 1.1x at 2 workers; two 2-worker trials' compute seconds
-    1.1 * 0.9 = 0.99x: each is predicted from the other's (and predicted well), the
-    predictions use the trials' at 2 and the probe's at 4."""
-    summary, epochs = sweep(trial("one", "bucketed", 1), _slower_trial("two", 2, 0.9),
-                            _slower_trial("two-b", 2, 0.9))
-    result = fit_and_validate(summary, epochs, calibration())
-    for row in result.validation.to_dict("records"):
-        assert row["contention_source"] == "trials"
-        assert row["contention"] == pytest.approx(1.1 * 0.9)
-        assert abs(row["error"]) < 0.01
-    curve = result.predictions[(result.predictions["link"] == "shared memory (measured)")
-                               & (result.predictions["batch_scaling"] == "global")
-                               ].set_index("num_workers")["compute_s"]
-    assert curve[2] == pytest.approx(STEPS * PER_EXAMPLE_S * GLOBAL_BATCH / 2 * 0.99)
-    assert curve[4] == pytest.approx(STEPS * PER_EXAMPLE_S * GLOBAL_BATCH / 4 * 1.3)
 
 
 def test_points_at_a_k_the_calibration_did_not_run_are_labelled_held_out():
