@@ -39,8 +39,9 @@ ROOT_FUNNEL = "root"
 # What each epoch row of epochs.csv keeps of a worker's report.
 # sync_in_flight_s: each collective's launch to completion; above sync_time_s (what the
 # steps waited) only where communication ran behind computation (--sync delayed).
-# worker_sync_s: each rank's sync_time_s (sync_time_s is rank 0's): the rank that
-# waited least for the slower one comes nearest to the sum's own time.
+# worker_sync_s: each rank's sync_time_s (sync_time_s is rank 0's), each of which
+# includes waiting for the others; sync_least_s: step by step the least any rank
+# waited, summed: the sums' own time (CPU workers only; NaN on GPUs and 1 worker).
 # backend: the process group's (nccl, gloo; "none" in a group of one) beside the
 # transport the sums went over: GPU workers that share a device sum over gloo.
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
@@ -50,8 +51,8 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
                  "wall_s",
                  "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
-                 "worker_compute_s", "worker_sync_s", "lr", "momentum", "sync", "split",
-                 "precision",
+                 "worker_compute_s", "worker_sync_s", "sync_least_s", "lr", "momentum", "sync",
+                 "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
                  "transport", "backend", "model", "dataset", "device", "devices", "worker_nodes",
                  "status", "run_started_unix_s", "ended_unix_s",

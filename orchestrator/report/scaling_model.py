@@ -241,7 +241,8 @@ _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "measured_speedup", "held_out", "contention", "contention_source",
                        "measured_contention",
                        "measured_compute_s", "predicted_compute_s", "measured_sync_s",
-                       "measured_sync_least_s", "predicted_comm_s", "compute_error",
+                       "measured_sync_least_s", "sync_measured_as", "predicted_comm_s",
+                       "compute_error",
                        "comm_error"]
 
 
@@ -270,7 +271,7 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     # Where the time went, per epoch, each side: the slowest rank's compute and the sync.
     compute_s = steady["worker_compute_s"].map(
         lambda values: max(per_worker_values(values) or [np.nan]))
-    sync_least_s = least_sync_s(steady)
+    sync_least_s, sync_column = least_sync_s(steady)
     return {"trial_id": trial["trial_id"], "model": trial["model"], "sync": trial["sync"],
             "transport": transport, "num_workers": num_workers,
             "global_batch_size": int(trial["global_batch_size"]),
@@ -287,27 +288,30 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
                 steps * int(trial["batch_size_per_worker"]) * baseline.per_example_s),
             "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].median(),
-            "measured_sync_least_s": sync_least_s,
+            "measured_sync_least_s": sync_least_s, "sync_measured_as": sync_column,
             "predicted_comm_s": steps * step[2],
             # Each component against its measured part: the slowest rank's compute, and
-            # the sync of the rank that waited least for the other (rank 0's where the
-            # ranks' were not recorded: it includes waiting for the slower rank).
+            # the sums' own time as nearly as the sweep recorded it (`least_sync_s`).
             "compute_error": _relative(steps * step[0], compute_s.median()),
-            "comm_error": _relative(steps * step[2], steady["sync_time_s"].median()
-                                    if math.isnan(sync_least_s) else sync_least_s),
+            "comm_error": _relative(steps * step[2], sync_least_s),
             "baseline": baseline}
 
 
-def least_sync_s(history: pd.DataFrame) -> float:
-    """The median over `history`'s epochs of the least sync seconds of any rank: the
-    rank that arrived last at each sum waited for no one, so the least is the
-    nearest to the sums' own time (an upper bound: which rank arrives last changes
-    from step to step). NaN for a sweep that did not record each rank's."""
-    if "worker_sync_s" not in history:
-        return math.nan
-    least = history["worker_sync_s"].map(lambda values: min(per_worker_values(values) or
-                                                            [math.nan]))
-    return float(least.median()) if least.notna().any() else math.nan
+def least_sync_s(history: pd.DataFrame) -> tuple[float, str]:
+    """The sums' own seconds in an epoch, the median over `history`'s epochs, and the
+    column they come from: step by step the least any rank waited, summed
+    (`sync_least_s`, CPU workers), else the least of the ranks' epoch totals
+    (`worker_sync_s`, an upper bound: each holds its waits for the others where it
+    arrived first), else rank 0's (`sync_time_s`, which holds all of its waits)."""
+    for column, least in (("sync_least_s", lambda value: value),
+                          ("worker_sync_s", lambda values: min(per_worker_values(values)
+                                                               or [math.nan])),
+                          ("sync_time_s", lambda value: value)):
+        if column in history:
+            seconds = history[column].map(least).astype(float)
+            if seconds.notna().any():
+                return float(seconds.median()), column
+    return math.nan, "sync_time_s"
 
 
 def _relative(predicted: float, measured: float) -> float:

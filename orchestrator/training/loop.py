@@ -230,6 +230,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     status = Status.OK
     num_steps = 0
     epoch_time_s = 0.0
+    step_sync = StepSync(sync, config, device)
     start = time.perf_counter()
     for step in range(config.steps_per_epoch):
         global_step = epoch * config.steps_per_epoch + step
@@ -242,6 +243,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         y = labels[index].long()
         outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer,
                               noise)
+        step_sync.after_step(step)
         if outcome is None:
             status = Status.DIVERGED
             break
@@ -271,7 +273,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         2, dtype=torch.float64, device=device)
     sync_s = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
     sync_s[get_rank()] = sync.sync_time_s
-    totals = allreduce_(torch.cat([torch.stack([loss_sum, num_correct]), shard_sums, sync_s]))
+    totals = allreduce_(torch.cat([torch.stack([loss_sum, num_correct]), shard_sums, sync_s,
+                                   step_sync.rows().flatten()]))
     num_examples = max(num_steps, 1) * batch_size
     train_loss = totals[0].item() / num_examples if status == Status.OK else math.nan
     # the same all-reduced value, so the same verdict everywhere
@@ -285,12 +288,52 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "sync_time_s": sync.sync_time_s,
         "sync_in_flight_s": sync.in_flight_s,
         # Every rank's: the one that waited least is the nearest to the transfer alone.
-        "worker_sync_s": totals[4:].tolist(),
+        "worker_sync_s": totals[4:4 + get_world_size()].tolist(),
+        "sync_least_s": step_sync.least_s(totals[4 + get_world_size():]),
         **(noise.epoch_metrics(totals[2:4], num_steps, config.num_workers) if noise is not None
            else GradientNoise.NOT_MEASURED),
         "status": status,
         **split.end_epoch(num_steps),
     }
+
+
+class StepSync:
+    """Each rank's sync seconds step by step, on CPUs (on a GPU reading them each step
+    would make the host wait for the device): `least_s` sums, step by step, the
+    least any rank waited. At each sum the rank that arrives last waits for no one,
+    so this is the sums' own time, where an epoch's total on any rank also holds its
+    waits for the others (and the least of those totals half of them, the order of
+    arrival changing from step to step)."""
+
+    def __init__(self, sync: GradientSync, config: TrainConfig, device: torch.device):
+        self.sync = sync
+        self.on = device.type == "cpu" and config.num_workers > 1
+        # A column per step, and one for what the epoch's end waits (delayed's last sum).
+        self.shape = (get_world_size(), config.steps_per_epoch + 1) if self.on else (0, 0)
+        self.seconds = torch.zeros(self.shape[1], dtype=torch.float64)
+        self.device = device
+        self._before = 0.0
+
+    def after_step(self, step: int) -> None:
+        if self.on:
+            now = self.sync.sync_time_s
+            self.seconds[step] = now - self._before
+            self._before = now
+
+    def rows(self) -> torch.Tensor:
+        """This rank's row of a zero matrix, to be summed over the ranks."""
+        rows = torch.zeros(self.shape, dtype=torch.float64, device=self.device)
+        if self.on:
+            self.seconds[-1] = self.sync.sync_time_s - self._before
+            rows[get_rank()] = self.seconds
+        return rows
+
+    def least_s(self, summed: torch.Tensor) -> float:
+        """From `rows` summed over the ranks: the sum over steps of the least rank's
+        seconds; NaN where not recorded."""
+        if not self.on:
+            return math.nan
+        return summed.reshape(self.shape).min(dim=0).values.sum().item()
 
 
 def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:

@@ -138,4 +138,6 @@ def test_k_workers_are_one_step_delayed_sgd(fashion_mnist_small, reference, num_
         # Every rank's sync seconds, in rank order: rank 0's is the row's own.
         assert len(row["worker_sync_s"]) == num_workers, row
         assert row["worker_sync_s"][0] == row["sync_time_s"] and min(row["worker_sync_s"]) > 0
+        # Step by step the least any rank waited: no more than any rank's whole epoch.
+        assert 0 <= row["sync_least_s"] <= min(row["worker_sync_s"]) + 1e-9, row
     assert_same_parameters(state["model"], reference, _initial(), "fp64")

@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from orchestrator.report.answers.chapter_13_5 import _rule_verdict, _verdict_text
+from orchestrator.report.answers.chapter_13_5 import (_rule_verdict, _verdict_text, answer_13_5_2,
+                                                   linear_rule)
 from orchestrator.report.answers.evidence import (Noise, _t_two_sided_p, acc_seeds_text, cell,
                                                   estimate_noise, welch)
 
@@ -86,3 +87,19 @@ def test_a_drop_welch_does_not_call_is_said_not_significant_not_within_noise():
     assert _verdict_text("within noise", decided_by_test=False) == (
         "was not refuted (lower, but not beyond the noise)")
     assert _verdict_text("no", decided_by_test=True) == "did not hold"
+
+
+def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
+    # The full run's lr 0.8 at batch 512: one seed, accuracy 0.100, never off the plateau.
+    one = _replicas([0.853], [0.40]).assign(num_workers=1, global_batch_size=256, lr=0.4,
+                                            warmup_epochs=0)
+    two = _replicas([0.100], [2.29]).assign(lr=0.8, warmup_epochs=0, trial_id="t9")
+    summary = pd.concat([one, two], ignore_index=True).assign(part="batch-lr",
+                                                              batch_size_per_worker=256)
+    noise = Noise(time_fraction=0.2, acc=0.03)
+    rule = linear_rule(summary, noise)
+    assert rule["held"].tolist() == ["no"]
+    text = " ".join(answer_13_5_2(summary, rule, noise))
+    assert ("lr 0.4 on 1 worker reached 0.853 (1 seed), lr 0.8 on 2 workers (global batch "
+            "512) 0.100 (1 seed, which did not learn)") in text
+    assert "not_learned" not in text  # the table keeps its columns

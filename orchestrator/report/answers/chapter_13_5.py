@@ -15,6 +15,7 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, REPEATS_COM
                                                   cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
                                                   percent, seeds_text, acc_seeds_text,
+                                                  learned_seeds_text,
                                                   speedup_over, timed,
                                                   Welch, welch, with_speedups)
 from orchestrator.records import ROOT_FUNNEL
@@ -146,8 +147,15 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "welch_t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
-                         "held": _rule_verdict(gap, test, noise)})
+                         "held": _rule_verdict(gap, test, noise),
+                         # Named in the sentences, not the table's columns.
+                         "not_learned_1_worker": one.not_learned,
+                         "not_learned_scaled": many.not_learned})
     return pd.DataFrame(rows)
+
+
+# linear_rule's columns that the sentences read and the table leaves out.
+_RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled"]
 
 
 # A difference is called at this two-sided level of Welch's test on the replicas.
@@ -235,12 +243,13 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
         return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)]
-    paragraphs.append(markdown_table(rule))
+    paragraphs.append(markdown_table(rule.drop(columns=_RULE_TEXT_ONLY, errors="ignore")))
     pairs = "; ".join(
         f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
-        f"({seeds_text(row.seeds_1_worker)}), lr {row.scaled_lr:g} on {row.num_workers} workers "
+        f"({learned_seeds_text(row.seeds_1_worker, row.not_learned_1_worker)}), "
+        f"lr {row.scaled_lr:g} on {row.num_workers} workers "
         f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
-        f"({seeds_text(row.seeds_scaled)}), "
+        f"({learned_seeds_text(row.seeds_scaled, row.not_learned_scaled)}), "
         f"{compare_acc(row.acc_scaled, row.acc_1_worker, noise)} it"
         + (f" ({Welch(row.welch_t, math.nan, row.p).text((row.seeds_scaled, row.seeds_1_worker))})"
            if not np.isnan(row.p) else "")

@@ -281,10 +281,15 @@ def seeds_text(count: int) -> str:
 def acc_seeds_text(row: pd.Series) -> str:
     """`seeds_text` for an accuracy, naming the seeds that did not learn: "mean of 3
     seeds, 1 of which did not learn" (or "1 seed, which did not learn")."""
-    text, failed = seeds_text(row["seeds"]), int(row.get("not_learned", 0) or 0)
+    return learned_seeds_text(row["seeds"], row.get("not_learned", 0))
+
+
+def learned_seeds_text(count: int, not_learned: int | None) -> str:
+    """`acc_seeds_text` from a cell's seed count and how many of them did not learn."""
+    text, failed = seeds_text(count), int(not_learned or 0)
     if not failed:
         return text
-    return (f"{text}, which did not learn" if int(row["seeds"]) == 1
+    return (f"{text}, which did not learn" if int(count) == 1
             else f"{text}, {failed} of which did not learn")
 
 
