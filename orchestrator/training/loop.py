@@ -287,7 +287,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "samples_per_s": num_steps * batch_size / epoch_time_s,
         "sync_time_s": sync.sync_time_s,
         "sync_in_flight_s": sync.in_flight_s,
-        # Every rank's: the one that waited least is the nearest to the transfer alone.
+        # Every rank's total (each holds its waits for the others), and the sums' own time.
         "worker_sync_s": totals[4:4 + get_world_size()].tolist(),
         "sync_least_s": step_sync.least_s(totals[4 + get_world_size():]),
         **(noise.epoch_metrics(totals[2:4], num_steps, config.num_workers) if noise is not None

@@ -127,3 +127,26 @@ def test_13_6_3_measures_the_delayed_optimizer_beside_its_synchronous_twin(recor
     assert f"its final test accuracy was {arm['final_test_acc'].mean():.3f}" in section
     assert f"delayed reached {half['final_test_acc'].mean():.3f}" in section
     assert "delayed took" in section and "bucketed (" in section
+
+
+def test_each_model_is_probed_and_checked_against_the_sums_own_time(recorded):
+    """Recorded on 2 CPU cores: the calibration probed both models the sweep trains on
+    2 workers, at their usual batch per worker, and every validated point's
+    communication is checked against the sums' own time (the least any rank
+    waited, step by step), never more than any rank's total."""
+    trials, sheet = recorded
+    epochs = pd.read_csv(RECORDED / "epochs.csv")
+    calibration = json.loads((RECORDED / "calibration.json").read_text())
+    probed = {(row["model"], row["batch_per_worker"]) for row in calibration["compute"]}
+    multi = trials[trials["num_workers"] > 1]
+    assert {model for model, _ in probed} == set(multi["model"]) == {"lenet", "resnet18"}
+    for model, batch in probed:
+        assert batch in set(multi[multi["model"] == model]["batch_size_per_worker"])
+    validation = sheet.scaling.validation
+    assert (validation["contention_source"] == "probe").all()
+    assert (validation["sync_measured_as"] == "sync_least_s").all()
+    two = epochs[epochs["num_workers"] == 2]
+    least_rank = two["worker_sync_s"].map(lambda text: min(json.loads(text)))
+    assert (two["sync_least_s"] <= least_rank + 1e-9).all()
+    assert (two["sync_least_s"] > 0).all()
+    assert "against the sums' own time" in sheet.model_section
