@@ -15,8 +15,8 @@ it grows with k is the algorithm's.
 
 `s1` and `other` come from the 1-worker trial; `contention` from the calibration's
 concurrent compute probe of the trial's model (never from the trials it validates:
-their own compute seconds check it); `alpha` and `beta` from its allreduce microbenchmark (per
-transport, a robust fit) or from a named interconnect, `bytes` from the gradient
+their own compute seconds check it); `alpha` and `beta` from its allreduce
+microbenchmark (per transport, a robust fit) or from a named interconnect, `bytes` from the gradient
 bytes it recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
 bound, since ddp overlaps it with backward. No Ray or torch here.
 """
@@ -233,17 +233,17 @@ def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.Data
 # "probe of <model>" (another model's, where the calibration probed only that one);
 # measured_contention: the trial's own (its slowest rank's compute seconds per
 # example over its baseline's), which checks the probe and sets nothing.
-# Per epoch, where the time went: the slowest rank's compute and the sync as
-# measured (rank 0's, which includes waiting for the slower rank, and the least of
-# any rank's), the model's compute and communication.
+# Per epoch, where the time went: the slowest rank's compute; rank 0's sync
+# (measured_sync_s, its waits for the others included) and the sums' own time
+# (measured_sync_least_s, from the column sync_measured_as names: `least_sync_s`);
+# the model's compute and communication.
 _VALIDATION_COLUMNS = ["trial_id", "model", "sync", "transport", "num_workers",
                        "global_batch_size", "measured_epoch_s", "predicted_epoch_s", "error",
                        "measured_speedup", "held_out", "contention", "contention_source",
                        "measured_contention",
                        "measured_compute_s", "predicted_compute_s", "measured_sync_s",
                        "measured_sync_least_s", "sync_measured_as", "predicted_comm_s",
-                       "compute_error",
-                       "comm_error"]
+                       "compute_error", "comm_error"]
 
 
 def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
