@@ -25,7 +25,20 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit  # noqa: E402
 
 from orchestrator.report.answers.sheet import VALIDATION_TARGET  # noqa: E402
-from orchestrator.report.scaling_model import fit_and_validate  # noqa: E402
+from orchestrator.report.scaling_model import contention, fit_and_validate  # noqa: E402
+
+
+def _contentions(calibration: dict, validation: pd.DataFrame) -> list[tuple]:
+    """(model, k, the trials' own median contention or None) for each probed model
+    and worker count."""
+    rows = []
+    for sample in calibration["compute"]:
+        model = sample.get("model", calibration.get("model"))
+        k = int(sample["num_workers"])
+        own = (validation[(validation["model"] == model) & (validation["num_workers"] == k)]
+               if "measured_contention" in validation else validation.iloc[0:0])
+        rows.append((model, k, float(own["measured_contention"].median()) if len(own) else None))
+    return rows
 
 
 def main() -> None:
@@ -55,9 +68,11 @@ def main() -> None:
         "links": {row.link: {"alpha_us": round(row.alpha_s * 1e6, 2),
                              "beta_GB_per_s": round(row.beta_bytes_per_s / 1e9, 3)}
                   for row in result.links.itertuples() if "measured" in row.link},
-        "contention": {str(row["num_workers"]): round(
-            row["seconds_per_example"] / calibration["compute"][0]["seconds_per_example"], 3)
-            for row in calibration["compute"]},
+        # The probe's, per model it probed (one model before 2026-11-26), and the
+        # trials' own beside it: the median per model and worker count.
+        "contention": {f"{model} {k}w": {"probe": round(contention(calibration, k, model), 3),
+                                         **({"trials": round(trials, 3)} if trials else {})}
+                       for model, k, trials in _contentions(calibration, validation)},
         "predicted_speedup_at_16_bucketed": {f"{row.link}, {row.batch_scaling} batch":
                                              round(row.speedup, 2)
                                              for row in at_16.itertuples()
@@ -67,3 +82,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
