@@ -143,9 +143,10 @@ def _contention_check_text(validation: pd.DataFrame) -> str:
     """The probe against the trials' own contention, per model and k."""
     if "measured_contention" not in validation or validation["measured_contention"].isna().all():
         return ""
-    checks = [f"{model} at k = {k}: the probe {group['contention'].iloc[0]:.2f}x, the "
-              f"trials' own {group['measured_contention'].median():.2f}x (median of "
-              f"{len(group)})"
+    # contention_source: "probe", or "probe of <model>" where the model was not probed.
+    checks = [f"{model} at k = {k}: the {group['contention_source'].iloc[0]} "
+              f"{group['contention'].iloc[0]:.2f}x, the trials' own "
+              f"{group['measured_contention'].median():.2f}x (median of {len(group)})"
               for (model, k), group in validation.groupby(["model", "num_workers"])]
     return "Contention, the probe against the trials' own compute seconds: " + "; ".join(
         checks) + "."
