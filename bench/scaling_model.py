@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit  # noqa: E402
 
 from orchestrator.report.answers.sheet import VALIDATION_TARGET  # noqa: E402
-from orchestrator.report.scaling_model import contention, fit_and_validate  # noqa: E402
+from orchestrator.report.scaling_model import (contention, fit_and_validate,  # noqa: E402
+                                               sample_model)
 
 
 def _contentions(calibration: dict, validation: pd.DataFrame) -> list[tuple]:
@@ -33,10 +34,8 @@ def _contentions(calibration: dict, validation: pd.DataFrame) -> list[tuple]:
     and worker count."""
     rows = []
     for sample in calibration["compute"]:
-        model = sample.get("model", calibration.get("model"))
-        k = int(sample["num_workers"])
-        own = (validation[(validation["model"] == model) & (validation["num_workers"] == k)]
-               if "measured_contention" in validation else validation.iloc[0:0])
+        model, k = sample_model(calibration, sample), int(sample["num_workers"])
+        own = validation[(validation["model"] == model) & (validation["num_workers"] == k)]
         rows.append((model, k, float(own["measured_contention"].median()) if len(own) else None))
     return rows
 

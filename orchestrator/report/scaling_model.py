@@ -127,7 +127,7 @@ def contention(calibration: dict, num_workers: int, model: str | None = None) ->
     probed = probed_model(calibration, model)
     measured = {int(c["num_workers"]): c["seconds_per_example"]
                 for c in calibration.get("compute", [])
-                if c.get("model", calibration.get("model")) == probed}
+                if sample_model(calibration, c) == probed}
     if 1 not in measured:
         return 1.0
     counts = sorted(measured)
@@ -139,8 +139,14 @@ def probed_model(calibration: dict, model: str | None) -> str | None:
     """The model whose probe stands for `model`'s contention: its own where the
     calibration probed it, else the calibration's own model (a calibration from
     before each model was probed probed only that one)."""
-    probed = {c.get("model", calibration.get("model")) for c in calibration.get("compute", [])}
+    probed = {sample_model(calibration, c) for c in calibration.get("compute", [])}
     return model if model in probed else calibration.get("model")
+
+
+def sample_model(calibration: dict, sample: dict) -> str | None:
+    """The model a `compute` sample of the calibration probed (before 2026-11-26 a
+    sample did not say: the calibration's own model)."""
+    return sample.get("model", calibration.get("model"))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import write_atomically
 from orchestrator.report.scaling_model import (ScalingResult, fit_and_validate, plot_scaling_model,
-                                         contention as contention_factor)
+                                         sample_model, contention as contention_factor)
 
 FILES = ("answers.md", "scaling_model.csv", "scaling_model_validation.csv", "scaling_model.png")
 # The issue's target for the model: every measured point within this of its prediction.
@@ -131,7 +131,7 @@ def _probe_text(calibration: dict) -> str:
     worker: 1 worker(s) 1.00x, 2 worker(s) 1.19x`."""
     probes: dict[tuple, list[str]] = {}
     for row in calibration["compute"]:
-        model = row.get("model", calibration.get("model"))
+        model = sample_model(calibration, row)
         factor = contention_factor(calibration, row["num_workers"], model)
         probes.setdefault((model, row["batch_per_worker"]), []).append(
             f"{row['num_workers']} worker(s) {factor:.2f}x")
