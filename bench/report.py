@@ -35,6 +35,8 @@ HEADLINES = {
     "memory": ["worker_peak_rss_mb", "driver_peak_rss_mb"],
     "gpu": ["ran"],
     "gpu_check": ["device_name", "path", "target_met"],
+    "gpu_step": ["device_name", ("resnet18", "eager", "ms"), ("resnet18", "graph_bf16_cl", "ms"),
+                 ("lenet", "eager", "ms"), ("lenet", "graph", "ms")],
     "straggler": ["speedup_proportional_over_even", "ideal_speedup_at_measured_speeds",
                   "slowed_worker_relative_speed"],
     "time_to_accuracy": ["recommended", "recommended_train_s_to_target", "recipe_train_s_to_target",

@@ -42,6 +42,8 @@ ROOT_FUNNEL = "root"
 # worker_sync_s: each rank's sync_time_s (sync_time_s is rank 0's), each of which
 # includes waiting for the others; sync_least_s: step by step the least any rank
 # waited, summed: the sums' own time (CPU workers only; NaN on GPUs and 1 worker).
+# step_graph: "on" where the step ran as a replayed CUDA graph, else "off: <why>"
+# (training/graphed.py).
 # backend: the process group's (nccl, gloo; "none" in a group of one) beside the
 # transport the sums went over: GPU workers that share a device sum over gloo.
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
@@ -54,7 +56,8 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "worker_compute_s", "worker_sync_s", "sync_least_s", "lr", "momentum", "sync",
                  "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
-                 "transport", "backend", "model", "dataset", "device", "devices", "worker_nodes",
+                 "step_graph", "transport", "backend", "model", "dataset", "device", "devices",
+                 "worker_nodes",
                  "status", "run_started_unix_s", "ended_unix_s",
                  "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
@@ -120,6 +123,12 @@ def memory_format_text(metrics: dict) -> str:
         return metrics["memory_format"]
     return (f"{metrics['memory_format']} (auto: NCHW {nchw_s:.3g} s, channels-last "
             f"{channels_last_s:.3g} s a step)")
+
+
+def step_graph_text(metrics) -> str:
+    """", step replayed as a CUDA graph" where a run's step was one (training/graphed.py);
+    nothing otherwise, and for records from before the column."""
+    return ", step replayed as a CUDA graph" if metrics.get("step_graph") == "on" else ""
 
 
 def evaluation_line(metrics: dict) -> str:

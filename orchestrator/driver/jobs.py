@@ -56,7 +56,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
 
     from orchestrator.training.checkpoint import load_checkpoint
     from orchestrator.driver.printers import EpochPrinter
-    from orchestrator.records import book_line, memory_format_text, target_line
+    from orchestrator.records import book_line, memory_format_text, step_graph_text, target_line
     from orchestrator.driver.trial import run_trial
 
     cluster = _connect(args, config)
@@ -91,7 +91,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
             return RunOutcome(f"training failed: {error}", failed=True)
-        final_line = (f"memory format: {memory_format_text(result.return_value[-1])}\n"
+        final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
+                      f"{step_graph_text(result.return_value[-1])}\n"
                       + book_line(result.return_value))
         if config.target_acc is not None:
             with result.checkpoint.as_directory() as folder:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records import (LeftOut, Status, book_line, memory_format_text,
+from orchestrator.records import (LeftOut, Status, book_line, memory_format_text, step_graph_text,
                                   write_atomically)
 from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
@@ -81,8 +81,15 @@ def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
             continue
         over = "; ".join(f"{row['epoch_s']:.3g} s/epoch (speedup {row['speedup']:.2f}) over "
                          f"{row['link']}" for row in estimates)
-        lines.append(f"- {label}. What-if: {over}; from trial `{estimates[0]['baseline_trial']}`"
-                     f" ({estimates[0]['baseline_epoch_s']:.3g} s/epoch measured on 1 worker).")
+        baseline = estimates[0]["baseline_trial"]
+        graphed = ""
+        if "step_graph" in epochs and (epochs[epochs["trial_id"] == baseline]["step_graph"]
+                                       == "on").any():
+            graphed = (" Its step ran as a CUDA graph, which several workers' steps do not "
+                       "yet (training/graphed.py): the what-if assumes they would.")
+        lines.append(f"- {label}. What-if: {over}; from trial `{baseline}`"
+                     f" ({estimates[0]['baseline_epoch_s']:.3g} s/epoch measured on 1 worker)."
+                     f"{graphed}")
     return [*lines, ""]
 
 
@@ -137,7 +144,8 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
             transport = history["transport"].iloc[-1] if "transport" in history else ""
             if isinstance(transport, str) and transport not in ("", "none"):
                 label += f", over {transport}"
-            label += f", memory format {memory_format_text(history.iloc[0])}"
+            label += (f", memory format {memory_format_text(history.iloc[0])}"
+                      f"{step_graph_text(history.iloc[-1])}")
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")

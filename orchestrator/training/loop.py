@@ -22,6 +22,7 @@ from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gath
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
+from orchestrator.training import graphed as step_graph
 from orchestrator.training import layout
 from orchestrator.training.data import Images
 from orchestrator.training.models import build_model
@@ -135,6 +136,16 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
                      shared_memory=config.shared_memory, optimizer=optimizer)
     split = BatchSplit(config, device, shares)
+    # One GPU: the step replayed as a CUDA graph (graphed.py), with a check of its own
+    # for the whole run, since the graph holds on to its count.
+    graph_off = step_graph.off_reason(config, device)
+    check = graphed = None
+    if graph_off is None:
+        check = NonFiniteCheck(sync, device)
+        graphed = step_graph.GraphedStep(
+            lambda index: _step_on(sync, optimizer, train_images, train_labels, index, config,
+                                   check),
+            config.global_batch_size, device)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # Where each rank ran, so a multi-node trial shows which nodes it spanned:
     # the text of the list, as epochs.csv holds it (a list of strings is no
@@ -183,13 +194,14 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
                                 epoch=epoch, device=device,
                                 on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
-                                    epoch, steps, seconds))
+                                    epoch, steps, seconds), graphed=graphed, check=check)
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
         train_s = evaluation["train_s"]
         eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
         metrics = {"epoch": epoch + 1, **stats, "test_acc": evaluation["test_acc"],
                    "train_s": train_s, "wall_s": evaluation["wall_s"],
                    "eval_time_s": eval_time_s, "end_of_epoch": True, **run_fields,
+                   "step_graph": graphed.state if graphed is not None else graph_off,
                    "ended_unix_s": time.time(),
                    "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
                                       if device.type == "cuda" else None)}
@@ -207,11 +219,15 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
 def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split: BatchSplit,
                     images: torch.Tensor, labels: torch.Tensor, config: TrainConfig, *,
                     epoch: int, device: torch.device,
-                    on_evaluation: OnEvaluation | None = None) -> dict:
+                    on_evaluation: OnEvaluation | None = None,
+                    graphed: "step_graph.GraphedStep | None" = None,
+                    check: "NonFiniteCheck | None" = None) -> dict:
     """One pass over the training set; returns the epoch's training statistics.
 
     `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
-    mid-epoch evaluation points; its time is not counted as training.
+    mid-epoch evaluation points; its time is not counted as training. `graphed`
+    runs each step once the lr's warm-up is over (the lr is then fixed, as a
+    captured step needs it), `check` being the one its capture counts into.
     """
     batch_size = config.global_batch_size
     # Every worker draws the same permutation, then takes its own slice of
@@ -223,7 +239,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     evaluate_after = mid_epoch_evaluation_steps(config) if on_evaluation else set()
     sync.module.train()
     sync.sync_time_s = 0.0
-    check = NonFiniteCheck(sync, device)
+    check = check or NonFiniteCheck(sync, device)
     noise = GradientNoise(device) if GradientNoise.applies(config) else None
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_correct = torch.zeros((), dtype=torch.float64, device=device)
@@ -240,9 +256,15 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             _set_lr(optimizer, config.lr)
         shard_start, shard_stop = split.bounds()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
-        y = labels[index].long()
-        outcome = train_batch(sync, optimizer, images[index], y, config, check, split.timer,
-                              noise)
+        if graphed is not None and global_step >= warmup_steps:
+            started = split.timer.start()  # the whole step: forward, backward and update
+            losses, logits, y = graphed(index)
+            split.timer.stop(started)
+            outcome = None if check.after_step() else (losses, logits)
+        else:
+            y = labels[index].long()
+            outcome = train_batch(sync, optimizer, images[index], y, config, check,
+                                  split.timer, noise)
         step_sync.after_step(step)
         if outcome is None:
             status = Status.DIVERGED
@@ -373,6 +395,24 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     return losses.detach(), logits.detach()
 
 
+def _step_on(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+             labels: torch.Tensor, index: torch.Tensor, config: TrainConfig,
+             check: "NonFiniteCheck") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`train_batch`'s step for one worker, whole and with no read from the device, as a
+    CUDA graph captures it (graphed.py): the batch gathered by `index`, forward,
+    backward, the gradients counted by `check` (read after the step), SGD, the
+    gradients cleared. Returns the per-example losses, the logits and the labels."""
+    y = labels[index].long()
+    logits = _forward(sync.module, images[index], config)
+    losses = F.cross_entropy(logits, y, reduction="none")
+    (losses.sum() / config.global_batch_size).backward()
+    sync.synchronize()  # one worker: nothing to sum
+    check.count_step()
+    sync.step(optimizer)
+    sync.zero_grad()
+    return losses.detach(), logits.detach(), y
+
+
 class NonFiniteCheck:
     """Counts the steps whose synced gradients are not finite, and reads the count
     every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS["cuda"] on a GPU.
@@ -391,9 +431,17 @@ class NonFiniteCheck:
     def failed(self) -> bool:
         """Counts this step's gradients; True if this step reads a nonzero count.
         `last_norm` keeps their norm (the noise probe's batch gradient)."""
+        self.count_step()
+        return self.after_step()
+
+    def count_step(self) -> None:
+        """This step's gradients counted, on the device (a captured step's part)."""
         grads = self.sync.summed_grads()
         self.last_norm = torch.nn.utils.get_total_norm(grads)
         self.count += ~torch.isfinite(self.last_norm)
+
+    def after_step(self) -> bool:
+        """True if this step is one that reads the count, and it is nonzero."""
         self.num_steps += 1
         return self.num_steps % self.interval_steps == 0 and self.read()
 

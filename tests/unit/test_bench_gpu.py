@@ -64,3 +64,27 @@ def test_gpu_check_says_what_it_runs_and_where_it_writes():
     refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
                              capture_output=True, text=True, timeout=60, cwd=REPO)
     assert refused.returncode == 2 and "--out" in refused.stderr
+
+
+def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
+    """bench/gpu_step.py's CPU smoke run: the eager ways and the project's loop timed,
+    the graph ways skipped (they need CUDA), bench/results untouched."""
+    results = REPO / "bench" / "results" / "gpu_step.jsonl"
+    before = results.read_bytes()
+    finished = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu_step.py"), "--device", "cpu", "--models",
+         "lenet", "--ways", "eager,graph,project", "--steps", "1", "--repeats", "1",
+         "--warmup", "1"], capture_output=True, text=True, timeout=300, cwd=REPO, check=True)
+    assert results.read_bytes() == before
+    (line,) = [line for line in finished.stdout.splitlines() if line.startswith("BENCH ")]
+    lenet = json.loads(line.removeprefix("BENCH "))["lenet"]
+    assert set(lenet) == {"eager", "project"}
+    assert lenet["eager"]["ms"] > 0 and lenet["project"]["ms"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_step_without_a_gpu_says_so_in_one_line():
+    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py")],
+                              capture_output=True, text=True, timeout=120, cwd=REPO, check=True)
+    assert finished.stdout.startswith("gpu_step: no CUDA device on this machine")
+    assert len(finished.stdout.splitlines()) == 1

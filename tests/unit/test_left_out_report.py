@@ -65,3 +65,16 @@ def test_the_report_names_each_point_left_out_as_a_what_if(recorded):
     assert re.search(r"from trial `\w+` \([\d.]+ s/epoch measured on 1 worker\)", lenet)
     assert any(line.startswith("- ") and UNRUN in line and "No estimate" in line
                for line in lines)
+    # Recorded on CPUs: no step ran as a CUDA graph, and no line says one did.
+    assert "CUDA graph" not in text
+
+
+def test_a_what_if_from_a_graphed_step_says_so(recorded):
+    """On one GPU the 1-worker trial's step is a CUDA graph, several workers' are eager:
+    the what-if says which it assumed."""
+    trials, epochs, calibration = recorded
+    graphed = epochs.assign(step_graph="on")
+    (line,) = [line for line in left_out_section(trials, graphed, calibration, [TWO_GPUS],
+                                                 use_gpu=True) if line.startswith("- ")]
+    assert line.endswith("Its step ran as a CUDA graph, which several workers' steps do not "
+                         "yet (training/graphed.py): the what-if assumes they would.")

@@ -1,0 +1,79 @@
+"""The training step replayed as a CUDA graph (training/graphed.py) is the eager step:
+one GPU, the same run with `--cuda-graph auto` and `off`, in double precision to
+the equivalence tests' relative 1e-9 (the first WARMUP_STEPS steps run eagerly,
+the next is captured, the rest replayed); with the lr's warm-up, the graph waits
+for the lr to be fixed; in bfloat16 with channels-last, as the GPU presets run
+it, the graphed run trains.
+
+Needs a CUDA GPU: skipped without one (tests/conftest.py); CI has none, and
+bench/gpu_check.py runs this layer on a lent GPU. On CPUs the step is never
+captured: tests/unit/test_graphed_step.py.
+"""
+
+import dataclasses
+import functools
+import math
+
+import pytest
+import torch
+
+from helpers import assert_same_parameters, run_here
+from orchestrator.config.options import TrainConfig
+from orchestrator.training import models
+from orchestrator.training.graphed import WARMUP_STEPS
+from orchestrator.training.models import build_model
+
+GPU = torch.device("cuda", 0)
+STEPS = 8  # a step per epoch past the warm-up and the capture, and more
+
+
+def _config(**overrides) -> TrainConfig:
+    fields = dict(model="lenet", global_batch_size=64, lr=0.3, momentum=0.9, num_epochs=2,
+                  train_limit=STEPS * 64, test_limit=200, seed=7, precision="fp64",
+                  memory_format="nchw", use_gpu=True)
+    return TrainConfig(**{**fields, **overrides})
+
+
+@pytest.fixture
+def small_resnet():
+    original = models.BUILDERS["resnet18"]
+    models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=4)
+    yield
+    models.BUILDERS["resnet18"] = original
+
+
+@pytest.mark.parametrize("sync", ["scratch", "bucketed", "root"])
+def test_the_graphed_step_is_the_eager_step(fashion_mnist_small, sync):
+    config = _config(sync=sync)
+    graphed, graphed_state = run_here(config, fashion_mnist_small, GPU)
+    eager, eager_state = run_here(dataclasses.replace(config, cuda_graph="off"),
+                                  fashion_mnist_small, GPU)
+    assert [row["step_graph"] for row in graphed] == ["on", "on"]
+    assert [row["step_graph"] for row in eager] == ["off: --cuda-graph off"] * 2
+    for got, want in zip(graphed, eager, strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-9)
+        assert (got["train_acc"], got["test_acc"]) == (want["train_acc"], want["test_acc"])
+    assert_same_parameters(graphed_state["model"], eager_state["model"],
+                           build_model("lenet", seed=7).state_dict(), "fp64")
+
+
+def test_batchnorm_and_the_lr_warm_up_under_the_graph(fashion_mnist_small, small_resnet):
+    """ResNet-18 (BatchNorm's running statistics and step counts updated by each
+    replay) with a one-epoch lr warm-up: the graph is captured in the second epoch."""
+    config = _config(model="resnet18", warmup_epochs=1)
+    assert STEPS > WARMUP_STEPS + 1
+    graphed, graphed_state = run_here(config, fashion_mnist_small, GPU)
+    _, eager_state = run_here(dataclasses.replace(config, cuda_graph="off"),
+                              fashion_mnist_small, GPU)
+    assert graphed[-1]["step_graph"] == "on"
+    assert_same_parameters(graphed_state["model"], eager_state["model"],
+                           build_model("resnet18", seed=7).state_dict(), "fp64")
+
+
+def test_bf16_channels_last_graphed_trains(fashion_mnist_small):
+    config = _config(model="lenet", precision="bf16", memory_format="channels-last",
+                     momentum=0.0, lr=0.2, num_epochs=3, train_limit=40 * 64)
+    history, _ = run_here(config, fashion_mnist_small, GPU)
+    assert all(row["step_graph"] == "on" and math.isfinite(row["train_loss"])
+               for row in history)
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
