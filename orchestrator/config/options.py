@@ -23,7 +23,7 @@ Sync = Literal["scratch", "bucketed", "ddp", "sharded", "root", "delayed"]
 Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp64"]
 MemoryFormat = Literal["auto", "nchw", "channels-last"]
-CudaGraph = Literal["auto", "off"]
+CudaGraph = Literal["auto", "on", "off"]
 MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
                                                for kind in (Model, Sync, Split, Precision))
 
@@ -107,9 +107,10 @@ class TrainConfig:
         "auto", "layout of the model and its inputs; auto: the faster of nchw and channels-last, "
                 "timed on the workers' devices at the run's start (a few steps each)")
     cuda_graph: CudaGraph = option(
-        "auto", "auto: on a GPU with one worker, the training step is captured once as a CUDA "
-                "graph and replayed (training/graphed.py; on an H200 LeNet's step 3.8x, "
-                "ResNet-18's 2.3x in bf16); off: eager")
+        "auto", "auto: on a GPU with one worker, the book's models' training step is "
+                "captured once as a CUDA graph and replayed (training/graphed.py; on an H200 "
+                "LeNet's step 3.8x, ResNet-18's 2.3x in bf16); on: your own model's too; "
+                "off: eager")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
                                   "run is marked failed")
     target_acc: float | None = option(None, "record when test accuracy first reaches this "

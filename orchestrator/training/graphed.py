@@ -16,9 +16,14 @@ batch: the warm-up steps are the run's own, nothing is trained twice.
 Where it applies (`off_reason`): a CUDA device, one worker (the sums of several
 stay eager: NCCL's can be captured, gloo's cannot, and neither was run here on
 several GPUs), a sync whose one-worker step is the plain SGD step (scratch,
-bucketed, root), and fixed shapes (every batch is full: the loop drops the
-partial last one). A capture that fails falls back to the eager step, and says
-why in `state`.
+bucketed, root), fixed shapes (every batch is full: the loop drops the
+partial last one), and the book's models: your own model is captured only
+with `--cuda-graph on`, since a replay repeats its kernels and nothing of its
+Python (a counter, an attribute rebound each step, Python's `random` would be
+frozen at the capture). A capture that fails falls back to the eager step, the
+current stream restored and the gradients it left cleared, and says why in
+`state` (its memory pool stays reserved: torch frees it only after a capture
+that ended).
 """
 
 from collections.abc import Callable
@@ -26,16 +31,20 @@ from collections.abc import Callable
 import torch
 
 from orchestrator.config.options import TrainConfig
+from orchestrator.training.models import is_reference
 
 WARMUP_STEPS = 3
 GRAPHED_SYNCS = ("scratch", "bucketed", "root")
 ON = "on"
+WARMING_UP = "on (warming up)"  # no step captured yet: each runs eagerly
 
 
 def off_reason(config: TrainConfig, device: torch.device) -> str | None:
     """None where the run's step is captured, else why it is not (epochs.csv's `step_graph`)."""
     if config.cuda_graph == "off":
         return "off: --cuda-graph off"
+    if config.cuda_graph == "auto" and is_reference(config.model):
+        return "off: your own model (--cuda-graph on captures it)"
     if device.type != "cuda":
         return f"off: not a CUDA device ({device.type})"
     if config.num_workers > 1:
@@ -49,43 +58,58 @@ class GraphedStep:
     """Calls `body(index)` (one whole training step on the batch of `index`, returning
     its outputs) eagerly for the first WARMUP_STEPS calls, then captures it once and
     replays the capture: the outputs are then the same tensors every step, rewritten
-    by each replay, to be read before the next."""
+    by each replay, to be read before the next. `clear()` clears the gradients a
+    failed capture left behind. Each step is timed by `timer` (timing.DeviceTimer),
+    the capture itself not."""
 
-    def __init__(self, body: Callable[[torch.Tensor], tuple], batch_size: int,
-                 device: torch.device):
-        self.body = body
+    def __init__(self, body: Callable[[torch.Tensor], tuple], clear: Callable[[], None],
+                 batch_size: int, device: torch.device):
+        self.body, self.clear = body, clear
         self.index = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.side = torch.cuda.Stream(device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple | None = None
         self.warm_steps = 0
-        self.state = "on (warming up)"
+        self.state = WARMING_UP
 
-    def __call__(self, index: torch.Tensor) -> tuple:
+    def __call__(self, index: torch.Tensor, timer) -> tuple:
         self.index.copy_(index)
+        if self.state == WARMING_UP and self.warm_steps == WARMUP_STEPS:
+            self._capture()
+        started = timer.start()
+        outputs = self._run()
+        timer.stop(started)
+        return outputs
+
+    def _run(self) -> tuple:
         if self.graph is not None:
             self.graph.replay()
             return self.outputs
-        if self.state != "on (warming up)":  # the capture failed: eager from then on
+        if self.state != WARMING_UP:  # the capture failed: eager from then on
             return self.body(self.index)
-        if self.warm_steps < WARMUP_STEPS:
-            self.warm_steps += 1
-            current = torch.cuda.current_stream()
-            self.side.wait_stream(current)
-            with torch.cuda.stream(self.side):
-                outputs = self.body(self.index)
-            current.wait_stream(self.side)
-            return outputs
+        self.warm_steps += 1
+        current = torch.cuda.current_stream()
+        self.side.wait_stream(current)
+        with torch.cuda.stream(self.side):
+            outputs = self.body(self.index)
+        current.wait_stream(self.side)
+        return outputs
+
+    def _capture(self) -> None:
+        """Capture the step once (it runs nothing: the replay that follows trains
+        this batch); on failure, leave the eager step in a clean state."""
         graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.current_stream()
         try:
             # thread_local: a Ray worker's other threads may touch CUDA meanwhile.
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 outputs = self.body(self.index)
         except RuntimeError as error:  # the step runs eagerly; the record says why
+            torch.cuda.set_stream(stream)  # a failed capture does not restore it
+            while error.__context__ is not None:  # the cause, not capture_end's echo
+                error = error.__context__
             first_line = (str(error).splitlines() or [""])[0][:160]
             self.state = f"off: capture failed ({type(error).__name__}: {first_line})"
-            torch.cuda.synchronize()
-            return self.body(self.index)
+            self.clear()
+            return
         self.graph, self.outputs, self.state = graph, outputs, ON
-        graph.replay()
-        return outputs

@@ -145,7 +145,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         graphed = step_graph.GraphedStep(
             lambda index: _step_on(sync, optimizer, train_images, train_labels, index, config,
                                    check),
-            config.global_batch_size, device)
+            sync.zero_grad, config.global_batch_size, device)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
     # Where each rank ran, so a multi-node trial shows which nodes it spanned:
     # the text of the list, as epochs.csv holds it (a list of strings is no
@@ -257,9 +257,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         shard_start, shard_stop = split.bounds()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         if graphed is not None and global_step >= warmup_steps:
-            started = split.timer.start()  # the whole step: forward, backward and update
-            losses, logits, y = graphed(index)
-            split.timer.stop(started)
+            # Timed whole: forward, backward and the update (the capture not).
+            losses, logits, y = graphed(index, split.timer)
             outcome = None if check.after_step() else (losses, logits)
         else:
             y = labels[index].long()

@@ -3,7 +3,7 @@ one GPU, the same run with `--cuda-graph auto` and `off`, in double precision to
 the equivalence tests' relative 1e-9 (the first WARMUP_STEPS steps run eagerly,
 the next is captured, the rest replayed); with the lr's warm-up, the graph waits
 for the lr to be fixed; in bfloat16 with channels-last, as the GPU presets run
-it, the graphed run trains.
+it, the graphed run trains; a capture that fails leaves the step eager and says why.
 
 Needs a CUDA GPU: skipped without one (tests/conftest.py); CI has none, and
 bench/gpu_check.py runs this layer on a lent GPU. On CPUs the step is never
@@ -20,8 +20,9 @@ import torch
 from helpers import assert_same_parameters, run_here
 from orchestrator.config.options import TrainConfig
 from orchestrator.training import models
-from orchestrator.training.graphed import WARMUP_STEPS
+from orchestrator.training.graphed import WARMUP_STEPS, GraphedStep
 from orchestrator.training.models import build_model
+from orchestrator.training.timing import DeviceTimer
 
 GPU = torch.device("cuda", 0)
 STEPS = 8  # a step per epoch past the warm-up and the capture, and more
@@ -77,3 +78,24 @@ def test_bf16_channels_last_graphed_trains(fashion_mnist_small):
     assert all(row["step_graph"] == "on" and math.isfinite(row["train_loss"])
                for row in history)
     assert history[-1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_a_capture_that_fails_runs_eagerly_and_says_why():
+    """A step that reads the device from the host cannot be captured: the steps go on
+    eagerly, on the stream they were on, the gradients cleared, the cause recorded."""
+    data = torch.arange(40.0, device=GPU).reshape(10, 4)
+    weight = torch.ones(4, device=GPU)
+
+    def body(index):
+        loss = (data[index] * weight).sum()
+        loss.item()  # a host read: not capturable
+        return (loss,)
+
+    cleared = []
+    step = GraphedStep(body, lambda: cleared.append(True), 2, GPU)
+    stream = torch.cuda.current_stream()
+    for start in range(WARMUP_STEPS + 3):
+        (loss,) = step(torch.arange(start, start + 2, device=GPU), DeviceTimer(GPU))
+        assert loss.item() == data[start:start + 2].sum().item()
+    assert step.state.startswith("off: capture failed (") and cleared == [True]
+    assert torch.cuda.current_stream() == stream

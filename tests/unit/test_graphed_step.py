@@ -21,6 +21,8 @@ GPU = torch.device("cuda", 0)  # only named: nothing here runs on it
     ({"num_workers": 2}, "off: several workers (their sums run eagerly)"),
     ({"sync": "ddp"}, "off: sync ddp"),
     ({"sync": "delayed"}, "off: sync delayed"),
+    ({"model": "examples.own_model:cnn"}, "off: your own model (--cuda-graph on captures it)"),
+    ({"model": "examples.own_model:cnn", "cuda_graph": "on"}, None),
 ])
 def test_the_step_is_captured_on_one_gpu_with_a_plain_update(overrides, reason):
     assert off_reason(TrainConfig(**overrides), GPU) == reason
@@ -34,5 +36,5 @@ def test_never_on_a_cpu_and_the_run_says_so(fashion_mnist_small):
 
 
 def test_an_unknown_choice_is_one_line():
-    with pytest.raises(UserError, match="unknown cuda graph 'always'; choose one of auto, off"):
+    with pytest.raises(UserError, match="unknown cuda graph 'always'; choose one of auto, on, off"):
         TrainConfig(cuda_graph="always")
