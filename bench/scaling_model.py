@@ -7,7 +7,10 @@ predicted from its 1-worker trial and the sweep's microbenchmark
 Figures: the error per point, the largest, the fitted alpha and beta of each
 transport, the measured contention, and the model's speedup at 16 workers.
 Target: at most 15% error on every measured point. The record's machine is the
-processor the sweep calibrated on (calibration.json), where it says.
+processor the sweep calibrated on (calibration.json), where it says. Where the
+calibration timed each sum right after a backward too ("first_call"), the
+communication's error per strategy is given both ways on the same sweep: every
+sum back to back (one regime), and a step's first sum after a backward (two).
 
     python experiments/sweep.py --preset exercises --out results/exercises
     python bench/scaling_model.py --sweep results/exercises
@@ -40,6 +43,13 @@ def _contentions(calibration: dict, validation: pd.DataFrame) -> list[tuple]:
     return rows
 
 
+def _comm_errors(validation: pd.DataFrame) -> dict:
+    """The communication's error per strategy: its median and range over the points."""
+    return {sync: {"median": round(float(errors.median()), 3),
+                   "range": [round(float(errors.min()), 3), round(float(errors.max()), 3)]}
+            for sync, errors in validation.groupby("sync")["comm_error"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", required=True, type=Path,
@@ -56,6 +66,13 @@ def main() -> None:
               round(row.error, 4) for row in validation.itertuples()}
     worst = float(validation["error"].abs().max())
     at_16 = result.predictions[result.predictions["num_workers"] == 16]
+    regimes = {}
+    if "first_call" in calibration:
+        one = fit_and_validate(summary, epochs, {key: value for key, value in calibration.items()
+                                                 if key != "first_call"})
+        regimes = {"comm_error_one_regime": _comm_errors(one.validation),
+                   "comm_error_two_regimes": _comm_errors(validation),
+                   "max_abs_error_one_regime": float(one.validation["error"].abs().max())}
     sweep_line = next(line for line in (args.sweep / "report.md").read_text().splitlines()
                       if line.startswith("- sweep wall time"))
     emit("scaling_model", command_line(), measured_on=calibration.get("processor"), figures={
@@ -63,9 +80,13 @@ def main() -> None:
         "sweep_ended": json.loads((args.sweep / "sessions.json").read_text())[0]["ended"],
         "trials": len(summary), "measured_points": len(validation), "max_abs_error": worst,
         "target_max_abs_error": VALIDATION_TARGET, "target_met": worst <= VALIDATION_TARGET,
-        "error_per_point": points,
+        "error_per_point": points, **regimes,
         "links": {row.link: {"alpha_us": round(row.alpha_s * 1e6, 2),
-                             "beta_GB_per_s": round(row.beta_bytes_per_s / 1e9, 3)}
+                             "beta_GB_per_s": round(row.beta_bytes_per_s / 1e9, 3),
+                             **({"first_call_alpha_us": round(row.first_alpha_s * 1e6, 2),
+                                 "first_call_beta_GB_per_s":
+                                     round(row.first_beta_bytes_per_s / 1e9, 3)}
+                                if row.first_alpha_s == row.first_alpha_s else {})}
                   for row in result.links.itertuples() if "measured" in row.link},
         # The probe's, per model it probed (one model before 2026-11-26), and the
         # trials' own beside it: the median per model and worker count.

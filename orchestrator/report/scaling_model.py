@@ -21,6 +21,7 @@ bytes it recorded per model. ddp's comm is counted as exposed, as bucketed's: an
 bound, since ddp overlaps it with backward. No Ray or torch here.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,10 @@ class Link:
     # node's shared memory the node's memory bandwidth, shared by its k workers.
     beta_bytes_per_s: float
     source: str  # where the numbers come from, short; docs/SCALING_MODEL.md in full
+    # A step's first sum, timed right after a backward (calibration's "first_call"):
+    # its own alpha and beta where the calibration has them, else NaN (the one regime).
+    first_alpha_s: float = math.nan
+    first_beta_bytes_per_s: float = math.nan
 
 
 # Named interconnects for the extrapolation; derivations in docs/SCALING_MODEL.md.
@@ -102,6 +107,16 @@ def fit_link(transport: str, samples: list[dict]) -> Link:
     return Link(f"{transport} (measured)", alpha_s,
                 float(1.0 / s_per_byte) if s_per_byte > 0 else math.inf,
                 f"measured at the sweep's start, {workers} workers")
+
+
+def _with_first_call(link: Link, transport: str, first_calls: list[dict]) -> Link:
+    """`link` with its first-call regime fitted from `first_calls` where they time
+    `transport` (calibrations from before they were recorded have none)."""
+    if not any(sample["transport"] == transport for sample in first_calls):
+        return link
+    first = fit_link(transport, first_calls)
+    return dataclasses.replace(link, first_alpha_s=first.alpha_s,
+                               first_beta_bytes_per_s=first.beta_bytes_per_s)
 
 
 def _least_relative_deviations(design: np.ndarray, seconds: np.ndarray,
@@ -183,7 +198,8 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     singles = _baseline_candidates(summary, epochs)
     if not samples or singles.empty or "gradient_bytes" not in calibration:
         return None
-    measured = {t: fit_link(t, samples) for t in dict.fromkeys(s["transport"] for s in samples)}
+    measured = {t: _with_first_call(fit_link(t, samples), t, calibration.get("first_call", []))
+                for t in dict.fromkeys(s["transport"] for s in samples)}
     fitted_at = {t: {int(s["num_workers"]) for s in samples if s["transport"] == t}
                  for t in measured}
     # Workers that shared a GPU took turns on it: not the model's k devices.
@@ -413,7 +429,9 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
     together, a reduce-scatter and an all-gather of the flat parameters, k-1 steps
     and (k-1)/k bytes each. The per-step alpha was fitted at the calibration's k;
     its k-dependence is the algorithm's: gloo's ring 2(k-1) steps, the root funnel
-    2(k-1) messages, the shared memory two barriers whatever k."""
+    2(k-1) messages, the shared memory two barriers whatever k. Where the link has a
+    first-call regime, the step's first message costs what it cost right after a
+    backward, and the others what they cost back to back."""
     if num_workers == 1:
         return 0.0
     tensor_bytes = gradient_bytes["tensor_bytes"]
@@ -429,7 +447,12 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
         sizes = [sum(tensor_bytes)]
     else:
         sizes = tensor_bytes if sync == "scratch" else gradient_bytes["bucket_bytes"]
-    return sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in sizes)
+    if math.isnan(link.first_alpha_s):
+        return sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in sizes)
+    # The step's first sum as it was timed right after a backward; the rest back to back.
+    first, *rest = sizes
+    return (steps * link.first_alpha_s + volume * first / link.first_beta_bytes_per_s
+            + sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in rest))
 
 
 def per_call(transport: str, num_workers: int) -> tuple[float, float]:

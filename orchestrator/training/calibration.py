@@ -37,6 +37,12 @@ REPEATS = 9
 # a trial's epoch sums it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs). Up to
 # COMPUTE_ROUNDS rounds, fewer (2 at least) where a model's steps would take longer
 # than COMPUTE_BUDGET_S in all (ResNet-18's CPU step of 256 examples takes seconds).
+# A step's first sum comes right after its backward, whose data have pushed the
+# transport's out of the caches (and its threads to sleep): on this project's 2-core
+# Xeon LeNet's 8 sums took 0.51-0.57 ms a step back to back, 1.05-1.35 ms right after
+# a backward. Each size is also timed so, FIRST_CALL_REPEATS times, each call after a
+# forward and backward of the probe's model (docs/SCALING_MODEL.md).
+FIRST_CALL_REPEATS = 5
 COMPUTE_PROBE_S = 0.3
 COMPUTE_ROUNDS = 10
 COMPUTE_BUDGET_S = 30.0
@@ -51,31 +57,37 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     `sharded`: also the group's reduce-scatter and all-gather, as `sharded` calls them;
     `layouts`: the (model, precision, bucket_cap_mb) whose gradient bytes to record;
     `probes`: the (model, batch per worker) whose contention to probe (`probes_of`);
-    none: the run's own model at its global batch over the most workers."""
+    none: the run's own model at its global batch over the most workers.
+    Each collective is timed at each size back to back ("allreduce") and as a step's
+    first sum, right after a forward and backward of the run's model at the first
+    probe's batch ("first_call")."""
     model = model_of(config).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     layout_bytes = [gradient_bytes(*layout, num_classes=config.num_classes,
                                    input_shape=config.input_shape) for layout in layouts]
     largest_bytes = largest_message(param_bytes, layout_bytes)
-    samples = []
+    collectives = {}
     for kind in transports if get_world_size() > 1 else ():
         transport = {"shared memory": lambda: make_transport(device, largest_bytes,
                                                              shared_memory=True),
                      "group": group_transport, "root": root_transport}[kind]()
-        samples += [{"transport": transport.name, "num_workers": get_world_size(),
-                     "bytes": nbytes,
-                     "seconds": _collective_s(transport.allreduce_, nbytes, device)}
-                    for nbytes in _sizes(largest_bytes)]
+        collectives[transport.name] = transport.allreduce_
     if sharded and get_world_size() > 1:
-        samples += [{"transport": f"{group_transport().name} {SHARDED_PAIR}",
-                     "num_workers": get_world_size(), "bytes": nbytes,
-                     "seconds": _collective_s(_reduce_scatter_all_gather, nbytes, device)}
-                    for nbytes in _sizes(largest_bytes)]
+        collectives[f"{group_transport().name} {SHARDED_PAIR}"] = _reduce_scatter_all_gather
+    probes = probes or ((config.model, max(1, config.global_batch_size // max(worker_counts))),)
+    after_backward = _train_step(model, config, device, probes[0][1]) if collectives else None
+    samples, first_calls = [], []
+    for name, collective in collectives.items():
+        for size in _sizes(largest_bytes):
+            sample = {"transport": name, "num_workers": get_world_size(), "bytes": size}
+            samples.append({**sample, "seconds": _collective_s(collective, size, device)})
+            first_calls.append({**sample, "seconds": _first_call_s(collective, size, device,
+                                                                   after_backward)})
     return {"num_workers": get_world_size(), "device": device.type,
             "processor": processor(device), "model": config.model,
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
-            "compute": [sample for name, batch_per_worker in probes or (
-                (config.model, max(1, config.global_batch_size // max(worker_counts))),)
+            "first_call": first_calls,
+            "compute": [sample for name, batch_per_worker in probes
                         for sample in _compute_probe(
                             model if name == config.model else
                             model_of(dataclasses.replace(config, model=name)).to(device),
@@ -177,6 +189,38 @@ def _collective_s(collective, nbytes: int, device: torch.device) -> float:
     return statistics.median(seconds[2:])
 
 
+def _first_call_s(collective, nbytes: int, device: torch.device, after_backward) -> float:
+    """Median seconds of one call made as a step's first sum is: right after a forward
+    and backward (`after_backward`) on every worker. A call's time on a worker that
+    arrived first holds its wait for the others; the one that arrived last waits for
+    no one, so each call counts the least any worker took (as a trial's
+    `sync_least_s` counts its steps), read once all are made."""
+    numel = nbytes // 4 - nbytes // 4 % get_world_size()
+    tensor = torch.ones(numel, dtype=torch.float32, device=device)
+    seconds = torch.zeros(FIRST_CALL_REPEATS + 1, get_world_size(), dtype=torch.float64)
+    for repeat in range(FIRST_CALL_REPEATS + 1):  # the first to warm up
+        after_backward()
+        _synchronize(device)
+        started = time.perf_counter()
+        collective(tensor)
+        _synchronize(device)
+        seconds[repeat, get_rank()] = time.perf_counter() - started
+    summed = allreduce_(seconds.to(device)).cpu()  # each worker's column; zeros elsewhere
+    return statistics.median(summed[1:].min(dim=1).values.tolist())
+
+
+def _train_step(model, config: TrainConfig, device: torch.device, batch_per_worker: int):
+    """One forward and backward of `model` on random images of the run's shape (its
+    time does not depend on their values), as a callable."""
+    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8)
+    x = to_model_input(images).to(device)
+    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
+
+    def step():
+        F.cross_entropy(model(x), labels).backward()
+    return step
+
+
 def _compute_probe(model, config: TrainConfig, device: torch.device,
                    worker_counts: tuple[int, ...], batch_per_worker: int, *,
                    name: str) -> list[dict]:
@@ -186,13 +230,7 @@ def _compute_probe(model, config: TrainConfig, device: torch.device,
     are summed over the rounds and the slowest rank's sum is read, as a trial's
     epoch sums each rank's compute and waits for the slowest (a maximum taken
     round by round would read each short round's worst jitter)."""
-    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8)
-    x = to_model_input(images).to(device)
-    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
-
-    def step():
-        F.cross_entropy(model(x), labels).backward()
-
+    step = _train_step(model, config, device, batch_per_worker)
     for _ in range(2):
         step()
     counts = [count for count in sorted(set(worker_counts)) if count <= get_world_size()]

@@ -38,6 +38,10 @@ def test_two_workers_time_each_transport_and_compute_alone_and_together():
         # Only that each size was timed: which size costs more is a measurement, and
         # a loaded CI node once took 3.8 ms over 1 KB, 0.4 ms over 1 MB.
         assert all(s["num_workers"] == 2 and s["seconds"] > 0 for s in samples)
+        # And each size again as a step's first sum, right after a backward.
+        first_calls = [s for s in measured["first_call"] if s["transport"] == transport]
+        assert [s["bytes"] for s in first_calls] == sizes
+        assert all(s["num_workers"] == 2 and s["seconds"] > 0 for s in first_calls)
     compute = {row["num_workers"]: row["seconds_per_example"] for row in measured["compute"]}
     assert sorted(compute) == [1, 2] and all(s > 0 for s in compute.values())
     assert measured["gradient_bytes"] == [gradient_bytes("lenet", "fp32", 25.0)]

@@ -374,3 +374,32 @@ def test_the_communication_is_checked_against_the_sums_own_time_as_recorded():
         assert row["sync_measured_as"] == measured_as
         assert row["measured_sync_least_s"] == pytest.approx(seconds)
         assert row["comm_error"] == pytest.approx(comm_s / seconds - 1, abs=0.01)
+
+
+def test_a_steps_first_sum_costs_what_it_cost_right_after_a_backward():
+    """Two regimes: calibrations that time each size right after a backward too
+    ("first_call") price a step's first message so and the rest back to back;
+    older ones, every message back to back."""
+    cold_alpha_s = 10 * ALPHA_S
+    measured = {**calibration(), "first_call": allreduce_samples(cold_alpha_s, BETA_BYTES_PER_S)}
+    (link,) = [fit_link("shared memory", measured["allreduce"])]
+    summary, epochs = sweep(*[trial(f"{sync}-{k}", sync, k) for sync in ("scratch", "bucketed")
+                              for k in (1, 2, 4)])
+    two = fit_and_validate(summary, epochs, measured)
+    one = fit_and_validate(summary, epochs, calibration())
+    fitted = two.links.set_index("link").loc["shared memory (measured)"]
+    assert fitted["first_alpha_s"] == pytest.approx(cold_alpha_s, rel=1e-6)
+    assert math.isnan(one.links.set_index("link").loc["shared memory (measured)",
+                                                       "first_alpha_s"])
+    # scratch's 8 sums: the first 2 * 9 alpha dearer, the 7 others as before; bucketed's one.
+    extra_s = 2 * (cold_alpha_s - ALPHA_S)
+    for sync, k in (("scratch", 2), ("bucketed", 4)):
+        predicted = {result: frame[(frame["sync"] == sync) & (frame["num_workers"] == k)
+                                   & (frame["link"] == link.name)
+                                   & (frame["batch_scaling"] == "global")]["comm_s"].item()
+                     for result, frame in (("one", one.predictions), ("two", two.predictions))}
+        assert predicted["two"] - predicted["one"] == pytest.approx(STEPS * extra_s, rel=1e-4)
+    # Named interconnects have no first-call regime: their predictions do not move.
+    nvlink = [frame[(frame["link"] == INTERCONNECTS[-1].name)]["comm_s"].tolist()
+              for frame in (one.predictions, two.predictions)]
+    assert nvlink[0] == nvlink[1]
