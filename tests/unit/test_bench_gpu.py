@@ -58,12 +58,18 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path
 def test_gpu_check_says_what_it_runs_and_where_it_writes():
     finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--help"],
                               capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
-    for part in ("--out", "--budget-s", "--record", "--data-dir"):
+    for part in ("--out", "--budget-s", "--record", "--data-dir", "--steps"):
         assert part in finished.stdout
-    # Without a folder for its files it refuses at once (argparse: exit 2).
+    # Without a folder for its files, or with a step it does not have, it refuses at
+    # once (argparse: exit 2).
     refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
                              capture_output=True, text=True, timeout=60, cwd=REPO)
     assert refused.returncode == 2 and "--out" in refused.stderr
+    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out",
+                              "unused", "--steps", "tests_gpu,warmup"],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1].endswith(
+        "unknown step(s) warmup; choose from tests_gpu, main_job, d2l_13_6, loop_alone")
 
 
 def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
