@@ -10,9 +10,10 @@ depend on them), each way of running the step timed with CUDA events:
 - `graph`: the whole step (batch gather, forward, backward, SGD, foreach) captured once as
   a CUDA graph and replayed, which removes the host's per-kernel launches;
 - `graph_bf16_cl`: both; `graph_b512`: the graph at batch 512 (does the chip have room?);
-- `project`: the project's own loop (`run_training`, one worker, no Ray) for two
-  epochs on the same random data, its second epoch per step: what the product pays
-  today beside the plain step.
+- `project`, `project_bf16`: the project's own loop (`run_training`, one worker, no
+  Ray; on a GPU its step a CUDA graph since 2026-11-27) for two epochs on the same
+  random data in fp32 and in bf16, its second epoch per step: what the product pays
+  beside the plain step.
 
 The figure per way is the median of `--repeats` timings of `--steps` steps each,
 after `--warmup` steps (cuDNN's search and the allocator's growth). Targets
@@ -49,7 +50,8 @@ BATCH = 256
 STEPS_PER_EPOCH = 60_000 // BATCH
 TARGET_EPOCH_S = {"resnet18": 1.5, "lenet": 0.2}
 LRS = {"resnet18": 0.1, "lenet": 0.2}
-WAYS = ("eager", "fused", "bf16_cl", "graph", "graph_bf16_cl", "graph_b512", "project")
+WAYS = ("eager", "fused", "bf16_cl", "graph", "graph_bf16_cl", "graph_b512", "project",
+        "project_bf16")
 
 
 def parse_args(argv):
@@ -155,18 +157,19 @@ def time_steps(step, device, steps, repeats, warmup):
     return statistics.median(timings), timings
 
 
-def project_step_ms(model_name, device, synthetic):
+def project_step_ms(model_name, device, synthetic, precision="fp32"):
     """The project's loop for two epochs on the random data: its second epoch per step."""
     images = synthetic.images.cpu().numpy()
     labels = synthetic.labels.to(torch.uint8).cpu().numpy()
     dataset = data_module.Images(images, labels, images[:2000], labels[:2000])
     config = TrainConfig(model=model_name, global_batch_size=BATCH, lr=LRS[model_name],
-                         num_epochs=2, use_gpu=device.type == "cuda",
+                         num_epochs=2, use_gpu=device.type == "cuda", precision=precision,
                          train_limit=len(labels) if device.type == "cuda" else 4 * BATCH)
     history = run_training(config, dataset, device=device, report=lambda *_: None)
     last = history[-1]
     return {"ms": 1000 * last["epoch_time_s"] / config.steps_per_epoch,
-            "epoch_s": last["epoch_time_s"], "memory_format": last["memory_format"]}
+            "epoch_s": last["epoch_time_s"], "memory_format": last["memory_format"],
+            "step_graph": last["step_graph"]}
 
 
 def main(argv=None):
@@ -188,8 +191,9 @@ def main(argv=None):
                 continue
             began = time.perf_counter()
             try:
-                if way == "project":
-                    result = project_step_ms(model_name, device, synthetic)
+                if way.startswith("project"):
+                    result = project_step_ms(model_name, device, synthetic,
+                                             "bf16" if way.endswith("bf16") else "fp32")
                 else:
                     batch = 512 if way.endswith("b512") else BATCH
                     ms, timings = time_steps(make_step(model_name, way, device, synthetic, batch),
