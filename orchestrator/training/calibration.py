@@ -41,7 +41,7 @@ REPEATS = 9
 # transport's out of the caches (and its threads to sleep): on this project's 2-core
 # Xeon LeNet's 8 sums took 0.51-0.57 ms a step back to back, 1.05-1.35 ms right after
 # a backward. Each size is also timed so, FIRST_CALL_REPEATS times, each call after a
-# forward and backward of the probe's model (docs/SCALING_MODEL.md).
+# forward and backward of the run's model (docs/SCALING_MODEL.md).
 FIRST_CALL_REPEATS = 5
 COMPUTE_PROBE_S = 0.3
 COMPUTE_ROUNDS = 10
