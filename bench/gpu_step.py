@@ -64,7 +64,12 @@ def parse_args(argv):
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out", default=None, help="also write the record to DIR/gpu_step.jsonl")
     parser.add_argument("--no-append", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name, given, known in (("model", args.models, TARGET_EPOCH_S), ("way", args.ways, WAYS)):
+        unknown = sorted(set(given.split(",")) - set(known))
+        if unknown:
+            parser.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return args
 
 
 class Synthetic:

@@ -88,6 +88,15 @@ def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
     assert lenet["eager"]["ms"] > 0 and lenet["project"]["ms"] > 0
 
 
+def test_gpu_step_refuses_an_unknown_way_in_one_line():
+    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py"), "--ways",
+                              "eager,compiled"], capture_output=True, text=True, timeout=60,
+                             cwd=REPO)
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1].endswith(
+        "unknown way(s) compiled; choose from eager, fused, bf16_cl, graph, graph_bf16_cl, "
+        "graph_b512, project, project_bf16")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_gpu_step_without_a_gpu_says_so_in_one_line():
     finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py")],
