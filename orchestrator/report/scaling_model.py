@@ -447,12 +447,14 @@ def _comm_s(link: Link, sync: str, gradient_bytes: dict, num_workers: int) -> fl
         sizes = [sum(tensor_bytes)]
     else:
         sizes = tensor_bytes if sync == "scratch" else gradient_bytes["bucket_bytes"]
-    if math.isnan(link.first_alpha_s):
-        return sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in sizes)
-    # The step's first sum as it was timed right after a backward; the rest back to back.
-    first, *rest = sizes
-    return (steps * link.first_alpha_s + volume * first / link.first_beta_bytes_per_s
-            + sum(steps * link.alpha_s + volume * size / link.beta_bytes_per_s for size in rest))
+    # The step's first sum as it was timed right after a backward, where it was; the
+    # rest back to back.
+    back_to_back = (link.alpha_s, link.beta_bytes_per_s)
+    first = (back_to_back if math.isnan(link.first_alpha_s)
+             else (link.first_alpha_s, link.first_beta_bytes_per_s))
+    regimes = [first] + [back_to_back] * (len(sizes) - 1)
+    return sum(steps * alpha_s + volume * size / beta
+               for size, (alpha_s, beta) in zip(sizes, regimes))
 
 
 def per_call(transport: str, num_workers: int) -> tuple[float, float]:

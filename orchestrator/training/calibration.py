@@ -174,11 +174,16 @@ def _reduce_scatter_all_gather(flat: torch.Tensor) -> None:
     all_gather_(flat)
 
 
+def _message(nbytes: int, device: torch.device) -> torch.Tensor:
+    """`nbytes` of float32 ones, a multiple of the workers in elements."""
+    numel = nbytes // 4 - nbytes // 4 % get_world_size()
+    return torch.ones(numel, dtype=torch.float32, device=device)
+
+
 def _collective_s(collective, nbytes: int, device: torch.device) -> float:
     """Median seconds of one call of an in-place collective on `nbytes` of float32,
     a multiple of the workers in elements."""
-    numel = nbytes // 4 - nbytes // 4 % get_world_size()
-    tensor = torch.ones(numel, dtype=torch.float32, device=device)
+    tensor = _message(nbytes, device)
     seconds = []
     for repeat in range(REPEATS + 2):  # two to warm up
         _synchronize(device)
@@ -195,8 +200,7 @@ def _first_call_s(collective, nbytes: int, device: torch.device, after_backward)
     arrived first holds its wait for the others; the one that arrived last waits for
     no one, so each call counts the least any worker took (as a trial's
     `sync_least_s` counts its steps), read once all are made."""
-    numel = nbytes // 4 - nbytes // 4 % get_world_size()
-    tensor = torch.ones(numel, dtype=torch.float32, device=device)
+    tensor = _message(nbytes, device)
     seconds = torch.zeros(FIRST_CALL_REPEATS + 1, get_world_size(), dtype=torch.float64)
     for repeat in range(FIRST_CALL_REPEATS + 1):  # the first to warm up
         after_backward()

@@ -376,11 +376,7 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     """
     waited_s = sync.backward_wait_s
     started = timer.start()
-    logits = _forward(sync.module, images, config)
-    losses = F.cross_entropy(logits, labels, reduction="none")
-    # Dividing by the *global* batch makes the summed gradients over workers
-    # the single-device mean gradient, even when shards differ in size.
-    (losses.sum() / config.global_batch_size).backward()
+    losses, logits = _forward_backward(sync.module, images, labels, config)
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
     if noise is not None:
         noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
@@ -394,6 +390,18 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     return losses.detach(), logits.detach()
 
 
+def _forward_backward(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward, the per-example losses and backward of their sum over the global batch;
+    returns the losses and the logits."""
+    logits = _forward(model, images, config)
+    losses = F.cross_entropy(logits, labels, reduction="none")
+    # Dividing by the *global* batch makes the summed gradients over workers
+    # the single-device mean gradient, even when shards differ in size.
+    (losses.sum() / config.global_batch_size).backward()
+    return losses, logits
+
+
 def _step_on(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
              labels: torch.Tensor, index: torch.Tensor, config: TrainConfig,
              check: "NonFiniteCheck") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -402,9 +410,7 @@ def _step_on(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch
     backward, the gradients counted by `check` (read after the step), SGD, the
     gradients cleared. Returns the per-example losses, the logits and the labels."""
     y = labels[index].long()
-    logits = _forward(sync.module, images[index], config)
-    losses = F.cross_entropy(logits, y, reduction="none")
-    (losses.sum() / config.global_batch_size).backward()
+    losses, logits = _forward_backward(sync.module, images[index], y, config)
     sync.synchronize()  # one worker: nothing to sum
     check.count_step()
     sync.step(optimizer)

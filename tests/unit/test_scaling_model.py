@@ -382,7 +382,7 @@ def test_a_steps_first_sum_costs_what_it_cost_right_after_a_backward():
     older ones, every message back to back."""
     cold_alpha_s = 10 * ALPHA_S
     measured = {**calibration(), "first_call": allreduce_samples(cold_alpha_s, BETA_BYTES_PER_S)}
-    (link,) = [fit_link("shared memory", measured["allreduce"])]
+    link = fit_link("shared memory", measured["allreduce"])
     summary, epochs = sweep(*[trial(f"{sync}-{k}", sync, k) for sync in ("scratch", "bucketed")
                               for k in (1, 2, 4)])
     two = fit_and_validate(summary, epochs, measured)
