@@ -97,6 +97,10 @@ class TrainConfig:
     sync_batchnorm: bool = option(False, "synchronise BatchNorm statistics across workers "
                                          "(GPU workers only)")
     warmup_epochs: int = option(0, "linear learning-rate warm-up epochs (Goyal et al., 2017)")
+    warmup_start_lr: float = option(0.0, "the lr the warm-up starts from, rising linearly to "
+                                         "--lr by its last step; 0: from zero. Goyal et al. "
+                                         "(2017) start a k-fold batch's warm-up at the small "
+                                         "batch's lr, --lr / k")
     bucket_cap_mb: float = option(25.0, "size cap of one gradient bucket for bucketed and ddp")
     shared_memory: bool = option(True, "CPU workers on one node sum scratch and bucketed "
                                        "gradients through its shared memory, not gloo's sockets")
@@ -153,6 +157,10 @@ class TrainConfig:
         require_int(self.seed, "seed", minimum=0)
         require_int(self.threads_per_worker, "threads per worker", minimum=1)
         require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
+        if not (isinstance(self.warmup_start_lr, (int, float))
+                and 0 <= self.warmup_start_lr <= self.lr):
+            raise UserError(f"the warm-up's start lr must be in [0, lr = {self.lr:g}], "
+                            f"got {self.warmup_start_lr!r}")
         require_int(self.max_failures, "max failures", minimum=0)
         if self.warmup_epochs > self.num_epochs:
             raise UserError(

@@ -7,7 +7,8 @@ Each trial carries its part, which the answers (report/answers/) select by:
   at 1 worker the first lr is left out: it is batch-global's 1-worker run; above
   1 worker the lrs below the first (the reference) too;
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
-  epoch (Goyal et al., 2017), beside batch-lr's trial without one (13.5.2); and at
+  epoch from 1 worker's lr up to k times it (Goyal et al., 2017: from the small
+  batch's lr, not from zero), beside batch-lr's trial without one (13.5.2); and at
   the largest lr searched there (the first seed), where the rule is likeliest to
   break;
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
@@ -81,12 +82,14 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
               if (k == 1 and lr != lrs[0]) or (k > 1 and lr >= lrs[0])]
     if largest > 1:
         specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
-                               {**reference, "lr": largest * lrs[0], "warmup_epochs": 1}, True))
+                               {**reference, "lr": largest * lrs[0], "warmup_epochs": 1,
+                                "warmup_start_lr": lrs[0]}, True))
         # And at the largest lr searched there, where the rule is likeliest to break
         # (it is k times a larger 1-worker lr): does warm-up rescue it? The first seed.
         if max(lrs) > largest * lrs[0] and not math.isclose(max(lrs), largest * lrs[0]):
             specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
-                                   {**reference, "lr": max(lrs), "warmup_epochs": 1}))
+                                   {**reference, "lr": max(lrs), "warmup_epochs": 1,
+                                    "warmup_start_lr": max(lrs) / largest}))
     specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
                         {**reference, **timing, "sync": sync})
               for sync in syncs[1:] if sync != "delayed" for k in workers]

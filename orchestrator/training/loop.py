@@ -251,7 +251,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     for step in range(config.steps_per_epoch):
         global_step = epoch * config.steps_per_epoch + step
         if global_step < warmup_steps:
-            _set_lr(optimizer, config.lr * (global_step + 1) / warmup_steps)
+            _set_lr(optimizer, warmup_lr(config, global_step, warmup_steps))
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
         shard_start, shard_stop = split.bounds()
@@ -594,6 +594,13 @@ def _seconds_since(start: float, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a CUDA step is not done when Python returns
     return time.perf_counter() - start
+
+
+def warmup_lr(config: TrainConfig, step: int, warmup_steps: int) -> float:
+    """The lr of warm-up step `step` (from 0): linear from `warmup_start_lr` to `lr`,
+    which its last step reaches (Goyal et al., 2017, start at the small batch's lr)."""
+    start = config.warmup_start_lr
+    return start + (config.lr - start) * (step + 1) / warmup_steps
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -1,5 +1,6 @@
 """The training loop in one process (world size 1): no Ray, real data."""
 
+import dataclasses
 import math
 import platform
 import subprocess
@@ -179,6 +180,16 @@ def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
                  report=lambda metrics, state, *_: seen.append(state["optimizer"]["param_groups"][0]["lr"]))
     # 4 steps per epoch, 8 warm-up steps: the lr after step s is 0.4 * s / 8.
     assert seen == [pytest.approx(0.2), pytest.approx(0.4), pytest.approx(0.4)]
+
+
+def test_warmup_from_the_small_batchs_lr_as_goyal_et_al():
+    # From 0.2 (1 worker's lr) to 0.4 (2 workers', twice the batch) over 8 steps.
+    config = TrainConfig(global_batch_size=256, lr=0.4, num_epochs=3, warmup_epochs=2,
+                         warmup_start_lr=0.2, train_limit=1024, test_limit=100)
+    assert [loop.warmup_lr(config, step, 8) for step in range(8)] == pytest.approx(
+        [0.2 + 0.2 * (step + 1) / 8 for step in range(8)])
+    assert loop.warmup_lr(dataclasses.replace(config, warmup_start_lr=0.0), 3, 8) == (
+        pytest.approx(0.4 * 4 / 8))
 
 
 def test_the_loop_imports_no_ray():

@@ -298,8 +298,15 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
                        & np.isclose(trials["lr"], lr)])
     one = cell(trials[(trials["num_workers"] == 1) & np.isclose(trials["lr"], lr / k)])
-    sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr (Goyal et al., "
-                f"2017) to {lr:g} at global batch {batch} on {k} workers, the final test "
+    start = warm.get("warmup_start_lr", 0.0)
+    start = 0.0 if pd.isna(start) else float(start)
+    ramp = (f"from {start:g} (1 worker's lr, as Goyal et al., 2017, start from the small "
+            f"batch's) to {lr:g}" if math.isclose(start, lr / k)
+            else f"from {start:g} to {lr:g}" if start > 0
+            else f"from zero to {lr:g} (Goyal et al., 2017, start from the small batch's lr, "
+                 f"{lr / k:g}: a ramp from zero spends the epoch at half the lr on average)")
+    sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
+                f"global batch {batch} on {k} workers, the final test "
                 f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
     if cold is not None:
         sentence += (f", {compare_acc(warm['final_test_acc'], cold['final_test_acc'], noise)} "
