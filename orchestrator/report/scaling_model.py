@@ -31,7 +31,8 @@ import pandas as pd
 from orchestrator.config.dataset import even_shares
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, LeftOut, Status
-from orchestrator.report.summary import SCALING_GROUP, per_worker_values, shared_gpu_mask
+from orchestrator.report.summary import (SCALING_GROUP, per_worker_values, shared_gpu_mask,
+                                         steady_epochs)
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 SHARED_MEMORY = "shared memory"  # calibration.json's name of the node's shared-memory transport
@@ -288,8 +289,8 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
                    int(trial["batch_size_per_worker"]), factor)
     steps = int(trial["steps_per_epoch"])
     predicted_s = steps * sum(step)
-    steady = _steady(history)
-    measured_s = steady["epoch_time_s"].median()
+    steady = steady_epochs(history)  # the report's and the answers' window
+    measured_s = steady["epoch_time_s"].mean()
     # Where the time went, per epoch, each side: the slowest rank's compute and the sync.
     compute_s = steady["worker_compute_s"].map(
         lambda values: max(per_worker_values(values) or [np.nan]))
@@ -306,21 +307,21 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
                * int(baseline.trial["global_batch_size"]) / baseline.epoch_s),
             "contention": factor,
             "contention_source": "probe" if probed == trial["model"] else f"probe of {probed}",
-            "measured_contention": compute_s.median() / (
+            "measured_contention": compute_s.mean() / (
                 steps * int(trial["batch_size_per_worker"]) * baseline.per_example_s),
-            "measured_compute_s": compute_s.median(), "predicted_compute_s": steps * step[0],
-            "measured_sync_s": steady["sync_time_s"].median(),
+            "measured_compute_s": compute_s.mean(), "predicted_compute_s": steps * step[0],
+            "measured_sync_s": steady["sync_time_s"].mean(),
             "measured_sync_least_s": sync_least_s, "sync_measured_as": sync_column,
             "predicted_comm_s": steps * step[2],
             # Each component against its measured part: the slowest rank's compute, and
             # the sums' own time as nearly as the sweep recorded it (`least_sync_s`).
-            "compute_error": _relative(steps * step[0], compute_s.median()),
+            "compute_error": _relative(steps * step[0], compute_s.mean()),
             "comm_error": _relative(steps * step[2], sync_least_s),
             "baseline": baseline}
 
 
 def least_sync_s(history: pd.DataFrame) -> tuple[float, str]:
-    """The sums' own seconds in an epoch, the median over `history`'s epochs, and the
+    """The sums' own seconds in an epoch, the mean over `history`'s epochs, and the
     column they come from: step by step the least any rank waited, summed
     (`sync_least_s`, CPU workers), else the least of the ranks' epoch totals
     (`worker_sync_s`, an upper bound: each holds its waits for the others where it
@@ -332,7 +333,7 @@ def least_sync_s(history: pd.DataFrame) -> tuple[float, str]:
         if column in history:
             seconds = history[column].map(least).astype(float)
             if seconds.notna().any():
-                return float(seconds.median()), column
+                return float(seconds.mean()), column
     return math.nan, "sync_time_s"
 
 
@@ -371,7 +372,7 @@ def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None
 
 
 def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) -> _Baseline:
-    history = _steady(epochs[epochs["trial_id"] == single["trial_id"]])
+    history = steady_epochs(epochs[epochs["trial_id"] == single["trial_id"]])
     compute_s = history["worker_compute_s"].map(lambda v: max(per_worker_values(v)))
     steps = int(single["steps_per_epoch"])
     other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
@@ -379,8 +380,8 @@ def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) 
                 for entry in calibration["gradient_bytes"]}
     layout = (single["model"], single["precision"],
               single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
-    return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).median(),
-                     other_s.median(), history["epoch_time_s"].median(), recorded[layout])
+    return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).mean(),
+                     other_s.mean(), history["epoch_time_s"].mean(), recorded[layout])
 
 
 def _predict_curve(baseline: _Baseline, link: Link, contending,
@@ -482,11 +483,6 @@ def per_call(transport: str, num_workers: int) -> tuple[float, float]:
 def _ring_volume(num_workers: int) -> float:
     """Bytes each worker sends per byte of a ring allreduce: reduce-scatter, then all-gather."""
     return 2 * (num_workers - 1) / num_workers
-
-
-def _steady(history: pd.DataFrame) -> pd.DataFrame:
-    """The epochs past warm-up: all but the first when there are at least three."""
-    return history[history["epoch"] > history["epoch"].min()] if len(history) >= 3 else history
 
 
 def plot_scaling_model(axes, result: ScalingResult) -> None:

@@ -48,14 +48,7 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         mean_eval_time_s=("eval_time_s", "mean"),
         last_status=("status", "last"),
     )
-    # Every time, throughput, speedup and sync share from one window of each trial:
-    # its epochs after the first, whose warm-up (allocations, the layout's timing,
-    # caches) the others do not pay; the first alone for a trial of one epoch.
-    timed = steady_epochs(epochs).groupby("trial_id").agg(
-        epoch_s=("epoch_time_s", "mean"), samples_per_s=("samples_per_s", "median"),
-        total_sync_time_s=("sync_time_s", "sum"), total_epoch_time_s=("epoch_time_s", "sum"))
-    timed["sync_share"] = timed.pop("total_sync_time_s") / timed.pop("total_epoch_time_s")
-    per_trial = per_trial.join(timed)
+    per_trial = per_trial.join(timed_epochs(epochs)[["epoch_s", "sync_share"]])
     summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
         time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
         right_index=True, how="left").merge(noise_scale.per_trial(epochs), on="trial_id",
@@ -68,15 +61,37 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     summary["status"] = [_status(row) for row in summary.itertuples()]
     # Down to the trial id: the order Tune hands trials back in (a resumed sweep's
     # differs) must not change which replica a table or the model reads first.
-    return _with_speedup(summary).sort_values(
+    return with_speedup(summary).drop(columns="baseline_rate").sort_values(
         [*SCALING_GROUP, "num_workers", "trial_id"]).reset_index(drop=True)
 
 
 def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
-    """Each trial's epochs after its first (its only one, for a trial of one epoch)."""
+    """Each trial's epochs after its first (its only one, for a trial of one epoch):
+    the one timing window of every time, throughput, speedup and sync share that the
+    report, the answers and the scaling model print. The first epoch pays for warm-up
+    (allocations, the layout's timing, caches) that the others do not, and is left
+    out of every trial alike."""
     first = epochs.groupby("trial_id")["epoch"].transform("min")
     last = epochs.groupby("trial_id")["epoch"].transform("max")
     return epochs[(epochs["epoch"] > first) | (first == last)]
+
+
+def timed_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
+    """Per trial (the index), over its `steady_epochs`: `epoch_s`, their mean seconds;
+    `sync_share`, the part of those seconds spent in gradient sync; and
+    `epochs_timed`, (first, last) of that window."""
+    window = steady_epochs(epochs)
+    timed = window.groupby("trial_id").agg(
+        epoch_s=("epoch_time_s", "mean"), sync_s=("sync_time_s", "mean"),
+        first=("epoch", "min"), last=("epoch", "max"))
+    timed["sync_share"] = timed.pop("sync_s") / timed["epoch_s"]
+    timed["epochs_timed"] = list(zip(timed.pop("first"), timed.pop("last")))
+    return timed
+
+
+def epoch_examples(trials: pd.DataFrame) -> pd.Series:
+    """The examples of one epoch: its steps of one global batch each."""
+    return trials["steps_per_epoch"] * trials["global_batch_size"]
 
 
 def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:
@@ -153,17 +168,33 @@ def _status(row) -> str:
     return Status.FINISHED
 
 
-def _with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
-    """Throughput against the median of the group's 1-worker trials over every seed:
-    a seed changes the weights, not the work, so the 1-worker replicas are repeated
-    measurements of one throughput; pairing each k-worker trial with its own seed's
-    would pair two noises at random. None (NaN) for trials whose workers shared a GPU."""
-    baselines = (summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)]
-                 .groupby(BASELINE_KEYS)["samples_per_s"].median())
-    keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
+def with_speedup(summary: pd.DataFrame) -> pd.DataFrame:
+    """`baseline_rate`, `speedup` and `efficiency` from each trial's `epoch_s`: its
+    throughput (`samples_per_s`, an epoch's examples over `epoch_s`) against its
+    setup's 1-worker baseline, the throughput of the mean `epoch_s` of the setup's
+    1-worker trials over every seed (each seed's mean first). A seed changes the
+    weights, not the work, so the 1-worker replicas are repeated measurements of one
+    throughput; pairing each k-worker trial with its own seed's would pair two noises
+    at random. A speedup is then the ratio of the two epoch times printed beside it
+    (each epoch the same examples). NaN for trials whose workers shared a GPU."""
     summary = summary.copy()
-    summary["speedup"] = summary["samples_per_s"].to_numpy() / baselines.reindex(keys).to_numpy()
+    summary["samples_per_s"] = epoch_examples(summary) / summary["epoch_s"]
+    singles = summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)
+                      ].dropna(subset=["epoch_s"])
+    if singles.empty:
+        summary["baseline_rate"] = math.nan
+    else:
+        seeds = singles["seed"] if "seed" in singles else pd.Series(0, index=singles.index)
+        per_seed = singles.assign(seed=seeds, examples=epoch_examples(singles)).groupby(
+            [*BASELINE_KEYS, "seed"]).agg(epoch_s=("epoch_s", "mean"),
+                                          examples=("examples", "first"))
+        per_setup = per_seed.groupby(BASELINE_KEYS).agg(epoch_s=("epoch_s", "mean"),
+                                                        examples=("examples", "first"))
+        rates = per_setup["examples"] / per_setup["epoch_s"]
+        keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
+        summary["baseline_rate"] = rates.reindex(keys).to_numpy()
     # Workers that shared a GPU took turns on it: their throughput is no speedup to read.
-    summary.loc[summary["shared_gpu"], "speedup"] = math.nan
+    summary["speedup"] = (summary["samples_per_s"] / summary["baseline_rate"]).where(
+        ~shared_gpu_mask(summary))
     summary["efficiency"] = summary["speedup"] / summary["num_workers"]
     return summary

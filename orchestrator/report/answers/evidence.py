@@ -2,9 +2,10 @@
 into cells, the noise of repeated work across the sweep, comparisons that respect
 it, and the commands that fill a gap in a sweep.
 
-Like for like: every epoch time an answer compares is `epoch_s`, the mean of the
-same epochs in every trial (the first, warm-up epoch left out), and each trial
-carries the `transport` its gradients were summed through.
+Like for like: every epoch time an answer compares is `epoch_s`, each trial's mean
+over its epochs after the first (the warm-up epoch left out of every trial alike,
+as in the report and the scaling model), and each trial carries the `transport`
+its gradients were summed through.
 """
 
 import math
@@ -14,7 +15,7 @@ import pandas as pd
 
 from orchestrator.records import Status
 from orchestrator.report.noise_scale import LEARNED_LOSS_FRACTION, learned
-from orchestrator.report.summary import BASELINE_KEYS, shared_gpu_mask
+from orchestrator.report.summary import timed_epochs, with_speedup
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
@@ -50,8 +51,9 @@ class Noise:
     """(groups, trials) the time noise came from; (0, 0): assumed."""
     acc_groups: tuple[int, int] = (0, 0)
     """(configurations, largest number of seeds of one) the accuracy noise came from."""
-    epochs: tuple[int, int] = (1, 1)
-    """The first and last epoch that `epoch_s` averages, the same in every trial."""
+    trial_epochs: tuple[int, ...] = ()
+    """The lengths, in epochs, of the trials timed: `epoch_s` is each one's mean over
+    its epochs after the first (`summary.steady_epochs`)."""
     acc_not_learned: int = 0
     """Replicas left out of the accuracy noise: seeds of a replicated configuration
     that did not learn (`noise_scale.learned`), a failure each answer names, not noise."""
@@ -63,12 +65,7 @@ class Noise:
         return f"{self.acc:.3f}" + ("" if self.acc_groups[0] else " assumed")
 
     def sentence(self) -> str:
-        first, last = self.epochs
-        counted = (f"Epoch times are the mean of epoch {first}" if first == last
-                   else f"Epoch times are the mean of epochs {first} to {last}")
-        counted += (" of every trial (the first, warm-up epoch left out; the same epochs for "
-                    "every trial, whatever its length)." if first > 1
-                    else " of every trial (every trial ran one epoch only).")
+        counted = window_sentence(self.trial_epochs)
         groups, trials = self.time_groups
         if groups:
             time = (f"Time noise: identical work (trials that differ only in the seed or the "
@@ -102,60 +99,45 @@ class Noise:
                 f"so these thresholds, taken from single trials, are conservative.")
 
 
-def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame, tuple]:
-    """The summary with each trial's `epoch_s` (the mean of the epochs every finished
-    trial ran, the first left out) and `transport`, and those epochs (first, last).
+def window_sentence(trial_epochs: tuple[int, ...]) -> str:
+    """Which epochs every time, speedup, sync share and the time noise count, for
+    trials of `trial_epochs` epochs."""
+    longer = [n for n in trial_epochs if n > 1]
+    if not longer:
+        return "Epoch times are each trial's one epoch (every trial ran one epoch only)."
+    spans = ["epoch 2 of the 2-epoch trials" if n == 2 else f"epochs 2 to {n} of the "
+             f"{n}-epoch trials" for n in longer]
+    if len(longer) < len(trial_epochs):
+        spans.append("the only epoch of a 1-epoch trial")
+    listed = spans[0] if len(spans) == 1 else ", ".join(spans[:-1]) + " and " + spans[-1]
+    return (f"Epoch times are each trial's mean over its epochs after the first ({listed}): "
+            f"the first, warm-up epoch is left out of every trial alike, and the speedups, "
+            f"efficiencies, sync shares, the time noise below and the scaling model's "
+            f"measured epochs all count the same epochs.")
 
-    One timing window: the throughput (`samples_per_s`, the epoch's examples over
-    `epoch_s`), the sync share, the speedup and the efficiency are recomputed from
-    those same epochs, the speedup against `baseline_rate`, the throughput of the
-    mean `epoch_s` of the 1-worker trials of the same setup (every seed), so that a
-    speedup printed beside two epoch times is their ratio (`cell` keeps it so)."""
-    summary = summary.copy()
-    finished = summary.loc[summary["status"] == Status.FINISHED, "trial_id"]
+
+def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame, tuple]:
+    """The summary with each trial's `epoch_s`, `sync_share`, throughput, speedup and
+    efficiency read from one timing window, the report's and the scaling model's: its
+    epochs after the first (`summary.steady_epochs`); its `transport`; and the lengths,
+    in epochs, of the trials timed (the answers say which epochs they count).
+
+    The speedup is against `baseline_rate`, the throughput of the mean `epoch_s` of
+    the 1-worker trials of the same setup (every seed), so that a speedup printed
+    beside two epoch times is their ratio (`cell` keeps it so)."""
     runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
-    lengths = runs[runs["trial_id"].isin(finished)].groupby("trial_id")["epoch"].max()
-    last = int(lengths.min()) if len(lengths) else 1
-    first = 2 if last >= 2 else 1
-    window = runs[(runs["epoch"] >= first) & (runs["epoch"] <= last)]
-    steady = window.groupby("trial_id")["epoch_time_s"].mean()
-    summary["epoch_s"] = summary["trial_id"].map(steady)
-    sync_s = window.groupby("trial_id")["sync_time_s"].mean()
-    summary["sync_share"] = summary["trial_id"].map(sync_s) / summary["epoch_s"]
-    summary["samples_per_s"] = _examples(summary) / summary["epoch_s"]
-    summary["baseline_rate"] = _baseline_rates(summary)
-    summary["speedup"] = (summary["samples_per_s"] / summary["baseline_rate"]).where(
-        ~shared_gpu_mask(summary))
-    summary["efficiency"] = summary["speedup"] / summary["num_workers"]
+    timed = timed_epochs(runs)
+    summary = summary.assign(epoch_s=summary["trial_id"].map(timed["epoch_s"]),
+                             sync_share=summary["trial_id"].map(timed["sync_share"]))
+    summary = with_speedup(summary)
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
     summary["transport"] = summary["trial_id"].map(transport).fillna("")
-    return summary, (first, last)
+    lengths = runs.groupby("trial_id")["epoch"].max()
+    return summary, tuple(sorted({int(n) for n in lengths[lengths.index.isin(timed.index)]}))
 
 
-def _examples(trials: pd.DataFrame) -> pd.Series:
-    """The examples of one epoch: its steps of one global batch each."""
-    return trials["steps_per_epoch"] * trials["global_batch_size"]
-
-
-def _baseline_rates(summary: pd.DataFrame) -> pd.Series:
-    """Each trial's baseline throughput: its setup's 1-worker trials' mean `epoch_s`
-    (each seed's mean first, then over seeds, as `cell` averages), as examples per second."""
-    singles = summary[(summary["num_workers"] == 1) & (summary["status"] != Status.FAILED)
-                      ].dropna(subset=["epoch_s"])
-    if singles.empty:
-        return pd.Series(math.nan, index=summary.index)
-    per_seed = singles.groupby([*BASELINE_KEYS, "seed"]).agg(
-        epoch_s=("epoch_s", "mean"), examples=("steps_per_epoch", "first"),
-        batch=("global_batch_size", "first"))
-    per_setup = per_seed.groupby(BASELINE_KEYS).agg(
-        epoch_s=("epoch_s", "mean"), examples=("examples", "first"), batch=("batch", "first"))
-    rates = per_setup["examples"] * per_setup["batch"] / per_setup["epoch_s"]
-    keys = pd.MultiIndex.from_frame(summary[BASELINE_KEYS])
-    return pd.Series(rates.reindex(keys).to_numpy(), index=summary.index)
-
-
-def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 1)) -> Noise:
+def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) -> Noise:
     """From a `prepared` summary: the time noise from every group of trials doing
     identical work, the accuracy noise from every configuration run with several seeds."""
     usable = summary[summary["status"] != Status.FAILED]
@@ -185,7 +167,7 @@ def estimate_noise(summary: pd.DataFrame, epochs_counted: tuple[int, int] = (1, 
         acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
-    return Noise(time_fraction, acc, time_from, acc_from, epochs_counted, not_learned)
+    return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned)
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise) -> str:

@@ -224,8 +224,8 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
                    data_note: str, use_gpu: bool, gradient_bytes: int | None = None) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
     `validation`, `predictions` and `links`; `gradient_bytes`: LeNet's per step."""
-    summary, epochs_counted = prepared(summary, epochs)
-    noise = estimate_noise(summary, epochs_counted)
+    summary, trial_epochs = prepared(summary, epochs)
+    noise = estimate_noise(summary, trial_epochs)
     if not any_model.is_book(summary):
         lines = ["## Answers", "", any_model.intro(summary), ""]
         if data_note:
