@@ -46,7 +46,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
                                for trials in (per_worker, fixed_global))
     arms = with_speedups(pd.concat([
         wide_cells.assign(batch=wide_cells["batch_size"].map("{} per worker".format)),
-        fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))]), ["batch"])
+        fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))],
+        ignore_index=True), ["batch"])
     columns = ["batch", "num_workers", "global_batch_size", "steps_per_epoch",
                "epoch_s", "speedup", "final_test_acc", "seeds"]
     if threads is not None:

@@ -373,7 +373,9 @@ def with_speedups(table: pd.DataFrame, group: list[str]) -> pd.DataFrame:
     """A table of cells with each row's speedup and efficiency against the 1-worker
     row of its `group` in the same table (NaN without one): every speedup shown is
     the ratio of two epoch times shown."""
-    table = table.copy()
+    # A fresh index: a table concatenated from two (13.5.1's arms) repeats its labels,
+    # and one row's speedup written by label would land on the other arm's row too.
+    table = table.reset_index(drop=True)
     for _, rows in table.groupby(group, sort=False, dropna=False):
         ones = rows[rows["num_workers"] == 1]
         for index, row in rows.iterrows():
