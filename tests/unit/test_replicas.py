@@ -125,13 +125,14 @@ def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
     summary = test_answers._summary()
     warm = summary[summary["trial_id"] == "l2-0.4"].iloc[0]
     arm = pd.DataFrame([{**warm, "trial_id": f"w{seed}", "part": "warmup", "seed": seed,
-                         "warmup_epochs": 1, "base_lr": 0.2, "final_test_acc": acc}
+                         "warmup_epochs": 1, "warmup_start_lr": 0.2, "base_lr": 0.2,
+                         "final_test_acc": acc}
                         for seed, acc in ((0, 0.750), (1, 0.752))])
     sections = _sections(pd.concat([summary, arm], ignore_index=True))
     assert "widen the range (`--lr`) for 2 worker(s)'s (highest of 0.1 to 0.4)" in (
         sections["13.5.2"])
-    assert ("With a 1-epoch linear warm-up of the lr (Goyal et al., 2017) to 0.4 at global batch "
-            "512 on 2 workers, the final test accuracy was 0.751 (mean of 2 seeds), 0.009 higher "
+    assert ("With a 1-epoch linear warm-up of the lr from 0.2 (1 worker's lr, as Goyal et al., "
+            "2017, start from the small batch's) to 0.4 at global batch 512 on 2 workers, the final test accuracy was 0.751 (mean of 2 seeds), 0.009 higher "
             "than 0.742 without warm-up (1 seed), and 0.008 higher than 1 worker's 0.743 at lr "
             "0.2 (1 seed): with warm-up the linear scaling rule held at global batch 512 from 1 "
             "worker's lr 0.2."
@@ -230,8 +231,12 @@ def test_each_warm_up_arm_is_held_against_its_own_lr_without_warm_up():
     rows.append({**cold_08, "trial_id": "l2-0.8", "lr": 0.8, "base_lr": 0.8,
                  "final_test_acc": 0.100})
     section = _sections(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))["13.5.2"]
-    assert "warm-up of the lr (Goyal et al., 2017) to 0.4 at global batch 512" in section
-    assert ("to 0.8 at global batch 512 on 2 workers, the final test accuracy was 0.730 (1 "
+    # These arms recorded no start: a ramp from zero, which the answer says is not Goyal's.
+    assert ("warm-up of the lr from zero to 0.4 (Goyal et al., 2017, start from the small "
+            "batch's lr, 0.2: a ramp from zero spends the epoch at half the lr on average) at "
+            "global batch 512") in section
+    assert ("0.4: a ramp from zero spends the epoch at half the lr on average) at global "
+            "batch 512 on 2 workers, the final test accuracy was 0.730 (1 "
             "seed), 0.630 higher than 0.100 without warm-up (1 seed), and 0.010 higher than 1 "
             "worker's 0.720 at lr 0.4 (1 seed): with warm-up the linear scaling rule held at "
             "global batch 512 from 1 worker's lr 0.4.") in section

@@ -98,8 +98,27 @@ def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
                                                               batch_size_per_worker=256)
     noise = Noise(time_fraction=0.2, acc=0.03)
     rule = linear_rule(summary, noise)
-    assert rule["held"].tolist() == ["no"]
+    assert rule["held"].tolist() == ["failed"]
     text = " ".join(answer_13_5_2(summary, rule, noise))
+    assert ("the rule did not hold (no seed there learned, where 1 worker's did)") in text
     assert ("lr 0.4 on 1 worker reached 0.853 (1 seed), lr 0.8 on 2 workers (global batch "
             "512) 0.100 (1 seed, which did not learn)") in text
     assert "not_learned" not in text  # the table keeps its columns
+
+
+def test_a_pair_where_1_worker_did_not_learn_tests_nothing():
+    # The quick run's lr 0.1 at batch 64: 1 worker stayed on the plateau, and so did
+    # 2 workers at 0.2; two chance accuracies say nothing about the rule.
+    one = _replicas([0.121], [2.30]).assign(num_workers=1, global_batch_size=64, lr=0.1,
+                                            warmup_epochs=0)
+    two = _replicas([0.099], [2.30]).assign(lr=0.2, global_batch_size=128, warmup_epochs=0,
+                                            trial_id="t9")
+    summary = pd.concat([one, two], ignore_index=True).assign(part="batch-lr",
+                                                              batch_size_per_worker=64)
+    noise = Noise(time_fraction=0.2, acc=0.03)
+    rule = linear_rule(summary, noise)
+    assert rule["held"].tolist() == ["inconclusive"] and rule["p"].isna().all()
+    text = " ".join(answer_13_5_2(summary, rule, noise))
+    assert ("the rule was not tested (1 worker did not learn at that lr either: no accuracy "
+            "to hold the rule to)") in text
+    assert "The rule held up to" not in text

@@ -140,7 +140,10 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             if not np.isclose(many.lr, many.num_workers * one.lr):
                 continue
             gap = many.final_test_acc - one.final_test_acc
-            test = welch(*(_per_seed(trials, cell_row) for cell_row in (many, one)))
+            held = _rule_verdict(gap, None, noise, one._asdict(), many._asdict())
+            # A failure to learn is the verdict; a t test on chance accuracies says nothing.
+            test = (None if held in ("failed", "inconclusive") else
+                    welch(*(_per_seed(trials, cell_row) for cell_row in (many, one))))
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
@@ -148,7 +151,8 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "welch_t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
-                         "held": _rule_verdict(gap, test, noise),
+                         "held": (held if held in ("failed", "inconclusive")
+                                  else _rule_verdict(gap, test, noise)),
                          # Named in the sentences, not the table's columns.
                          "not_learned_1_worker": one.not_learned,
                          "not_learned_scaled": many.not_learned})
@@ -162,7 +166,10 @@ _RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled"]
 # A difference is called at this two-sided level of Welch's test on the replicas.
 SIGNIFICANCE = 0.05
 VERDICTS = {"yes": "held", "no": "did not hold",
-            "within noise": "was not refuted (lower, but not beyond the noise)"}
+            "within noise": "was not refuted (lower, but not beyond the noise)",
+            "failed": "did not hold (no seed there learned, where 1 worker's did)",
+            "inconclusive": "was not tested (1 worker did not learn at that lr either: no "
+                            "accuracy to hold the rule to)"}
 
 
 def _verdict_text(held: str, decided_by_test: bool) -> str:
@@ -173,16 +180,28 @@ def _verdict_text(held: str, decided_by_test: bool) -> str:
     return VERDICTS[held]
 
 
-def _rule_verdict(gap: float, test, noise: Noise) -> str:
-    """Did k times the batch at k times the lr reach 1 worker's accuracy? With replicas
-    on both sides, Welch's test decides ("no": lower at p < SIGNIFICANCE; "within
-    noise": lower, not significantly); with one seed on a side, the sweep's accuracy
-    noise does ("no": lower by more than it)."""
+def _rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
+                  many: pd.Series | None = None) -> str:
+    """Did k times the batch at k times the lr reach 1 worker's accuracy? Where no
+    seed of 1 worker's cell (`one`) learned, there is nothing to reach: "inconclusive";
+    where none of the k workers' (`many`) did, and 1 worker's did, "failed". Else,
+    with replicas on both sides, Welch's test decides ("no": lower at p <
+    SIGNIFICANCE; "within noise": lower, not significantly); with one seed on a side,
+    the sweep's accuracy noise does ("no": lower by more than it)."""
+    if one is not None and _none_learned(one):
+        return "inconclusive"
+    if many is not None and _none_learned(many):
+        return "failed"
     if gap >= 0:
         return "yes"
     if test is not None:
         return "no" if test.p < SIGNIFICANCE else "within noise"
     return "no" if gap < -noise.acc else "within noise"
+
+
+def _none_learned(cell_row) -> bool:
+    """Whether no seed of a cell learned (`evidence.cell`'s `not_learned` of its `seeds`)."""
+    return int(cell_row["not_learned"]) >= int(cell_row["seeds"])
 
 
 def _per_seed(trials: pd.DataFrame, row) -> list[float]:
@@ -200,9 +219,10 @@ def held_up_to(rule: pd.DataFrame) -> int | None:
     if rule.empty:
         return held
     for batch, rows in rule.groupby("global_batch_size", sort=True):
-        if (rows["held"] == "no").any():  # not refuted: yes, or within noise
+        if rows["held"].isin(["no", "failed"]).any():
             break
-        held = batch
+        if rows["held"].isin(["yes", "within noise"]).any():  # not refuted somewhere
+            held = batch
     return held
 
 
@@ -314,8 +334,11 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
                      f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
-    test = welch(_per_seed(arm, warm), _per_seed(trials, one))
-    held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
+    held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
+    test = (None if held in ("failed", "inconclusive")
+            else welch(_per_seed(arm, warm), _per_seed(trials, one)))
+    if test is not None:
+        held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     return sentence + (
         f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
         f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({acc_seeds_text(one)})"
