@@ -78,12 +78,13 @@ def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
 
 def timed_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
     """Per trial (the index), over its `steady_epochs`: `epoch_s`, their mean seconds;
-    `sync_share`, the part of those seconds spent in gradient sync; and
-    `epochs_timed`, (first, last) of that window."""
+    `sync_share`, the part of those seconds spent in gradient sync; `eval_s`, the
+    mean seconds of scoring the test set after each; and `epochs_timed`, (first,
+    last) of that window."""
     window = steady_epochs(epochs)
     timed = window.groupby("trial_id").agg(
         epoch_s=("epoch_time_s", "mean"), sync_s=("sync_time_s", "mean"),
-        first=("epoch", "min"), last=("epoch", "max"))
+        eval_s=("eval_time_s", "mean"), first=("epoch", "min"), last=("epoch", "max"))
     timed["sync_share"] = timed.pop("sync_s") / timed["epoch_s"]
     timed["epochs_timed"] = list(zip(timed.pop("first"), timed.pop("last")))
     return timed

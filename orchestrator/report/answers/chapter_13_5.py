@@ -443,14 +443,14 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
 
 
 def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
-    trials = timed(part_trials(summary, "batch-global")).dropna(subset=["mean_eval_time_s"])
+    trials = timed(part_trials(summary, "batch-global")).dropna(subset=["eval_s"])
     if trials.empty:
         return [missing_part("batch-global")]
     table = cells(trials, ["num_workers"])
     one = at_workers(trials, 1)
-    columns = ["num_workers", "mean_eval_time_s", "final_test_acc", "seeds"]
+    columns = ["num_workers", "eval_s", "final_test_acc", "seeds"]
     if one is not None:
-        table["eval_speedup"] = one["mean_eval_time_s"] / table["mean_eval_time_s"]
+        table["eval_speedup"] = one["eval_s"] / table["eval_s"]
         columns.insert(2, "eval_speedup")
     paragraphs = [markdown_table(table[columns])]
     if one is None or trials["num_workers"].nunique() < 2:
@@ -458,11 +458,11 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     k = int(trials["num_workers"].max())
     many = at_workers(trials, k)
     sentences = [
-        f"Evaluating the test set took {one['mean_eval_time_s']:.2f} s on 1 worker "
-        f"({seeds_text(one['seeds'])}) and {many['mean_eval_time_s']:.2f} s on {k} workers "
+        f"Evaluating the test set took {one['eval_s']:.2f} s on 1 worker "
+        f"({seeds_text(one['seeds'])}) and {many['eval_s']:.2f} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
-        f"{compare_times(many['mean_eval_time_s'], one['mean_eval_time_s'], noise)} 1 "
-        f"(speedup {one['mean_eval_time_s'] / many['mean_eval_time_s']:.2f}).",
+        f"{compare_times(many['eval_s'], one['eval_s'], noise)} 1 "
+        f"(speedup {one['eval_s'] / many['eval_s']:.2f}).",
         f"Each worker scores its shard of the test set and the counts of correct answers are "
         f"summed, so the accuracy is the single-worker one by construction "
         f"(tests/processes/test_equivalence.py checks it); the final test accuracy on {k} "

@@ -36,7 +36,7 @@ CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs"]
 # the same work, and what separates their times is noise.
 IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
 # What a cell averages over its replicas; the rest is the configuration's own.
-MEASURES = ["epoch_s", "mean_epoch_time_s", "mean_eval_time_s", "final_test_acc",
+MEASURES = ["epoch_s", "mean_epoch_time_s", "eval_s", "final_test_acc",
             "best_test_acc", "samples_per_s", "sync_share", "speedup", "efficiency"]
 
 
@@ -127,8 +127,8 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     beside two epoch times is their ratio (`cell` keeps it so)."""
     runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
     timed = timed_epochs(runs)
-    summary = summary.assign(epoch_s=summary["trial_id"].map(timed["epoch_s"]),
-                             sync_share=summary["trial_id"].map(timed["sync_share"]))
+    summary = summary.assign(**{column: summary["trial_id"].map(timed[column])
+                                for column in ("epoch_s", "sync_share", "eval_s")})
     summary = with_speedup(summary)
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
