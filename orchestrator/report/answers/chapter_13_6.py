@@ -196,46 +196,48 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
     plain, alone = at_workers(unslowed, k), at_workers(unslowed, 1)
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
-    # Like for like: the same epoch of the trials without a straggler, not their last.
-    plain_last, alone_last = (
-        _last_epoch(epochs, trial["trial_id"], up_to=even_last["epoch"])
-        if trial is not None else None for trial in (plain, alone))
     ideal_s = _ideal_epoch_s(even_last)
-    # Last epochs: a proportional split starts even and re-sets its shares after the first.
-    rows = [("even, straggler", even_last), ("proportional, straggler", proportional_last),
-            ("even, no straggler", plain_last), ("the fast worker alone", alone_last)]
-    table = pd.DataFrame([{"setup": setup, "last_epoch_s": last["epoch_time_s"],
-                           "last_epoch_shares": _joined(last, "worker_shares", "g"),
+    # Every time from the one window (each trial's epochs after the first, which a
+    # proportional split spends even before it re-sets its shares), the trials
+    # without a straggler averaged over their seeds as every cell is.
+    rows = [("even, straggler", even, even_last),
+            ("proportional, straggler", proportional, proportional_last),
+            ("even, no straggler", plain, None), ("the fast worker alone", alone, None)]
+    table = pd.DataFrame([{"setup": setup, "epoch_s": row["epoch_s"],
+                           "seeds": int(row.get("seeds", 1)),
+                           "last_epoch_shares": _joined(last if last is not None else
+                                                        _last_epoch(epochs, row["trial_id"]),
+                                                        "worker_shares", "g"),
                            "last_epoch_compute_s": _joined(last, "worker_compute_s", ".2f")}
-                          for setup, last in rows if last is not None])
+                          for setup, row, last in rows if row is not None])
     if ideal_s is not None:
-        table.loc[len(table)] = ["ideal for the even trial's measured speeds", ideal_s, "", ""]
-    even_s, proportional_s = even_last["epoch_time_s"], proportional_last["epoch_time_s"]
+        table.loc[len(table)] = ["ideal for the even trial's measured speeds", ideal_s, 1, "",
+                                 ""]
+    even_s, proportional_s = even["epoch_s"], proportional["epoch_s"]
     shares = _joined(proportional_last, "worker_shares", "g")
     sentences = [
         f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
-        f"{int(even['seed'])}), in epoch "
-        f"{int(even_last['epoch'])}, the last (a proportional "
-        f"split starts even and re-sets its shares after the first) an even split of the "
-        f"global batch of {proportional['global_batch_size']} took {even_s:.1f} s and the "
-        f"proportional split {proportional_s:.1f} s: proportional was "
+        f"{int(even['seed'])}; epochs after the first, as everywhere: a proportional split "
+        f"starts even and re-sets its shares after its first epoch), an even split of the "
+        f"global batch of {proportional['global_batch_size']} took {even_s:.1f} s per epoch "
+        f"and the proportional split {proportional_s:.1f} s: proportional was "
         f"{compare_times(proportional_s, even_s, noise)} even"
-        + (f"; without the straggler the same {k} workers took "
-           f"{plain_last['epoch_time_s']:.1f} s in their epoch {int(plain_last['epoch'])}."
-           if plain_last is not None else ".")]
+        + (f"; without the straggler the same {k} workers took {plain['epoch_s']:.1f} s "
+           f"({seeds_text(plain['seeds'])})." if plain is not None else ".")]
     if shares:
         sentences.append(f"The proportional split settled on shares {shares} (examples per "
-                         f"step).")
+                         f"step), set from each worker's examples per second of forward and "
+                         f"backward in the epoch before.")
     if ideal_s is not None:
         sentences.append(f"For the speeds the even trial measured, the ideal split would take "
                          f"{ideal_s:.1f} s ({even_s / ideal_s:.2f}x faster than even); the "
                          f"proportional split's {proportional_s:.1f} s is "
                          f"{compare_times(proportional_s, ideal_s, noise)} that.")
-    if alone_last is not None:
-        alone_s = alone_last["epoch_time_s"]
+    if alone is not None:
+        alone_s = alone["epoch_s"]
         sentences.append(
             f"Is the slow device worth having at all? The fast worker alone took {alone_s:.1f} s "
-            f"in its epoch {int(alone_last['epoch'])} (the whole global batch, no sum): the "
+            f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
             f"even split with the straggler was {compare_times(even_s, alone_s, noise)} it, "
             f"the proportional split {compare_times(proportional_s, alone_s, noise)} it.")
     sentences.append(
