@@ -146,9 +146,12 @@ def test_a_fastest_strategy_at_16_workers_is_named_only_beyond_the_noise():
     from orchestrator.report.answers.chapter_13_6 import _fastest
     from orchestrator.report.answers.evidence import Noise
     predicted = pd.DataFrame({"link": "10 Gb/s Ethernet", "batch_scaling": "global",
-                              "sync": ["bucketed", "ddp", "root"],
-                              "speedup": [6.56, 7.11, 3.0]})
+                              "model": ["lenet"] * 3 + ["resnet18"],
+                              "sync": ["bucketed", "ddp", "root", "scratch"],
+                              "epoch_s": [1.08, 1.0, 2.4, 0.5]})
     best = predicted.iloc[1]
     measured = Noise(time_fraction=0.10, acc=0.01, time_groups=(3, 9))
+    # Ranked by the predicted epoch, among the same model's strategies only: ResNet-18's
+    # scratch (another model's epoch) is no rival of LeNet's.
     assert _fastest(predicted, best, measured) == "ddp; bucketed within the time noise, 10%"
     assert _fastest(predicted, best, Noise(time_fraction=0.05, acc=0.01)) == "ddp"

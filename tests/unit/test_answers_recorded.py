@@ -180,3 +180,14 @@ def test_13_6_2s_baselines_are_every_seeds_not_the_first_ones(recorded):
     assert seeds >= 2
     assert (f"The fast worker alone took {alone['trial_id'].map(window).mean():.1f} s per epoch "
             f"(mean of {seeds} seeds;") in _section(sheet.answers, "13.6.2")
+
+
+def test_16_workers_rank_each_models_strategies_apart_and_say_the_models_bias(recorded):
+    """A review found "5.29 (scratch; bucketed, ddp, sharded within the time noise)":
+    ResNet-18's speedup ranked against LeNet's strategies, scratch named twice."""
+    _, sheet = recorded
+    section = _section(sheet.answers, "13.6.1")
+    assert "For LeNet at 16 workers" in section and "For ResNet-18 at 16 workers" in section
+    assert not re.search(r"\b(\w+), \1 within", section)
+    errors = sheet.scaling.validation["error"]
+    assert f"(median error {100 * errors.median():.0f}%)" in section
