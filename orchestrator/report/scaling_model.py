@@ -62,9 +62,9 @@ INTERCONNECTS = (
     Link("NVLink, 8x H100 (NCCL)", 1e-6, 370e9,
          "ring busbw ~370 GB/s: github.com/NVIDIA/nccl-tests/issues/212; 1 us a step assumed"),
 )
-# The book's p2.16xlarge: 16 K80 GPUs (8 boards of two) on PCIe 3.0; a ring crosses the
+# The book's p2.16xlarge: 16 GPUs (8 K80 boards of two GK210s) on PCIe 3.0; a ring crosses the
 # host's PCIe switches. Derivation and sources in docs/SCALING_MODEL.md.
-P2_16XLARGE = Link("PCIe 3.0, p2.16xlarge (16 K80)", 10e-6, 12e9,
+P2_16XLARGE = Link("PCIe 3.0, p2.16xlarge (8 K80 boards, 16 GPUs)", 10e-6, 12e9,
                    "assumed: PCIe 3.0 x16 ~12 GB/s effective a direction (15.75 GB/s raw), "
                    "10 us a step")
 
