@@ -67,16 +67,26 @@ def examples_factor(batch: float, noise_scale: float) -> float:
 # A trial still on the loss plateau of a uniform guess (ln of the classes) has
 # learned nothing: its gradient is tiny and its noise scale says nothing of training.
 LEARNED_LOSS_FRACTION = 0.9
+# ...and a test accuracy above 1.5 times chance's (0.15 of 10 classes).
+LEARNED_ACC_FACTOR = 1.5
 
 
 def learned(summary: pd.DataFrame) -> pd.Series:
-    """Trials whose final training loss fell below 90% of a uniform guess's; every
-    trial where the sweep recorded no training loss (nothing to tell them by)."""
+    """Trials whose final training loss fell below 90% of a uniform guess's and whose
+    final test accuracy, where scored, rose above LEARNED_ACC_FACTOR times chance (a
+    network whose training loss fell but whose test predictions are still chance's,
+    as ResNet-18's BatchNorm after a few steps can leave it, learned nothing to compare);
+    every trial where the sweep recorded no training loss (nothing to tell them by)."""
     if "final_train_loss" not in summary:
         return pd.Series(True, index=summary.index)
     # A trials.csv from before num_classes was recorded: Fashion-MNIST's.
     classes = summary["num_classes"] if "num_classes" in summary else DataFacts().num_classes
-    return summary["final_train_loss"] < LEARNED_LOSS_FRACTION * np.log(classes)
+    fell = summary["final_train_loss"] < LEARNED_LOSS_FRACTION * np.log(classes)
+    if "final_test_acc" not in summary:
+        return fell
+    above_chance = summary["final_test_acc"].isna() | (
+        summary["final_test_acc"] > LEARNED_ACC_FACTOR / classes)
+    return fell & above_chance
 
 
 def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],

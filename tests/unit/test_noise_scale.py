@@ -76,3 +76,12 @@ def test_the_large_batch_sentence_reads_the_most_trained_trial_that_learned():
     assert "1.13x at global batch 256, 3.05x at 4096, so about 2.7x the epochs" in text
     assert "A what-if from their model and these short runs" in text
     assert noise_scale.large_batch_text(summary.iloc[2:3], (256, 4096)) is None
+
+
+def test_a_run_whose_loss_fell_but_whose_test_accuracy_is_chances_did_not_learn():
+    # The quick exercises' 1-worker ResNet-18: train loss 2.056 (below 0.9 ln 10 = 2.072)
+    # after 16 steps, test accuracy 0.078 (its BatchNorm's running statistics unsettled).
+    runs = pd.DataFrame({"final_train_loss": [2.056, 1.2, 2.29, 1.2],
+                         "final_test_acc": [0.078, 0.70, 0.10, float("nan")],
+                         "num_classes": 10})
+    assert noise_scale.learned(runs).tolist() == [False, True, False, True]

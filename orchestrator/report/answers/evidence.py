@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.records import Status
-from orchestrator.report.noise_scale import LEARNED_LOSS_FRACTION, learned
+from orchestrator.report.noise_scale import LEARNED_ACC_FACTOR, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import timed_epochs, with_speedup
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
@@ -89,7 +89,8 @@ class Noise:
             seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
                      else f"{self.acc_not_learned} seeds that did not learn")
             acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
-                    f"uniform guess's, ln(classes): stuck on the initial plateau or "
+                    f"uniform guess's, ln(classes), or test accuracy at most "
+                    f"{LEARNED_ACC_FACTOR:g} times chance's: stuck on the initial plateau or "
                     f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
                     f"it: a run that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
