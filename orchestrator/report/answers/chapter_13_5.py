@@ -72,15 +72,24 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
-        sentences.append(
-            f"At {k} workers the per-worker batch's epochs were "
-            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the "
-            f"global batch's, and its final test accuracy after {wide['epochs_run']} epochs, "
+        updates = (f"in {wide['epochs_run']} epochs it made "
+                   f"{int(wide['epochs_run'] * wide['steps_per_epoch']):,} updates, the global "
+                   f"batch's arm {int(fixed['epochs_run'] * fixed['steps_per_epoch']):,}")
+        accuracy = (
+            f"its final test accuracy, {wide['final_test_acc']:.3f} "
+            f"({acc_seeds_text(wide)}), is a failure to train, not a gap to read: {updates}, "
+            f"too few, at its lr, to leave the initial plateau"
+            if _none_learned(wide) else
+            f"its final test accuracy after {wide['epochs_run']} epochs, "
             f"{wide['final_test_acc']:.3f} ({acc_seeds_text(wide)}), was "
             f"{compare_acc(wide['final_test_acc'], fixed['final_test_acc'], noise)} "
-            f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): a global batch of "
-            f"{wide['global_batch_size']} makes fewer, larger steps per epoch, so the same "
-            f"epochs make fewer updates (13.5.2 re-tunes the lr).")
+            f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
+        sentences.append(
+            f"At {k} workers the per-worker batch's epochs were "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the global batch's, "
+            f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
+            f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
+            f"the lr).")
     if threads is not None:
         against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise)} "
                    f"it with {label} fixed (speedup "
@@ -224,6 +233,28 @@ def held_up_to(rule: pd.DataFrame) -> int | None:
         if rows["held"].isin(["yes", "within noise"]).any():  # not refuted somewhere
             held = batch
     return held
+
+
+# How each verdict reads in a summary of the pairs, in this order.
+_OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hold",
+             "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
+
+
+def rule_outcome(rule: pd.DataFrame) -> str:
+    """What 13.5.2 found of the linear scaling rule, pair by pair, for another answer
+    to cite: "at global batch 512 it was not refuted at lr 0.2, 0.4 and did not hold
+    at lr 0.8 (each the k workers' lr)"."""
+    if rule.empty:
+        return ("13.5.2 did not test the linear scaling rule (no lr searched at k workers "
+                "was k times one searched at 1)")
+    parts = []
+    for batch, rows in rule.groupby("global_batch_size", sort=True):
+        found = [f"{_OUTCOMES[held]} at lr {', '.join(f'{lr:g}' for lr in group['scaled_lr'])}"
+                 for held in _OUTCOMES for group in [rows[rows["held"] == held]]
+                 if not group.empty]
+        parts.append(f"at global batch {batch} it {' and '.join(found)}")
+    return (f"13.5.2 tested the linear scaling rule in {len(rule)} pair(s), each at the k "
+            f"workers' lr: {'; '.join(parts)}")
 
 
 def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> list[str]:

@@ -25,9 +25,9 @@ BOOK_BATCH = 256  # 13.6's batch
 
 
 def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
-                  rule_held_up_to: int | None, noise: Noise | None = None) -> list[str]:
-    """`rule_held_up_to`: the largest global batch at which 13.5.2 found the linear
-    scaling rule to hold, None where it did not or was not tested."""
+                  rule_found: str | None = None, noise: Noise | None = None) -> list[str]:
+    """`rule_found`: what 13.5.2 found of the linear scaling rule
+    (`chapter_13_5.rule_outcome`), None where it was not run."""
     usable = summary[summary["status"] != Status.FAILED]
     tried = (f"This sweep tried {numbers(usable['num_epochs'])} epochs, global batches "
              f"{numbers(usable['global_batch_size'])} and lrs {numbers(usable['lr'])}, on "
@@ -64,7 +64,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     large_batch = noise_scale.large_batch_text(
         summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
     return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
-        scaling, rule_held_up_to, noise) + ([large_batch] if large_batch else [])
+        scaling, rule_found, noise) + ([large_batch] if large_batch else [])
 
 
 def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
@@ -142,7 +142,7 @@ def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> s
     return f"{best['sync']}; {', '.join(tied)} within the time noise, {noise.time_label()}"
 
 
-def _sixteen_workers(scaling, rule_held_up_to: int | None,
+def _sixteen_workers(scaling, rule_found: str | None,
                      noise: Noise | None = None) -> list[str]:
     if scaling is None:
         return [f"No scaling model came with this sweep, so there is no prediction for "
@@ -194,10 +194,7 @@ def _sixteen_workers(scaling, rule_held_up_to: int | None,
         sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "
                          f"{how}, it predicts a speedup of {per_link}, each over that "
                          f"strategy's own 1-worker epoch.")
-    if rule_held_up_to is None:
-        tuned = "13.5.2 found no global batch beyond 1 worker's at which linear scaling held"
-    else:
-        tuned = f"linear scaling held up to global batch {rule_held_up_to} in this sweep (13.5.2)"
+    tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
         "The prediction covers time only. Keeping the global batch, 16 workers run the same "
         "optimizer as one device, but a small shard computes less efficiently per example "

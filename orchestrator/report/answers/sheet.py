@@ -241,8 +241,8 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
                chapter_13_5.answer_13_5_2(summary, rule, noise),
                chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes),
                chapter_13_5.answer_13_5_4(summary, noise),
-               chapter_13_6.answer_13_6_1(summary, scaling, use_gpu, chapter_13_5.held_up_to(rule),
-                                          noise),
+               chapter_13_6.answer_13_6_1(summary, scaling, use_gpu,
+                                          chapter_13_5.rule_outcome(rule), noise),
                chapter_13_6.answer_13_6_2(summary, epochs, noise),
                chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
