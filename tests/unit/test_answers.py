@@ -282,7 +282,8 @@ def test_13_6_1_reads_resnet18_trained_briefly_on_cpus():
     # Its throughput: twice the examples per step at 13.0 s against 12.0 s.
     assert ("ResNet-18 on 2 CPU workers (global batch 128, lr 0.2) took 13.0 s per epoch, 10% "
             f"of it in gradient sync, speedup {(468 * 128 / 13.0) / (937 * 64 / 12.0):.2f} in "
-            "throughput, final test accuracy 0.280 (1 seed). On CPUs it is trained briefly")\
+            "throughput (examples a second: its epoch holds 59,904 examples, 1 worker's "
+            "59,968), final test accuracy 0.280 (1 seed). On CPUs it is trained briefly")\
         in section
     assert "this cluster's compute (ResNet-18 on 1 CPU, measured: 0.0128 s a step of 64)" in section
 

@@ -36,6 +36,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     if not resnet.empty:
         k = int(resnet["num_workers"].max())
         table = with_speedups(cells(resnet, ["num_workers"]), ["model"])
+        table["examples_per_epoch"] = table["steps_per_epoch"] * table["global_batch_size"]
         largest = table[table["num_workers"] == k].iloc[0]
         devices = "GPUs" if use_gpu else "CPU workers"
         brief = "" if use_gpu else (
@@ -45,14 +46,16 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
             f"accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains 13.6's "
             f"recipe).")
         paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
-                                            "steps_per_epoch", "epoch_s", "sync_share",
-                                            "speedup", "final_test_acc",
+                                            "steps_per_epoch", "examples_per_epoch", "epoch_s",
+                                            "sync_share", "speedup", "final_test_acc",
                                             "seeds"]].reset_index(drop=True)),
                       f"{tried} ResNet-18 on {k} {devices} (global batch "
                       f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
                       f"{largest['epoch_s']:.1f} s per epoch, "
                       f"{percent(largest['sync_share'])} of it in gradient sync, speedup "
-                      f"{largest['speedup']:.2f} in throughput, final test accuracy "
+                      f"{largest['speedup']:.2f} in throughput (examples a second: its epoch "
+                      f"holds {int(largest['examples_per_epoch']):,} examples, 1 worker's "
+                      f"{int(table['examples_per_epoch'].iloc[0]):,}), final test accuracy "
                       f"{largest['final_test_acc']:.3f} ({acc_seeds_text(largest)})."
                       + brief]
     elif use_gpu:
