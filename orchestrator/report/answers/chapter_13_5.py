@@ -395,7 +395,9 @@ WHY_SPLIT = (
     "buffers, ddp overlapped with backward). Sharded's keeping only its 1/k of the update and "
     "optimizer state (ZeRO-1, Rajbhandari et al., 2020) saves memory and 1/k of the update's "
     "arithmetic, not bytes: its reduce-scatter and all-gather move what a ring allreduce "
-    "moves. Sharded's memory is measured in docs/BENCHMARKS.md.")
+    "moves; with the book's plain SGD (momentum 0) there is no optimizer state to shard, so "
+    "here it saves only the update's arithmetic. Sharded's memory is measured in "
+    "docs/BENCHMARKS.md.")
 
 
 def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:

@@ -294,8 +294,12 @@ DROPPED_WAIT = (
     "queued work has run, so the epoch's timer would stop once the work is queued, not done, "
     "and the next read of a result (the evaluation) would wait for it instead: epochs would "
     "look shorter without training getting faster, and the host could run ahead by a whole "
-    "epoch of queued steps. On a CPU torch runs every operation to its end before it returns, "
-    "so there is nothing to drop{measured}.")
+    "epoch of queued steps. 13.5's PyTorch code calls `torch.cuda.synchronize()` where "
+    "MXNet's calls `npx.waitall()`; 13.6's PyTorch `train` stops its timer with neither, yet "
+    "its epoch times hold nearly all the work: each step's `X.to(devices[0])`, a blocking "
+    "copy, waits for the steps queued before it, so at most the last step's work is left "
+    "out. On a CPU torch runs every operation to its end before it returns, so there is "
+    "nothing to drop{measured}.")
 OVERLAP = (
     "Overlapping two steps is `--sync delayed` (training/sync/delayed.py): step t's allreduce "
     "is launched asynchronously right after its backward, step t+1's forward and backward run "
