@@ -43,7 +43,8 @@ MEASURES = ["epoch_s", "mean_epoch_time_s", "eval_s", "final_test_acc",
 @dataclass(frozen=True)
 class Noise:
     time_fraction: float
-    """The largest relative range, (max - min) / median of `epoch_s`, of any group of
+    """The largest spread of `epoch_s`, slowest over fastest minus 1 (the scale of every
+    "apart" that `compare_times` holds against it), of any group of
     trials doing identical work."""
     acc: float
     """The largest range of final test accuracy over the seeds of one configuration."""
@@ -72,7 +73,8 @@ class Noise:
                     f"lr, which change the weights, not the work of an epoch, or at one worker "
                     f"only in the sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which "
                     f"sum nothing there) varied by up to "
-                    f"{percent(self.time_fraction)} in epoch time, over {groups} group(s) of "
+                    f"{percent(self.time_fraction)} in epoch time (the slowest over the "
+                    f"fastest, as every \"apart\" below), over {groups} group(s) of "
                     f"{trials} trials across the sweep.")
         else:
             time = (f"Time noise: this sweep repeats no work, so it is assumed: "
@@ -148,7 +150,7 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     time_groups = [group["epoch_s"] for _, group in same_work.groupby(WORK_KEYS)
                    if len(group) > 1]
     if time_groups:
-        time_fraction = max((group.max() - group.min()) / group.median() for group in time_groups)
+        time_fraction = max(group.max() / group.min() - 1 for group in time_groups)
         time_from = (len(time_groups), sum(len(group) for group in time_groups))
     else:
         time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
