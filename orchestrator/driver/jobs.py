@@ -287,6 +287,8 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
               f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
               f"{train.precision}, {train.num_epochs} epochs of {train.steps_per_epoch} steps"
+              + (f", lr warmed up over {train.warmup_epochs} epoch(s) from "
+                 f"{train.warmup_start_lr:g}" if train.warmup_epochs else "")
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
               + (f", last worker slowed {train.straggler_slowdown:g}x"
                  if train.straggler_slowdown > 1 else "")

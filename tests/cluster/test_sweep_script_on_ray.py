@@ -204,6 +204,9 @@ def test_a_dry_run_prints_the_plan_fitted_to_the_cluster_and_writes_nothing(tmp_
     assert re.search(r"^\d+ trial\(s\), up to 1 at a time, workers on CPUs \(gloo\):$",
                      run.stdout, re.MULTILINE)
     assert "[batch-global] 2 worker(s), global batch 64 (32/worker)" in run.stdout
+    # Goyal et al.'s warm-up, from 1 worker's lr: the plan says where it starts.
+    assert re.search(r"\[warmup\] 2 worker\(s\), global batch 128 \(64/worker\), lr 0\.4, .*, "
+                     r"lr warmed up over 1 epoch\(s\) from 0\.2$", run.stdout, re.MULTILINE)
     assert f"results: {out_dir}; storage: {store}" in run.stdout
     assert run.stdout.strip().endswith(DRY_RUN_LINE)
     assert "calibrating" not in run.stdout and "trial " not in run.stdout
