@@ -276,3 +276,11 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         assert [run.seed for run in by_part["delayed"]
                 if run.sync == "delayed" and run.lr == 0.1] == [0]
         assert [run.seed for run in by_part["delayed"] if run.sync == "bucketed"] == [0]
+
+
+def test_the_best_lr_is_held_to_the_linear_rule_across_worker_counts():
+    sections = _sections(test_answers._summary())
+    # Batch 256 on 1 worker, 512 on 2: the best lr 0.2, then 0.4 (the grid's top edge).
+    assert ("With 2 times the batch the best lr moved from 0.2 to 0.4, as the linear scaling "
+            "rule says (k times the lr for k times the batch), a best at the edge of the lrs "
+            "searched, so only a bound.") in sections["13.5.2"]

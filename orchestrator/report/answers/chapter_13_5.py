@@ -272,6 +272,18 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
                  f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
+    one_best = table.iloc[0]
+    for row in table.iloc[1:].itertuples():
+        factor = row.global_batch_size / one_best["global_batch_size"]
+        sentences.append(
+            f"With {factor:g} times the batch the best lr moved from {one_best['best_lr']:g} to "
+            f"{row.best_lr:g}, "
+            + ("as the linear scaling rule says (k times the lr for k times the batch)"
+               if np.isclose(row.best_lr, factor * one_best["best_lr"]) else
+               f"not {factor * one_best['best_lr']:g} as the linear scaling rule would have it")
+            + (", a best at the edge of the lrs searched, so only a bound." if
+               "lowest" in (row.on_edge, one_best["on_edge"])
+               or "highest" in (row.on_edge, one_best["on_edge"]) else "."))
     ties = []
     for _, row in table.iterrows():
         best = f"lr {row['best_lr']:g}"
