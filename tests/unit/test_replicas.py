@@ -282,5 +282,15 @@ def test_the_best_lr_is_held_to_the_linear_rule_across_worker_counts():
     sections = _sections(test_answers._summary())
     # Batch 256 on 1 worker, 512 on 2: the best lr 0.2, then 0.4 (the grid's top edge).
     assert ("With 2 times the batch the best lr moved from 0.2 to 0.4, as the linear scaling "
-            "rule says (k times the lr for k times the batch), a best at the edge of the lrs "
+            "rule says (k times the lr for k times the batch); a best at the edge of the lrs "
             "searched, so only a bound.") in sections["13.5.2"]
+
+
+def test_a_best_lr_within_the_noise_is_hedged_and_one_that_stayed_says_so():
+    summary = test_answers._summary()
+    # 2 workers' best is lr 0.2 too, 0.003 above lr 0.4's: within the noise.
+    summary.loc[summary["trial_id"] == "l2-0.2", "final_test_acc"] = 0.745
+    sections = _sections(summary)
+    assert ("With 2 times the batch the best lr stayed at 0.2, not 0.4 as the linear scaling "
+            "rule would have it; a best within the noise of another lr (below)") in (
+        sections["13.5.2"])

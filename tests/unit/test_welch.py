@@ -119,6 +119,9 @@ def test_a_pair_where_1_worker_did_not_learn_tests_nothing():
     rule = linear_rule(summary, noise)
     assert rule["held"].tolist() == ["inconclusive"] and rule["p"].isna().all()
     text = " ".join(answer_13_5_2(summary, rule, noise))
-    assert ("the rule was not tested (1 worker did not learn at that lr either: no accuracy "
-            "to hold the rule to)") in text
-    assert "The rule held up to" not in text
+    assert ("the rule was not tested (1 worker did not learn at that lr: no accuracy to hold "
+            "the rule to)") in text
+    assert "No pair could test the rule: 1 worker learned at none of its lrs." in text
+    assert "did not hold" not in text and "refuted the rule" not in text
+    # Nor does a best lr among runs that did not learn move anywhere.
+    assert "the best lr moved" not in text and "the best lr stayed" not in text

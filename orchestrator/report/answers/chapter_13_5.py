@@ -124,6 +124,45 @@ def lr_table(summary: pd.DataFrame) -> pd.DataFrame:
     return table.rename(columns={lr: f"lr {lr:g}" for lr in lrs})
 
 
+def _best_lr_moved(table: pd.DataFrame, summary: pd.DataFrame, ties: dict) -> list[str]:
+    """How the best lr moved from 1 worker's batch to each larger one, against the
+    linear rule's k-fold; nothing where a count searched one lr, or its best did not
+    learn (a best among failures is none), and hedged where the best is tied within
+    the noise (`ties`, by worker count) or at the grid's edge."""
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    means = cells(trials, ["num_workers", "global_batch_size", "lr"])
+
+    def usable(row) -> bool:
+        best = means[(means["num_workers"] == row["num_workers"])
+                     & np.isclose(means["lr"], row["best_lr"])]
+        return (row["on_edge"] != "only one lr" and not best.empty
+                and int(best["not_learned"].iloc[0]) < int(best["seeds"].iloc[0]))
+
+    one = table.iloc[0]
+    if not usable(one):
+        return []
+    sentences = []
+    for _, row in table.iloc[1:].iterrows():
+        if not usable(row):
+            continue
+        factor = row["global_batch_size"] / one["global_batch_size"]
+        rule_lr = factor * one["best_lr"]
+        moved = (f"stayed at {row['best_lr']:g}" if np.isclose(row["best_lr"], one["best_lr"])
+                 else f"moved from {one['best_lr']:g} to {row['best_lr']:g}")
+        caveats = [text for text, applies in (
+            ("a best within the noise of another lr (below)",
+             one["num_workers"] in ties or row["num_workers"] in ties),
+            ("a best at the edge of the lrs searched, so only a bound",
+             {row["on_edge"], one["on_edge"]} & {"lowest", "highest"})) if applies]
+        sentences.append(
+            f"With {factor:g} times the batch the best lr {moved}, "
+            + ("as the linear scaling rule says (k times the lr for k times the batch)"
+               if np.isclose(row["best_lr"], rule_lr) else
+               f"not {rule_lr:g} as the linear scaling rule would have it")
+            + "".join(f"; {text}" for text in caveats) + ".")
+    return sentences
+
+
 def _edge(row: pd.Series, lrs: list[float]) -> str:
     """Whether the best lr is at an end of those searched at this worker count."""
     searched = [lr for lr in lrs if not np.isnan(row[lr])]
@@ -177,8 +216,8 @@ SIGNIFICANCE = 0.05
 VERDICTS = {"yes": "held", "no": "did not hold",
             "within noise": "was not refuted (lower, but not beyond the noise)",
             "failed": "did not hold (no seed there learned, where 1 worker's did)",
-            "inconclusive": "was not tested (1 worker did not learn at that lr either: no "
-                            "accuracy to hold the rule to)"}
+            "inconclusive": "was not tested (1 worker did not learn at that lr: no accuracy "
+                            "to hold the rule to)"}
 
 
 def _verdict_text(held: str, decided_by_test: bool) -> str:
@@ -221,20 +260,6 @@ def _per_seed(trials: pd.DataFrame, row) -> list[float]:
     return list(same.groupby("seed")["final_test_acc"].mean())
 
 
-def held_up_to(rule: pd.DataFrame) -> int | None:
-    """The largest global batch up to which the rule held for every lr tested; None
-    where it was not tested or failed at the first global batch beyond 1 worker's."""
-    held = None
-    if rule.empty:
-        return held
-    for batch, rows in rule.groupby("global_batch_size", sort=True):
-        if rows["held"].isin(["no", "failed"]).any():
-            break
-        if rows["held"].isin(["yes", "within noise"]).any():  # not refuted somewhere
-            held = batch
-    return held
-
-
 # How each verdict reads in a summary of the pairs, in this order.
 _OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hold",
              "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
@@ -272,30 +297,20 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
                  f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
-    one_best = table.iloc[0]
-    for row in table.iloc[1:].itertuples():
-        factor = row.global_batch_size / one_best["global_batch_size"]
-        sentences.append(
-            f"With {factor:g} times the batch the best lr moved from {one_best['best_lr']:g} to "
-            f"{row.best_lr:g}, "
-            + ("as the linear scaling rule says (k times the lr for k times the batch)"
-               if np.isclose(row.best_lr, factor * one_best["best_lr"]) else
-               f"not {factor * one_best['best_lr']:g} as the linear scaling rule would have it")
-            + (", a best at the edge of the lrs searched, so only a bound." if
-               "lowest" in (row.on_edge, one_best["on_edge"])
-               or "highest" in (row.on_edge, one_best["on_edge"]) else "."))
-    ties = []
+    ties = {}
     for _, row in table.iterrows():
         best = f"lr {row['best_lr']:g}"
         close = [column for column in lr_columns if column != best
                  and not np.isnan(row[column]) and row[best] - row[column] <= noise.acc]
         if close:
-            ties.append(f"at {row['num_workers']} worker(s) the best, {best} "
-                        f"({row[best]:.3f}), is within the accuracy noise ({noise.acc_label()}) "
-                        f"of {', '.join(f'{column} ({row[column]:.3f})' for column in close)}")
+            ties[row["num_workers"]] = (
+                f"at {row['num_workers']} worker(s) the best, {best} ({row[best]:.3f}), is "
+                f"within the accuracy noise ({noise.acc_label()}) of "
+                f"{', '.join(f'{column} ({row[column]:.3f})' for column in close)}")
+    sentences += _best_lr_moved(table, summary, ties)
     if ties:
-        sentences.append(f"Not resolved: {'; '.join(ties)}; more seeds (`{REPEATS_COMMAND}`) "
-                         f"would tell them apart, if anything does.")
+        sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds "
+                         f"(`{REPEATS_COMMAND}`) would tell them apart, if anything does.")
     edges = [f"{row.num_workers} worker(s)'s ({row.on_edge} of {searched})"
              for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
     if edges:
@@ -323,17 +338,19 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                      f"epochs) was tested in {len(rule)} pair(s), a lower accuracy called only "
                      f"at p < {SIGNIFICANCE:g} by Welch's t test on the seeds where both have "
                      f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
-    largest = held_up_to(rule)
     epochs = int(lr_trials(summary)["num_epochs"].max())
-    if largest:
-        sentences.append(f"The rule held up to global batch {largest} in this sweep.")
-    else:
+    verdicts = set(rule["held"])
+    if verdicts & {"no", "failed"}:
         sentences.append(
-            f"The rule did not hold in this sweep without a warm-up: a k-fold batch makes 1/k "
-            f"of the updates in {epochs} epochs, and the larger lr is meant to make up for "
-            f"them, which Goyal et al. (2017) found to need a warm-up of the lr at large "
-            f"batches; how accuracy scales with the number of workers depends on re-tuning the "
-            f"lr (and the epochs) for each global batch.")
+            f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
+            f"{epochs} epochs, and the larger lr is meant to make up for them, which Goyal et "
+            f"al. (2017) found to need a warm-up of the lr at large batches (below); how "
+            f"accuracy scales with the number of workers depends on re-tuning the lr (and "
+            f"the epochs) for each global batch.")
+    elif verdicts <= {"inconclusive"}:
+        sentences.append("No pair could test the rule: 1 worker learned at none of its lrs.")
+    else:
+        sentences.append("No pair tested refuted the rule in this sweep.")
     return [*paragraphs, " ".join(sentences), *_warmup(summary, noise),
             "`test_acc_vs_lr.png` plots test accuracy against the lr."]
 
