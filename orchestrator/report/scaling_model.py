@@ -184,7 +184,7 @@ class _Baseline:
     trial: pd.Series
     per_example_s: float  # forward+backward seconds per example
     other_s: float  # per step: neither compute nor communication
-    epoch_s: float  # measured, median of the steady epochs
+    epoch_s: float  # measured: the mean of its seeds' epochs in the timing window
     gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
 
 
@@ -218,7 +218,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     if not baselines:  # no multi-worker trial: predict from each 1-worker one alone
         for _, single in singles.iterrows():
             baselines.setdefault((single["model"], single["sync"]),
-                                 _baseline_costs(single, epochs, calibration))
+                                 _baseline_costs(single.to_frame().T, epochs, calibration))
     # On this cluster each strategy sums over the transport it used, its workers
     # contending as the probe measured; on a named interconnect each worker has a
     # device of its own: contention 1.
@@ -276,12 +276,12 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     and transport are used."""
     history = epochs[epochs["trial_id"] == trial["trial_id"]]
     transport = next((t for t in history["transport"] if t != "none"), None)
-    single = _baseline_trial(trial, singles)
+    ones = _baseline_trials(trial, singles)
     if trial["sync"] == "sharded":  # its own two collectives, where they were timed
         transport = next((t for t in measured if t == f"{transport} {SHARDED_PAIR}"), transport)
-    if single is None or transport not in measured:
+    if ones is None or transport not in measured:
         return None
-    baseline = _baseline_costs(single, epochs, calibration)
+    baseline = _baseline_costs(ones, epochs, calibration)
     num_workers = int(trial["num_workers"])
     factor = contention(calibration, num_workers, trial["model"])
     probed = probed_model(calibration, trial["model"])
@@ -357,22 +357,31 @@ def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
     return measured.get(group)
 
 
-def _baseline_trial(trial: pd.Series, singles: pd.DataFrame) -> pd.Series | None:
-    """The 1-worker trial of the same scaling group, threads and straggler; else the
-    one of the same model, sync, precision and threads with the closest global batch."""
+def _baseline_trials(trial: pd.Series, singles: pd.DataFrame) -> pd.DataFrame | None:
+    """The 1-worker trials (every seed) of the same scaling group, threads and
+    straggler; else those of the same model, sync, precision and threads at the
+    closest global batch and its lr. Their seeds are replicas of one baseline, as
+    the report's speedups (`summary.with_speedup`) take them."""
     exact = [*SCALING_GROUP, "threads_per_worker", "straggler_slowdown"]
     same = singles[(singles[exact] == trial[exact]).all(axis=1)]
     if not same.empty:
-        return same.iloc[0]
+        return same
     loose = ["model", "sync", "precision", "threads_per_worker"]
     near = singles[(singles[loose] == trial[loose]).all(axis=1)]
     if near.empty:
         return None
-    return near.loc[(near["global_batch_size"] - trial["global_batch_size"]).abs().idxmin()]
+    closest = near.loc[(near["global_batch_size"] - trial["global_batch_size"]).abs().idxmin()]
+    same_run = near["global_batch_size"] == closest["global_batch_size"]
+    if "lr" in near:
+        same_run &= near["lr"] == closest["lr"]
+    return near[same_run]
 
 
-def _baseline_costs(single: pd.Series, epochs: pd.DataFrame, calibration: dict) -> _Baseline:
-    history = steady_epochs(epochs[epochs["trial_id"] == single["trial_id"]])
+def _baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: dict) -> _Baseline:
+    """One step's costs from the 1-worker trials `singles` (the seeds of one
+    configuration): the means over all their epochs in the timing window."""
+    single = singles.iloc[0]
+    history = steady_epochs(epochs[epochs["trial_id"].isin(singles["trial_id"])])
     compute_s = history["worker_compute_s"].map(lambda v: max(per_worker_values(v)))
     steps = int(single["steps_per_epoch"])
     other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
@@ -541,7 +550,7 @@ def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | Non
                              "lr": (singles["lr"] - cell.lr).abs()})
     single = singles.loc[distance.sort_values(["batch", "lr"]).index[0]]
     try:
-        baseline = _baseline_costs(single, epochs, calibration)
+        baseline = _baseline_costs(single.to_frame().T, epochs, calibration)
     except KeyError:  # no gradient bytes recorded for its layout
         return []
     batch, steps = int(single["global_batch_size"]), int(single["steps_per_epoch"])

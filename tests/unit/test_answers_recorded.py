@@ -191,3 +191,18 @@ def test_16_workers_rank_each_models_strategies_apart_and_say_the_models_bias(re
     assert not re.search(r"\b(\w+), \1 within", section)
     errors = sheet.scaling.validation["error"]
     assert f"(median error {100 * errors.median():.0f}%)" in section
+
+
+def test_the_models_measured_speedups_are_the_answers(recorded):
+    """A review found the model's validation reading one seed's 1-worker epoch (1.396)
+    where trials.csv and the answers read every seed's (1.220)."""
+    from orchestrator.report.answers.evidence import prepared
+
+    trials, sheet = recorded
+    summary, _ = prepared(trials, pd.read_csv(RECORDED / "epochs.csv"))
+    speedups = summary.set_index("trial_id")["speedup"]
+    validation = sheet.scaling.validation.set_index("trial_id")
+    global_batch = trials[(trials["part"] == "batch-global") & (trials["num_workers"] == 2)]
+    for trial_id in global_batch["trial_id"]:
+        assert validation.loc[trial_id, "measured_speedup"] == pytest.approx(
+            speedups[trial_id], rel=1e-9)
