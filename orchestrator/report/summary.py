@@ -48,7 +48,7 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         mean_eval_time_s=("eval_time_s", "mean"),
         last_status=("status", "last"),
     )
-    per_trial = per_trial.join(timed_epochs(epochs)[["epoch_s", "sync_share"]])
+    per_trial = per_trial.join(timed_epochs(epochs)[["epoch_s", "sync_share", "epoch_examples"]])
     summary = trials.merge(per_trial, left_on="trial_id", right_index=True, how="left").merge(
         time_to_accuracy.target_columns(evaluations, target_acc), left_on="trial_id",
         right_index=True, how="left").merge(noise_scale.per_trial(epochs), on="trial_id",
@@ -61,7 +61,7 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     summary["status"] = [_status(row) for row in summary.itertuples()]
     # Down to the trial id: the order Tune hands trials back in (a resumed sweep's
     # differs) must not change which replica a table or the model reads first.
-    return with_speedup(summary).drop(columns="baseline_rate").sort_values(
+    return with_speedup(summary).sort_values(
         [*SCALING_GROUP, "num_workers", "trial_id"]).reset_index(drop=True)
 
 
@@ -79,20 +79,29 @@ def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
 def timed_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
     """Per trial (the index), over its `steady_epochs`: `epoch_s`, their mean seconds;
     `sync_share`, the part of those seconds spent in gradient sync; `eval_s`, the
-    mean seconds of scoring the test set after each; and `epochs_timed`, (first,
-    last) of that window."""
+    mean seconds of scoring the test set after each; `epoch_examples`, the mean
+    examples they trained; and `epochs_timed`, (first, last) of that window."""
     window = steady_epochs(epochs)
+    # The examples each epoch trained (a diverged one stops short), where recorded.
+    window = window.assign(examples=window["samples_per_s"] * window["epoch_time_s"]
+                           if "samples_per_s" in window else math.nan)
     timed = window.groupby("trial_id").agg(
         epoch_s=("epoch_time_s", "mean"), sync_s=("sync_time_s", "mean"),
-        eval_s=("eval_time_s", "mean"), first=("epoch", "min"), last=("epoch", "max"))
+        eval_s=("eval_time_s", "mean"), epoch_examples=("examples", "mean"),
+        first=("epoch", "min"), last=("epoch", "max"))
     timed["sync_share"] = timed.pop("sync_s") / timed["epoch_s"]
     timed["epochs_timed"] = list(zip(timed.pop("first"), timed.pop("last")))
     return timed
 
 
 def epoch_examples(trials: pd.DataFrame) -> pd.Series:
-    """The examples of one epoch: its steps of one global batch each."""
-    return trials["steps_per_epoch"] * trials["global_batch_size"]
+    """The examples of one epoch: those its timed epochs trained (`timed_epochs`), else
+    its plan's, its steps of one global batch each (the same for every full epoch)."""
+    recorded = (trials["epoch_examples"] if "epoch_examples" in trials
+                else pd.Series(math.nan, index=trials.index))
+    if {"steps_per_epoch", "global_batch_size"} <= set(trials.columns):
+        recorded = recorded.fillna(trials["steps_per_epoch"] * trials["global_batch_size"])
+    return recorded
 
 
 def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:

@@ -153,11 +153,13 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "Every time, throughput, speedup and sync share comes from one window of each "
               "trial: its epochs after the first, whose warm-up the others do not pay "
               "(`epoch_s` is their mean). Speedup is throughput (samples/s) against the "
-              "median of the 1-worker trials (every seed) with the same model, sync, split, "
-              "precision, batch and lr; efficiency is speedup / workers; workers that shared "
+              "throughput of the mean `epoch_s` of the 1-worker trials (every seed) with the "
+              "same model, sync, split, precision, batch and lr, so that it is the ratio of "
+              "the two epoch times; efficiency is speedup / workers; workers that shared "
               "a GPU took turns on it and give none. Each row is the mean over its `trials`, "
-              "replicas that differ only in the seed; `epoch_time_spread` is the relative "
-              "range of their epoch times.", "",
+              "replicas that differ only in the seed, its throughput and speedup those of "
+              "its mean `epoch_s`; `epoch_time_spread` is their slowest epoch time over "
+              "their fastest, minus 1.", "",
               varying_table(scaling_table(summary), SCALING_KEYS), "",
               "## Strategies", "",
               "Per sync strategy, split, precision and worker count: seconds per epoch, the "

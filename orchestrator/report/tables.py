@@ -28,7 +28,15 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
         trials=("trial_id", "count"), epoch_s=("epoch_s", "mean"),
         epoch_time_spread=("epoch_s", relative_range),
         samples_per_s=("samples_per_s", "mean"), sync_share=("sync_share", "mean"),
-        speedup=("speedup", "mean"), efficiency=("efficiency", "mean"))
+        speedup=("speedup", "mean"), efficiency=("efficiency", "mean"),
+        examples=("epoch_examples", "mean"), baseline_rate=("baseline_rate", "first"))
+    # The row's throughput and speedup are its mean epoch's: a speedup printed beside
+    # two rows' epoch times is their ratio (summary.with_speedup's baseline).
+    examples = table.pop("examples")
+    has_speedup = table["speedup"].notna()
+    table["samples_per_s"] = examples / table["epoch_s"]
+    table["speedup"] = (table["samples_per_s"] / table.pop("baseline_rate")).where(has_speedup)
+    table["efficiency"] = table["speedup"] / table.index.get_level_values("num_workers")
     return table.reset_index()
 
 
@@ -47,9 +55,10 @@ def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def relative_range(values: pd.Series) -> float:
-    """(max - min) / median of repeated measurements; NaN for fewer than two."""
+    """The slowest over the fastest of repeated measurements, minus 1 (the answers'
+    time noise's scale); NaN for fewer than two."""
     values = values.dropna()
-    return (values.max() - values.min()) / values.median() if len(values) > 1 else math.nan
+    return values.max() / values.min() - 1 if len(values) > 1 else math.nan
 
 
 def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:

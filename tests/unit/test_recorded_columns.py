@@ -76,3 +76,31 @@ def test_the_report_does_not_depend_on_the_order_trials_come_back_in():
                                    use_gpu=False)
         written.append((summary.to_csv(index=False), sheet.model_section, sheet.answers))
     assert written[0] == written[1]
+
+
+def test_the_reports_scaling_table_speedups_are_the_ratios_of_its_epoch_times():
+    """A review found the scaling table averaging its trials' speedups: a 1-worker row
+    at 1.021, a 4-trial row at 1.542 beside epoch times whose ratio is 1.531."""
+    from orchestrator.report.tables import scaling_table
+
+    current = RECORDED.parent / "exercises-quick-current"  # replicas: seeds 0 and 1
+    epochs = pd.read_csv(current / "epochs.csv")
+    evaluations = (epochs[["trial_id", "epoch", "test_acc", "train_s", "wall_s"]]
+                   .assign(eval_s=epochs["eval_time_s"]))
+    trials = pd.read_csv(current / "trials.csv")[[*TRIAL_COLUMNS, "seed", "warmup_epochs"]]
+    table = scaling_table(summarize_trials(trials, epochs, evaluations))
+    keys = ["model", "sync", "split", "precision", "momentum", "batch_size", "base_lr",
+            "threads_per_worker", "straggler_slowdown"]
+    checked = 0
+    for _, rows in table.dropna(subset=["speedup"]).groupby(keys):
+        ones = rows[rows["num_workers"] == 1]
+        for _, one in ones.iterrows():
+            same_batch = rows[(rows["num_workers"] > 1) & (rows["trials"] > 1)
+                              & (rows["global_batch_size"] == one["global_batch_size"])]
+            for _, row in same_batch.iterrows():
+                # The same examples an epoch: two rows' speedups are in the ratio of their
+                # printed epoch times, each row's being its mean epoch's throughput.
+                assert row["speedup"] / one["speedup"] == pytest.approx(
+                    one["epoch_s"] / row["epoch_s"], rel=1e-9)
+                checked += 1
+    assert checked

@@ -131,7 +131,8 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
     timed = timed_epochs(runs)
     summary = summary.assign(**{column: summary["trial_id"].map(timed[column])
-                                for column in ("epoch_s", "sync_share", "eval_s")})
+                                for column in ("epoch_s", "sync_share", "eval_s",
+                                               "epoch_examples")})
     summary = with_speedup(summary)
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
