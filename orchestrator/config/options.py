@@ -157,8 +157,8 @@ class TrainConfig:
         require_int(self.seed, "seed", minimum=0)
         require_int(self.threads_per_worker, "threads per worker", minimum=1)
         require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
-        if not (isinstance(self.warmup_start_lr, (int, float))
-                and 0 <= self.warmup_start_lr <= self.lr):
+        if self.warmup_epochs and not (isinstance(self.warmup_start_lr, (int, float))
+                                       and 0 <= self.warmup_start_lr <= self.lr):
             raise UserError(f"the warm-up's start lr must be in [0, lr = {self.lr:g}], "
                             f"got {self.warmup_start_lr!r}")
         require_int(self.max_failures, "max failures", minimum=0)

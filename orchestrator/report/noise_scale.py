@@ -67,13 +67,19 @@ def examples_factor(batch: float, noise_scale: float) -> float:
 # A trial still on the loss plateau of a uniform guess (ln of the classes) has
 # learned nothing: its gradient is tiny and its noise scale says nothing of training.
 LEARNED_LOSS_FRACTION = 0.9
-# ...and a test accuracy above 1.5 times chance's (0.15 of 10 classes).
-LEARNED_ACC_FACTOR = 1.5
+# ...and a test accuracy above chance's by half of it, at most 0.1 (0.15 of 10
+# classes; 0.6 of 2, where 1.5 times chance would ask 0.75).
+LEARNED_ACC_MARGIN = 0.1
+
+
+def chance_margin(classes) -> "pd.Series | float":
+    """How far above chance (1/classes) a test accuracy must be to count as learned."""
+    return np.minimum(0.5 / classes, LEARNED_ACC_MARGIN)
 
 
 def learned(summary: pd.DataFrame) -> pd.Series:
     """Trials whose final training loss fell below 90% of a uniform guess's and whose
-    final test accuracy, where scored, rose above LEARNED_ACC_FACTOR times chance (a
+    final test accuracy, where scored, rose above chance by `chance_margin` (a
     network whose training loss fell but whose test predictions are still chance's,
     as ResNet-18's BatchNorm after a few steps can leave it, learned nothing to compare);
     every trial where the sweep recorded no training loss (nothing to tell them by)."""
@@ -85,7 +91,7 @@ def learned(summary: pd.DataFrame) -> pd.Series:
     if "final_test_acc" not in summary:
         return fell
     above_chance = summary["final_test_acc"].isna() | (
-        summary["final_test_acc"] > LEARNED_ACC_FACTOR / classes)
+        summary["final_test_acc"] > 1 / classes + chance_margin(classes))
     return fell & above_chance
 
 

@@ -266,7 +266,8 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
             "worker, the same optimizer at any number; 1 seed): the stale gradient's price at "
             "that lr.") in section
     # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%.
-    assert "so the overlap hid 87% of bucketed's wait here (0.19 s" in section
+    assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
+            "1.39 s).") in section
     # A sum shorter than the noise: the sweep says it cannot resolve the gain.
     short = [(*row[:11], 0.01, *row[12:]) if row[0] == "bg2" else row for row in TRIALS]
     assert "this sweep cannot resolve a gain of that size" in _sections(

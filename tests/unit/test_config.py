@@ -24,8 +24,8 @@ from orchestrator.errors import UserError
     ({"train_limit": 100, "global_batch_size": 256}, "smaller than one global batch"),
     ({"test_limit": 0}, "test limit must be >= 1"),
     ({"warmup_epochs": 3, "num_epochs": 2}, "exceed the 2 epochs"),
-    ({"warmup_start_lr": 0.5, "lr": 0.2}, "start lr must be in .0, lr = 0.2., got"),
-    ({"warmup_start_lr": -0.1}, "start lr must be in .0, lr = 0.2., got"),
+    ({"warmup_start_lr": 0.5, "lr": 0.2, "warmup_epochs": 1}, "start lr must be in .0, lr = 0.2., got"),
+    ({"warmup_start_lr": -0.1, "warmup_epochs": 1}, "start lr must be in .0, lr = 0.2., got"),
     ({"threads_per_worker": 1.5}, "must be an integer"),
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
     ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
@@ -82,3 +82,8 @@ def test_shards_cover_everything_once_and_differ_by_at_most_one(total, shards):
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_warmup_start_without_a_warmup_is_not_checked():
+    # One --warmup-start-lr beside an lr grid: only the points that warm up compare it.
+    assert TrainConfig(lr=0.1, warmup_start_lr=0.2).warmup_epochs == 0

@@ -85,3 +85,7 @@ def test_a_run_whose_loss_fell_but_whose_test_accuracy_is_chances_did_not_learn(
                          "final_test_acc": [0.078, 0.70, 0.10, float("nan")],
                          "num_classes": 10})
     assert noise_scale.learned(runs).tolist() == [False, True, False, True]
+    # Two classes: above chance by 0.1 (0.6), not 1.5 times it (0.75).
+    binary = pd.DataFrame({"final_train_loss": [0.5, 0.5], "final_test_acc": [0.74, 0.58],
+                           "num_classes": 2})
+    assert noise_scale.learned(binary).tolist() == [True, False]

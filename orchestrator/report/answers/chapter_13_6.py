@@ -52,10 +52,12 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                       f"{tried} ResNet-18 on {k} {devices} (global batch "
                       f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
                       f"{largest['epoch_s']:.1f} s per epoch, "
-                      f"{percent(largest['sync_share'])} of it in gradient sync, speedup "
-                      f"{largest['speedup']:.2f} in throughput (examples a second: its epoch "
-                      f"holds {int(largest['examples_per_epoch']):,} examples, 1 worker's "
-                      f"{int(table['examples_per_epoch'].iloc[0]):,}), final test accuracy "
+                      f"{percent(largest['sync_share'])} of it in gradient sync"
+                      + (f", speedup {largest['speedup']:.2f} in throughput (examples a "
+                         f"second: its epoch holds {int(largest['examples_per_epoch']):,} "
+                         f"examples, 1 worker's {int(table['examples_per_epoch'].iloc[0]):,})"
+                         if k > 1 and not pd.isna(largest["speedup"]) else "")
+                      + f", final test accuracy "
                       f"{largest['final_test_acc']:.3f} ({acc_seeds_text(largest)})."
                       + brief]
     elif use_gpu:
@@ -390,12 +392,14 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         sentences.append(_staleness_at(half, synchronous_at(summary, half), noise))
     if bound is not None and not use_gpu:
         waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
-        hid = (f"hid {percent(1 - waits[0] / waits[1])} of bucketed's wait" if waits[0] < waits[1]
-               else "hid none of bucketed's wait")
+        hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
+        measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's wait "
+                    f"here ({waits[0]:.2f} s of waiting per epoch against {waits[1]:.2f} s)")
         sentences.append(
-            f"On CPU workers that use every core, a sum in flight has no core of its own: "
-            f"gloo's thread competes with the next step's forward and backward, so the overlap "
-            f"{hid} here ({waits[0]:.2f} s of waiting per epoch against {waits[1]:.2f} s).")
+            f"{measured[0].upper()}{measured[1:]}"
+            + (": on CPU workers a sum in flight has no core of its own where the workers' "
+               "compute fills them, and gloo's thread then competes with the next step's "
+               "forward and backward." if hidden < 0.5 else "."))
     sentences.append(
         "Overlap pays where a step's sum takes as long as a good part of its compute (a slow "
         "link, a large model); where the sum is short there is little to hide, and the stale "
@@ -433,9 +437,14 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
         return text + (f"; no synchronous trial ran at lr {half['lr']:g} with its batch and "
                        f"epochs, so its staleness's price there is not measured.")
     if int(synchronous["not_learned"]) >= int(synchronous["seeds"]):
-        return text + (f", and synchronous SGD at the same lr did not learn either "
+        if int(half["not_learned"]) >= int(half["seeds"]):
+            return text + (f", and synchronous SGD at the same lr did not learn either "
+                           f"({synchronous['final_test_acc']:.3f}, "
+                           f"{acc_seeds_text(synchronous)}): at that lr the plateau, not the "
+                           f"stale gradient, sets the accuracy.")
+        return text + (f", where synchronous SGD at the same lr did not learn "
                        f"({synchronous['final_test_acc']:.3f}, {acc_seeds_text(synchronous)}): "
-                       f"at that lr the plateau, not the stale gradient, sets the accuracy.")
+                       f"no price of staleness to read there.")
     return text + (
         f", {compare_acc(half['final_test_acc'], synchronous['final_test_acc'], noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "

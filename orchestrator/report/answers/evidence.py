@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from orchestrator.records import Status
-from orchestrator.report.noise_scale import LEARNED_ACC_FACTOR, LEARNED_LOSS_FRACTION, learned
+from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import timed_epochs, with_speedup
 
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
@@ -30,7 +30,7 @@ ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
 WORK_KEYS = ["model", "sync", "transport", "split", "precision", "threads_per_worker",
              "straggler_slowdown", "num_workers", "global_batch_size", "momentum"]
 # Trials that share these as well differ only in the seed: replicas.
-CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs"]
+CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr"]
 # At one worker these strategies run the same code, the base class's step with
 # no sync (GradientSync.synchronize returns at once): their 1-worker trials are
 # the same work, and what separates their times is noise.
@@ -91,8 +91,9 @@ class Noise:
             seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
                      else f"{self.acc_not_learned} seeds that did not learn")
             acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
-                    f"uniform guess's, ln(classes), or test accuracy at most "
-                    f"{LEARNED_ACC_FACTOR:g} times chance's: stuck on the initial plateau or "
+                    f"uniform guess's, ln(classes), or test accuracy above chance's by no "
+                    f"more than half of it, at most {LEARNED_ACC_MARGIN:g}: stuck on the "
+                    f"initial plateau or "
                     f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
                     f"it: a run that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
@@ -105,6 +106,9 @@ class Noise:
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
     """Which epochs every time, speedup, sync share and the time noise count, for
     trials of `trial_epochs` epochs."""
+    if not trial_epochs:
+        return ("Epoch times are each trial's mean over its epochs after the first (the "
+                "first, warm-up epoch left out of every trial alike).")
     longer = [n for n in trial_epochs if n > 1]
     if not longer:
         return "Epoch times are each trial's one epoch (every trial ran one epoch only)."
@@ -134,6 +138,8 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
                                 for column in ("epoch_s", "sync_share", "eval_s",
                                                "epoch_examples")})
     summary = with_speedup(summary)
+    if "warmup_start_lr" not in summary:  # a sweep from before it was recorded: from zero
+        summary["warmup_start_lr"] = 0.0
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
     summary["transport"] = summary["trial_id"].map(transport).fillna("")
@@ -157,9 +163,11 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
         time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
     scored = usable.dropna(subset=["final_test_acc"])
     # Trials of one configuration and seed (a study's twins) count as one replica.
-    per_seed = scored.assign(learned=learned(scored)).groupby([*CONFIG_KEYS, "seed"]).agg(
+    # A summary from before the warm-up's start was recorded lacks it: from zero for all.
+    config_keys = [key for key in CONFIG_KEYS if key in scored]
+    per_seed = scored.assign(learned=learned(scored)).groupby([*config_keys, "seed"]).agg(
         final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
-    replicated = [group for _, group in per_seed.groupby(CONFIG_KEYS) if len(group) > 1]
+    replicated = [group for _, group in per_seed.groupby(config_keys) if len(group) > 1]
     # One seed left on LeNet's plateau (accuracy 0.10) beside two at 0.82 is a failure
     # to report, not a spread of 0.72 that would hide every other difference.
     not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
