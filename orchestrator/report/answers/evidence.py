@@ -143,8 +143,7 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
                  if "transport" in runs else pd.Series(dtype=object))
     summary["transport"] = summary["trial_id"].map(transport).fillna("")
-    lengths = runs.groupby("trial_id")["epoch"].max()
-    return summary, tuple(sorted({int(n) for n in lengths[lengths.index.isin(timed.index)]}))
+    return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
 def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) -> Noise:
