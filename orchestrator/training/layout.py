@@ -11,6 +11,7 @@ model, precision, batch and device kind pays for them. Nothing here imports ray.
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,13 @@ TORCH_FORMATS = {"nchw": torch.contiguous_format, "channels-last": torch.channel
 # 18 steps cost 1.0 s for LeNet at batch 256, 0.45 s at 128; 8 s for
 # ResNet-18 at 32 (once a sweep per batch, node and device kind).
 MEASURED_STEPS = 8
+# Fewer timed steps where a step is slow, at least one a layout: as many as fit
+# this many seconds by the warm-up step's time (which, paying first-call work,
+# overestimates it). ResNet-18 at batch 256 on one CPU core takes about 8 s a
+# step: 18 steps were 2.4 minutes of the exercises' first ResNet-18 trial,
+# where 4 take about 30 s; a difference of a few percent between layouts is
+# still far above one 8 s step's jitter.
+MEASURED_BUDGET_S = 2.0
 # Each epoch's metrics: the layout used and the workers' mean seconds per step
 # in each layout (None when --memory-format named one).
 STEP_S_KEYS = {"nchw": "layout_nchw_step_s", "channels-last": "layout_channels_last_step_s"}
@@ -35,13 +43,20 @@ STEP_S_KEYS = {"nchw": "layout_nchw_step_s", "channels-last": "layout_channels_l
 Step = Callable[[str], None]
 
 
-def time_layouts(step: Step, device: torch.device, *,
-                 num_steps: int = MEASURED_STEPS) -> dict[str, float]:
+def time_layouts(step: Step, device: torch.device, *, num_steps: int = MEASURED_STEPS,
+                 budget_s: float = MEASURED_BUDGET_S) -> dict[str, float]:
     """Seconds per `step` in each layout: the layouts alternate, so that a
-    machine that slows down meanwhile slows both alike."""
+    machine that slows down meanwhile slows both alike. After one warm-up step
+    each, `num_steps` timed steps each, fewer (at least one) where they would
+    take longer than `budget_s` a layout."""
     timers = {name: DeviceTimer(device) for name in FORMATS}
+    started = time.perf_counter()
     for name in FORMATS:
         step(name)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    warm_up_s = (time.perf_counter() - started) / len(FORMATS)
+    num_steps = max(1, min(num_steps, int(budget_s / max(warm_up_s, 1e-9))))
     for _ in range(num_steps):
         for name in FORMATS:
             started = timers[name].start()

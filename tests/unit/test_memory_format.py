@@ -3,6 +3,7 @@ of timings, with an injected measurement (the workers' agreement across
 processes: tests/processes/test_memory_format_agreement.py)."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -86,6 +87,20 @@ def test_layouts_are_timed_alternately_after_a_warm_up_each():
     assert calls == ["nchw", "channels-last"] * 4
     assert set(step_s) == {"nchw", "channels-last"}
     assert all(seconds >= 0 for seconds in step_s.values())
+
+
+def test_a_slow_step_is_timed_fewer_times_but_once_at_least():
+    calls = []
+
+    def slow_step(name):  # a warm-up of 0.05 s a layout: 0.12 s of budget fits 2 steps
+        calls.append(name)
+        time.sleep(0.05)
+
+    layout.time_layouts(slow_step, CPU, num_steps=8, budget_s=0.12)
+    assert calls == ["nchw", "channels-last"] * 3
+    calls.clear()
+    layout.time_layouts(slow_step, CPU, num_steps=8, budget_s=0.01)
+    assert calls == ["nchw", "channels-last"] * 2
 
 
 def test_the_report_names_the_format_and_what_auto_timed():
