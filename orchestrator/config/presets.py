@@ -26,10 +26,10 @@ PRESETS: dict[str, dict] = {
     # its parts): the first lr, batch and strategy are the book's, the timing parts'.
     # workers and baseline_threads None: from the cluster. 0.8: one step past 0.4,
     # the 1-worker best at the top edge of 0.1-0.4 in a recorded run. Three seeds
-    # replicate the cells the answers compare. 8 epochs, not the book's 10: the
-    # 32 trials fitted 30 minutes on 2 cores (10: about 36 by the live estimate);
-    # with the warm-up at 0.8, delayed at half the lr and ResNet-18 trained on the
-    # CPUs they are 36, about 35 minutes by the same reckoning (not yet measured).
+    # replicate the cells the answers compare. 8 epochs, not the book's 10. On
+    # 2 cores 46 trials: 36 of them (one seed on three of the rule's pairs) took
+    # 62 minutes on the 2-core Xeon with AVX-512 (docs/examples/exercises-2core);
+    # the 10 replicas more, about 20 minutes by the same trials' times.
     "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
                       lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2),
                       sync=("scratch", "bucketed", "ddp", "sharded", "root", "delayed"),

@@ -9,8 +9,7 @@ Each trial carries its part, which the answers (report/answers/) select by:
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
   epoch from 1 worker's lr up to k times it (Goyal et al., 2017: from the small
   batch's lr, not from zero), beside batch-lr's trial without one (13.5.2); and at
-  the largest lr searched there (the first seed), where the rule is likeliest to
-  break;
+  the largest lr searched there, where the rule is likeliest to break;
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
 - "delayed": two steps overlapped (13.6.3), a different optimizer: at the largest
   k for every epoch, beside batch-global's trial there (its synchronous twin),
@@ -29,8 +28,9 @@ timing parts use (the book's: b 256, lr 0.2, scratch). 13.5.4 (parallel
 evaluation) and the scaling model read the trials above.
 
 Every seed replicates the cells whose accuracies the answers compare: the
-baseline and batch-global, the warm-up arm and its twin without warm-up; the
-other parts run the first seed only (their times are compared against the
+baseline and batch-global, every batch-lr cell in a pair of the linear rule
+(1 worker at lr, the largest k at k*lr), the warm-up arms, `delayed` at the
+book's lr; the other parts run the first seed only (their times are compared against the
 spread of identical work across the whole sweep, not of their own replicas).
 """
 
@@ -73,11 +73,19 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
     specs = [PointSpec("batch-global", k, batch_size, "global", lrs[0], reference, True)
              for k in workers]
     largest = max(workers)
+
+    def in_rule_pair(k: int, lr: float) -> bool:
+        """Whether the linear rule pairs this cell with one at the other end (1 worker
+        at lr, the largest k at k*lr): the pairs 13.5.2 compares, so replicated."""
+        partner = lr * largest if k == 1 else lr / largest
+        return largest > 1 and k in (1, largest) and any(math.isclose(partner, other)
+                                                         for other in lrs)
+
     # At 1 worker a batch of b per worker is the global batch b: batch-global's run.
     # Above 1 worker the lrs from the first up: a k-fold batch at a smaller lr than
     # 1 worker's reference pairs with no 1-worker run in the linear rule.
     specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference,
-                        replicated=k == largest > 1 and math.isclose(lr, k * lrs[0]))
+                        replicated=in_rule_pair(k, lr))
               for k in workers for lr in sorted(lrs)
               if (k == 1 and lr != lrs[0]) or (k > 1 and lr >= lrs[0])]
     if largest > 1:
@@ -85,11 +93,13 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
                                {**reference, "lr": largest * lrs[0], "warmup_epochs": 1,
                                 "warmup_start_lr": lrs[0]}, True))
         # And at the largest lr searched there, where the rule is likeliest to break
-        # (it is k times a larger 1-worker lr): does warm-up rescue it? The first seed.
+        # (it is k times a larger 1-worker lr): does warm-up rescue it? Replicated
+        # where its twin without warm-up is (in a rule pair).
         if max(lrs) > largest * lrs[0] and not math.isclose(max(lrs), largest * lrs[0]):
             specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],
                                    {**reference, "lr": max(lrs), "warmup_epochs": 1,
-                                    "warmup_start_lr": max(lrs) / largest}))
+                                    "warmup_start_lr": max(lrs) / largest},
+                                   in_rule_pair(largest, max(lrs))))
     specs += [PointSpec("strategies", k, batch_size, "global", lrs[0],
                         {**reference, **timing, "sync": sync})
               for sync in syncs[1:] if sync != "delayed" for k in workers]

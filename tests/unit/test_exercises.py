@@ -27,15 +27,22 @@ def test_on_two_cores_every_part_is_there_with_its_own_values(tmp_path):
     assert sweep.workers == (1, 2) and sweep.baseline_threads == 2
     parts = Counter(point.part for point in sweep.grid)
     # 13.5's experiment with 3 seeds, 4 lrs at 1 worker (its 0.2 is batch-global's
-    # run) and 3 at 2 (none below 0.2) with 2 more seeds at 0.4, the warm-up arm with 3
-    # seeds and one at the largest lr, 0.8, 4 more strategies per count, the delayed arm with 3 seeds, its bucketed
-    # twin over gloo and its half-lr arm, the two splits at 2 workers, one 2-thread worker.
-    assert parts == {"batch-global": 6, "batch-lr": 8, "warmup": 4, "strategies": 8,
+    # run) and 3 at 2 (none below 0.2), 3 seeds on each cell of a linear-rule pair
+    # (1 worker at 0.1 and 0.4, 2 workers at 0.2, 0.4 and 0.8; 1 worker's 0.8 has no
+    # partner), the warm-up arms at 0.4 and at the largest lr, 0.8, with 3 seeds each,
+    # 4 more strategies per count, the delayed arm with 3 seeds, its bucketed twin
+    # over gloo and its half-lr arm, the two splits at 2 workers, one 2-thread worker.
+    assert parts == {"batch-global": 6, "batch-lr": 16, "warmup": 6, "strategies": 8,
                      "delayed": 5, "split": 2, "threads": 1, "resnet18": 2}
+    replicas = Counter((p.train.num_workers, p.train.lr) for p in sweep.grid
+                       if p.part == "batch-lr")
+    assert replicas == {(1, 0.1): 3, (1, 0.4): 3, (1, 0.8): 1,
+                        (2, 0.2): 3, (2, 0.4): 3, (2, 0.8): 3}
     by_part = {}
     for point in sweep.grid:
         by_part.setdefault(point.part, []).append(point)
-    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]][:6] == [
+    assert [(p.train.global_batch_size, p.train.lr) for p in by_part["batch-lr"]
+            if p.train.seed == 0] == [
         (256, 0.1), (256, 0.4), (256, 0.8),
         (512, 0.2), (512, 0.4), (512, 0.8)]  # b per worker; the rule is tested
     assert {p.train.sync for p in by_part["strategies"]} == {"bucketed", "ddp", "sharded", "root"}
