@@ -41,7 +41,8 @@ DEFAULT_PRESET = "d2l-13.5"
 QUICK = dict(train_limit=12000, test_limit=2000, num_epochs=3)
 # The exercises compare accuracies: plain SGD at lr 0.2 needs ~300 steps to leave
 # chance accuracy, and batch 64 gives 3 quick epochs 560 (0.68 test accuracy).
-# Two seeds: the fewest that show a spread, within 6 minutes on 2 cores.
+# Two seeds: the fewest that show a spread; 36 trials, 10 min 37 s on the 2-core
+# AMD EPYC with AVX-512 (2026-11-27, tests/data/exercises-quick-current).
 QUICK_PER_PRESET = {"exercises": {**QUICK, "batch_sizes": (64,), "seeds": (0, 1)}}
 
 

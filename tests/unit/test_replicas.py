@@ -6,6 +6,7 @@ each rule, as tests/test_answers.py does."""
 
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -250,9 +251,9 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         by_part: dict[str, list] = {}
         for point in sweep.grid:
             by_part.setdefault(point.part, []).append(point.train)
-        # + the warm-up arm at the largest lr (0.8) and delayed at half the lr, one seed
-        # each, and ResNet-18 on 1 and 2 CPU workers, briefly.
-        assert len(sweep.grid) == {"quick": 31, "full": 36}[label]
+        # + the warm-up arm at the largest lr (0.8) with every seed, delayed at half the
+        # lr with one, and ResNet-18 on 1 and 2 CPU workers, briefly.
+        assert len(sweep.grid) == {"quick": 36, "full": 46}[label]
         assert sorted(run.seed for run in by_part["batch-global"]) == sorted(
             list(range(seeds)) * 2)
         (warm, *more) = [run for run in by_part["warmup"] if run.lr == 0.4]
@@ -262,10 +263,17 @@ def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_ar
         assert {run.warmup_start_lr for run in [warm, *more]} == {0.2}
         # And where the rule is likeliest to break: 2 x 0.4, the largest lr searched.
         assert [(run.num_workers, run.warmup_epochs, run.warmup_start_lr, run.seed)
-                for run in by_part["warmup"] if run.lr == 0.8] == [(2, 1, 0.4, 0)]
-        # Its twin without warm-up has as many seeds; 0.8 widens the lr range.
-        twin = [run for run in by_part["batch-lr"] if run.num_workers == 2 and run.lr == 0.4]
-        assert len(twin) == seeds
+                for run in by_part["warmup"] if run.lr == 0.8] == [
+                    (2, 1, 0.4, seed) for seed in range(seeds)]
+        # Its twins without warm-up have as many seeds; 0.8 widens the lr range.
+        for lr in (0.4, 0.8):
+            twin = [run for run in by_part["batch-lr"] if run.num_workers == 2 and run.lr == lr]
+            assert len(twin) == seeds
+        # Every cell of a linear-rule pair has every seed: 1 worker at 0.1 and 0.4, 2 at
+        # 0.2, 0.4 and 0.8; 1 worker's 0.8 pairs with no 2-worker 1.6.
+        cells = Counter((run.num_workers, run.lr) for run in by_part["batch-lr"])
+        assert cells == {(1, 0.1): seeds, (1, 0.4): seeds, (1, 0.8): 1,
+                         (2, 0.2): seeds, (2, 0.4): seeds, (2, 0.8): seeds}
         assert sorted({run.lr for run in by_part["batch-lr"]}) == [0.1, 0.2, 0.4, 0.8]
         assert {run.seed for part in ("strategies", "split", "threads")
                 for run in by_part[part]} == {0}
