@@ -206,3 +206,16 @@ def test_the_models_measured_speedups_are_the_answers(recorded):
     for trial_id in global_batch["trial_id"]:
         assert validation.loc[trial_id, "measured_speedup"] == pytest.approx(
             speedups[trial_id], rel=1e-9)
+
+
+def test_resnet18s_few_cpu_steps_show_their_training_loss_beside_chances(recorded):
+    """A few steps of ResNet-18 on CPUs score near chance on the test set; the
+    answer shows what they did learn: the last epoch's training loss against ln C."""
+    trials, sheet = recorded
+    resnet = trials[(trials["part"] == "resnet18") & (trials["num_workers"] == 2)]
+    loss = resnet["final_train_loss"].mean()
+    # The recorded quick run's 2 workers (batch 64 each, lr 0.2): 2.47 after 16 steps,
+    # not yet off chance; its 1 worker's 2.20 was.
+    assert loss > 2.31
+    assert (f"Its last epoch's training loss, {loss:.2f}, was not below chance's (ln 10 = "
+            "2.30, a uniform guess).") in _section(sheet.answers, "13.6.1")

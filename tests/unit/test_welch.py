@@ -104,6 +104,7 @@ def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
     assert ("lr 0.4 on 1 worker reached 0.853 (1 seed), lr 0.8 on 2 workers (global batch "
             "512) 0.100 (1 seed, which did not learn)") in text
     assert "not_learned" not in text  # the table keeps its columns
+    assert "|  |  | did not hold (no seed learned) |" in text
 
 
 def test_a_pair_where_1_worker_did_not_learn_tests_nothing():
@@ -122,6 +123,7 @@ def test_a_pair_where_1_worker_did_not_learn_tests_nothing():
     assert ("the rule was not tested (1 worker did not learn at that lr: no accuracy to hold "
             "the rule to)") in text
     assert "No pair could test the rule: 1 worker learned at none of its lrs." in text
+    assert "| 0.1 | 0.121 | 1 | 0.2 | 0.099 | 1 |  |  | not tested |" in text  # as the text says
     assert "did not hold" not in text and "refuted the rule" not in text
     # Nor does a best lr among runs that did not learn move anywhere.
     assert "the best lr moved" not in text and "the best lr stayed" not in text

@@ -322,7 +322,9 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
         return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)]
-    paragraphs.append(markdown_table(rule.drop(columns=_RULE_TEXT_ONLY, errors="ignore")))
+    # The table's verdicts in the sentences' words (its codes are linear_rule's).
+    paragraphs.append(markdown_table(rule.drop(columns=_RULE_TEXT_ONLY, errors="ignore").assign(
+        held=rule["held"].map(lambda held: _OUTCOMES[held].removeprefix("was ")))))
     pairs = "; ".join(
         f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
         f"({learned_seeds_text(row.seeds_1_worker, row.not_learned_1_worker)}), "

@@ -44,7 +44,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
             f"{int(largest['steps_per_epoch'])} steps of {int(largest['batch_size'])} per worker "
             f"on a subset, so that its compute and sync are measured on this cluster: its "
             f"accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains 13.6's "
-            f"recipe).")
+            f"recipe).{_few_steps_learning(largest)}")
         paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
                                             "steps_per_epoch", "examples_per_epoch", "epoch_s",
                                             "sync_share", "speedup", "final_test_acc",
@@ -70,6 +70,18 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
     return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
         scaling, rule_found, noise) + ([large_batch] if large_batch else [])
+
+
+def _few_steps_learning(row: pd.Series) -> str:
+    """What a few steps of ResNet-18 show where its test accuracy cannot: its training
+    loss against chance's, ln C (the cross-entropy of a uniform guess over C classes)."""
+    loss, classes = row.get("final_train_loss"), row.get("num_classes")
+    if pd.isna(loss) or pd.isna(classes):
+        return ""
+    chance = math.log(classes)
+    moved = ("below" if loss < chance else "not below")
+    return (f" Its last epoch's training loss, {loss:.2f}, was {moved} chance's "
+            f"(ln {int(classes)} = {chance:.2f}, a uniform guess).")
 
 
 def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
