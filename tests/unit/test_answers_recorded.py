@@ -217,5 +217,9 @@ def test_resnet18s_few_cpu_steps_show_their_training_loss_beside_chances(recorde
     # The recorded quick run's 2 workers (batch 64 each, lr 0.2): 2.47 after 16 steps,
     # not yet off chance; its 1 worker's 2.20 was.
     assert loss > 2.31
+    section = _section(sheet.answers, "13.6.1")
     assert (f"Its last epoch's training loss, {loss:.2f}, was not below chance's (ln 10 = "
-            "2.30, a uniform guess).") in _section(sheet.answers, "13.6.1")
+            "2.30, a uniform guess).") in section
+    # 2 epochs of 8 steps: 0.9^16 of the initial statistics left.
+    assert ("after 16 updates at momentum 0.1 still hold 19% of their initial values"
+            in section)

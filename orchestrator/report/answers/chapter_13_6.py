@@ -72,16 +72,29 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         scaling, rule_found, noise) + ([large_batch] if large_batch else [])
 
 
+# BatchNorm's default momentum (torch.nn.BatchNorm2d): each update keeps 1 - it of
+# the running statistics.
+BN_MOMENTUM = 0.1
+
+
 def _few_steps_learning(row: pd.Series) -> str:
     """What a few steps of ResNet-18 show where its test accuracy cannot: its training
-    loss against chance's, ln C (the cross-entropy of a uniform guess over C classes)."""
+    loss against chance's, ln C (the cross-entropy of a uniform guess over C classes),
+    and why: the running statistics that eval mode scores with still hold a part of
+    their initial values (bench/resnet18_bn_stats.py measures the effect)."""
     loss, classes = row.get("final_train_loss"), row.get("num_classes")
     if pd.isna(loss) or pd.isna(classes):
         return ""
     chance = math.log(classes)
     moved = ("below" if loss < chance else "not below")
+    updates = int(row["epochs_run"] * row["steps_per_epoch"])
     return (f" Its last epoch's training loss, {loss:.2f}, was {moved} chance's "
-            f"(ln {int(classes)} = {chance:.2f}, a uniform guess).")
+            f"(ln {int(classes)} = {chance:.2f}, a uniform guess). Its test accuracy says "
+            f"little after {updates} steps: it is scored in eval mode, with BatchNorm's "
+            f"running statistics, which after {updates} updates at momentum {BN_MOMENTUM:g} "
+            f"still hold {percent((1 - BN_MOMENTUM) ** updates)} of their initial values "
+            f"(`python bench/resnet18_bn_stats.py` re-estimates them from training batches "
+            f"and scores the same weights again: docs/BENCHMARKS.md).")
 
 
 def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
