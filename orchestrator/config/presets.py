@@ -27,9 +27,9 @@ PRESETS: dict[str, dict] = {
     # workers and baseline_threads None: from the cluster. 0.8: one step past 0.4,
     # the 1-worker best at the top edge of 0.1-0.4 in a recorded run. Three seeds
     # replicate the cells the answers compare. 8 epochs, not the book's 10. On
-    # 2 cores 46 trials: 36 of them (one seed on three of the rule's pairs) took
-    # 62 minutes on the 2-core Xeon with AVX-512 (docs/examples/exercises-2core);
-    # the 10 replicas more, about 20 minutes by the same trials' times.
+    # 2 cores 46 trials: 65 min 25 s on a 2-core AMD EPYC with AVX-512
+    # (docs/examples/exercises-2core, 2026-11-27), 2.2x the 30 minutes meant;
+    # the replicas of the rule's pairs are about 17 of them.
     "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
                       lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2),
                       sync=("scratch", "bucketed", "ddp", "sharded", "root", "delayed"),

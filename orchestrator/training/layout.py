@@ -32,8 +32,8 @@ MEASURED_STEPS = 8
 # this many seconds by the warm-up step's time (which, paying first-call work,
 # overestimates it). ResNet-18 at batch 256 on one CPU core takes about 8 s a
 # step: 18 steps were 2.4 minutes of the exercises' first ResNet-18 trial,
-# where 4 take about 30 s; a difference of a few percent between layouts is
-# still far above one 8 s step's jitter.
+# where 4 take about 30 s; its layouts differed by 18% a step there (6.7 s
+# channels-last against 8.2 s NCHW on the 2-core EPYC with AVX-512).
 MEASURED_BUDGET_S = 2.0
 # Each epoch's metrics: the layout used and the workers' mean seconds per step
 # in each layout (None when --memory-format named one).
