@@ -22,10 +22,13 @@ import torch
 from torch import nn
 
 from common import command_line, emit
+from orchestrator.config.studies import RESNET_CPU_STEPS
 from orchestrator.training import data
 from orchestrator.training.models import resnet18
 
 BATCH, LR, TEST_IMAGES = 256, 0.1, 500
+# The 1-worker trial's subset: one epoch of RESNET_CPU_STEPS steps (2048 images).
+TRAIN_IMAGES = RESNET_CPU_STEPS * BATCH
 
 
 def main() -> None:
@@ -39,13 +42,12 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     images = data.load()
-    train_count = max(args.steps, args.estimate_batches) * BATCH
 
     def tensors(pixels, labels, count):
         x = torch.tensor(pixels[:count]).float().div_(255).unsqueeze(1)
         return x.contiguous(memory_format=torch.channels_last), torch.tensor(labels[:count]).long()
 
-    train_x, train_y = tensors(images.train_images, images.train_labels, min(train_count, 2048))
+    train_x, train_y = tensors(images.train_images, images.train_labels, TRAIN_IMAGES)
     test_x, test_y = tensors(images.test_images, images.test_labels, TEST_IMAGES)
     batches = len(train_x) // BATCH
     model = resnet18().to(memory_format=torch.channels_last)
