@@ -6,9 +6,12 @@ check, because `ray.init` to an address that does not answer waits minutes,
 with this package shipped to every node (job_env.py).
 """
 
+import contextlib
+import fcntl
 import math
 import os
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,6 +28,9 @@ DEFAULT_DASHBOARD_PORT = 8265
 # and then the dashboard asks for the token this command prints.
 AUTH_MODE_ENV_VAR = "RAY_AUTH_MODE"
 TOKEN_COMMAND = "ray get-auth-token"
+# Held by this package's embedded starts from choosing a dashboard port until
+# the dashboard listens on it; one file per machine (the system's temp dir).
+DASHBOARD_PORT_LOCK = "ray-orchestrator-dashboard-port.lock"
 
 
 @dataclass(frozen=True)
@@ -175,16 +181,46 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
     would answer "no such actor" and the cleaner would remove the placement
     group of healthy workers. So the dashboard's port is chosen here and
     every process of this job is told it (RAY_API_SERVER_ADDRESS).
+
+    A port free when probed is bound by the dashboard seconds later, and two
+    of these starts at once on one machine (a sweep and a test run, two
+    users' sweeps) probed the same port and one failed ("Failed to find a
+    valid port for dashboard"). Ray cannot retry another port for us: a
+    failed ray.init leaves its GCS running and unreachable to ray.shutdown.
+    So the probe and the dashboard's bind happen under one lock per machine
+    (ray.init returns once the dashboard listens).
     """
     from orchestrator import ray_fastpath  # see connect
-    dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
-    env_vars = {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}",
-                **ray_fastpath.job_env_vars(embedded=True)}
-    # Loopback only by default: the dashboard can submit jobs, which run code.
-    return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host,
-                    dashboard_port=dashboard_port, num_cpus=num_cpus,
-                    runtime_env={"env_vars": env_vars},
-                    **ray_fastpath.embedded_init_kwargs(num_cpus))
+    with dashboard_port_lock():
+        dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)
+        env_vars = {"RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dashboard_port}",
+                    **ray_fastpath.job_env_vars(embedded=True)}
+        # Loopback only by default: the dashboard can submit jobs, which run code.
+        return ray.init(address="local", include_dashboard=True, dashboard_host=dashboard_host,
+                        dashboard_port=dashboard_port, num_cpus=num_cpus,
+                        runtime_env={"env_vars": env_vars},
+                        **ray_fastpath.embedded_init_kwargs(num_cpus))
+
+
+@contextlib.contextmanager
+def dashboard_port_lock():
+    """This machine's lock on choosing a dashboard port (flock: released when
+    its holder exits, however). Without a lock file it can open (another
+    user's, in a sticky /tmp), it goes on unlocked, as before it existed."""
+    path = Path(tempfile.gettempdir()) / DASHBOARD_PORT_LOCK
+    descriptor = None
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock needs no write access
+        with contextlib.suppress(OSError):
+            descriptor = os.open(path, flags, 0o644)
+            break
+    if descriptor is None:
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def free_local_port(preferred: int | None = None) -> int:

@@ -68,3 +68,35 @@ def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_pa
     trials = pd.read_csv(out_dir / "trials.csv")
     assert sorted(run["name"] for run in runs) == sorted(trials["trial_id"])
     assert all(run["status"] for run in runs), runs
+
+
+# Waits until the agreed moment, starts an embedded Ray the way the scripts do,
+# and prints its dashboard's address and the HTTP status it answered with.
+_START_AT_ONCE = """
+import sys, time, urllib.error, urllib.request
+import ray
+from orchestrator.driver import cluster
+time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+url = cluster.connect(None, num_cpus=1).dashboard_url
+try:
+    status = urllib.request.urlopen(url + "/api/version", timeout=10).status
+except urllib.error.HTTPError as error:
+    status = error.code  # 401 without Ray's token: still this dashboard answering
+print("dashboard", url, status, flush=True)
+ray.shutdown()
+"""
+
+
+def test_two_embedded_rays_started_at_once_each_get_a_dashboard():
+    # Both probed the same free port and the later dashboard could not bind it
+    # ("Failed to find a valid port for dashboard"): reproduced here every time
+    # before the port was chosen under a lock.
+    start_at = str(time.time() + 8 * hang_limit(1))  # after both have imported Ray
+    runs = [subprocess.Popen([sys.executable, "-c", _START_AT_ONCE, start_at], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+    outputs = [run.communicate(timeout=hang_limit(180))[0] for run in runs]
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-2000:]
+    urls = [re.search(r"^dashboard (\S+) (?:200|401)$", output, re.M).group(1) for output in outputs]
+    assert len(set(urls)) == 2, urls
