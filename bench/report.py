@@ -43,6 +43,7 @@ HEADLINES = {
                          "recipe_over_recommended", "target_met"],
     "scaling_model": ["measured_points", "max_abs_error", "target_met"],
     "memory_format": ["auto_speedup_over_nchw", "auto_chose"],
+    "lenet_step": ["step_ms", "inplace_speedup", "conv_gflops", "gemm_gflops", "floor_min"],
     "placement": [("makespan", "makespan_ratio"), ("one_machine", "max_trials_at_once"),
                   ("one_machine", "overlapping_trials_sharing_a_node"), "target_met"],
     "root_vs_ring": [("k2", "root_over_bucketed"), ("k3", "root_over_bucketed"),
