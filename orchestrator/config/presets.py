@@ -29,7 +29,8 @@ PRESETS: dict[str, dict] = {
     # replicate the cells the answers compare. 8 epochs, not the book's 10. On
     # 2 cores 46 trials: 65 min 25 s on a 2-core AMD EPYC with AVX-512
     # (docs/examples/exercises-2core, 2026-11-27), 2.2x the 30 minutes meant;
-    # the replicas of the rule's pairs are about 17 of them.
+    # the replicas of the rule's pairs are about 17 of them. Its LeNet compute
+    # alone is 33-34 min of that machine's 2 cores (bench/notes/lenet_step.md).
     "exercises": dict(study="exercises", model="lenet", workers=None, batch_sizes=(256,),
                       lrs=(0.2, 0.1, 0.4, 0.8), seeds=(0, 1, 2),
                       sync=("scratch", "bucketed", "ddp", "sharded", "root", "delayed"),
