@@ -1,8 +1,11 @@
 """bench/gpu.py as a script: a CPU smoke run, and the record of a machine without a GPU.
 
 Neither may touch bench/results: a smoke run's figures are not a measurement.
+The smoke runs start the script as a command; what only parses options or
+finds no GPU calls its `main` here, without a second Python's start (1.7 s each).
 """
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -14,6 +17,21 @@ from helpers import REPO
 
 SCRIPT = REPO / "bench" / "gpu.py"
 RESULTS = REPO / "bench" / "results" / "gpu.jsonl"
+
+
+def _script(name: str, monkeypatch):
+    """bench/<name>.py imported as a module (its `main` guarded, so nothing runs)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _exit_code(main, argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return exited.value.code
 
 
 def _bench_record(*args: str) -> dict:
@@ -35,40 +53,41 @@ def test_a_cpu_smoke_run_prints_its_figures_and_records_nothing():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_without_a_gpu_it_says_it_did_not_run():
-    record = _bench_record("--no-append")
+def test_without_a_gpu_it_says_it_did_not_run(monkeypatch, capsys):
+    before = RESULTS.read_bytes() if RESULTS.exists() else None
+    _script("gpu", monkeypatch).main(["--no-append"])
+    assert (RESULTS.read_bytes() if RESULTS.exists() else None) == before
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("BENCH ")]
+    record = json.loads(line.removeprefix("BENCH "))
     assert record["ran"] is False and "no CUDA device" in record["reason"]
     assert record["target_met"] == "not measured: no GPU on this machine"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path):
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path, monkeypatch,
+                                                                         capsys):
     results = REPO / "bench" / "results"
     before = {path.name: path.read_bytes() for path in results.iterdir()}
-    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"),
-                               "--out", str(tmp_path / "out"), "--record"],
-                              capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert finished.returncode == 0, finished.stderr
-    assert finished.stdout.splitlines() == [finished.stdout.strip()]
-    assert "no CUDA device on this machine" in finished.stdout
+    assert _script("gpu_check", monkeypatch).main(
+        ["--out", str(tmp_path / "out"), "--record"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [out.strip()]
+    assert "no CUDA device on this machine" in out
     assert {path.name: path.read_bytes() for path in results.iterdir()} == before
     assert not (tmp_path / "out").exists()
 
 
-def test_gpu_check_says_what_it_runs_and_where_it_writes():
-    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--help"],
-                              capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
+def test_gpu_check_says_what_it_runs_and_where_it_writes(monkeypatch, capsys):
+    main = _script("gpu_check", monkeypatch).main
+    assert _exit_code(main, ["--help"]) == 0
+    usage = capsys.readouterr().out
     for part in ("--out", "--budget-s", "--record", "--data-dir", "--steps"):
-        assert part in finished.stdout
+        assert part in usage
     # Without a folder for its files, or with a step it does not have, it refuses at
     # once (argparse: exit 2).
-    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
-                             capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert refused.returncode == 2 and "--out" in refused.stderr
-    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out",
-                              "unused", "--steps", "tests_gpu,warmup"],
-                             capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert refused.returncode == 2 and refused.stderr.splitlines()[-1].endswith(
+    assert _exit_code(main, []) == 2 and "--out" in capsys.readouterr().err
+    assert _exit_code(main, ["--out", "unused", "--steps", "tests_gpu,warmup"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
         "unknown step(s) warmup; choose from tests_gpu, main_job, d2l_13_6, loop_alone")
 
 
@@ -88,18 +107,17 @@ def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
     assert lenet["eager"]["ms"] > 0 and lenet["project"]["ms"] > 0
 
 
-def test_gpu_step_refuses_an_unknown_way_in_one_line():
-    refused = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py"), "--ways",
-                              "eager,compiled"], capture_output=True, text=True, timeout=60,
-                             cwd=REPO)
-    assert refused.returncode == 2 and refused.stderr.splitlines()[-1].endswith(
+def test_gpu_step_refuses_an_unknown_way_in_one_line(monkeypatch, capsys):
+    main = _script("gpu_step", monkeypatch).main
+    assert _exit_code(main, ["--ways", "eager,compiled"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
         "unknown way(s) compiled; choose from eager, fused, bf16_cl, graph, graph_bf16_cl, "
         "graph_b512, project, project_bf16")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_gpu_step_without_a_gpu_says_so_in_one_line():
-    finished = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_step.py")],
-                              capture_output=True, text=True, timeout=120, cwd=REPO, check=True)
-    assert finished.stdout.startswith("gpu_step: no CUDA device on this machine")
-    assert len(finished.stdout.splitlines()) == 1
+def test_gpu_step_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
+    assert _script("gpu_step", monkeypatch).main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_step: no CUDA device on this machine")
+    assert len(out.splitlines()) == 1
