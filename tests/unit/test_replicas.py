@@ -300,5 +300,5 @@ def test_a_best_lr_within_the_noise_is_hedged_and_one_that_stayed_says_so():
     summary.loc[summary["trial_id"] == "l2-0.2", "final_test_acc"] = 0.745
     sections = _sections(summary)
     assert ("With 2 times the batch the best lr stayed at 0.2, not 0.4 as the linear scaling "
-            "rule would have it; a best within the noise of another lr (below)") in (
+            "rule would have it; a best not told apart from another lr (below)") in (
         sections["13.5.2"])

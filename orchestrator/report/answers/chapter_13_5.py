@@ -6,11 +6,12 @@ and every number says how many stand behind it.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, REPEATS_COMMAND, Noise,
+from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise,
                                                   at_workers, cell,
                                                   cells, compare_acc, compare_times,
                                                   missing_part, one_worker_count, part_trials,
@@ -150,7 +151,7 @@ def _best_lr_moved(table: pd.DataFrame, summary: pd.DataFrame, ties: dict) -> li
         moved = (f"stayed at {row['best_lr']:g}" if np.isclose(row["best_lr"], one["best_lr"])
                  else f"moved from {one['best_lr']:g} to {row['best_lr']:g}")
         caveats = [text for text, applies in (
-            ("a best within the noise of another lr (below)",
+            ("a best not told apart from another lr (below)",
              one["num_workers"] in ties or row["num_workers"] in ties),
             ("a best at the edge of the lrs searched, so only a bound",
              {row["on_edge"], one["on_edge"]} & {"lowest", "highest"})) if applies]
@@ -161,6 +162,68 @@ def _best_lr_moved(table: pd.DataFrame, summary: pd.DataFrame, ties: dict) -> li
                f"not {rule_lr:g} as the linear scaling rule would have it")
             + "".join(f"; {text}" for text in caveats) + ".")
     return sentences
+
+
+def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFrame,
+                  noise: Noise) -> tuple[dict, list[str], int]:
+    """Per worker count, the lrs not told apart from the best: as the linear rule's
+    pairs are, by Welch's t on the seeds where both lrs have two or more (apart at
+    p < SIGNIFICANCE), else by the sweep's accuracy noise. Returns the ties (a
+    clause per worker count, by worker count), the lrs told apart (a clause each)
+    and the most seeds behind any mean compared."""
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    means = cells(trials, ["num_workers", "global_batch_size", "lr"])
+    ties, apart, most_seeds = {}, [], 1
+    for _, row in table.iterrows():
+        best = f"lr {row['best_lr']:g}"
+        if _none_learned_at(means, _Cell(row["num_workers"], row["global_batch_size"],
+                                         row["best_lr"])):
+            continue  # every lr failed here: nothing to tell apart
+        here = {column: _Cell(row["num_workers"], row["global_batch_size"], float(column[3:]))
+                for column in lr_columns if not np.isnan(row[column])}
+        seeds = {column: _per_seed(trials, key) for column, key in here.items()}
+        close = []
+        for column, key in here.items():
+            if column == best:
+                continue
+            most_seeds = max(most_seeds, len(seeds[best]), len(seeds[column]))
+            at = f"at {row['num_workers']} worker(s) {best} ({row[best]:.3f}) above {column}"
+            if _none_learned_at(means, key):
+                # A failure to learn is the difference; a t test on chance says nothing.
+                apart.append(f"{at} ({row[column]:.3f}: no seed of "
+                             f"{len(seeds[column])} learned)")
+                continue
+            test = welch(seeds[best], seeds[column])
+            if test is not None:
+                figures = test.text((len(seeds[best]), len(seeds[column])))
+                if test.p < SIGNIFICANCE:
+                    apart.append(f"{at} ({row[column]:.3f}; {figures})")
+                else:
+                    close.append(f"{column} ({row[column]:.3f}; {figures})")
+            elif row[best] - row[column] <= noise.acc:
+                close.append(f"{column} ({row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
+                             f"within the accuracy noise, {noise.acc_label()})")
+        if close:
+            ties[row["num_workers"]] = (
+                f"at {row['num_workers']} worker(s) the best, {best} ({row[best]:.3f}), is not "
+                f"told apart from {', '.join(close)}")
+    return ties, apart, most_seeds
+
+
+def _none_learned_at(means: pd.DataFrame, key: "_Cell") -> bool:
+    """Whether no seed of the cell `key` learned (`cells`' rows in `means`)."""
+    rows = means[(means["num_workers"] == key.num_workers)
+                 & (means["global_batch_size"] == key.global_batch_size)
+                 & np.isclose(means["lr"], key.lr)]
+    return not rows.empty and _none_learned(rows.iloc[0])
+
+
+class _Cell(NamedTuple):
+    """A batch-lr cell as `_per_seed` selects its trials."""
+
+    num_workers: int
+    global_batch_size: int
+    lr: float
 
 
 def _edge(row: pd.Series, lrs: list[float]) -> str:
@@ -297,20 +360,14 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
                  f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
-    ties = {}
-    for _, row in table.iterrows():
-        best = f"lr {row['best_lr']:g}"
-        close = [column for column in lr_columns if column != best
-                 and not np.isnan(row[column]) and row[best] - row[column] <= noise.acc]
-        if close:
-            ties[row["num_workers"]] = (
-                f"at {row['num_workers']} worker(s) the best, {best} ({row[best]:.3f}), is "
-                f"within the accuracy noise ({noise.acc_label()}) of "
-                f"{', '.join(f'{column} ({row[column]:.3f})' for column in close)}")
+    ties, apart, most_seeds = _best_lr_ties(table, lr_columns, summary, noise)
     sentences += _best_lr_moved(table, summary, ties)
+    if apart:
+        sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
     if ties:
-        sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds "
-                         f"(`{REPEATS_COMMAND}`) would tell them apart, if anything does.")
+        sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds than the "
+                         f"{most_seeds} these means have at most (`--repeats "
+                         f"{max(most_seeds + 2, 3)}`) would tell them apart, if anything does.")
     edges = [f"{row.num_workers} worker(s)'s ({row.on_edge} of {searched})"
              for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
     if edges:
