@@ -170,7 +170,7 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
     pairs are, by Welch's t on the seeds where both lrs have two or more (apart at
     p < SIGNIFICANCE), else by the sweep's accuracy noise. Returns the ties (a
     clause per worker count, by worker count), the lrs told apart (a clause each)
-    and the most seeds behind any mean compared."""
+    and the most seeds behind any of the tied means."""
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     means = cells(trials, ["num_workers", "global_batch_size", "lr"])
     ties, apart, most_seeds = {}, [], 1
@@ -182,11 +182,10 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
         here = {column: _Cell(row["num_workers"], row["global_batch_size"], float(column[3:]))
                 for column in lr_columns if not np.isnan(row[column])}
         seeds = {column: _per_seed(trials, key) for column, key in here.items()}
-        close = []
+        close, tied = [], [best]
         for column, key in here.items():
             if column == best:
                 continue
-            most_seeds = max(most_seeds, len(seeds[best]), len(seeds[column]))
             at = f"at {row['num_workers']} worker(s) {best} ({row[best]:.3f}) above {column}"
             if _none_learned_at(means, key):
                 # A failure to learn is the difference; a t test on chance says nothing.
@@ -200,10 +199,13 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
                     apart.append(f"{at} ({row[column]:.3f}; {figures})")
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
+                    tied.append(column)
             elif row[best] - row[column] <= noise.acc:
                 close.append(f"{column} ({row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
                              f"within the accuracy noise, {noise.acc_label()})")
+                tied.append(column)
         if close:
+            most_seeds = max(most_seeds, *(len(seeds[column]) for column in tied))
             ties[row["num_workers"]] = (
                 f"at {row['num_workers']} worker(s) the best, {best} ({row[best]:.3f}), is not "
                 f"told apart from {', '.join(close)}")
