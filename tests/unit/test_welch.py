@@ -132,15 +132,15 @@ def test_a_pair_where_1_worker_did_not_learn_tests_nothing():
 
 def test_the_best_lr_is_told_apart_by_welch_on_seeds_else_by_the_noise():
     # 1 worker, batch 256: lr 0.4 best (3 seeds), lr 0.1 clearly below (3 seeds,
-    # tight), lr 0.2 a little below (3 seeds, spread), lr 0.8 one seed close by and
-    # 2 workers' lr 0.8 three seeds that never left the plateau.
+    # tight), lr 0.2 a little below (3 seeds, spread), lr 0.8 one seed close by, lr
+    # 1.6 one seed far below; 2 workers' lr 0.8 three seeds that never left the plateau.
     def at(lr, accs, losses=None, num_workers=1, global_batch_size=256):
         return _replicas(accs, losses or [0.4] * len(accs)).assign(
             num_workers=num_workers, global_batch_size=global_batch_size, lr=lr,
             warmup_epochs=0,
             trial_id=[f"{lr}-{num_workers}-{seed}" for seed in range(len(accs))])
     summary = pd.concat([at(0.4, [0.85, 0.852, 0.848]), at(0.1, [0.80, 0.798, 0.801]),
-                         at(0.2, [0.84, 0.80, 0.83]), at(0.8, [0.845]),
+                         at(0.2, [0.84, 0.80, 0.83]), at(0.8, [0.845]), at(1.6, [0.70]),
                          at(0.8, [0.10, 0.10, 0.101], [2.3] * 3, num_workers=2,
                             global_batch_size=512),
                          at(0.4, [0.83, 0.84, 0.835], num_workers=2, global_batch_size=512)],
@@ -151,6 +151,9 @@ def test_the_best_lr_is_told_apart_by_welch_on_seeds_else_by_the_noise():
     assert ("Told apart from the best: at 1 worker(s) lr 0.4 (0.850) above lr 0.1 (0.800; "
             "Welch's t = ") in text
     assert "at 2 worker(s) lr 0.4 (0.835) above lr 0.8 (0.100: no seed of 3 learned)" in text
+    # One seed, beyond the noise: told apart by that.
+    assert "at 1 worker(s) lr 0.4 (0.850) above lr 1.6 (0.700, 1 seed: beyond the accuracy " \
+        "noise, 0.060" in text
     tied = re.search(r"Not resolved: at 1 worker\(s\) the best, lr 0.4 \(0.850\), is not told "
                      r"apart from lr 0.2 \(0.823; Welch's t = [0-9.]+, p = ([0-9.]+), 3 and 3 "
                      r"seeds\), lr 0.8 \(0.845, 1 seed: within the accuracy noise, 0.060[^)]*\); "

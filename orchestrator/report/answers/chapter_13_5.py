@@ -200,10 +200,16 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
                     tied.append(column)
-            elif row[best] - row[column] <= noise.acc:
-                close.append(f"{column} ({row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
-                             f"within the accuracy noise, {noise.acc_label()})")
-                tied.append(column)
+            else:
+                within = row[best] - row[column] <= noise.acc
+                text = (f"{row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
+                        f"{'within' if within else 'beyond'} the accuracy noise, "
+                        f"{noise.acc_label()}")
+                if within:
+                    close.append(f"{column} ({text})")
+                    tied.append(column)
+                else:
+                    apart.append(f"{at} ({text})")
         if close:
             most_seeds = max(most_seeds, *(len(seeds[column]) for column in tied))
             ties[row["num_workers"]] = (
