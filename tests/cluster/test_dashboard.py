@@ -89,8 +89,8 @@ ray.shutdown()
 
 def test_two_embedded_rays_started_at_once_each_get_a_dashboard():
     # Both probed the same free port and the later dashboard could not bind it
-    # ("Failed to find a valid port for dashboard"): reproduced here every time
-    # before the port was chosen under a lock.
+    # ("Failed to find a valid port for dashboard"): reproduced both times tried
+    # on a 2-core EPYC before the port was chosen under a lock.
     start_at = str(time.time() + 8 * hang_limit(1))  # after both have imported Ray
     runs = [subprocess.Popen([sys.executable, "-c", _START_AT_ONCE, start_at], cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
