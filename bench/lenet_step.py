@@ -38,7 +38,7 @@ from common import REPO, command_line, emit, median  # noqa: E402
 
 from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.options import TrainConfig  # noqa: E402
-from orchestrator.training import loop  # noqa: E402
+from orchestrator.training import layout, loop  # noqa: E402
 from orchestrator.training.models import lenet  # noqa: E402
 
 DEFAULT_SWEEP = REPO / "docs" / "examples" / "exercises-2core"
@@ -85,8 +85,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--memory-format", choices=("channels-last", "nchw"),
                         default="channels-last")
-    parser.add_argument("--sweep", type=lambda text: REPO / text if not os.path.isabs(text)
-                        else text, default=DEFAULT_SWEEP,
+    # Relative to the repository; an absolute path replaces it (pathlib's join).
+    parser.add_argument("--sweep", type=lambda text: REPO / text, default=DEFAULT_SWEEP,
                         help="a recorded sweep whose LeNet examples the floor counts")
     parser.add_argument("--no-append", action="store_true",
                         help="print the BENCH line without appending it to bench/results")
@@ -95,7 +95,7 @@ def main() -> None:
     ray_fastpath._keep_freed_memory_for_the_next_step()  # as in every worker
     config = TrainConfig(model="lenet", num_workers=1, global_batch_size=args.batch_size,
                          lr=0.1, memory_format=args.memory_format)
-    fmt = loop.layout.TORCH_FORMATS[args.memory_format]
+    fmt = layout.TORCH_FORMATS[args.memory_format]
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch_size, IMAGE, IMAGE), dtype=torch.uint8,
                            generator=generator)

@@ -24,6 +24,7 @@ from torch import nn
 from common import command_line, emit
 from orchestrator.config.studies import RESNET_CPU_STEPS
 from orchestrator.training import data
+from orchestrator.training.loop import to_model_input
 from orchestrator.training.models import resnet18
 
 BATCH, LR, TEST_IMAGES = 256, 0.1, 500
@@ -44,7 +45,7 @@ def main() -> None:
     images = data.load()
 
     def tensors(pixels, labels, count):
-        x = torch.tensor(pixels[:count]).float().div_(255).unsqueeze(1)
+        x = to_model_input(torch.tensor(pixels[:count]))  # the loop's [0, 1] scaling
         return x.contiguous(memory_format=torch.channels_last), torch.tensor(labels[:count]).long()
 
     train_x, train_y = tensors(images.train_images, images.train_labels, TRAIN_IMAGES)

@@ -105,6 +105,16 @@ def import_tool(name: str):
     return sys.modules[name]
 
 
+def import_bench(name: str, monkeypatch):
+    """bench/<name>.py as a module, with bench/ on sys.path for its `common` (each
+    script's `main` is guarded, so nothing runs)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def mixed_tensors(rank: int) -> list[torch.Tensor]:
     """Rank + 1 in tensors of mixed sizes and dtypes, so that the collectives'
     bucketing splits and regroups them."""

@@ -5,7 +5,6 @@ The smoke runs start the script as a command; what only parses options or
 finds no GPU calls its `main` here, without a second Python's start (1.7 s each).
 """
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,19 +12,10 @@ import sys
 import pytest
 import torch
 
-from helpers import REPO
+from helpers import REPO, import_bench
 
 SCRIPT = REPO / "bench" / "gpu.py"
 RESULTS = REPO / "bench" / "results" / "gpu.jsonl"
-
-
-def _script(name: str, monkeypatch):
-    """bench/<name>.py imported as a module (its `main` guarded, so nothing runs)."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _exit_code(main, argv: list[str]) -> int:
@@ -55,7 +45,7 @@ def test_a_cpu_smoke_run_prints_its_figures_and_records_nothing():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_it_says_it_did_not_run(monkeypatch, capsys):
     before = RESULTS.read_bytes() if RESULTS.exists() else None
-    _script("gpu", monkeypatch).main(["--no-append"])
+    import_bench("gpu", monkeypatch).main(["--no-append"])
     assert (RESULTS.read_bytes() if RESULTS.exists() else None) == before
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("BENCH ")]
     record = json.loads(line.removeprefix("BENCH "))
@@ -68,7 +58,7 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path
                                                                          capsys):
     results = REPO / "bench" / "results"
     before = {path.name: path.read_bytes() for path in results.iterdir()}
-    assert _script("gpu_check", monkeypatch).main(
+    assert import_bench("gpu_check", monkeypatch).main(
         ["--out", str(tmp_path / "out"), "--record"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [out.strip()]
@@ -78,7 +68,7 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_writes_nothing(tmp_path
 
 
 def test_gpu_check_says_what_it_runs_and_where_it_writes(monkeypatch, capsys):
-    main = _script("gpu_check", monkeypatch).main
+    main = import_bench("gpu_check", monkeypatch).main
     assert _exit_code(main, ["--help"]) == 0
     usage = capsys.readouterr().out
     for part in ("--out", "--budget-s", "--record", "--data-dir", "--steps"):
@@ -108,7 +98,7 @@ def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
 
 
 def test_gpu_step_refuses_an_unknown_way_in_one_line(monkeypatch, capsys):
-    main = _script("gpu_step", monkeypatch).main
+    main = import_bench("gpu_step", monkeypatch).main
     assert _exit_code(main, ["--ways", "eager,compiled"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "unknown way(s) compiled; choose from eager, fused, bf16_cl, graph, graph_bf16_cl, "
@@ -117,7 +107,7 @@ def test_gpu_step_refuses_an_unknown_way_in_one_line(monkeypatch, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_gpu_step_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
-    assert _script("gpu_step", monkeypatch).main([]) == 0
+    assert import_bench("gpu_step", monkeypatch).main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpu_step: no CUDA device on this machine")
     assert len(out.splitlines()) == 1
