@@ -8,6 +8,8 @@ to Tune through `ray_fastpath.report_to_tune_callback`); the workers run
 
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -79,6 +81,7 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
         # clock and the measurements are this command's.
         self.estimate = SweepEstimate(self.points, self.max_concurrent,
                                       max_hours=LiveEstimate.max_hours)
+        self.stopped_by: str | None = None  # how --max-hours stopped this command's run
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.estimate.add_result(_point_index(trial), result)
@@ -103,7 +106,32 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
         return False  # the results come through on_trial_result
 
     def stop_all(self) -> bool:
-        return self.estimate.stop
+        """--max-hours stops the sweep as a Ctrl-C does. Tune's own stop-all would
+        end the running trials as finished and its search as done, and --resume
+        would then find nothing to run (2 of 3 epochs trained, the second trial
+        never started: seen with Ray 2.60)."""
+        if not self.estimate.stop:
+            return False
+        if self.stopped_by is None:
+            self.stopped_by = "SIGINT" if interrupt_tune_run() else "stop-all"
+            if self.stopped_by == "stop-all":
+                print("Tune catches no SIGINT here: its running trials end as they are, "
+                      "and --resume will not continue them", flush=True)
+        return self.stopped_by == "stop-all"
+
+
+def interrupt_tune_run() -> bool:
+    """Stop the Tune run of this process as a Ctrl-C does: tune.run's documented
+    SIGINT handling saves the experiment's state with its trials unfinished, which
+    `Tuner.restore(resume_unfinished=True)` continues from their last checkpoints.
+    False, sending nothing, where Tune catches no SIGINT (its loop off the main
+    thread, or TUNE_DISABLE_SIGINT_HANDLER): there the signal would end the process."""
+    handler = signal.getsignal(signal.SIGINT)
+    if (threading.current_thread() is not threading.main_thread()
+            or not callable(handler) or handler is signal.default_int_handler):
+        return False
+    os.kill(os.getpid(), signal.SIGINT)
+    return True
 
 
 def _point_index(trial: Trial) -> int:

@@ -282,8 +282,9 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
 
 @pytest.mark.reliability(
     fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
-          "than its estimate", lost="the epochs not trained: the sweep stops after its first "
-                                    "epoch, saying how long it would take; --resume continues it")
+          "than its estimate", lost="the epoch under way: the sweep stops after its first "
+                                    "epoch, saying how long it would take; --resume "
+                                    "trains the rest from that epoch's checkpoint")
 def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     """Also the preset's points that do not fit: a worker with every CPU's thread
     leaves no room for the preset's second worker, which the plan and report.md name,
@@ -308,3 +309,11 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
                      r"--max-hours 1e-05: stopping the sweep", run.stdout)
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert len(epochs) < 10 and (epochs["model"] == "resnet18").all()
+
+    # --resume trains the rest: the stop was Tune's Ctrl-C, which keeps the trial
+    # unfinished (its stop-all ended it as finished, and --resume ran nothing).
+    again = run_script("sweep.py", "--resume", "--out", str(out_dir), timeout_s=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    epochs = pd.read_csv(out_dir / "epochs.csv")
+    assert list(epochs["epoch"]) == list(range(1, 11))
+    assert list(pd.read_csv(out_dir / "trials.csv")["status"]) == ["finished"]

@@ -212,3 +212,27 @@ def test_the_points_of_a_grid(num_epochs):
 
 def test_the_estimate_imports_neither_ray_nor_torch():
     assert heavy_imports_of(["orchestrator.driver.estimate"]) == []
+
+
+def test_max_hours_interrupts_tune_as_a_ctrl_c_and_only_where_tune_catches_it():
+    """The stop is a SIGINT to this process, which Tune's run turns into a saved,
+    resumable state (tests/cluster/test_sweep_script_on_ray.py resumes one). Where
+    Tune catches no SIGINT, nothing is sent: it would end the process."""
+    import signal
+    import threading
+
+    from orchestrator.driver.tune_experiment import interrupt_tune_run
+    caught = []
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert interrupt_tune_run() is False  # Python's own handler: KeyboardInterrupt
+        signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+        off_main = []
+        thread = threading.Thread(target=lambda: off_main.append(interrupt_tune_run()))
+        thread.start()
+        thread.join()
+        assert off_main == [False] and caught == []
+        assert interrupt_tune_run() is True
+        assert caught == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
