@@ -31,6 +31,8 @@ class RunOutcome:
     failed: bool
 
 
+# The sweep's microbenchmark, kept beside its results (training/calibration.py).
+CALIBRATION_FILE = "calibration.json"
 DRY_RUN_LINE = "dry run: the plan above, fitted to this cluster; nothing trained, nothing written"
 
 
@@ -106,22 +108,29 @@ def train(args: argparse.Namespace) -> RunOutcome:
 def sweep(args: argparse.Namespace) -> SweepOutcome:
     """The sweep's Tune experiment, then trials.csv, epochs.csv, report.md and plots."""
     request = plan.sweep_request(args)
+    if request.resume and not args.dry_run:
+        ended = _ended_sweep(request)
+        if ended is not None:
+            print(f"every trial of the sweep in {request.out_dir} has ended: its report is "
+                  f"rewritten from the stored results, without Ray")
+            return _report(request, request.sweep, ended, _stored_calibration(request.out_dir),
+                           ran_on=request.ran_on, left_out=request.left_out, started=None)
     base = request.sweep.base
     dataset = datasets.load(base.dataset, args.data_dir, train_limit=base.train_limit,
                             test_limit=base.test_limit)
-    from orchestrator.driver.tune_experiment import all_trials_ended, collect, run_experiment
-    from orchestrator.report import write_sweep_report
+    from orchestrator.driver.tune_experiment import run_experiment
 
     cluster = _connect(args, base)
     try:
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
+        ran_on = {"cluster": cluster.describe(), "timing": timing_line(sweep_plan)}
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with")
         elif not args.dry_run:
             claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id,
-                          [cell.to_dict() for cell in sweep_plan.left_out])
+                          [cell.to_dict() for cell in sweep_plan.left_out], ran_on)
         _print_plan(sweep_plan)
         trackers = request.trackers
         for line in trackers.lines():
@@ -139,35 +148,61 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                                 max_concurrent=sweep_plan.max_concurrent_trials,
                                 resume=request.resume, max_hours=request.max_hours,
                                 trackers=trackers, placements=sweep_plan.placements)
-        trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
-                                              sweep_id=request.sweep_id)
-        title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
-                 f"- cluster: {cluster.describe()}",
-                 f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
-                 f"grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
-                 f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
-                 f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
-                 f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
-                 f"precision {list(sweep.precision)}",
-                 f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
-                 f"{base.target_acc if base.target_acc is not None else 'none'}"
-                 f"{' (trials stop there)' if sweep.stop_at_target else ''}",
-                 f"- data: {base.num_train_examples} training and {base.num_test_examples} "
-                 f"test images{' (subsets)' if _data_note(base) else ''} of "
-                 f"{data_text(base)}",
-                 f"- timing: {timing_line(sweep_plan)}",
-                 f"- sweep wall time: {_sessions_line(request.out_dir, started)}",
-                 *(f"- tracking: {line}" for line in trackers.lines())]
-        # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
-        report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
-                                    title_lines=title, target_acc=base.target_acc,
-                                    data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                    left_out=sweep_plan.left_out)
-        interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
-        return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
-                            interrupted=interrupted, failed_trials=report.failed_trials)
+        return _report(request, sweep, result_grid, calibration, ran_on=ran_on,
+                       left_out=sweep_plan.left_out, started=started)
     finally:
         ray.shutdown()
+
+
+def _ended_sweep(request: plan.SweepRequest):
+    """A resumed sweep with nothing left to run, as Tune's results read from its
+    storage alone: every grid point's trial ended without an error (errored ones
+    would run again), its calibration stored where it needs one, and its cluster's
+    lines kept in sweep.json. None where the cluster is needed: a bucket's storage,
+    an older sweep.json, or anything left to run."""
+    if request.ran_on is None or storage.local_path(request.storage) is None:
+        return None
+    if (_calibrates(request.sweep, request.left_out)
+            and _stored_calibration(request.out_dir) is None):
+        return None
+    from orchestrator.driver.tune_experiment import ended_experiment
+    return ended_experiment(request.sweep, request.storage, request.sweep_id)
+
+
+def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | None, *,
+            ran_on: dict[str, str], left_out, started: float | None) -> SweepOutcome:
+    """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune results."""
+    from orchestrator.driver.tune_experiment import all_trials_ended, collect
+    from orchestrator.report import write_sweep_report
+
+    base, trackers = sweep.base, request.trackers
+    trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
+                                          sweep_id=request.sweep_id)
+    title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
+             f"- cluster: {ran_on['cluster']}",
+             f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
+             f"grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
+             f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
+             f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
+             f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
+             f"precision {list(sweep.precision)}",
+             f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
+             f"{base.target_acc if base.target_acc is not None else 'none'}"
+             f"{' (trials stop there)' if sweep.stop_at_target else ''}",
+             f"- data: {base.num_train_examples} training and {base.num_test_examples} "
+             f"test images{' (subsets)' if _data_note(base) else ''} of "
+             f"{data_text(base)}",
+             f"- timing: {ran_on['timing']}",
+             f"- sweep wall time: {_sessions_line(request.out_dir, started)}",
+             *(f"- tracking: {line}" for line in trackers.lines())]
+    # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
+    report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
+                                title_lines=title, target_acc=base.target_acc,
+                                data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
+                                left_out=left_out)
+    interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
+    return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
+                        interrupted=interrupted, failed_trials=report.failed_trials)
 
 
 def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
@@ -175,13 +210,9 @@ def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict
     its calibration.json. None for a sweep of one worker count (nothing to model),
     or one told not to calibrate."""
     sweep = sweep_plan.sweep
-    path = request.out_dir / "calibration.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    # Points left out are estimated from the 1-worker trial and the gradient bytes
-    # that the calibration records, even where only one worker count runs.
-    if (len(set(sweep.workers)) < 2 and not sweep_plan.left_out) or not sweep.calibrate:
-        return None
+    stored = _stored_calibration(request.out_dir)
+    if stored is not None or not _calibrates(sweep, sweep_plan.left_out):
+        return stored
     from ray.train import TrainingFailedError
 
     from orchestrator.driver.tune_experiment import train_runs_path
@@ -200,18 +231,35 @@ def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict
     except TrainingFailedError as error:
         print(f"calibration failed, the report will have no scaling model: {error}")
         return None
-    write_atomically(path, lambda target: target.write_text(json.dumps(measured, indent=1)))
+    write_atomically(request.out_dir / CALIBRATION_FILE,
+                     lambda target: target.write_text(json.dumps(measured, indent=1)))
     return measured
 
 
-def _sessions_line(out_dir: Path, started: float) -> str:
+def _calibrates(sweep, left_out) -> bool:
+    """Whether the sweep runs its microbenchmark: for two or more worker counts, or
+    for points left out, which are estimated from the 1-worker trial and the
+    gradient bytes it records (even where one worker count runs); unless told not to."""
+    return sweep.calibrate and (len(set(sweep.workers)) >= 2 or bool(left_out))
+
+
+def _stored_calibration(out_dir: Path) -> dict | None:
+    path = out_dir / CALIBRATION_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _sessions_line(out_dir: Path, started: float | None) -> str:
     """The sweep's wall seconds over every session (a --resume is one more), kept in
-    sessions.json so that rewriting the report keeps the first session's time."""
+    sessions.json so that rewriting the report keeps the first session's time.
+    `started` None: a report rewritten with nothing run adds no session."""
     path = out_dir / "sessions.json"
     sessions = json.loads(path.read_text()) if path.exists() else []
-    sessions.append({"ended": datetime.datetime.now().isoformat(timespec="seconds"),
-                     "wall_s": round(time.monotonic() - started)})
-    write_atomically(path, lambda target: target.write_text(json.dumps(sessions, indent=1)))
+    if started is not None:
+        sessions.append({"ended": datetime.datetime.now().isoformat(timespec="seconds"),
+                         "wall_s": round(time.monotonic() - started)})
+        write_atomically(path, lambda target: target.write_text(json.dumps(sessions, indent=1)))
+    if not sessions:
+        return "not recorded"
     if len(sessions) == 1:
         return f"{sessions[0]['wall_s']} s"
     return (f"{sum(session['wall_s'] for session in sessions)} s over {len(sessions)} sessions "

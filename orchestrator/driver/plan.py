@@ -51,6 +51,8 @@ class SweepRequest:
     """Where `--tracking`'s trackers keep the sweep's runs."""
     left_out: tuple[LeftOut, ...] = ()
     """A resumed sweep's points left out when it started (sweep.json)."""
+    ran_on: dict[str, str] | None = None
+    """A resumed sweep's report lines on its cluster and timing (sweep.json), if kept."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,10 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     out_dir = out_dir_for(args.out, label, args.storage)
     stored = check_out_dir(out_dir, resume=args.resume,
                            facts_of=lambda dataset: data_facts(dataset, args.data_dir))
-    left_out = ()
+    left_out, ran_on = (), None
     if stored is not None:
         sweep, storage_location, sweep_id = stored.sweep, stored.storage, stored.sweep_id
+        ran_on = stored.ran_on
         try:
             left_out = tuple(LeftOut.from_dict(values) for values in stored.left_out)
         except TypeError as error:
@@ -138,7 +141,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
                         workers_from_cluster=workers_from_cluster, workers_given=workers_given,
                         out_dir=out_dir, storage=storage_location, sweep_id=sweep_id,
                         resume=args.resume, max_concurrent_trials=args.max_concurrent_trials,
-                        max_hours=args.max_hours, trackers=trackers, left_out=left_out)
+                        max_hours=args.max_hours, trackers=trackers, left_out=left_out,
+                        ran_on=ran_on)
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
@@ -303,7 +307,7 @@ def _sweep_from_file(path: str, data_dir: str | None) -> tuple[SweepConfig, bool
         values = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"--config {path}: unreadable or not JSON ({error})")
-    sweep_json_keys = {"format", "sweep", "storage", "id", "left_out"}
+    sweep_json_keys = {"format", "sweep", "storage", "id", "left_out", "ran_on"}
     if isinstance(values, dict) and {"sweep", "storage"} <= set(values) <= sweep_json_keys:
         values = values["sweep"]  # a previous sweep's sweep.json
     if not isinstance(values, dict):

@@ -42,6 +42,10 @@ class StoredSweep(NamedTuple):
     left_out: list[dict]
     """The preset's points the cluster could not hold when the sweep started
     (records.LeftOut's fields), for the report to name; [] in older files."""
+    ran_on: dict[str, str] | None = None
+    """The report's lines on the cluster the sweep started on and how its trials were
+    timed ("cluster", "timing"), so that a finished sweep's report can be rewritten
+    without a cluster; None in older files."""
 
 
 def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Path:
@@ -97,9 +101,13 @@ def check_out_dir(out_dir: Path, *, resume: bool,
             left_out = stored.get("left_out", [])
             if not (isinstance(left_out, list) and all(isinstance(v, dict) for v in left_out)):
                 raise TypeError(f"left_out is not a list of objects: {left_out!r}")
+            ran_on = stored.get("ran_on")
+            if ran_on is not None and not (isinstance(ran_on, dict) and all(
+                    isinstance(ran_on.get(key), str) for key in ("cluster", "timing"))):
+                raise TypeError(f"ran_on is not a cluster's and a timing's lines: {ran_on!r}")
             return StoredSweep(SweepConfig.from_dict(stored["sweep"], facts_of=facts_of),
                                str(stored["storage"]),
-                               str(stored["id"]), left_out)
+                               str(stored["id"]), left_out, ran_on)
         except (ValueError, KeyError, TypeError) as error:
             raise UserError(f"{unreadable} ({error})")
     if marker.exists():
@@ -122,12 +130,13 @@ def new_sweep_id(out_dir: Path) -> str:
 
 
 def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str,
-                  left_out: list[dict] = ()) -> None:
+                  left_out: list[dict] = (), ran_on: dict[str, str] | None = None) -> None:
     """Create `sweep.json` whole and exclusively: of two sweeps claiming one
     folder at once, one wins and the other gets a `UserError`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"format": SWEEP_FORMAT, "sweep": sweep.to_dict(), "storage": storage,
-                       "id": sweep_id, "left_out": list(left_out)}, indent=2)
+                       "id": sweep_id, "left_out": list(left_out), "ran_on": ran_on},
+                      indent=2)
     fd, temporary = tempfile.mkstemp(prefix=f".{SWEEP_FILE}.", dir=out_dir)
     try:
         with os.fdopen(fd, "w") as file:

@@ -420,6 +420,21 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
             else pd.DataFrame(columns=[*columns, "trial_id"]))
 
 
+def ended_experiment(sweep: SweepConfig, storage_path: str,
+                     sweep_id: str) -> tune.ResultGrid | None:
+    """The sweep's Tune results read from its local storage alone, without Ray, if
+    every grid point's trial ended without an error: what `Tuner.restore` with
+    `resume_unfinished` and `resume_errored` would leave alone. Else None."""
+    try:
+        analysis = tune.ExperimentAnalysis(storage.join(storage_path, sweep_id))
+    except (ValueError, OSError):  # no experiment state saved yet
+        return None
+    result_grid = tune.ResultGrid(analysis)
+    if len(result_grid) == result_grid.num_terminated == len(sweep.grid):
+        return result_grid
+    return None
+
+
 def all_trials_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
     """Whether Tune ended every grid point's trial (finished, stopped or failed).
 

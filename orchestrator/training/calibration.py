@@ -28,7 +28,6 @@ from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
 from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
                                              root_transport)
 
-FILE_NAME = "calibration.json"
 SMALLEST_BYTES = 1024
 LARGEST_BYTES = 64 * 1024 * 1024
 REPEATS = 9

@@ -11,7 +11,9 @@ second adds five trials, about 90 s: replicas run end to end in
 tests/cluster/test_replicas_sweep.py, and their answers, Welch's test
 included, are checked on the recorded two-seed sweep). The answers' numbers
 are checked on recorded sweeps (tests/unit/test_answers_recorded.py); this
-test runs the whole path.
+test runs the whole path. The `--resume` of the finished sweep rewrites the
+report from the stored results without Ray; a resume with trials left to run:
+tests/cluster/test_faults.py.
 """
 
 import json
@@ -69,6 +71,9 @@ def test_the_exercises_study_answers_every_exercise_and_resume_rewrites_it(tmp_p
         (out_dir / name).unlink()
     again = run_script("sweep.py", "--resume", "--out", str(out_dir), timeout_s=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    # Nothing left to run: rewritten from the stored results, without starting Ray.
+    assert again.stdout.startswith(f"every trial of the sweep in {out_dir} has ended: its "
+                                   f"report is rewritten from the stored results, without Ray")
     assert "calibrating" not in again.stdout  # read back from calibration.json
     assert (out_dir / "answers.md").read_text() == answers
     assert (out_dir / "scaling_model.png").stat().st_size > 0

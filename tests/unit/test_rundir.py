@@ -118,3 +118,28 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
     with pytest.raises(UserError, match="left_out is not a plan's"):
         plan.sweep_request(parser.parse_args(resume))
+
+
+def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_path):
+    """sweep.json keeps the report's lines on the cluster the sweep started on, so
+    that --resume of a finished sweep rewrites its report without Ray
+    (tests/cluster/test_exercises_sweep.py); a file without them is resumed on a
+    cluster, and a malformed one is one line."""
+    parser = cli.sweep_parser("")
+    out_dir = tmp_path / "out"
+    request = plan.sweep_request(parser.parse_args(["--out", str(out_dir)]))
+    fitted = plan.fit_to_cluster(request, Cluster(address=None, dashboard_url=None,
+                                                  node_resources=({"CPU": 2.0},)))
+    ran_on = {"cluster": "embedded local Ray: 1 node(s), 2 CPUs, 0 GPUs",
+              "timing": "each trial timed with its nodes to itself"}
+    claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id, [], ran_on)
+    resume = parser.parse_args(["--out", str(out_dir), "--resume"])
+    assert plan.sweep_request(resume).ran_on == ran_on
+    stored = json.loads((out_dir / SWEEP_FILE).read_text())
+    del stored["ran_on"]
+    (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
+    assert plan.sweep_request(resume).ran_on is None
+    stored["ran_on"] = {"cluster": 2}
+    (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
+    with pytest.raises(UserError, match="ran_on is not a cluster's and a timing's lines"):
+        plan.sweep_request(resume)
