@@ -75,18 +75,6 @@ def shared_dict():
         yield manager.dict()
 
 
-def state_api_address() -> str | None:
-    """The state API of the Ray this process is connected to, for ray.util.state's
-    `address`. Its own default looks for a Ray on the machine and fails when it
-    finds two ("Found multiple active Ray instances"), as with a user's `ray start`
-    beside the tests' Ray. None when not connected (then that default)."""
-    import ray
-    if not ray.is_initialized():
-        return None
-    url = ray._private.worker.get_dashboard_url()
-    return f"http://{url}" if url else None
-
-
 def num_actors(class_name: str, address: str | None = None) -> int:
     """How many actors of this class a Ray (by default the one this process is
     connected to) has had, dead ones included.
@@ -94,10 +82,9 @@ def num_actors(class_name: str, address: str | None = None) -> int:
     Ray names a class defined in a function by its name or, in some runs, by
     its qualified name (`ImplicitFunc` or `wrap_function.<locals>.ImplicitFunc`).
     """
-    actors = list_actors(address=address or state_api_address(), limit=10_000,
-                         raise_on_missing_output=False)
     return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
-               for actor in actors)
+               for actor in list_actors(address=address, limit=10_000,
+                                        raise_on_missing_output=False))
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:

@@ -8,13 +8,12 @@ from ray.util.state import list_placement_groups
 
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.tune_experiment import collect, run_experiment
-from helpers import hang_limit, num_actors, state_api_address
+from helpers import hang_limit, num_actors
 
 
 def _num_live_placement_groups() -> int:
     return sum(group.state != "REMOVED"
-               for group in list_placement_groups(address=state_api_address(), limit=10_000,
-                                                  raise_on_missing_output=False))
+               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
 
 
 def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fashion_mnist_small,
