@@ -109,11 +109,12 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     """The sweep's Tune experiment, then trials.csv, epochs.csv, report.md and plots."""
     request = plan.sweep_request(args)
     if request.resume and not args.dry_run:
-        ended = _ended_sweep(request)
+        calibration = _stored_calibration(request.out_dir)
+        ended = _ended_sweep(request, calibration)
         if ended is not None:
             print(f"every trial of the sweep in {request.out_dir} has ended: its report is "
                   f"rewritten from the stored results, without Ray")
-            return _report(request, request.sweep, ended, _stored_calibration(request.out_dir),
+            return _report(request, request.sweep, ended, calibration,
                            ran_on=request.ran_on, left_out=request.left_out, started=None)
     base = request.sweep.base
     dataset = datasets.load(base.dataset, args.data_dir, train_limit=base.train_limit,
@@ -154,16 +155,16 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         ray.shutdown()
 
 
-def _ended_sweep(request: plan.SweepRequest):
+def _ended_sweep(request: plan.SweepRequest, calibration: dict | None):
     """A resumed sweep with nothing left to run, as Tune's results read from its
     storage alone: every grid point's trial ended without an error (errored ones
-    would run again), its calibration stored where it needs one, and its cluster's
-    lines kept in sweep.json. None where the cluster is needed: a bucket's storage,
-    an older sweep.json, or anything left to run."""
+    would run again), its calibration (`calibration`, read from calibration.json)
+    stored where it needs one, and its cluster's lines kept in sweep.json. None
+    where the cluster is needed: a bucket's storage, an older sweep.json, or
+    anything left to run."""
     if request.ran_on is None or storage.local_path(request.storage) is None:
         return None
-    if (_calibrates(request.sweep, request.left_out)
-            and _stored_calibration(request.out_dir) is None):
+    if calibration is None and _calibrates(request.sweep, request.left_out):
         return None
     from orchestrator.driver.tune_experiment import ended_experiment
     return ended_experiment(request.sweep, request.storage, request.sweep_id)
