@@ -148,7 +148,20 @@ def sweep_figures(folder: Path) -> dict:
                "trials": len(trials)}
     if "train_s_to_target" in trial and trial["train_s_to_target"] == trial["train_s_to_target"]:
         figures["train_s_to_target"] = float(trial["train_s_to_target"])
+    figures["time_split_s"] = time_split(folder, epochs)
     return figures
+
+
+def time_split(folder: Path, epochs) -> dict:
+    """Where the sweep's wall time went (report.md's "Where the time went"): the
+    driver's parts (sessions.json) and the trials' own, summed over the trials."""
+    from orchestrator.report.timeline import trial_time_split
+    sessions_path = folder / "sessions.json"
+    sessions = json.loads(sessions_path.read_text()) if sessions_path.exists() else []
+    split = {key: sum(session.get(key, 0) for session in sessions)
+             for key in ("wall_s", "calibration_s", "trials_s")}
+    return {**split, **{part: round(seconds, 2)
+                        for part, seconds in trial_time_split(epochs).items()}}
 
 
 def _read_csv(path: Path):
@@ -209,8 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {}
     with tempfile.TemporaryDirectory() as scratch:
         # The main-job test runs what step 2 runs; step 2 checks the same line.
+        # --durations: which test or fixture took the layer's time (its log comes back).
         steps.run("tests_gpu", [sys.executable, "-m", "pytest", "tests/gpu", "-q", "-rs",
-                                "-p", "no:cacheprovider", "-k", "not main_job"])
+                                "--durations=25", "-p", "no:cacheprovider",
+                                "-k", "not main_job"])
         for name, options in (("main_job", []),
                               ("d2l_13_6", ["--preset", "d2l-13.6", "--workers", "1",
                                             "--precision", RESNET_PRECISION,

@@ -115,7 +115,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             print(f"every trial of the sweep in {request.out_dir} has ended: its report is "
                   f"rewritten from the stored results, without Ray")
             return _report(request, request.sweep, ended, calibration,
-                           ran_on=request.ran_on, left_out=request.left_out, started=None)
+                           ran_on=request.ran_on, left_out=request.left_out, session=None)
     base = request.sweep.base
     dataset = datasets.load(base.dataset, args.data_dir, train_limit=base.train_limit,
                             test_limit=base.test_limit)
@@ -144,13 +144,16 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             print(trackers.tensorboard_command)  # a line to paste, alone
         started = time.monotonic()
         calibration = _calibration(request, sweep_plan)
+        calibrated = time.monotonic()
         result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
                                 sweep_id=request.sweep_id,
                                 max_concurrent=sweep_plan.max_concurrent_trials,
                                 resume=request.resume, max_hours=request.max_hours,
                                 trackers=trackers, placements=sweep_plan.placements)
+        session = Session(started, calibration_s=calibrated - started,
+                          trials_s=time.monotonic() - calibrated)
         return _report(request, sweep, result_grid, calibration, ran_on=ran_on,
-                       left_out=sweep_plan.left_out, started=started)
+                       left_out=sweep_plan.left_out, session=session)
     finally:
         ray.shutdown()
 
@@ -171,14 +174,16 @@ def _ended_sweep(request: plan.SweepRequest, calibration: dict | None):
 
 
 def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | None, *,
-            ran_on: dict[str, str], left_out, started: float | None) -> SweepOutcome:
-    """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune results."""
+            ran_on: dict[str, str], left_out, session: "Session | None") -> SweepOutcome:
+    """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune
+    results; `session`: this one's times, None where nothing ran (a rewrite)."""
     from orchestrator.driver.tune_experiment import all_trials_ended, collect
     from orchestrator.report import write_sweep_report
 
     base, trackers = sweep.base, request.trackers
     trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
                                           sweep_id=request.sweep_id)
+    sessions = _record_session(request.out_dir, session)
     title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
              f"- cluster: {ran_on['cluster']}",
              f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
@@ -194,13 +199,13 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
              f"test images{' (subsets)' if _data_note(base) else ''} of "
              f"{data_text(base)}",
              f"- timing: {ran_on['timing']}",
-             f"- sweep wall time: {_sessions_line(request.out_dir, started)}",
+             f"- sweep wall time: {_sessions_text(sessions)}",
              *(f"- tracking: {line}" for line in trackers.lines())]
     # The fitted sweep's use_gpu: before the cluster is known, `auto` reads as GPU workers.
     report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                 title_lines=title, target_acc=base.target_acc,
                                 data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                left_out=left_out)
+                                left_out=left_out, sessions=sessions)
     interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
     return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                         interrupted=interrupted, failed_trials=report.failed_trials)
@@ -208,22 +213,39 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
 
 def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
     """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
-    its calibration.json. None for a sweep of one worker count (nothing to model),
-    or one told not to calibrate."""
+    its calibration.json. None for a sweep of one worker count that runs every
+    point (nothing to model), or one told not to calibrate; a sweep of single
+    workers with points left out needs their gradient bytes alone, counted here."""
     sweep = sweep_plan.sweep
     stored = _stored_calibration(request.out_dir)
     if stored is not None or not _calibrates(sweep, sweep_plan.left_out):
         return stored
+    from orchestrator.training import calibration
+
+    workers = max(sweep.workers)
+    if workers == 1:
+        print("calibrating: the gradient bytes, counted here, for the scaling model's what-if "
+              "of the points left out (one worker times no sum)")
+        measured = calibration.counted_alone(sweep)
+    else:
+        print(f"calibrating: allreduce per transport and compute on {workers} workers at "
+              f"once, for the scaling model")
+        measured = _run_calibration(request, sweep_plan)
+        if measured is None:
+            return None
+    write_atomically(request.out_dir / CALIBRATION_FILE,
+                     lambda target: target.write_text(json.dumps(measured, indent=1)))
+    return measured
+
+
+def _run_calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
+    """The microbenchmark on a worker group of the sweep's largest trial; None if it failed."""
     from ray.train import TrainingFailedError
 
     from orchestrator.driver.tune_experiment import train_runs_path
     from orchestrator.driver.trial import run_calibration
 
-    workers = max(sweep.workers)
-    print(f"calibrating: allreduce per transport and compute on {workers} workers at once, "
-          f"for the scaling model" if workers > 1 else
-          "calibrating: the gradient bytes and one worker's compute, for the scaling model's "
-          "what-if of the points left out")
+    sweep = sweep_plan.sweep
     try:
         measured = run_calibration(
             sweep, name="calibration",
@@ -232,8 +254,6 @@ def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict
     except TrainingFailedError as error:
         print(f"calibration failed, the report will have no scaling model: {error}")
         return None
-    write_atomically(request.out_dir / CALIBRATION_FILE,
-                     lambda target: target.write_text(json.dumps(measured, indent=1)))
     return measured
 
 
@@ -249,16 +269,32 @@ def _stored_calibration(out_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _sessions_line(out_dir: Path, started: float | None) -> str:
-    """The sweep's wall seconds over every session (a --resume is one more), kept in
-    sessions.json so that rewriting the report keeps the first session's time.
-    `started` None: a report rewritten with nothing run adds no session."""
+@dataclass(frozen=True)
+class Session:
+    """One session of a sweep: when it began (time.monotonic()), and its seconds in
+    the calibration and in Tune's run of the trials."""
+    started: float
+    calibration_s: float
+    trials_s: float
+
+
+def _record_session(out_dir: Path, session: Session | None) -> list[dict]:
+    """Every session of the sweep (a --resume is one more), kept in sessions.json so
+    that rewriting the report keeps the first session's times; `session` None: a
+    report rewritten with nothing run adds none."""
     path = out_dir / "sessions.json"
     sessions = json.loads(path.read_text()) if path.exists() else []
-    if started is not None:
+    if session is not None:
         sessions.append({"ended": datetime.datetime.now().isoformat(timespec="seconds"),
-                         "wall_s": round(time.monotonic() - started)})
+                         "wall_s": round(time.monotonic() - session.started),
+                         "calibration_s": round(session.calibration_s, 1),
+                         "trials_s": round(session.trials_s, 1)})
         write_atomically(path, lambda target: target.write_text(json.dumps(sessions, indent=1)))
+    return sessions
+
+
+def _sessions_text(sessions: list[dict]) -> str:
+    """The sweep's wall seconds over every session."""
     if not sessions:
         return "not recorded"
     if len(sessions) == 1:

@@ -17,7 +17,8 @@ from orchestrator.report.plots import PLOT_FILES, plot_all
 from orchestrator.report.scaling_model import what_if
 from orchestrator.report.summary import STRATEGY_CELL, summarize_trials
 from orchestrator.report.tables import (ISOLATION_KEYS, SCALING_KEYS, SPLIT_KEYS, isolation_table,
-                                        scaling_table, split_table, strategy_table, varying_table)
+                                        markdown_table, scaling_table, split_table,
+                                        strategy_table, varying_table)
 
 
 @dataclass(frozen=True)
@@ -33,18 +34,21 @@ class SweepReport:
 def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame,
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
-                       use_gpu: bool, left_out: Sequence[LeftOut] = ()) -> SweepReport:
+                       use_gpu: bool, left_out: Sequence[LeftOut] = (),
+                       sessions: Sequence[dict] = ()) -> SweepReport:
     """Summarise the sweep's frames (tune_experiment.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data; `left_out`: the
-    preset's points the cluster could not hold."""
+    preset's points the cluster could not hold; `sessions`: sessions.json's, for
+    where the wall time went."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
                           target_acc=target_acc, sections=(sheet.model_section, sheet.answers),
                           not_run=left_out_section(summary, epochs, calibration, left_out,
-                                                   use_gpu))
+                                                   use_gpu),
+                          time_split=timeline.time_split_rows(list(sessions), epochs))
     paths |= answer_sheet.write(out_dir, sheet)
     tables = ("Scaling\n" + varying_table(scaling_table(summary), SCALING_KEYS)
               + "\n\nStrategies\n" + varying_table(strategy_table(summary), STRATEGY_CELL)
@@ -96,7 +100,7 @@ def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
 def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
                   evaluations: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
-                  not_run: list[str] = ()) -> dict[str, Path]:
+                  not_run: list[str] = (), time_split: list[dict] = ()) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
     `summary` is what `summarize_trials` made of the trials, `epochs` and
@@ -108,7 +112,7 @@ def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
     write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
     report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc,
-                           sections=sections, not_run=not_run)
+                           sections=sections, not_run=not_run, time_split=time_split)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
     plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
@@ -126,9 +130,23 @@ def _at_once_line(epochs: pd.DataFrame) -> str:
             f"{spans['node'].nunique()} node(s); {sharing} (`timeline.png`).")
 
 
+def _time_split_section(rows: list[dict]) -> list[str]:
+    """report.md's "Where the time went" (timeline.time_split_rows); none without rows."""
+    if not rows:
+        return []
+    return ["## Where the time went", "",
+            "The sweep's wall time in its parts: the calibration and Tune's run of the "
+            "trials, timed by the driver (every session of the sweep), and inside that each "
+            "trial's own parts from its epochs, summed over the trials (trials that ran at "
+            "once add up to more than the wall time, and Tune's share around them is then "
+            "not split off). Training is what each epoch's time counts; every other part is "
+            "a fixed cost of the sweep.", "",
+            markdown_table(pd.DataFrame(rows)), ""]
+
+
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
-                  not_run: list[str] = ()) -> str:
+                  not_run: list[str] = (), time_split: list[dict] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              _at_once_line(epochs), "",
              "The book's line for each trial (time per epoch is training only), and its memory "
@@ -149,7 +167,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
         lines.append(f"- {label}: {outcome} [{row.status}]")
-    lines += ["", *not_run, "## Scaling", "",
+    lines += ["", *_time_split_section(time_split), *not_run, "## Scaling", "",
               "Every time, throughput, speedup and sync share comes from one window of each "
               "trial: its epochs after the first, whose warm-up the others do not pay "
               "(`epoch_s` is their mean). Speedup is throughput (samples/s) against the "

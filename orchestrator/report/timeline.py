@@ -61,3 +61,73 @@ def shared_nodes(spans: pd.DataFrame) -> list[tuple[str, str, str]]:
                 if later["trial_id"] != span["trial_id"]:
                     shared.append((span["trial_id"], later["trial_id"], node))
     return shared
+
+
+# Where a sweep's wall time went (report.md's "Where the time went"): the driver's
+# parts from sessions.json, each trial's from its epochs.
+SPLIT_COLUMNS = ("wall_s", "ended_unix_s", "run_started_unix_s", "epoch_time_s",
+                 "eval_time_s")
+SPLIT_PARTS = {"starting workers": "starting each trial's workers (Ray Train, the process group)",
+               "preparing": "preparing (data onto the device, the memory layouts timed, the "
+                            "model built and broadcast)",
+               "training": "training (the epochs' times)",
+               "evaluating": "evaluating",
+               "between epochs": "between epochs (reports and checkpoints)"}
+
+
+def trial_time_split(epochs: pd.DataFrame) -> dict[str, float]:
+    """The trials' own seconds, summed over trials, in the parts a trial's epochs
+    time: from the trial's start in Tune to its first worker group's start
+    (Ray Train's controller, the workers' processes, the process group); from a
+    group's start to its first step (the data onto the device, the memory layouts
+    timed, the model built and broadcast); training; evaluating; and between
+    epochs (each epoch's report and checkpoint). A restarted group's own start
+    is not split (its gap holds the failure too). {} where epochs.csv lacks the times."""
+    if epochs.empty or not set(SPLIT_COLUMNS) <= set(epochs):
+        return {}
+    timed = epochs.dropna(subset=list(SPLIT_COLUMNS))
+    split = dict.fromkeys(SPLIT_PARTS, 0.0)
+    for _, trial in timed.groupby("trial_id"):
+        trial = trial.sort_values(["run_started_unix_s", "epoch"])
+        first = trial.iloc[0]
+        # A row's wall_s counts from the trial's start (the Tune function's).
+        split["starting workers"] += max(0.0, float(first["run_started_unix_s"]
+                                                    - (first["ended_unix_s"] - first["wall_s"])))
+        for _, group in trial.groupby("run_started_unix_s"):
+            done = group["epoch_time_s"] + group["eval_time_s"]
+            ends = group["ended_unix_s"]
+            split["preparing"] += max(0.0, float(ends.iloc[0] - done.iloc[0]
+                                                 - group["run_started_unix_s"].iloc[0]))
+            split["between epochs"] += float((ends.diff() - done).iloc[1:].clip(lower=0).sum())
+        split["training"] += float(trial["epoch_time_s"].sum())
+        split["evaluating"] += float(trial["eval_time_s"].sum())
+    return split
+
+
+def time_split_rows(sessions: list[dict], epochs: pd.DataFrame) -> list[dict]:
+    """report.md's table of where the wall time went: the sessions' (sessions.json)
+    calibration and Tune's run of the trials, each trial's parts inside that, and
+    Tune's own share around them where the trials ran one at a time. [] where the
+    sessions did not record their parts (an older sweep's)."""
+    timed = [session for session in sessions if "trials_s" in session]
+    if not timed:
+        return []
+    wall_s = sum(session["wall_s"] for session in timed)
+    calibration_s = sum(session.get("calibration_s", 0.0) for session in timed)
+    trials_s = sum(session["trials_s"] for session in timed)
+    rows = [{"part": "calibration (the microbenchmark, calibration.json)", "seconds": calibration_s},
+            {"part": "the trials, as Tune ran them", "seconds": trials_s}]
+    split = trial_time_split(epochs)
+    rows += [{"part": f"- {SPLIT_PARTS[part]}", "seconds": seconds}
+             for part, seconds in split.items()]
+    spans = trial_spans(epochs)
+    if split and len(timed) == len(sessions) and max_trials_at_once(spans) <= 1:
+        rows.append({"part": "- Tune around them (scheduling, the last checkpoint, the "
+                             "workers' shutdown)",
+                     "seconds": max(0.0, trials_s - sum(split.values()))})
+    rows.append({"part": "the rest (Ray's results read, the report begun)",
+                 "seconds": max(0.0, wall_s - calibration_s - trials_s)})
+    for row in rows:
+        row["share"] = f"{row['seconds'] / wall_s:.0%}" if wall_s else ""
+        row["seconds"] = round(row["seconds"], 1)
+    return rows

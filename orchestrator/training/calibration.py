@@ -94,6 +94,23 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
             "gradient_bytes": layout_bytes}
 
 
+def counted_alone(sweep: SweepConfig) -> dict:
+    """The calibration of a sweep whose trials each run on one worker, where the
+    points the cluster cannot hold are estimated (scaling_model.what_if): their
+    gradient bytes alone, counted here from the models built on the CPU (bytes do not
+    depend on the device), with no worker group to start. One worker sums nothing and
+    contends with no one: the allreduce and the probes have nothing to time, and the
+    scaling model's fit needs two workers' samples all the same."""
+    base = sweep.base
+    return {"num_workers": 1, "device": "cuda" if base.use_gpu else "cpu",
+            "model": base.model, "threads_per_worker": base.threads_per_worker,
+            "allreduce": [], "first_call": [], "compute": [],
+            "gradient_bytes": [gradient_bytes(*layout, num_classes=base.num_classes,
+                                              input_shape=base.input_shape)
+                               for layout in layouts_of(sweep)],
+            "counted_alone": True}
+
+
 def processor(device: torch.device) -> str:
     """What computes, for the record: the GPU's name, or the node's cores, the CPU's
     model and the kernels torch runs on it (AVX512, AVX2, ...: a CPU without AVX-512

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -111,3 +112,20 @@ def test_gpu_step_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("gpu_step: no CUDA device on this machine")
     assert len(out.splitlines()) == 1
+
+
+def test_gpu_check_records_where_each_sweeps_time_went(tmp_path, monkeypatch):
+    """A sweep's figures carry its time split (report.md's "Where the time went"),
+    so that a lent GPU's record says which fixed cost kept the check long."""
+    import shutil
+    folder = tmp_path / "sweep"
+    shutil.copytree(REPO / "tests" / "data" / "exercises-quick-current", folder)
+    (folder / "sessions.json").write_text(json.dumps(
+        [{"ended": "x", "wall_s": 300, "calibration_s": 20.0, "trials_s": 270.0}]))
+    figures = import_bench("gpu_check", monkeypatch).sweep_figures(folder)
+    split = figures["time_split_s"]
+    assert (split["wall_s"], split["calibration_s"], split["trials_s"]) == (300, 20.0, 270.0)
+    epochs = pd.read_csv(folder / "epochs.csv")
+    assert split["training"] == pytest.approx(epochs["epoch_time_s"].sum(), abs=0.01)
+    assert split["evaluating"] == pytest.approx(epochs["eval_time_s"].sum(), abs=0.01)
+    assert split["starting workers"] > 0 and split["preparing"] > 0

@@ -78,3 +78,22 @@ def test_a_what_if_from_a_graphed_step_says_so(recorded):
                                                  use_gpu=True) if line.startswith("- ")]
     assert line.endswith("Its step ran as a CUDA graph, which several workers' steps do not "
                          "yet (training/graphed.py): the what-if assumes they would.")
+
+
+def test_single_workers_count_their_gradient_bytes_without_a_worker_group(recorded):
+    """A sweep of 1-worker trials with points left out (one GPU) gets its calibration
+    counted in the driver: the same gradient bytes as the recorded sweep's worker
+    group measured, hence the same what-if, and nothing timed."""
+    from orchestrator.config.grid import SweepConfig
+    from orchestrator.config.options import TrainConfig
+    from orchestrator.training import calibration as microbenchmark
+    trials, epochs, measured = recorded
+    sweep = SweepConfig(base=TrainConfig(model="lenet", global_batch_size=64),
+                        workers=(1,), batch_sizes=(64,), lrs=(0.2,))
+    counted = microbenchmark.counted_alone(sweep)
+    assert counted["allreduce"] == counted["compute"] == [] and counted["num_workers"] == 1
+    recorded_lenet = [entry for entry in measured["gradient_bytes"]
+                      if (entry["model"], entry["precision"]) == ("lenet", "fp32")]
+    assert counted["gradient_bytes"] == recorded_lenet
+    assert (what_if(trials, epochs, counted, TWO_GPUS, use_gpu=True)
+            == what_if(trials, epochs, measured, TWO_GPUS, use_gpu=True))

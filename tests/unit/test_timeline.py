@@ -124,3 +124,40 @@ def test_the_timeline_draws_a_bar_per_span_on_a_row_per_node(tmp_path):
     paths = {name: tmp_path / name for name in plots.PLOT_FILES}
     plots.save_png(figure, paths["timeline.png"])
     assert paths["timeline.png"].stat().st_size > 5_000
+
+
+def _timed_epochs(tmp_path, runs) -> pd.DataFrame:
+    """One trial's epochs with wall_s: `runs` as GROUPS's, every epoch 1 s of
+    training and 0.1 s of evaluation; the trial began in Tune at T0 - 2."""
+    epochs = _epochs(tmp_path, {"t_00000": runs})
+    epochs["wall_s"] = epochs["ended_unix_s"] - (T0 - 2)
+    return epochs
+
+
+def test_a_trials_time_is_split_into_its_fixed_costs_and_its_training(tmp_path):
+    # Tune starts the trial at -2, its workers start at 0; epochs end at 5 and 7
+    # (1 s training and 0.1 s evaluation each); restarted at 9, its epoch ends at 12.
+    epochs = _timed_epochs(tmp_path, [(0, [5, 7], ["n"]), (9, [12], ["n"])])
+    split = timeline.trial_time_split(epochs)
+    assert split == pytest.approx({"starting workers": 2.0,
+                                   "preparing": (5 - 1.1) + (3 - 1.1),
+                                   "training": 3.0, "evaluating": 0.3,
+                                   "between epochs": 2 - 1.1})
+    assert timeline.trial_time_split(epochs.drop(columns=["wall_s"])) == {}
+
+
+def test_the_wall_time_is_split_into_calibration_trials_and_tunes_share(tmp_path):
+    epochs = _timed_epochs(tmp_path, [(0, [5, 7], ["n"])])
+    sessions = [{"ended": "x", "wall_s": 20, "calibration_s": 6.0, "trials_s": 12.0}]
+    rows = {row["part"].split(" (")[0]: row for row in timeline.time_split_rows(sessions, epochs)}
+    assert rows["calibration"]["seconds"] == 6.0 and rows["calibration"]["share"] == "30%"
+    assert rows["- training"]["seconds"] == 2.0
+    # The trial's span is 9 s of Tune's 12: 3 s around it; 2 s outside both.
+    assert rows["- Tune around them"]["seconds"] == pytest.approx(3.0)
+    assert rows["the rest"]["seconds"] == 2.0
+    report = render_report(_summary(epochs), epochs, title_lines=[],
+                           time_split=timeline.time_split_rows(sessions, epochs))
+    assert "## Where the time went" in report and "| - training (the epochs' times) | 2 |" in report
+    # Sessions from before these parts were timed: no section.
+    assert timeline.time_split_rows([{"ended": "x", "wall_s": 20}], epochs) == []
+    assert "Where the time went" not in render_report(_summary(epochs), epochs, title_lines=[])
