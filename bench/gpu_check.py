@@ -13,11 +13,14 @@ Run on a machine with one NVIDIA GPU (H100 or H200), Ray brought there as wheels
    recipe through a Ray Train trial, its step a CUDA graph in bfloat16
    (bench/notes/gpu_step.md), evaluated 4 times an epoch for its time to 0.90;
 4. the same ResNet-18 run in this process without Ray (the loop alone): what
-   Ray adds to an epoch.
+   Ray adds to an epoch;
+5. a plain torchrun DDP script (bench/torchrun_ddp.py) with the same recipe,
+   precision and memory format on the GPU under NCCL, its step eager: what a
+   user without Ray would write, for 3 epochs (its epochs 2.. timed).
 
 and records the speed figures of issue 38 (item 5) against their targets:
 ResNet-18 <= 1.5 s/epoch at >= 0.90 after 10 epochs through Ray; Ray within 3%
-of the loop alone; LeNet <= 0.2 s/epoch; 0.90 within 2 s of training; the
+of the loop alone and of the torchrun script; LeNet <= 0.2 s/epoch; 0.90 within 2 s of training; the
 whole check within 5 minutes (the first run, 2026-11-27 on an H200, needed about
 10: tests/gpu alone took about 400 s, hence the step limits below). Seconds
 per epoch count training only and are the median over epochs 2.. (the first
@@ -31,10 +34,10 @@ results are kept; a lent machine's come back through --out).
 Without a GPU it says so in one line and exits 0, running and writing nothing.
 
     python bench/gpu_check.py --out DIR [--budget-s 660] [--data-dir DIR] [--record]
-                              [--steps tests_gpu,main_job,d2l_13_6,loop_alone]
+                              [--steps tests_gpu,main_job,d2l_13_6,loop_alone,torchrun]
 
 A lent machine's call runs at most 600 s: there, run `--steps tests_gpu` in one
-call and `--steps main_job,d2l_13_6,loop_alone` in the next.
+call and `--steps main_job,d2l_13_6,loop_alone,torchrun` in the next.
 """
 
 import argparse
@@ -57,11 +60,13 @@ from gpu import BOOK_RESNET18  # noqa: E402
 NAME = "gpu_check"
 # Issue 38, item 5: one H100/H200.
 TARGETS = {"resnet18_ray_epoch_s": 1.5, "resnet18_test_acc": 0.90, "ray_overhead": 0.03,
-           "lenet_epoch_s": 0.2, "resnet18_train_s_to_090": 2.0, "check_s": 300}
+           "ray_vs_torchrun": 0.03, "lenet_epoch_s": 0.2, "resnet18_train_s_to_090": 2.0, "check_s": 300}
 TARGET_ACC = 0.90
 # Each step's limit, seconds; the budget's remainder caps it.
 # The first run's (H200): tests/gpu about 400 s, the main job 84 s, d2l-13.6 105 s.
-STEP_LIMITS_S = {"tests_gpu": 420, "main_job": 120, "d2l_13_6": 120, "loop_alone": 60}
+STEP_LIMITS_S = {"tests_gpu": 420, "main_job": 120, "d2l_13_6": 120, "loop_alone": 60,
+                 "torchrun": 60}
+TORCHRUN_EPOCHS = 3  # the first warms up; the median of the others is read
 # The one-GPU main job names its 2-worker point as not run (issue 38, item 1).
 LEFT_OUT_LINE = "2 workers need 2 GPUs; this cluster has 1: not run"
 RESNET_PRECISION = "bf16"
@@ -186,6 +191,33 @@ def loop_alone(data_dir: str | None) -> dict:
             "precision": history[-1]["precision"], "step_graph": history[-1]["step_graph"]}
 
 
+def torchrun_argv(data: list[str]) -> list[str]:
+    """bench/torchrun_ddp.py on this GPU with the book's ResNet-18 recipe, the
+    precision and memory format of the check's trial (its step eager)."""
+    from orchestrator.config.presets import PRESETS
+    preset = PRESETS["d2l-13.6"]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+            "bench/torchrun_ddp.py", "--device", "cuda", "--model", "resnet18",
+            "--epochs", str(TORCHRUN_EPOCHS), "--batch-size", str(preset["batch_sizes"][0]),
+            "--lr", str(preset["lrs"][0]), "--precision", RESNET_PRECISION,
+            "--memory-format", "channels-last", "--test-limit", "10000", *data]
+
+
+def torchrun_figures(log: Path) -> dict:
+    """The torchrun script's seconds per epoch (the median of epochs 2..) and its
+    test accuracy after its epochs, read from its log; {} where it printed none."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    times = [json.loads(line.split(" ", 1)[1]) for line in lines
+             if line.startswith("EPOCH_TIMES ")]
+    accuracies = [float(line.split()[1]) for line in lines if line.startswith("TEST_ACC ")]
+    if not times or len(times[-1]) < 2:
+        return {}
+    return {"epoch_s": median(times[-1][1:]), "epochs_run": len(times[-1]),
+            "test_acc": accuracies[-1] if accuracies else None,
+            "precision": RESNET_PRECISION, "memory_format": "channels-last",
+            "step_graph": "off (a plain script's eager step)"}
+
+
 def verdicts(figures: dict) -> dict:
     """Each target of item 5: met, missed by how much, or not measured."""
     def judge(value, target, *, at_most=True):
@@ -193,15 +225,19 @@ def verdicts(figures: dict) -> dict:
             return "not measured"
         met = value <= target if at_most else value >= target
         return f"{'met' if met else 'MISSED'}: {value:.3g} against {target:g}"
-    resnet, lenet, alone = (figures.get(key, {}) for key in ("d2l_13_6", "main_job",
-                                                             "loop_alone"))
-    overhead = (resnet["epoch_s"] / alone["epoch_s"] - 1
-                if resnet.get("epoch_s") and alone.get("epoch_s") else None)
+    resnet, lenet, alone, torchrun = (figures.get(key, {}) for key in (
+        "d2l_13_6", "main_job", "loop_alone", "torchrun"))
+
+    def slower(baseline: dict):
+        """How much slower a Ray trial's epoch is than `baseline`'s (negative: faster)."""
+        return (resnet["epoch_s"] / baseline["epoch_s"] - 1
+                if resnet.get("epoch_s") and baseline.get("epoch_s") else None)
     return {"resnet18_ray_epoch_s": judge(resnet.get("epoch_s"),
                                           TARGETS["resnet18_ray_epoch_s"]),
             "resnet18_test_acc": judge(resnet.get("test_acc"), TARGETS["resnet18_test_acc"],
                                        at_most=False),
-            "ray_overhead": judge(overhead, TARGETS["ray_overhead"]),
+            "ray_overhead": judge(slower(alone), TARGETS["ray_overhead"]),
+            "ray_vs_torchrun": judge(slower(torchrun), TARGETS["ray_vs_torchrun"]),
             "lenet_epoch_s": judge(lenet.get("epoch_s"), TARGETS["lenet_epoch_s"]),
             "resnet18_train_s_to_090": judge(resnet.get("train_s_to_target"),
                                              TARGETS["resnet18_train_s_to_090"]),
@@ -248,16 +284,20 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = {"ran": True, "exit": 0}
             except Exception as error:  # recorded: the other steps' figures still count
                 outcome = {"ran": True, "exit": f"{type(error).__name__}: {error}"}
+            torch.cuda.empty_cache()  # the GPU's memory back for the torchrun step
             steps.outcomes["loop_alone"] = {**outcome,
                                             "seconds": round(time.monotonic() - started, 1)}
         else:
             steps.outcomes["loop_alone"] = {"ran": False,
                                             "reason": "the check's budget was spent"}
+    if steps.run("torchrun", torchrun_argv(data)):
+        figures["torchrun"] = torchrun_figures(out / "torchrun.log")
     figures["check_s"] = round(time.monotonic() - began, 1)
     record = emit(NAME, command_line(), {
         "device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
         "path": f"tests/gpu, sweep.py (main job), sweep.py --preset d2l-13.6 --workers 1 "
-                f"--precision {RESNET_PRECISION}, the loop alone (the same)",
+                f"--precision {RESNET_PRECISION}, the loop alone (the same), "
+                f"bench/torchrun_ddp.py (the same recipe, eager, {TORCHRUN_EPOCHS} epochs)",
         "epoch_s_is": "training only, median of epochs 2.. (epoch 1 is warm-up)",
         "steps": steps.outcomes, **figures, **BOOK_RESNET18, "targets": TARGETS,
         "target_met": verdicts(figures)}, append=args.record)

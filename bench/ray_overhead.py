@@ -1,7 +1,7 @@
 """Benchmark 1: time per epoch of one of our 2-worker trials against plain torchrun.
 
 The same LeNet training (data, epochs, batch, one thread per process, DDP)
-as `torchrun --nproc-per-node 2 bench/torchrun_lenet.py` and as a trial of
+as `torchrun --nproc-per-node 2 bench/torchrun_ddp.py` and as a trial of
 ours, run alternately so that both see the same machine; figure: the ratio of
 median epoch times, ours / torchrun (target <= 1.03). torchrun runs with no
 Ray on the machine, as a torchrun user has it; it also runs once a round
@@ -37,7 +37,7 @@ def torchrun_epoch_times(epochs: int, batch_size: int, train_limit: int | None,
                          ddp: str = "plain") -> list[float]:
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     limit = ["--train-limit", str(train_limit)] if train_limit else []
-    run = subprocess.run([torchrun, "--nproc-per-node", "2", os.path.join(HERE, "torchrun_lenet.py"),
+    run = subprocess.run([torchrun, "--nproc-per-node", "2", os.path.join(HERE, "torchrun_ddp.py"),
                           "--epochs", str(epochs), "--batch-size", str(batch_size), *limit,
                           "--ddp", ddp],
                          capture_output=True, text=True, check=True,

@@ -79,7 +79,7 @@ def test_gpu_check_says_what_it_runs_and_where_it_writes(monkeypatch, capsys):
     assert _exit_code(main, []) == 2 and "--out" in capsys.readouterr().err
     assert _exit_code(main, ["--out", "unused", "--steps", "tests_gpu,warmup"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "unknown step(s) warmup; choose from tests_gpu, main_job, d2l_13_6, loop_alone")
+        "unknown step(s) warmup; choose from tests_gpu, main_job, d2l_13_6, loop_alone, torchrun")
 
 
 def test_gpu_step_smoke_runs_on_a_cpu_and_records_nothing():
@@ -129,3 +129,30 @@ def test_gpu_check_records_where_each_sweeps_time_went(tmp_path, monkeypatch):
     assert split["training"] == pytest.approx(epochs["epoch_time_s"].sum(), abs=0.01)
     assert split["evaluating"] == pytest.approx(epochs["eval_time_s"].sum(), abs=0.01)
     assert split["starting workers"] > 0 and split["preparing"] > 0
+
+
+def test_the_torchrun_baseline_runs_as_the_check_reads_it(tmp_path, monkeypatch):
+    """bench/torchrun_ddp.py (the plain script the check compares a Ray trial with)
+    on a CPU, with the trial's bf16 autocast and channels-last: its log read as the
+    check reads it, and the verdict on the Ray trial against it."""
+    log = tmp_path / "torchrun.log"
+    with open(log, "w") as out:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                        str(REPO / "bench" / "torchrun_ddp.py"), "--epochs", "2",
+                        "--train-limit", "256", "--batch-size", "64", "--test-limit", "100",
+                        "--precision", "bf16", "--memory-format", "channels-last"],
+                       stdout=out, stderr=subprocess.STDOUT, timeout=120, cwd=REPO, check=True)
+    check = import_bench("gpu_check", monkeypatch)
+    figures = check.torchrun_figures(log)
+    assert figures["epochs_run"] == 2 and figures["epoch_s"] > 0
+    assert 0 <= figures["test_acc"] <= 1
+    assert check.torchrun_figures(tmp_path / "none.log") == {}
+    within = {"d2l_13_6": {"epoch_s": figures["epoch_s"] * 1.02}, "torchrun": figures}
+    assert check.verdicts(within)["ray_vs_torchrun"].startswith("met: 0.02")
+    beyond = {"d2l_13_6": {"epoch_s": figures["epoch_s"] * 1.10}, "torchrun": figures}
+    assert check.verdicts(beyond)["ray_vs_torchrun"].startswith("MISSED: 0.1")
+    assert check.verdicts({})["ray_vs_torchrun"] == "not measured"
+    # The check's own command: the book's recipe on the GPU, as the trial runs it.
+    argv = check.torchrun_argv(["--data-dir", "D"])
+    assert argv[argv.index("--device") + 1] == "cuda" and argv[-2:] == ["--data-dir", "D"]
+    assert (argv[argv.index("--batch-size") + 1], argv[argv.index("--lr") + 1]) == ("256", "0.1")
