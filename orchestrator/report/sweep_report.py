@@ -24,7 +24,8 @@ from orchestrator.report.tables import (ISOLATION_KEYS, SCALING_KEYS, SPLIT_KEYS
 @dataclass(frozen=True)
 class SweepReport:
     tables: str
-    """The scaling, strategy and learning-rate tables (and time to accuracy), as printed."""
+    """The scaling, strategy and learning-rate tables (and time to accuracy, and
+    where the time went), as printed."""
     paths: dict[str, Path]
     failed_trials: list[str]
     interrupted_trials: list[str]
@@ -44,11 +45,12 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
     where the wall time went."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
+    time_split = timeline.time_split_rows(list(sessions), epochs)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
                           target_acc=target_acc, sections=(sheet.model_section, sheet.answers),
                           not_run=left_out_section(summary, epochs, calibration, left_out,
                                                    use_gpu),
-                          time_split=timeline.time_split_rows(list(sessions), epochs))
+                          time_split=time_split)
     paths |= answer_sheet.write(out_dir, sheet)
     tables = ("Scaling\n" + varying_table(scaling_table(summary), SCALING_KEYS)
               + "\n\nStrategies\n" + varying_table(strategy_table(summary), STRATEGY_CELL)
@@ -56,6 +58,8 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
               + varying_table(isolation_table(summary), ISOLATION_KEYS))
     if target_acc is not None:
         tables += "\n\nTime to accuracy\n" + time_to_accuracy.recommendation(summary, target_acc)
+    if time_split:
+        tables += "\n\nWhere the time went\n" + markdown_table(pd.DataFrame(time_split))
     return SweepReport(tables, paths, _trials_with(summary, Status.FAILED),
                        _trials_with(summary, Status.INTERRUPTED))
 
