@@ -196,8 +196,9 @@ def torchrun_argv(data: list[str]) -> list[str]:
     precision and memory format of the check's trial (its step eager)."""
     from orchestrator.config.presets import PRESETS
     preset = PRESETS["d2l-13.6"]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
-            "bench/torchrun_ddp.py", "--device", "cuda", "--model", "resnet18",
+    # --standalone: a rendezvous on a free port of its own.
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", "1", "bench/torchrun_ddp.py", "--device", "cuda", "--model", "resnet18",
             "--epochs", str(TORCHRUN_EPOCHS), "--batch-size", str(preset["batch_sizes"][0]),
             "--lr", str(preset["lrs"][0]), "--precision", RESNET_PRECISION,
             "--memory-format", "channels-last", "--test-limit", "10000", *data]

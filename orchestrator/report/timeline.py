@@ -107,21 +107,21 @@ def trial_time_split(epochs: pd.DataFrame) -> dict[str, float]:
 def time_split_rows(sessions: list[dict], epochs: pd.DataFrame) -> list[dict]:
     """report.md's table of where the wall time went: the sessions' (sessions.json)
     calibration and Tune's run of the trials, each trial's parts inside that, and
-    Tune's own share around them where the trials ran one at a time. [] where the
-    sessions did not record their parts (an older sweep's)."""
-    timed = [session for session in sessions if "trials_s" in session]
-    if not timed:
+    Tune's own share around them where the trials ran one at a time. [] where a
+    session did not record its parts (one of an older version's, whose trials'
+    epochs would be counted against none of the wall time)."""
+    if not sessions or any("trials_s" not in session for session in sessions):
         return []
-    wall_s = sum(session["wall_s"] for session in timed)
-    calibration_s = sum(session.get("calibration_s", 0.0) for session in timed)
-    trials_s = sum(session["trials_s"] for session in timed)
+    wall_s = sum(session["wall_s"] for session in sessions)
+    calibration_s = sum(session.get("calibration_s", 0.0) for session in sessions)
+    trials_s = sum(session["trials_s"] for session in sessions)
     rows = [{"part": "calibration (the microbenchmark, calibration.json)", "seconds": calibration_s},
             {"part": "the trials, as Tune ran them", "seconds": trials_s}]
     split = trial_time_split(epochs)
     rows += [{"part": f"- {SPLIT_PARTS[part]}", "seconds": seconds}
              for part, seconds in split.items()]
     spans = trial_spans(epochs)
-    if split and len(timed) == len(sessions) and max_trials_at_once(spans) <= 1:
+    if split and max_trials_at_once(spans) <= 1:
         rows.append({"part": "- Tune around them (scheduling, the last checkpoint, the "
                              "workers' shutdown)",
                      "seconds": max(0.0, trials_s - sum(split.values()))})

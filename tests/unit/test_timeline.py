@@ -158,6 +158,7 @@ def test_the_wall_time_is_split_into_calibration_trials_and_tunes_share(tmp_path
     report = render_report(_summary(epochs), epochs, title_lines=[],
                            time_split=timeline.time_split_rows(sessions, epochs))
     assert "## Where the time went" in report and "| - training (the epochs' times) | 2 |" in report
-    # Sessions from before these parts were timed: no section.
+    # A session from before these parts were timed, even beside a timed one: no section.
     assert timeline.time_split_rows([{"ended": "x", "wall_s": 20}], epochs) == []
+    assert timeline.time_split_rows([{"ended": "x", "wall_s": 20}, *sessions], epochs) == []
     assert "Where the time went" not in render_report(_summary(epochs), epochs, title_lines=[])
