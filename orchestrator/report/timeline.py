@@ -67,7 +67,9 @@ def shared_nodes(spans: pd.DataFrame) -> list[tuple[str, str, str]]:
 # parts from sessions.json, each trial's from its epochs.
 SPLIT_COLUMNS = ("wall_s", "ended_unix_s", "run_started_unix_s", "epoch_time_s",
                  "eval_time_s")
-SPLIT_PARTS = {"starting workers": "starting each trial's workers (Ray Train, the process group)",
+SPLIT_PARTS = {"starting workers": "starting each trial's workers (Ray Train's fit, the "
+                                   "workers' processes and imports, the process group, the "
+                                   "data from the object store)",
                "preparing": "preparing (data onto the device, the memory layouts timed, the "
                             "model built and broadcast)",
                "training": "training (the epochs' times)",
@@ -77,8 +79,9 @@ SPLIT_PARTS = {"starting workers": "starting each trial's workers (Ray Train, th
 
 def trial_time_split(epochs: pd.DataFrame) -> dict[str, float]:
     """The trials' own seconds, summed over trials, in the parts a trial's epochs
-    time: from the trial's start in Tune to its first worker group's start
-    (Ray Train's controller, the workers' processes, the process group); from a
+    time: from the trial's start in Tune to its first worker group's loop (Ray
+    Train's fit, the workers' processes and imports, the process group, the data
+    from the object store); from a
     group's start to its first step (the data onto the device, the memory layouts
     timed, the model built and broadcast); training; evaluating; and between
     epochs (each epoch's report and checkpoint). A restarted group's own start
