@@ -46,6 +46,9 @@ ROOT_FUNNEL = "root"
 # (training/graphed.py).
 # backend: the process group's (nccl, gloo; "none" in a group of one) beside the
 # transport the sums went over: GPU workers that share a device sum over gloo.
+# run_started_unix_s, started_unix_s, ended_unix_s: when the worker group began its
+# loop, and when the epoch began and ended (report/timeline.py: the sweep's time line
+# and where its time went).
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
 # measurements (training/loop.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
@@ -58,7 +61,7 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",
                  "step_graph", "transport", "backend", "model", "dataset", "device", "devices",
                  "worker_nodes",
-                 "status", "run_started_unix_s", "ended_unix_s",
+                 "status", "run_started_unix_s", "started_unix_s", "ended_unix_s",
                  "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]

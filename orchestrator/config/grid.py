@@ -89,7 +89,8 @@ class SweepConfig:
                 "exercises need, drawn from the axes (orchestrator/config/studies.py)")
     calibrate: bool = option(
         True, "a sweep of two or more worker counts first times its transports and its "
-              "workers' compute contention, for the report's scaling model")
+              "workers' compute contention, for the report's scaling model (one of single "
+              "workers with points left out counts their gradient bytes, for their what-if)")
     baseline_threads: int | None = option(
         0, "exercises: one more 1-worker trial with this many threads, the best single "
            "process of a CPU node (the preset's: a node's CPUs); 0: none")

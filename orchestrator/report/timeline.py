@@ -74,18 +74,24 @@ SPLIT_PARTS = {"starting workers": "starting each trial's workers (Ray Train's f
                             "model built and broadcast)",
                "training": "training (the epochs' times)",
                "evaluating": "evaluating",
-               "between epochs": "between epochs (reports and checkpoints)"}
+               "inside epochs": "inside epochs besides these (mid-epoch reports and "
+                                "checkpoints)",
+               "between epochs": "between epochs (each epoch's report and checkpoint)"}
 
 
 def trial_time_split(epochs: pd.DataFrame) -> dict[str, float]:
     """The trials' own seconds, summed over trials, in the parts a trial's epochs
     time: from the trial's start in Tune to its first worker group's loop (Ray
     Train's fit, the workers' processes and imports, the process group, the data
-    from the object store); from a
-    group's start to its first step (the data onto the device, the memory layouts
-    timed, the model built and broadcast); training; evaluating; and between
-    epochs (each epoch's report and checkpoint). A restarted group's own start
-    is not split (its gap holds the failure too). {} where epochs.csv lacks the times."""
+    from the object store); from a group's loop to its first epoch (the data onto
+    the device, the memory layouts timed, the model built and broadcast);
+    training; evaluating; the rest of each epoch (the reports and checkpoints of
+    mid-epoch evaluations); and between epochs (each epoch's report and
+    checkpoint). A restarted group's own start is not split (its gap holds the
+    failure too); a trial whose first group failed before its first epoch counts
+    that attempt as starting workers. Epochs recorded before each epoch's start
+    was (no `started_unix_s`) count the rest of an epoch as between epochs. {}
+    where epochs.csv lacks the times."""
     if epochs.empty or not set(SPLIT_COLUMNS) <= set(epochs):
         return {}
     timed = epochs.dropna(subset=list(SPLIT_COLUMNS))
@@ -99,9 +105,12 @@ def trial_time_split(epochs: pd.DataFrame) -> dict[str, float]:
         for _, group in trial.groupby("run_started_unix_s"):
             done = group["epoch_time_s"] + group["eval_time_s"]
             ends = group["ended_unix_s"]
-            split["preparing"] += max(0.0, float(ends.iloc[0] - done.iloc[0]
+            starts = (group["started_unix_s"].fillna(ends - done) if "started_unix_s" in group
+                      else ends - done)
+            split["preparing"] += max(0.0, float(starts.iloc[0]
                                                  - group["run_started_unix_s"].iloc[0]))
-            split["between epochs"] += float((ends.diff() - done).iloc[1:].clip(lower=0).sum())
+            split["inside epochs"] += float((ends - starts - done).clip(lower=0).sum())
+            split["between epochs"] += float((starts - ends.shift()).iloc[1:].clip(lower=0).sum())
         split["training"] += float(trial["epoch_time_s"].sum())
         split["evaluating"] += float(trial["eval_time_s"].sum())
     return split
@@ -118,7 +127,8 @@ def time_split_rows(sessions: list[dict], epochs: pd.DataFrame) -> list[dict]:
     wall_s = sum(session["wall_s"] for session in sessions)
     calibration_s = sum(session.get("calibration_s", 0.0) for session in sessions)
     trials_s = sum(session["trials_s"] for session in sessions)
-    rows = [{"part": "calibration (the microbenchmark, calibration.json)", "seconds": calibration_s},
+    rows = [{"part": "calibration (the microbenchmark, calibration.json)",
+             "seconds": calibration_s},
             {"part": "the trials, as Tune ran them", "seconds": trials_s}]
     split = trial_time_split(epochs)
     rows += [{"part": f"- {SPLIT_PARTS[part]}", "seconds": seconds}

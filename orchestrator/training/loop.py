@@ -191,6 +191,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
 
     for epoch in range(len(history), config.num_epochs):
         num_evaluations = len(evaluations)
+        started_unix_s = time.time()
         stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
                                 epoch=epoch, device=device,
                                 on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
@@ -202,7 +203,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                    "train_s": train_s, "wall_s": evaluation["wall_s"],
                    "eval_time_s": eval_time_s, "end_of_epoch": True, **run_fields,
                    "step_graph": graphed.state if graphed is not None else graph_off,
-                   "ended_unix_s": time.time(),
+                   "started_unix_s": started_unix_s, "ended_unix_s": time.time(),
                    "peak_memory_mb": (torch.cuda.max_memory_allocated(device) / 2**20
                                       if device.type == "cuda" else None)}
         history.append(metrics)

@@ -300,6 +300,9 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     not_run = (f"2 worker(s), global batch 64 (32/worker), lr 0.2, resnet18, sync scratch, "
                f"fp32: 2 workers need {2 * cpus} CPUs; this cluster has {cpus}: not run")
     assert f"  {not_run}\n" in run.stdout
+    # One worker count: the what-if's gradient bytes counted by the driver, no worker group.
+    assert "calibrating: the gradient bytes, counted here" in run.stdout
+    assert json.loads((out_dir / "calibration.json").read_text())["allreduce"] == []
     report = (out_dir / "report.md").read_text()
     assert re.search(re.escape(f"- {not_run}. What-if: ") + r"[\d.]+ s/epoch \(speedup [\d.]+\) "
                      r"over 10 Gb/s Ethernet", report), report
@@ -317,3 +320,8 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert list(epochs["epoch"]) == list(range(1, 11))
     assert list(pd.read_csv(out_dir / "trials.csv")["status"]) == ["finished"]
+    # Both sessions' parts, and the trial's split over its two worker groups.
+    sessions = json.loads((out_dir / "sessions.json").read_text())
+    assert len(sessions) == 2 and all(session["trials_s"] > 0 for session in sessions)
+    report = (out_dir / "report.md").read_text()
+    assert re.search(r"\| - training \(the epochs' times\) \| [\d.]+ \| \d+% \|", report), report

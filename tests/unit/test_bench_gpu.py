@@ -137,22 +137,24 @@ def test_the_torchrun_baseline_runs_as_the_check_reads_it(tmp_path, monkeypatch)
     check reads it, and the verdict on the Ray trial against it."""
     log = tmp_path / "torchrun.log"
     with open(log, "w") as out:
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "1",
                         str(REPO / "bench" / "torchrun_ddp.py"), "--epochs", "2",
                         "--train-limit", "256", "--batch-size", "64", "--test-limit", "100",
                         "--precision", "bf16", "--memory-format", "channels-last"],
                        stdout=out, stderr=subprocess.STDOUT, timeout=120, cwd=REPO, check=True)
     check = import_bench("gpu_check", monkeypatch)
-    figures = check.torchrun_figures(log)
+    figures = check.torchrun_figures(log, "channels-last")
     assert figures["epochs_run"] == 2 and figures["epoch_s"] > 0
     assert 0 <= figures["test_acc"] <= 1
-    assert check.torchrun_figures(tmp_path / "none.log") == {}
+    assert check.torchrun_figures(tmp_path / "none.log", "nchw") == {}
     within = {"d2l_13_6": {"epoch_s": figures["epoch_s"] * 1.02}, "torchrun": figures}
     assert check.verdicts(within)["ray_vs_torchrun"].startswith("met: 0.02")
     beyond = {"d2l_13_6": {"epoch_s": figures["epoch_s"] * 1.10}, "torchrun": figures}
     assert check.verdicts(beyond)["ray_vs_torchrun"].startswith("MISSED: 0.1")
     assert check.verdicts({})["ray_vs_torchrun"] == "not measured"
     # The check's own command: the book's recipe on the GPU, as the trial runs it.
-    argv = check.torchrun_argv(["--data-dir", "D"])
+    argv = check.torchrun_argv(["--data-dir", "D"], "nchw")
     assert argv[argv.index("--device") + 1] == "cuda" and argv[-2:] == ["--data-dir", "D"]
+    assert argv[argv.index("--memory-format") + 1] == "nchw"
     assert (argv[argv.index("--batch-size") + 1], argv[argv.index("--lr") + 1]) == ("256", "0.1")

@@ -138,11 +138,23 @@ def test_a_trials_time_is_split_into_its_fixed_costs_and_its_training(tmp_path):
     # Tune starts the trial at -2, its workers start at 0; epochs end at 5 and 7
     # (1 s training and 0.1 s evaluation each); restarted at 9, its epoch ends at 12.
     epochs = _timed_epochs(tmp_path, [(0, [5, 7], ["n"]), (9, [12], ["n"])])
+    # Each epoch began 1.5 s before its end: 0.4 s of it neither training nor
+    # evaluating (a mid-epoch evaluation's report and checkpoint).
+    epochs["started_unix_s"] = epochs["ended_unix_s"] - 1.5
     split = timeline.trial_time_split(epochs)
     assert split == pytest.approx({"starting workers": 2.0,
-                                   "preparing": (5 - 1.1) + (3 - 1.1),
+                                   "preparing": (3.5 - 0) + (10.5 - 9),
                                    "training": 3.0, "evaluating": 0.3,
-                                   "between epochs": 2 - 1.1})
+                                   "inside epochs": 3 * 0.4,
+                                   "between epochs": 5.5 - 5})
+    # Every second of the trial, from its start in Tune to its last epoch's end, is
+    # in one part but the restart's gap (the first group's last end at 7 s to 9 s).
+    assert sum(split.values()) == pytest.approx(12 + 2 - (9 - 7))
+    # Epochs recorded before the epoch's start was: the rest of an epoch counts as
+    # between epochs, or as preparing in the first.
+    older = timeline.trial_time_split(epochs.drop(columns=["started_unix_s"]))
+    assert older == pytest.approx({**split, "preparing": (5 - 1.1) + (12 - 1.1 - 9),
+                                   "inside epochs": 0.0, "between epochs": 2 - 1.1})
     assert timeline.trial_time_split(epochs.drop(columns=["wall_s"])) == {}
 
 
