@@ -120,20 +120,51 @@ class Steps:
             return False
         started = time.monotonic()
         with open(self.out / f"{name}.log", "w") as log:
-            # A session of its own, so that a step over its limit is stopped whole:
-            # the embedded Ray a sweep started (raylet, its agents) with it.
-            step = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                code = step.wait(timeout=limit_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(step.pid, signal.SIGKILL)
-                step.wait()
-                code = "timeout"
+            code = run_whole(argv, log, limit_s)
         self.outcomes[name] = {"ran": True, "exit": code,
                                "seconds": round(time.monotonic() - started, 1)}
         print(f"{name}: {self.outcomes[name]}", flush=True)
         return code == 0
+
+
+def run_whole(argv: list[str], log, limit_s: float) -> int | str:
+    """Run `argv` in the repository, its output into `log`; its exit status, or
+    "timeout" once it ran `limit_s` seconds, when it is stopped whole: its session
+    (the embedded Ray a sweep started dies with its driver) and every process
+    under it that left the session (torchrun starts its workers in sessions of
+    their own, which a GPU would otherwise keep running into the next step)."""
+    step = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        return step.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        under = descendants(step.pid)  # before the kill: orphans lose their parent
+        os.killpg(step.pid, signal.SIGKILL)
+        for pid in under:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # ended with the session
+        step.wait()
+        return "timeout"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def sweep_figures(folder: Path) -> dict:

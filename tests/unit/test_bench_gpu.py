@@ -6,8 +6,10 @@ finds no GPU calls its `main` here, without a second Python's start (1.7 s each)
 """
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -158,3 +160,33 @@ def test_the_torchrun_baseline_runs_as_the_check_reads_it(tmp_path, monkeypatch)
     assert argv[argv.index("--device") + 1] == "cuda" and argv[-2:] == ["--data-dir", "D"]
     assert argv[argv.index("--memory-format") + 1] == "nchw"
     assert (argv[argv.index("--batch-size") + 1], argv[argv.index("--lr") + 1]) == ("256", "0.1")
+
+
+def test_a_step_over_its_limit_is_stopped_with_what_left_its_session(tmp_path, monkeypatch):
+    """The check's step over its limit: its session killed, and a child that started
+    a session of its own (as torchrun's workers do) killed too; it would otherwise
+    hold the GPU into the next step."""
+    check = import_bench("gpu_check", monkeypatch)
+    pid_file = tmp_path / "child.pid"
+    spawn = ("import subprocess, sys, time\n"
+             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
+             " start_new_session=True)\n"
+             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+             "time.sleep(300)\n")
+    with open(tmp_path / "step.log", "w") as log:
+        assert check.run_whole([sys.executable, "-c", spawn], log, limit_s=3) == "timeout"
+    child = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is delivered at once; reaping by init may take a moment
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as stat:
+            if stat.read().rpartition(")")[2].split()[0] == "Z":
+                break  # killed, awaiting its reaper
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the step's child in a session of its own outlived the step")
+    with open(tmp_path / "step.log", "w") as log:
+        assert check.run_whole([sys.executable, "-c", "raise SystemExit(3)"], log, 30) == 3
