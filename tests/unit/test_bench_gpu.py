@@ -155,6 +155,11 @@ def test_the_torchrun_baseline_runs_as_the_check_reads_it(tmp_path, monkeypatch)
     beyond = {"d2l_13_6": {"epoch_s": figures["epoch_s"] * 1.10}, "torchrun": figures}
     assert check.verdicts(beyond)["ray_vs_torchrun"].startswith("MISSED: 0.1")
     assert check.verdicts({})["ray_vs_torchrun"] == "not measured"
+    # The whole check's time is judged only where every step ran.
+    ran = {"ran": True, "exit": 0, "seconds": 1.0}
+    assert check.verdicts({"check_s": 250.0}, {"a": ran})["check_s"] == "met: 250 against 300"
+    assert check.verdicts({"check_s": 60.0}, {"a": ran, "b": {"ran": False}})[
+        "check_s"].startswith("not measured")
     # The check's own command: the book's recipe on the GPU, as the trial runs it.
     argv = check.torchrun_argv(["--data-dir", "D"], "nchw")
     assert argv[argv.index("--device") + 1] == "cuda" and argv[-2:] == ["--data-dir", "D"]
