@@ -20,11 +20,11 @@ Run on a machine with one NVIDIA GPU (H100 or H200), Ray brought there as wheels
 
 and records the speed figures of issue 38 (item 5) against their targets:
 ResNet-18 <= 1.5 s/epoch at >= 0.90 after 10 epochs through Ray; Ray within 3%
-of the loop alone and of the torchrun script; LeNet <= 0.2 s/epoch; 0.90 within 2 s of training; the
-whole check within 5 minutes (the first run, 2026-11-27 on an H200, needed about
-10: tests/gpu alone took about 400 s, hence the step limits below). Seconds
-per epoch count training only and are the median over epochs 2.. (the first
-pays for cuDNN's search and the allocator's growth).
+of the loop alone and of the torchrun script; LeNet <= 0.2 s/epoch; 0.90 within
+2 s of training; the whole check within 5 minutes (the first run, 2026-11-27
+on an H200, needed about 10: tests/gpu alone took about 400 s, hence the step
+limits below). Seconds per epoch count training only and are the median over
+epochs 2.. (the first pays for cuDNN's search and the allocator's growth).
 
 Into `--out` (at most 8 files, what a lent machine sends back): gpu_check.jsonl
 (the record), each step's log, and the two sweeps' report.md. `--record` also
