@@ -62,8 +62,7 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
     probe's batch ("first_call")."""
     model = model_of(config).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    layout_bytes = [gradient_bytes(*layout, num_classes=config.num_classes,
-                                   input_shape=config.input_shape) for layout in layouts]
+    layout_bytes = layouts_bytes(layouts, config)
     largest_bytes = largest_message(param_bytes, layout_bytes)
     collectives = {}
     for kind in transports if get_world_size() > 1 else ():
@@ -105,9 +104,7 @@ def counted_alone(sweep: SweepConfig) -> dict:
     return {"num_workers": 1, "device": "cuda" if base.use_gpu else "cpu",
             "model": base.model, "threads_per_worker": base.threads_per_worker,
             "allreduce": [], "first_call": [], "compute": [],
-            "gradient_bytes": [gradient_bytes(*layout, num_classes=base.num_classes,
-                                              input_shape=base.input_shape)
-                               for layout in layouts_of(sweep)],
+            "gradient_bytes": layouts_bytes(layouts_of(sweep), base),
             "counted_alone": True}
 
 
@@ -151,6 +148,14 @@ def layouts_of(sweep: SweepConfig) -> tuple[tuple[str, str, float], ...]:
     """Each (model, precision, bucket_cap_mb) of the sweep's trials, once."""
     return tuple(dict.fromkeys((point.train.model, point.train.precision,
                                 point.train.bucket_cap_mb) for point in sweep.grid))
+
+
+def layouts_bytes(layouts: tuple[tuple[str, str, float], ...], config: TrainConfig) -> list[dict]:
+    """`gradient_bytes` of each (model, precision, bucket_cap_mb), for the models as
+    `config`'s data set shapes them: what a worker group's calibration records and
+    what the driver counts alone."""
+    return [gradient_bytes(*layout, num_classes=config.num_classes,
+                           input_shape=config.input_shape) for layout in layouts]
 
 
 def gradient_bytes(model: str, precision: str, bucket_cap_mb: float, *,
