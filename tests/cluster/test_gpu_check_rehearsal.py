@@ -6,7 +6,7 @@ torchrun baseline (bench/torchrun_ddp.py on the CPU, LeNet), and the loop alone
 stood in for (it trains on CUDA in the check's own process). The record, its
 figures and verdicts, and the files a lent machine sends back are checked.
 A rehearsal found the check's timeout leaving torchrun's worker running
-(tests/processes/test_bench_scripts.py has that case)."""
+(tests/processes/test_gpu_bench_commands.py has that case)."""
 
 import json
 

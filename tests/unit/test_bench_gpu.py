@@ -2,7 +2,7 @@
 only parse options, find no GPU or read their records: each calls its `main` or
 its functions here, without a second Python's start (1.7 s each). Neither may
 touch bench/results. Their runs as commands (the CPU smoke runs, the torchrun
-baseline, a step stopped whole): tests/processes/test_bench_scripts.py.
+baseline, a step stopped whole): tests/processes/test_gpu_bench_commands.py.
 """
 
 import json
