@@ -5,7 +5,8 @@ The tests live in four folders, one per layer, and the folder is the only
 place a test's layer is said: tests/unit starts neither Ray nor several
 worker processes (the fast layer, `pytest tests/unit`, or equally
 `-m "not cluster and not processes and not gpu"`), tests/processes starts 2 or
-3 worker processes without Ray (marker `processes`), tests/cluster starts or
+3 worker processes without Ray, or commands that start processes of their own
+(marker `processes`), tests/cluster starts or
 uses Ray (marker `cluster`), tests/gpu needs a CUDA GPU and is skipped without
 one (marker `gpu`; CI has none). helpers.py and this file, in tests/, serve all four.
 """

@@ -22,13 +22,15 @@ with `--cuda-graph on`, since a replay repeats its kernels and nothing of its
 Python (a counter, an attribute rebound each step, Python's `random` would be
 frozen at the capture). A capture that fails falls back to the eager step, the
 current stream restored and the gradients it left cleared, and says why in
-`state` (its memory pool stays reserved: torch frees it only after a capture
-that ended). Before torch 2.12 a capture whose end failed also left the
-allocator routing to that pool, as if the capture were still underway
+`state`. Before torch 2.12 its memory pool stays reserved (torch frees a pool
+only after a capture that ended), and a capture whose end failed also left the
+device allocator routing to that pool, as if the capture were still underway
 (pytorch#180395): every `torch.cuda.empty_cache()` after it, and the allocator's
-own retry when memory runs out, then failed an internal assert. The failed
-capture's routing is ended here (`_end_routing`), the one call below torch's
-public API, a no-op where torch ended it itself.
+own retry when memory runs out, then failed an internal assert. There the
+failed capture's routing is ended here (`_end_routing`), the one call below
+torch's public API; from 2.12 torch ends it itself, and a second end would come
+from the graph's destructor. (The pinned host allocator's routing, which 2.11
+leaves on too, has no call to end it; nothing here pins memory.)
 """
 
 from collections.abc import Callable
@@ -105,15 +107,16 @@ class GraphedStep:
         this batch); on failure, leave the eager step in a clean state."""
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.current_stream()
-        # The graph's own pool, named here: after a failed capture torch will not say it.
-        pool = torch.cuda.graph_pool_handle()
+        # The graph's own pool and device, named here: after a failed capture torch
+        # will not say them (a capture is made on the current device).
+        pool, device_index = torch.cuda.graph_pool_handle(), torch.cuda.current_device()
         try:
             # thread_local: a Ray worker's other threads may touch CUDA meanwhile.
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 outputs = self.body(self.index)
         except RuntimeError as error:  # the step runs eagerly; the record says why
             torch.cuda.set_stream(stream)  # a failed capture does not restore it
-            _end_routing(self.index.device, pool)
+            _end_routing(device_index, pool)
             while error.__context__ is not None:  # the cause, not capture_end's echo
                 error = error.__context__
             first_line = (str(error).splitlines() or [""])[0][:160]
@@ -123,13 +126,14 @@ class GraphedStep:
         self.graph, self.outputs, self.state = graph, outputs, ON
 
 
-def _end_routing(device: torch.device, pool) -> None:
-    """End the allocator's routing to a failed capture's `pool` where torch left it on
-    (before 2.12, pytorch#180395: `capture_end` raised before ending it). Where torch
-    ended it, the allocator says it is not recording to that pool (RuntimeError);
-    where a torch lacks the call (AttributeError), there is nothing to end by it."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+def _end_routing(device_index: int, pool) -> None:
+    """End the device allocator's routing to a failed capture's `pool`, which torch
+    before 2.12 left on (pytorch#180395: `capture_end` raised before ending it). A
+    routing torch ended already, and a torch built without CUDA, raise RuntimeError
+    here: nothing to end."""
+    if torch.__version__ >= (2, 12):
+        return
     try:
-        torch._C._cuda_endAllocateToPool(index, pool)
+        torch._C._cuda_endAllocateToPool(device_index, pool)
     except (AttributeError, RuntimeError):
         pass

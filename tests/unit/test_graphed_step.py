@@ -40,23 +40,83 @@ def test_an_unknown_choice_is_one_line():
         TrainConfig(cuda_graph="always")
 
 
-def test_a_failed_captures_routing_is_ended_on_its_own_device_and_pool(monkeypatch):
+def test_a_failed_captures_routing_is_ended_where_torch_left_it_on(monkeypatch):
     """Before torch 2.12 a capture whose end failed left the allocator routing to its
-    pool (pytorch#180395): `_end_routing` ends it on the step's device, and takes the
-    allocator's "not recording" (where torch ended it) and a torch without the call
-    as nothing to do. The capture itself: tests/gpu/test_cuda_graph.py."""
+    pool (pytorch#180395): `_end_routing` ends it there, and takes the allocator's
+    "not recording" (a routing torch ended) and a torch without the call as nothing
+    to do; from 2.12 torch ends it itself, and the graph's destructor would end it
+    a second time. The capture itself: tests/gpu/test_cuda_graph.py."""
+    from torch.torch_version import TorchVersion
     from orchestrator.training import graphed
     calls = []
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool",
                         lambda device, pool: calls.append((device, pool)), raising=False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    graphed._end_routing(torch.device("cuda", 1), (0, 7))
-    graphed._end_routing(torch.device("cuda"), (0, 8))
-    assert calls == [(1, (0, 7)), (3, (0, 8))]
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.11.0+cu130"))
+    graphed._end_routing(1, (0, 7))
+    assert calls == [(1, (0, 7))]
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.12.0"))
+    graphed._end_routing(1, (0, 8))
+    assert calls == [(1, (0, 7))]
 
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.11.0"))
     def not_recording(device, pool):
         raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", not_recording)
-    graphed._end_routing(GPU, (0, 9))
+    graphed._end_routing(0, (0, 9))
     monkeypatch.delattr(torch._C, "_cuda_endAllocateToPool")
-    graphed._end_routing(GPU, (0, 10))
+    graphed._end_routing(0, (0, 10))
+
+
+class _Capture:
+    """torch.cuda.graph as a fake: records the pool it was given; `fails`: its end
+    raises, as capture_end does after a step it could not capture."""
+
+    def __init__(self, pools: list, fails: bool):
+        self.pools, self.fails = pools, fails
+
+    def __call__(self, graph, pool=None, capture_error_mode="global"):
+        self.pools.append(pool)
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.fails:
+            raise RuntimeError("CUDA error: operation failed due to a previous error "
+                               "during capture")
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_capture_names_its_pool_and_a_failed_one_ends_the_routing_to_it(monkeypatch, fails):
+    """The wiring of `GraphedStep._capture` (CUDA faked): the pool the capture was
+    made in, on the device it was made on, is the one whose routing is ended, only
+    after a failure; the stream is restored, the gradients cleared, and the state
+    names the step's own error, not capture_end's echo of it."""
+    from orchestrator.training import graphed
+    pools, ended, streams, cleared = [], [], [], []
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: "the graph")
+    monkeypatch.setattr(torch.cuda, "graph", _Capture(pools, fails))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 42))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "the step's stream")
+    monkeypatch.setattr(torch.cuda, "set_stream", streams.append)
+    monkeypatch.setattr(graphed, "_end_routing", lambda index, pool: ended.append((index, pool)))
+
+    def body(index):
+        if fails:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return ("loss",)
+    step = graphed.GraphedStep.__new__(graphed.GraphedStep)
+    step.body, step.clear, step.index = body, lambda: cleared.append(True), torch.zeros(2)
+    step.graph, step.outputs, step.state = None, None, graphed.WARMING_UP
+    step._capture()
+    assert pools == [(0, 42)]
+    if fails:
+        assert ended == [(2, (0, 42))] and streams == ["the step's stream"] and cleared
+        assert step.state == ("off: capture failed (RuntimeError: CUDA error: operation not "
+                              "permitted when stream is capturing)")
+        assert step.graph is None
+    else:
+        assert ended == [] and streams == [] and not cleared
+        assert (step.state, step.graph, step.outputs) == (graphed.ON, "the graph", ("loss",))
