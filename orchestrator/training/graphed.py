@@ -22,9 +22,9 @@ with `--cuda-graph on`, since a replay repeats its kernels and nothing of its
 Python (a counter, an attribute rebound each step, Python's `random` would be
 frozen at the capture). A capture that fails falls back to the eager step, the
 current stream restored and the gradients it left cleared, and says why in
-`state`. Before torch 2.12 its memory pool stays reserved (torch frees a pool
-only after a capture that ended), and a capture whose end failed also left the
-device allocator routing to that pool, as if the capture were still underway
+`state`. On the torch the GPU machines have (2.11) its memory pool stays
+reserved (torch frees a pool only after a capture that ended), and before 2.12
+a capture whose end failed also left the device allocator routing to that pool, as if the capture were still underway
 (pytorch#180395): every `torch.cuda.empty_cache()` after it, and the allocator's
 own retry when memory runs out, then failed an internal assert. There the
 failed capture's routing is ended here (`_end_routing`), the one call below
