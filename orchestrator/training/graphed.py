@@ -24,13 +24,14 @@ frozen at the capture). A capture that fails falls back to the eager step, the
 current stream restored and the gradients it left cleared, and says why in
 `state`. On the torch the GPU machines have (2.11) its memory pool stays
 reserved (torch frees a pool only after a capture that ended), and before 2.12
-a capture whose end failed also left the device allocator routing to that pool, as if the capture were still underway
-(pytorch#180395): every `torch.cuda.empty_cache()` after it, and the allocator's
-own retry when memory runs out, then failed an internal assert. There the
-failed capture's routing is ended here (`_end_routing`), the one call below
-torch's public API; from 2.12 torch ends it itself, and a second end would come
-from the graph's destructor. (The pinned host allocator's routing, which 2.11
-leaves on too, has no call to end it; nothing here pins memory.)
+a capture whose end failed also left the device allocator routing to that
+pool, as if the capture were still underway (pytorch#180395): every
+`torch.cuda.empty_cache()` after it, and the allocator's own retry when memory
+runs out, then failed an internal assert. There the failed capture's routing
+is ended here (`_end_routing`), the one call below torch's public API; from
+2.12 torch ends it itself, and a second end would come from the graph's
+destructor. (The pinned host allocator's routing, which 2.11 leaves on too,
+has no call to end it; nothing here pins memory.)
 """
 
 from collections.abc import Callable
