@@ -1,5 +1,6 @@
 """The dashboard of a sweep's embedded Ray: its line says how to get the
-token, and its Train API lists every run of the sweep with its status."""
+token, and its Train API lists every run of the sweep with its status; the
+same sweep's `--repeats` (one sweep for both: each costs its Ray and trials)."""
 
 import json
 import os
@@ -10,8 +11,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from helpers import REPO, hang_limit
 
@@ -29,12 +32,16 @@ def _get(url: str, token: str | None) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_path):
-    out_dir = tmp_path / "out"
+@pytest.fixture(scope="module")
+def listed_sweep(tmp_path_factory) -> tuple[list[dict], Path]:
+    """A sweep of one point run twice (`--repeats 2`: seeds 0 and 1), whose Train
+    runs are listed through its dashboard while it runs. Returns the listing and
+    the results folder."""
+    out_dir = tmp_path_factory.mktemp("listed") / "out"
     sweep = subprocess.Popen(
         [sys.executable, "-u", str(REPO / "experiments" / "sweep.py"), "--workers", "1",
-         "--lr", "0.1,0.2", "--batch-size", "64", "--epochs", "1", "--train-limit", "2048",
-         "--test-limit", "500", "--out", str(out_dir)],
+         "--lr", "0.1", "--repeats", "2", "--batch-size", "64", "--epochs", "1",
+         "--train-limit", "2048", "--test-limit", "500", "--no-calibrate", "--out", str(out_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     lines: list[str] = []
     # Read all along, so that a full pipe never stalls the sweep.
@@ -64,19 +71,38 @@ def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(tmp_pa
             sweep.kill()
             sweep.wait()
     reader.join(timeout=10)
+    return runs, out_dir
+
+
+def test_the_train_api_lists_every_run_of_a_running_sweep_with_its_status(listed_sweep):
+    runs, out_dir = listed_sweep
     # One Train run per trial, named after it, each with a status.
     trials = pd.read_csv(out_dir / "trials.csv")
     assert sorted(run["name"] for run in runs) == sorted(trials["trial_id"])
     assert all(run["status"] for run in runs), runs
 
 
-# Waits until the agreed moment, starts an embedded Ray the way the scripts do,
-# and prints its dashboard's address and the HTTP status it answered with.
+def test_repeats_run_every_point_once_per_seed(listed_sweep):
+    """--repeats N: every point once per seed, the seed in trials.csv, and the
+    report's tables averaging the replicas (issue 31)."""
+    _, out_dir = listed_sweep
+    trials = pd.read_csv(out_dir / "trials.csv")
+    assert sorted(trials["seed"]) == [0, 1] and (trials["status"] == "finished").all()
+    report = (out_dir / "report.md").read_text()
+    assert "Each row is the mean over its `trials`" in report
+    assert "Each number says how many seeds (replicas) it is the mean of" in report
+
+
+# Imports what starting Ray needs, says "ready" and waits for "go" on stdin;
+# then starts an embedded Ray the way the scripts do, and prints its
+# dashboard's address and the HTTP status it answered with.
 _START_AT_ONCE = """
-import sys, time, urllib.error, urllib.request
+import sys, urllib.error, urllib.request
 import ray
+from orchestrator import ray_fastpath  # what connect() imports: outside the race
 from orchestrator.driver import cluster
-time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()
 url = cluster.connect(None, num_cpus=1).dashboard_url
 try:
     status = urllib.request.urlopen(url + "/api/version", timeout=10).status
@@ -91,10 +117,15 @@ def test_two_embedded_rays_started_at_once_each_get_a_dashboard():
     # Both probed the same free port and the later dashboard could not bind it
     # ("Failed to find a valid port for dashboard"): reproduced both times tried
     # on a 2-core EPYC before the port was chosen under a lock.
-    start_at = str(time.time() + 8 * hang_limit(1))  # after both have imported Ray
-    runs = [subprocess.Popen([sys.executable, "-c", _START_AT_ONCE, start_at], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs = [subprocess.Popen([sys.executable, "-c", _START_AT_ONCE], cwd=REPO,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
             for _ in range(2)]
+    for run in runs:  # both have imported Ray (a warning may come first): then both start it
+        assert "ready\n" in iter(run.stdout.readline, ""), "the starter ended before ready"
+    for run in runs:
+        run.stdin.write("go\n")
+        run.stdin.flush()
     outputs = [run.communicate(timeout=hang_limit(180))[0] for run in runs]
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-2000:]

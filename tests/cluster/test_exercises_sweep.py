@@ -8,7 +8,7 @@ but with every part of the study that the answer sheet reads: two worker
 counts, two learning rates (the linear rule's pair), a strategy beside the
 reference and `delayed`, both splits, the threads baseline; one seed (a
 second adds five trials, about 90 s: replicas run end to end in
-tests/cluster/test_replicas_sweep.py, and their answers, Welch's test
+tests/cluster/test_dashboard.py, and their answers, Welch's test
 included, are checked on the recorded two-seed sweep). Batch 32 and 200 test
 images: ResNet-18's part on CPUs (its steps, its compute probe in the
 calibration, its test images) took about 100 of the sweep's 277 s at batch 64

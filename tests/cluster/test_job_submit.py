@@ -43,7 +43,10 @@ def _head():
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            # Room for Train's two helper actors beside the worker (docs/CLUSTERS.md).
-           "RAY_worker_maximum_startup_concurrency": "3"}
+           "RAY_worker_maximum_startup_concurrency": "3",
+           # Stopped at once, not after Ray 2.60's drain of up to 30 s: a head
+           # that ran Train jobs never goes idle (Train's state actor stays on it).
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
         [RAY_CLI, "start", "--block", "--head", f"--port={port}", "--num-cpus=1",
