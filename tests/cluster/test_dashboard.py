@@ -102,7 +102,8 @@ import ray
 from orchestrator import ray_fastpath  # what connect() imports: outside the race
 from orchestrator.driver import cluster
 print("ready", flush=True)
-sys.stdin.readline()
+if sys.stdin.readline().strip() != "go":  # the test gave up: start nothing
+    sys.exit(1)
 url = cluster.connect(None, num_cpus=1).dashboard_url
 try:
     status = urllib.request.urlopen(url + "/api/version", timeout=10).status
@@ -121,12 +122,24 @@ def test_two_embedded_rays_started_at_once_each_get_a_dashboard():
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
             for _ in range(2)]
-    for run in runs:  # both have imported Ray (a warning may come first): then both start it
-        assert "ready\n" in iter(run.stdout.readline, ""), "the starter ended before ready"
-    for run in runs:
-        run.stdin.write("go\n")
-        run.stdin.flush()
-    outputs = [run.communicate(timeout=hang_limit(180))[0] for run in runs]
+    try:
+        for run in runs:  # both have imported Ray (a warning may come first): then both start
+            before = []
+            for line in iter(run.stdout.readline, ""):
+                if line == "ready\n":
+                    break
+                before.append(line)
+            else:
+                raise AssertionError("the starter ended before ready:\n" + "".join(before))
+        for run in runs:
+            run.stdin.write("go\n")
+            run.stdin.flush()
+        outputs = [run.communicate(timeout=hang_limit(180))[0] for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-2000:]
     urls = [re.search(r"^dashboard (\S+) (?:200|401)$", output, re.M).group(1) for output in outputs]
