@@ -6,6 +6,7 @@ import importlib.util
 import io
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,6 +94,24 @@ def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> sub
     return subprocess.run([sys.executable, str(REPO / "experiments" / script), *args],
                           capture_output=True, text=True, timeout=hang_limit(timeout_s), env=env,
                           cwd=REPO)
+
+
+def read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: list[str]) -> str:
+    """Read the process's output line by line until a line matches `pattern`;
+    every line read goes to `seen`. `timeout_s` is a hang limit (`hang_limit`)."""
+    deadline = time.monotonic() + hang_limit(timeout_s)
+    for line in process.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
+        assert time.monotonic() < deadline, f"no line matched {pattern!r}:\n{''.join(seen[-40:])}"
+    raise AssertionError(f"output ended before {pattern!r}:\n{''.join(seen[-40:])}")
+
+
+# For `ray start --block` nodes a test stops by their handle: stopped at once,
+# not after Ray 2.60's drain of up to 30 s on SIGTERM, which a node that ran a
+# Train job always sits out (Train's state actor keeps the head busy).
+STOP_AT_ONCE = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 
 def import_tool(name: str):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import REPO, hang_limit
+from helpers import REPO, hang_limit, read_until
 
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 # Ray Train V2's runs; in Ray 2.60 /api/train/v2/runs serves Train V1's.
@@ -124,13 +124,7 @@ def test_two_embedded_rays_started_at_once_each_get_a_dashboard():
             for _ in range(2)]
     try:
         for run in runs:  # both have imported Ray (a warning may come first): then both start
-            before = []
-            for line in iter(run.stdout.readline, ""):
-                if line == "ready\n":
-                    break
-                before.append(line)
-            else:
-                raise AssertionError("the starter ended before ready:\n" + "".join(before))
+            read_until(run, r"^ready$", 180, [])
         for run in runs:
             run.stdin.write("go\n")
             run.stdin.flush()

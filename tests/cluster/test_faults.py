@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import pytest
 
-from helpers import REPO, hang_limit
+from helpers import REPO, hang_limit, read_until
 
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
 
@@ -22,17 +22,6 @@ def _popen(script: str, *args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-u", str(REPO / "experiments" / script), *args],
                             stdout=stdout, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             start_new_session=True)
-
-
-def _read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: list[str]) -> str:
-    """Read the process's output line by line until a line matches `pattern`."""
-    deadline = time.monotonic() + hang_limit(timeout_s)
-    for line in process.stdout:
-        seen.append(line)
-        if re.search(pattern, line):
-            return line
-        assert time.monotonic() < deadline, f"no line matched {pattern!r}:\n{''.join(seen[-40:])}"
-    raise AssertionError(f"output ended before {pattern!r}:\n{''.join(seen[-40:])}")
 
 
 def _training_worker_pids() -> list[int]:
@@ -73,12 +62,12 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
                      "--train-limit", "16384")
     seen: list[str] = []
     try:
-        _read_until(process, r"epoch 1/3:", 240, seen)
+        read_until(process, r"epoch 1/3:", 240, seen)
         time.sleep(0.5)  # into epoch 2
         victims = _training_worker_pids()
         assert victims, "no Ray Train worker process found"
         os.kill(victims[-1], signal.SIGKILL)
-        final = _read_until(process, r"^test acc: ", 300, seen)
+        final = read_until(process, r"^test acc: ", 300, seen)
         assert process.wait(timeout=hang_limit(60)) == 0, "".join(seen[-40:])
     finally:
         if process.poll() is None:
@@ -127,7 +116,7 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
     process = _popen("sweep.py", *args)
     seen: list[str] = []
     try:
-        first_done = _read_until(process, r"trial (\S+) done: test acc", 300, seen)
+        first_done = read_until(process, r"trial (\S+) done: test acc", 300, seen)
         finished_trial = re.search(r"trial (\S+) done", first_done).group(1)
         if stop == "SIGINT":
             process.send_signal(signal.SIGINT)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 
-from helpers import REPO, hang_limit
+from helpers import REPO, STOP_AT_ONCE, hang_limit
 from orchestrator.config.presets import DEFAULT_PRESET
 from orchestrator.driver.cluster import free_local_port
 
@@ -43,10 +43,7 @@ def _head():
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            # Room for Train's two helper actors beside the worker (docs/CLUSTERS.md).
-           "RAY_worker_maximum_startup_concurrency": "3",
-           # Stopped at once, not after Ray 2.60's drain of up to 30 s: a head
-           # that ran Train jobs never goes idle (Train's state actor stays on it).
-           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+           "RAY_worker_maximum_startup_concurrency": "3", **STOP_AT_ONCE}
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
         [RAY_CLI, "start", "--block", "--head", f"--port={port}", "--num-cpus=1",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import SMALL, hang_limit, run_script
+from helpers import SMALL, STOP_AT_ONCE, hang_limit, run_script
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.driver.jobs import DRY_RUN_LINE
 from orchestrator.report.plots import PLOT_FILES
@@ -125,12 +125,9 @@ def _wait_for_head(head: subprocess.Popen, port: int) -> None:
 @contextlib.contextmanager
 def _ray_node(*args: str, env: dict):
     """`ray start --block ARGS`, stopped by its own handle: --block keeps the
-    node in the foreground, so stopping this one process stops that node, and
-    only it (`ray stop` would stop every Ray here)."""
-    # Stopped at once: Ray 2.60 drains a node told to stop for up to 30 s, and a
-    # head that ran Train jobs never goes idle (Train's state actor stays on it).
-    env = {**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
-    node = subprocess.Popen([RAY_CLI, "start", "--block", *args], env=env,
+    node in the foreground, so stopping this one process stops that node, at once
+    (STOP_AT_ONCE), and only it (`ray stop` would stop every Ray here)."""
+    node = subprocess.Popen([RAY_CLI, "start", "--block", *args], env={**env, **STOP_AT_ONCE},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield node
