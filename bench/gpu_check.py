@@ -3,17 +3,19 @@
 Run on a machine with one NVIDIA GPU (H100 or H200), Ray brought there as wheels
 (../shared/GPU.md), it runs, each step with its own time limit inside one budget:
 
-1. `tests/gpu`, the GPU test layer: every strategy and the proportional split
-   on k = 2 and 3 workers sharing the GPU against one device, SyncBatchNorm over
-   gloo, the step as a CUDA graph against the eager step, a 2-worker trial
-   through sweep.py on the one GPU (its main-job test is step 2's, checked there);
+1. `tests/gpu`, the GPU test layer, in two steps: `tests_cuda_graph` (the step
+   as a CUDA graph against the eager step, tests/gpu/test_cuda_graph.py: short,
+   and what the figures' step runs) and `tests_gpu` (the rest: every strategy
+   and the proportional split on k = 2 and 3 workers sharing the GPU against
+   one device, SyncBatchNorm over gloo, a 2-worker trial through sweep.py on
+   the one GPU; its main-job test is step 2's, checked there);
 2. the main job, `python experiments/sweep.py` (the book's 13.5 preset): its
    1-GPU trial runs, its 2-worker point is left out and named in report.md;
 3. `--preset d2l-13.6 --workers 1 --precision bf16`: ResNet-18 with the book's
    recipe through a Ray Train trial, its step a CUDA graph in bfloat16
    (bench/notes/gpu_step.md), evaluated 4 times an epoch for its time to 0.90;
-4. the same ResNet-18 run in this process without Ray (the loop alone): what
-   Ray adds to an epoch;
+4. the same ResNet-18 run in a Python of its own without Ray (the loop alone):
+   what Ray adds to an epoch;
 5. a plain torchrun DDP script (bench/torchrun_ddp.py) with the same recipe,
    precision and memory format on the GPU under NCCL, its step eager: what a
    user without Ray would write, for 3 epochs (its epochs 2.. timed).
@@ -27,17 +29,20 @@ limits below). Seconds per epoch count training only and are the median over
 epochs 2.. (the first pays for cuDNN's search and the allocator's growth).
 
 Into `--out` (at most 8 files, what a lent machine sends back): gpu_check.jsonl
-(the record), each step's log, and the two sweeps' report.md. `--record` also
-appends the record to bench/results/gpu_check.jsonl (on a machine whose
-results are kept; a lent machine's come back through --out).
+(the record, rewritten after every step: a call stopped at its limit still
+returns the figures of the steps before), each step's log (the two test steps
+share tests_gpu.log), and the two sweeps' report.md. `--record` also appends
+the record to bench/results/gpu_check.jsonl (on a machine whose results are
+kept; a lent machine's come back through --out).
 
 Without a GPU it says so in one line and exits 0, running and writing nothing.
 
-    python bench/gpu_check.py --out DIR [--budget-s 660] [--data-dir DIR] [--record]
-                              [--steps tests_gpu,main_job,d2l_13_6,loop_alone,torchrun]
+    python bench/gpu_check.py --out DIR [--budget-s 560] [--data-dir DIR] [--record]
+        [--steps tests_cuda_graph,tests_gpu,main_job,d2l_13_6,loop_alone,torchrun]
 
-A lent machine's call runs at most 600 s: there, run `--steps tests_gpu` in one
-call and `--steps main_job,d2l_13_6,loop_alone,torchrun` in the next.
+A lent machine's call runs at most 600 s: there, run `--steps
+tests_cuda_graph,main_job,d2l_13_6,loop_alone,torchrun` in one call and `--steps
+tests_gpu` in the next (bench/notes/gpu_check.md).
 """
 
 import argparse
@@ -68,8 +73,13 @@ TARGETS = {"resnet18_ray_epoch_s": 1.5, "resnet18_test_acc": 0.90, "ray_overhead
 TARGET_ACC = 0.90
 # Each step's limit, seconds; the budget's remainder caps it.
 # The first run's (H200): tests/gpu about 400 s, the main job 84 s, d2l-13.6 105 s.
-STEP_LIMITS_S = {"tests_gpu": 420, "main_job": 120, "d2l_13_6": 120, "loop_alone": 60,
-                 "torchrun": 60}
+STEP_LIMITS_S = {"tests_cuda_graph": 120, "tests_gpu": 420, "main_job": 120, "d2l_13_6": 120,
+                 "loop_alone": 60, "torchrun": 60}
+TEST_STEPS = {"tests_cuda_graph": ["tests/gpu/test_cuda_graph.py"],
+              # The main-job test runs what the main_job step runs; that step checks the line.
+              "tests_gpu": ["tests/gpu", "--ignore=tests/gpu/test_cuda_graph.py",
+                            "-k", "not main_job"]}
+LOOP_ALONE_LINE = "LOOP_ALONE "  # the loop-alone step prints its figures on this line
 TORCHRUN_EPOCHS = 3  # the first warms up; the median of the others is read
 # The one-GPU main job names its 2-worker point as not run (issue 38, item 1).
 LEFT_OUT_LINE = "2 workers need 2 GPUs; this cluster has 1: not run"
@@ -80,9 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True,
                         help="folder for the record, the logs and the reports (at most 8 files)")
-    parser.add_argument("--budget-s", type=float, default=660.0,
+    parser.add_argument("--budget-s", type=float, default=560.0,
                         help="the whole check's seconds: a step that would start past it is "
-                             "skipped and recorded as such (default 660)")
+                             "skipped and recorded as such (default 560: a lent machine's "
+                             "call runs at most 600)")
     parser.add_argument("--data-dir", default=None, help="folder with the Fashion-MNIST files")
     parser.add_argument("--record", action="store_true",
                         help="also append the record to bench/results/gpu_check.jsonl")
@@ -111,7 +122,9 @@ class Steps:
             self.outcomes[name] = {"ran": False, "reason": "not asked for (--steps)"}
         return name in self.chosen
 
-    def run(self, name: str, argv: list[str]) -> bool:
+    def run(self, name: str, argv: list[str], log_name: str | None = None) -> bool:
+        """Run step `name` (`argv`) into `log_name` (default `name`.log; appended to:
+        two steps may share one); whether it ran and exited 0."""
         if not self.asked(name):
             return False
         limit_s = min(STEP_LIMITS_S[name], self.deadline - time.monotonic())
@@ -119,7 +132,7 @@ class Steps:
             self.outcomes[name] = {"ran": False, "reason": "the check's budget was spent"}
             return False
         started = time.monotonic()
-        with open(self.out / f"{name}.log", "w") as log:
+        with open(self.out / f"{log_name or name}.log", "a") as log:
             code = run_whole(argv, log, limit_s)
         self.outcomes[name] = {"ran": True, "exit": code,
                                "seconds": round(time.monotonic() - started, 1)}
@@ -210,7 +223,8 @@ def _read_csv(path: Path):
 
 
 def loop_alone(data_dir: str | None) -> dict:
-    """ResNet-18's book recipe in this process on the GPU, without Ray."""
+    """ResNet-18's book recipe in the calling process on the GPU, without Ray
+    (the loop-alone step runs it in a Python of its own: loop_alone_argv)."""
     from orchestrator.config.options import TrainConfig
     from orchestrator.config.presets import PRESETS
     from orchestrator.training import data
@@ -224,6 +238,25 @@ def loop_alone(data_dir: str | None) -> dict:
     return {"epoch_s": median([row["epoch_time_s"] for row in history[1:]]),
             "test_acc": history[-1]["test_acc"], "memory_format": history[-1]["memory_format"],
             "precision": history[-1]["precision"], "step_graph": history[-1]["step_graph"]}
+
+
+def loop_alone_argv(data_dir: str | None) -> list[str]:
+    """The loop-alone step: `loop_alone` in a Python of its own, under the step's
+    limit, its figures printed on one line (read by loop_alone_figures)."""
+    code = ("import json, sys\n"
+            "sys.path.insert(0, 'bench')\n"
+            "import gpu_check\n"
+            "figures = gpu_check.loop_alone(sys.argv[1] or None)\n"
+            "print(gpu_check.LOOP_ALONE_LINE + json.dumps(figures), flush=True)\n")
+    return [sys.executable, "-c", code, data_dir or ""]
+
+
+def loop_alone_figures(log: Path) -> dict:
+    """The loop-alone step's figures, read from its log; {} where it printed none."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    found = [json.loads(line.removeprefix(LOOP_ALONE_LINE)) for line in lines
+             if line.startswith(LOOP_ALONE_LINE)]
+    return found[-1] if found else {}
 
 
 def torchrun_argv(data: list[str], memory_format: str | None = None) -> list[str]:
@@ -297,12 +330,34 @@ def main(argv: list[str] | None = None) -> int:
     steps = Steps(out, args.budget_s, args.steps)
     data = ["--data-dir", args.data_dir] if args.data_dir else []
     figures: dict = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        # The main-job test runs what step 2 runs; step 2 checks the same line.
+
+    def record(after: str | None = None) -> dict:
+        """The record so far, written to `--out` after every step (`after`: a call
+        stopped at its limit keeps what ran before); the final one (no `after`)
+        also printed and, with --record, appended to bench/results."""
+        figures["check_s"] = round(time.monotonic() - began, 1)
+        fields = {
+            "device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "path": f"tests/gpu, sweep.py (main job), sweep.py --preset d2l-13.6 --workers 1 "
+                    f"--precision {RESNET_PRECISION}, the loop alone (the same), "
+                    f"bench/torchrun_ddp.py (the same recipe, eager, {TORCHRUN_EPOCHS} epochs)",
+            "epoch_s_is": "training only, median of epochs 2.. (epoch 1 is warm-up)",
+            "steps": steps.outcomes, **figures, **BOOK_RESNET18, "targets": TARGETS,
+            "target_met": verdicts(figures, steps.outcomes)}
+        if after:
+            fields["partial"] = f"written after the {after} step, the check still running"
+        written = ({"benchmark": NAME, "command": command_line(), **fields} if after else
+                   emit(NAME, command_line(), fields, append=args.record))
+        (out / "gpu_check.jsonl").write_text(json.dumps(written) + "\n")
+        return written
+
+    for name, tests in TEST_STEPS.items():
         # --durations: which test or fixture took the layer's time (its log comes back).
-        steps.run("tests_gpu", [sys.executable, "-m", "pytest", "tests/gpu", "-q", "-rs",
-                                "--durations=25", "-p", "no:cacheprovider",
-                                "-k", "not main_job"])
+        steps.run(name, [sys.executable, "-m", "pytest", *tests, "-q", "-rs",
+                         "--durations=25", "-p", "no:cacheprovider"], "tests_gpu")
+        if name in steps.chosen:
+            record(after=name)
+    with tempfile.TemporaryDirectory() as scratch:
         for name, options in (("main_job", []),
                               ("d2l_13_6", ["--preset", "d2l-13.6", "--workers", "1",
                                             "--precision", RESNET_PRECISION,
@@ -317,37 +372,18 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "main_job":
                     report = (folder / "report.md").read_text()
                     figures[name]["names_left_out"] = LEFT_OUT_LINE in report
-    if steps.asked("loop_alone"):
-        if steps.deadline - time.monotonic() >= 20:
-            started = time.monotonic()
-            try:
-                figures["loop_alone"] = loop_alone(args.data_dir)
-                outcome = {"ran": True, "exit": 0}
-            except Exception as error:  # recorded: the other steps' figures still count
-                outcome = {"ran": True, "exit": f"{type(error).__name__}: {error}"}
-            try:  # the GPU's memory back for the torchrun step
-                torch.cuda.empty_cache()
-            except RuntimeError as error:  # a CUDA error the loop left: recorded, not raised
-                outcome["exit"] = f"{type(error).__name__}: {error}"
-            steps.outcomes["loop_alone"] = {**outcome,
-                                            "seconds": round(time.monotonic() - started, 1)}
-        else:
-            steps.outcomes["loop_alone"] = {"ran": False,
-                                            "reason": "the check's budget was spent"}
+            if name in steps.chosen:
+                record(after=name)
+    # In a Python of its own: under its limit, and the GPU's memory back at its end.
+    steps.run("loop_alone", loop_alone_argv(args.data_dir))
+    if "loop_alone" in steps.chosen:
+        figures["loop_alone"] = loop_alone_figures(out / "loop_alone.log")
+        record(after="loop_alone")
     # The same layout as the trial's `auto` chose, so that only the way differs.
     layout = figures.get("d2l_13_6", {}).get("memory_format") or "channels-last"
     if steps.run("torchrun", torchrun_argv(data, layout)):
         figures["torchrun"] = torchrun_figures(out / "torchrun.log", layout)
-    figures["check_s"] = round(time.monotonic() - began, 1)
-    record = emit(NAME, command_line(), {
-        "device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "path": f"tests/gpu, sweep.py (main job), sweep.py --preset d2l-13.6 --workers 1 "
-                f"--precision {RESNET_PRECISION}, the loop alone (the same), "
-                f"bench/torchrun_ddp.py (the same recipe, eager, {TORCHRUN_EPOCHS} epochs)",
-        "epoch_s_is": "training only, median of epochs 2.. (epoch 1 is warm-up)",
-        "steps": steps.outcomes, **figures, **BOOK_RESNET18, "targets": TARGETS,
-        "target_met": verdicts(figures, steps.outcomes)}, append=args.record)
-    (out / "gpu_check.jsonl").write_text(json.dumps(record) + "\n")
+    record()
     # Every step asked for ran and passed; one skipped for the budget leaves it incomplete.
     return 0 if all(outcome["ran"] and outcome["exit"] == 0
                     for name, outcome in steps.outcomes.items() if name in args.steps) else 1

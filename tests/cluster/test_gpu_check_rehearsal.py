@@ -3,12 +3,15 @@ and an error in how the check runs its steps or reads their results would spend
 them. CUDA is faked where the check asks for it; its steps run for real, made
 small: the main job (sweep.py, the book's 13.5 preset, its own embedded Ray), the
 torchrun baseline (bench/torchrun_ddp.py on the CPU, LeNet), and the loop alone
-stood in for (it trains on CUDA in the check's own process). The record, its
-figures and verdicts, and the files a lent machine sends back are checked.
+stood in for by a Python that prints what it would (it trains ResNet-18 on CUDA).
+The record, its figures and verdicts, the record rewritten after each step (a
+call stopped at its limit keeps them), and the files a lent machine sends back
+are checked.
 A rehearsal found the check's timeout leaving torchrun's worker running
 (tests/processes/test_gpu_bench_commands.py has that case)."""
 
 import json
+import sys
 
 import torch
 
@@ -19,15 +22,13 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
     check = import_bench("gpu_check", monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "rehearsal on a CPU")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     for name, limit_s in check.STEP_LIMITS_S.items():
         monkeypatch.setitem(check.STEP_LIMITS_S, name, hang_limit(limit_s))
-    monkeypatch.setattr(check, "loop_alone", lambda data_dir: {
-        "epoch_s": 1.0, "test_acc": 0.5, "memory_format": "nchw", "precision": "bf16",
-        "step_graph": "off"})
-    real_run, argvs = check.Steps.run, {}
+    standing_in = {"epoch_s": 1.0, "test_acc": 0.5, "memory_format": "nchw",
+                   "precision": "bf16", "step_graph": "off"}
+    real_run, argvs, before_torchrun = check.Steps.run, {}, []
 
-    def small_run(self, name, argv):
+    def small_run(self, name, argv, log_name=None):
         if name == "main_job":  # two epochs: the figures read the epochs after the first
             argv = [*argv, *SMALL, "--epochs", "2"]
         if name == "torchrun":  # the check's command, on the CPU, for LeNet
@@ -35,8 +36,13 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
             argv[argv.index("--device") + 1] = "cpu"
             argv[argv.index("--model") + 1] = "lenet"
             argv += ["--train-limit", "512", "--batch-size", "64", "--test-limit", "500"]
+            # What a call stopped during this step would send back.
+            before_torchrun.append(json.loads((out / "gpu_check.jsonl").read_text()))
+        if name == "loop_alone":  # its own Python, its line printed as loop_alone would
+            argv = [sys.executable, "-c", f"print({check.LOOP_ALONE_LINE!r} + "
+                                          f"{json.dumps(json.dumps(standing_in))})"]
         argvs[name] = argv
-        return real_run(self, name, argv)
+        return real_run(self, name, argv, log_name)
     monkeypatch.setattr(check.Steps, "run", small_run)
     results = {path.name: path.read_bytes() for path in (REPO / "bench" / "results").iterdir()}
     out = tmp_path / "out"
@@ -47,8 +53,12 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
     assert code == 0, {name: text[-2000:] for name, text in logs.items()}
     (record,) = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
     assert {name: step["ran"] for name, step in record["steps"].items()} == {
-        "tests_gpu": False, "main_job": True, "d2l_13_6": False, "loop_alone": True,
-        "torchrun": True}
+        "tests_cuda_graph": False, "tests_gpu": False, "main_job": True, "d2l_13_6": False,
+        "loop_alone": True, "torchrun": True}
+    assert "partial" not in record and record["loop_alone"] == standing_in
+    (partial,) = before_torchrun
+    assert partial["partial"] == "written after the loop_alone step, the check still running"
+    assert partial["main_job"] == record["main_job"] and partial["loop_alone"] == standing_in
     main_job = record["main_job"]
     assert main_job["epochs_run"] == 2 and main_job["trials"] == 2  # this CPU holds both
     split = main_job["time_split_s"]
@@ -62,6 +72,7 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
     assert verdicts["check_s"].startswith("not measured: not every step ran")
     # What a lent machine sends back: at most 8 files; bench/results left alone.
     assert sorted(path.name for path in out.iterdir()) == [
-        "gpu_check.jsonl", "main_job.log", "main_job_report.md", "torchrun.log"]
+        "gpu_check.jsonl", "loop_alone.log", "main_job.log", "main_job_report.md",
+        "torchrun.log"]
     assert {path.name: path.read_bytes()
             for path in (REPO / "bench" / "results").iterdir()} == results

@@ -74,13 +74,18 @@ def test_batchnorm_and_the_lr_warm_up_under_the_graph(fashion_mnist_small, small
                            build_model("resnet18", seed=7).state_dict(), "fp64")
 
 
-def test_bf16_channels_last_graphed_trains(fashion_mnist_small):
-    config = _config(model="lenet", precision="bf16", memory_format="channels-last",
-                     momentum=0.0, lr=0.2, num_epochs=3, train_limit=40 * 64)
+def test_bf16_channels_last_graphed_trains(fashion_mnist_small, small_resnet):
+    """ResNet-18 (its BatchNorms in bfloat16 under the graph, as the d2l-13.6 step
+    runs) learns. Not LeNet: with the book's small init it stays near chance's
+    loss for about 300 steps, so its 120 steps here moved the loss by 1e-4 either
+    way on a CPU (2.3032, 2.3034, 2.3031). The small ResNet-18 with these settings,
+    on a CPU in bfloat16 (seeds 7 and 8): 1.73 -> 0.94 and 1.80 -> 0.99."""
+    config = _config(model="resnet18", precision="bf16", memory_format="channels-last",
+                     momentum=0.9, lr=0.05, num_epochs=3, train_limit=40 * 64)
     history, _ = run_here(config, fashion_mnist_small, GPU)
     assert all(row["step_graph"] == "on" and math.isfinite(row["train_loss"])
                for row in history)
-    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"], history
 
 
 # Run in a Python of its own: a failed capture can leave the allocator believing a

@@ -58,7 +58,8 @@ def test_gpu_check_says_what_it_runs_and_where_it_writes(monkeypatch, capsys):
     assert _exit_code(main, []) == 2 and "--out" in capsys.readouterr().err
     assert _exit_code(main, ["--out", "unused", "--steps", "tests_gpu,warmup"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
-        "unknown step(s) warmup; choose from tests_gpu, main_job, d2l_13_6, loop_alone, torchrun")
+        "unknown step(s) warmup; choose from tests_cuda_graph, tests_gpu, main_job, d2l_13_6, "
+        "loop_alone, torchrun")
 
 
 def test_gpu_step_refuses_an_unknown_way_in_one_line(monkeypatch, capsys):
