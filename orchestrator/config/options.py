@@ -42,6 +42,9 @@ def option(default, doc: str, *, flag: str | None = None, swept: bool = False,
 
 
 _FACTS = DataFacts()
+# Seeds beyond 64 bits overflow torch's generators, and each epoch's shuffle is
+# seeded with seed * 10007 + epoch (loop.py): 32 bits keep every one in range.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,8 @@ class TrainConfig:
             raise UserError(f"target accuracy must be in (0, 1], got {self.target_acc!r}")
         require_int(self.num_epochs, "epochs", minimum=1)
         require_int(self.seed, "seed", minimum=0)
+        if self.seed > MAX_SEED:
+            raise UserError(f"seed must be <= {MAX_SEED} (32 bits, as numpy's), got {self.seed}")
         require_int(self.threads_per_worker, "threads per worker", minimum=1)
         require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
         if self.warmup_epochs and not (isinstance(self.warmup_start_lr, (int, float))

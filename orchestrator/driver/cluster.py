@@ -108,6 +108,20 @@ def requested_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
+def check_dashboard_host(host: str) -> None:
+    """An embedded Ray's `--dashboard-host` must be an address this machine can
+    listen on: tried with a socket bound to a free port of it and closed at once
+    (else ray.init fails after its start, in a traceback)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind(address)
+    except (OSError, UnicodeError) as error:  # socket.gaierror is an OSError
+        raise UserError(f"--dashboard-host {host}: not an address this machine can listen on "
+                        f"({error}); give {LOCAL_DASHBOARD_HOST} (the default), 0.0.0.0 for "
+                        f"every interface, or one of this machine's addresses") from None
+
+
 def check_reachable(address: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> None:
     """Fail within seconds if nothing listens at a host:port address.
 

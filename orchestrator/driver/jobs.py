@@ -75,10 +75,15 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"{config.steps_per_epoch} steps/epoch, "
               f"{config.num_train_examples} train / {config.num_test_examples} test images "
               f"of {data_text(config)}")
-        if args.dry_run:
-            return RunOutcome(DRY_RUN_LINE, failed=False)
         name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
                              f"{time.strftime('%Y%m%d-%H%M%S')}")
+        if args.name and not args.check_equivalence:
+            resumed = plan.resumed_run_line(config, name, storage.join(
+                storage_path or DEFAULT_STORAGE_PATH, name))
+            if resumed:
+                print(resumed)
+        if args.dry_run:
+            return RunOutcome(DRY_RUN_LINE, failed=False)
         if args.check_equivalence:
             from orchestrator.driver import equivalence
             try:

@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.driver import placement, storage
-from orchestrator.config.cli import AUTO, config_options, given_flags
-from orchestrator.driver.cluster import Cluster, requested_address
+from orchestrator.config.cli import AUTO, config_options, flag, given_flags
+from orchestrator.config.grid import OPTION_FIELDS
+from orchestrator.driver.cluster import Cluster, check_dashboard_host, requested_address
 from orchestrator.config.dataset import FASHION_MNIST, DataFacts
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.errors import UserError
 from orchestrator.records import LeftOut
-from orchestrator.driver.rundir import check_out_dir, new_sweep_id, out_dir_for, require_writable
+from orchestrator.driver.rundir import (DEFAULT_STORAGE, check_out_dir, new_sweep_id, out_dir_for,
+                                       require_writable)
 from orchestrator.driver import tracking
 
 
@@ -70,8 +72,17 @@ class SweepPlan:
     """The preset's points this cluster cannot hold: not run."""
 
 
+# The options a run's epochs record (loop.run_fields) that a resumed run must keep.
+RESUMED_RUN_FIELDS = ("model", "dataset", "num_workers", "global_batch_size", "lr", "momentum",
+                      "sync", "split", "precision")
+
+
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """train.py's run, and whether its GPU use waits on the cluster: a grid of one point."""
+    if args.name is not None and (args.name in ("", ".", "..") or "/" in args.name
+                                  or "\\" in args.name):
+        raise UserError(f"--name {args.name!r} is not a plain folder name (no / or \\, not "
+                        f"empty, . or ..): the run's folder goes in the storage under it")
     sweep, gpu_from_cluster = _sweep_from(config_options(args), data_dir=args.data_dir)
     (point,) = sweep.grid
     if args.check_equivalence and point.train.num_workers < 2:
@@ -79,14 +90,47 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
                         "--workers 2 or more")
     check_model(point.train)
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
+    if requested_address(args.address) is None:
+        check_dashboard_host(args.dashboard_host)
     if args.storage:
         storage.require_usable(args.storage)
     return point.train, gpu_from_cluster
 
 
+def resumed_run_line(config: TrainConfig, name: str, run_folder: str) -> str | None:
+    """train.py --name of an earlier run: Ray Train resumes it from its newest
+    checkpoint, so it must be the same run. None where `run_folder` holds no
+    checkpoint (a new run); else the line saying what is resumed, or a
+    UserError naming the options that differ from the run's."""
+    from orchestrator.training.checkpoint import read_newest_history
+    found = read_newest_history(run_folder)
+    if not found or not found[0]:
+        return None
+    last = found[0][-1]
+    differ = [f"{name_} {getattr(config, name_)} (the run's: {last[name_]})"
+              for name_ in RESUMED_RUN_FIELDS
+              if name_ in last and getattr(config, name_) != last[name_]]
+    if differ:
+        raise UserError(f"--name {name} is an earlier run, which Ray Train would resume from "
+                        f"its checkpoint, but {'; '.join(differ)} differ: give those options "
+                        f"as they were, or another --name")
+    return (f"resuming run {name} from its checkpoint after epoch {last['epoch']}: "
+            f"{config.num_epochs - last['epoch']} of {config.num_epochs} epochs to go"
+            if last["epoch"] < config.num_epochs else
+            f"run {name} has trained its {last['epoch']} epochs already: its result is read "
+            f"back from its checkpoint")
+
+
 def sweep_request(args: argparse.Namespace) -> SweepRequest:
     options = config_options(args)
     preset = getattr(args, "preset", None)
+    if args.out is not None and not args.out.strip():
+        raise UserError("--out is empty: give the folder for the sweep's results")
+    if args.resume and args.out is None:
+        raise UserError("--resume continues the sweep in the folder --out names: give --out")
+    # What the command asks of the sweep, by option: on --resume it must be what the
+    # sweep was started with (a preset's or a file's every option; else those given).
+    asked = dict(options)
     if args.config:
         if preset:
             raise UserError("--config holds the whole sweep: give --config or --preset, not both")
@@ -95,6 +139,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             raise UserError(f"--config holds the whole sweep; put {', '.join(flags)} in the file")
         (sweep, gpu_from_cluster), label = (_sweep_from_file(args.config, args.data_dir),
                                             Path(args.config).stem)
+        asked = _read_options(args.config)
         workers_from_cluster, workers_given = False, True
     else:
         label = preset or DEFAULT_PRESET
@@ -108,6 +153,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             reduced = {**reduced, "train_limit": min(reduced["train_limit"], facts.train_size),
                        "test_limit": min(reduced["test_limit"], facts.test_size)}
         options = {**PRESETS[label], **reduced, **options}
+        if preset or args.quick:
+            asked = {**options, "workers": asked.get("workers")}  # a preset's may be fitted
         workers_from_cluster = options["workers"] is None
         sweep, gpu_from_cluster = _sweep_from(options, data_dir=args.data_dir)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
@@ -119,6 +166,10 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
                            facts_of=lambda dataset: data_facts(dataset, args.data_dir))
     left_out, ran_on = (), None
     if stored is not None:
+        _require_the_stored_options(asked, sweep, stored.sweep, out_dir)
+        if args.storage and storage.resolve(args.storage) != stored.storage:
+            raise UserError(f"--resume continues the sweep in {out_dir} in its own storage, "
+                            f"{stored.storage}: drop --storage {args.storage}")
         sweep, storage_location, sweep_id = stored.sweep, stored.storage, stored.sweep_id
         ran_on = stored.ran_on
         try:
@@ -127,13 +178,16 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
             raise UserError(f"{out_dir}/sweep.json: its left_out is not a plan's ({error})")
         gpu_from_cluster, workers_from_cluster, workers_given = False, False, True
     else:
-        storage_location = storage.resolve(args.storage) if args.storage else str(out_dir / "ray")
+        storage_location = (storage.resolve(args.storage) if args.storage
+                            else str(out_dir / DEFAULT_STORAGE))
         sweep_id = new_sweep_id(out_dir)
     storage.require_usable(storage_location)
     folder = storage.local_path(storage_location)
     if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
+    if requested_address(args.address) is None:
+        check_dashboard_host(args.dashboard_host)
     check_model(sweep.base)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
@@ -298,6 +352,36 @@ def _sweep_from(options: dict, *, source: str = "", data_dir: str | None = None
         checked["use_gpu"] = True
     return SweepConfig.from_dict(checked, source=source, facts_of=lambda dataset: data_facts(
         dataset, data_dir)), gpu_from_cluster
+
+
+def _require_the_stored_options(asked: dict, sweep: SweepConfig, stored: SweepConfig,
+                                out_dir: Path) -> None:
+    """A --resume runs the sweep as it was started: an option the command asks for
+    with another value is refused in one line, not dropped without a word (Tune
+    restores the stored grid whatever the command says). `asked`: the options
+    whose values the command set (None or auto: left to the cluster, not
+    compared); `sweep`: the command's sweep built from them."""
+    wanted, kept = sweep.to_dict(), stored.to_dict()
+    differ = [f"{flag(OPTION_FIELDS[name])} {_shown(wanted[name])} (the sweep's: "
+              f"{_shown(kept[name])})" for name, value in asked.items()
+              if value is not None and value != AUTO and wanted[name] != kept[name]]
+    if differ:
+        raise UserError(f"--resume continues the sweep in {out_dir} with the options it was "
+                        f"started with, and {'; '.join(differ)} differ: drop them, or start "
+                        f"a new sweep in another --out")
+
+
+def _shown(value) -> str:
+    """An option's value as a command line gives it: 1,2 for a list."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(_shown(item) for item in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _read_options(path: str) -> dict:
+    """The options a --config file sets (the sweep of a sweep.json), as written."""
+    values = json.loads(Path(path).read_text())  # read and checked by _sweep_from_file
+    return values["sweep"] if {"sweep", "storage"} <= set(values) else values
 
 
 def _sweep_from_file(path: str, data_dir: str | None) -> tuple[SweepConfig, bool]:

@@ -31,6 +31,8 @@ SWEEP_FILE = "sweep.json"
 # 3: `memory_format` replaced `channels_last`; checkpoints hold the layout.
 SWEEP_FORMAT = 3
 TEMPORARY = "a temporary copy that Ray may delete once the job ends"
+DEFAULT_STORAGE = "ray"  # without --storage, a sweep keeps Ray's state in <out>/ray
+TUNER_STATE = "tuner.pkl"  # what Tuner.restore reads first in the experiment's folder
 
 
 class StoredSweep(NamedTuple):
@@ -105,11 +107,11 @@ def check_out_dir(out_dir: Path, *, resume: bool,
             if ran_on is not None and not (isinstance(ran_on, dict) and all(
                     isinstance(ran_on.get(key), str) for key in ("cluster", "timing"))):
                 raise TypeError(f"ran_on is not a cluster's and a timing's lines: {ran_on!r}")
-            return StoredSweep(SweepConfig.from_dict(stored["sweep"], facts_of=facts_of),
-                               str(stored["storage"]),
-                               str(stored["id"]), left_out, ran_on)
+            resumed = StoredSweep(SweepConfig.from_dict(stored["sweep"], facts_of=facts_of),
+                                  str(stored["storage"]), str(stored["id"]), left_out, ran_on)
         except (ValueError, KeyError, TypeError) as error:
             raise UserError(f"{unreadable} ({error})")
+        return resumed._replace(storage=storage_here(out_dir, resumed.storage, resumed.sweep_id))
     if marker.exists():
         raise UserError(f"{out_dir} already holds a sweep's results; add --resume to "
                         f"continue it, or choose another --out")
@@ -121,6 +123,28 @@ def check_out_dir(out_dir: Path, *, resume: bool,
         raise UserError(f"{out_dir} is not empty and holds no sweep of ours; choose an empty "
                         f"or new --out folder")
     return None
+
+
+def storage_here(out_dir: Path, stored: str, sweep_id: str) -> str:
+    """The resumed sweep's storage: `stored` (sweep.json's), but the folder's own
+    `ray/` where the sweep kept its state there (no --storage) and the folder
+    was copied or moved since: sweep.json names the old place, and resuming
+    there would write into another folder's sweep, or into nothing.
+
+    A local storage without the sweep's Tune experiment is refused in one line:
+    Tune could not restore it."""
+    own = out_dir / DEFAULT_STORAGE
+    if storage.is_uri(stored):
+        return stored
+    if Path(stored) != own and Path(stored).name == DEFAULT_STORAGE \
+            and (own / sweep_id).is_dir():
+        return str(own)
+    if not (Path(stored) / sweep_id / TUNER_STATE).is_file():
+        raise UserError(f"nothing to resume in {out_dir}: its sweep's state "
+                        f"({Path(stored) / sweep_id / TUNER_STATE}) is not there (was the "
+                        f"folder moved without its storage, or the sweep stopped before "
+                        f"Tune began?); start a new sweep in another --out")
+    return stored
 
 
 def new_sweep_id(out_dir: Path) -> str:

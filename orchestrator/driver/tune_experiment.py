@@ -47,8 +47,11 @@ def train_runs_path(storage_path: str, sweep_id: str) -> str:
     return storage.join(storage_path, TRAIN_RUNS_DIR, sweep_id)
 
 
-def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
-    """One Tune trial: fit the TorchTrainer of one grid point."""
+def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str) -> None:
+    """One Tune trial: fit the TorchTrainer of one grid point, its Train run in
+    `runs_path` (train_runs_path). That path comes with the trainable, not the
+    trial's config, which a resumed sweep restores as it was: a sweep folder
+    copied or moved since would send its runs to the old place."""
     started_at = time.time()  # wall seconds to a target count from here
     train = TrainConfig(**config["point"]["train"])
     placement = config["point"].get("placement")
@@ -57,7 +60,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef]) -> None:
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              storage_path=train_runs_path(config["storage"], config["sweep_id"]),
+              storage_path=runs_path,
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
@@ -221,8 +224,10 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
     """
     # The data goes to the trials as a ref inside a list, so that Tune ships
     # the ref, not a second copy of the data set, to every trial.
-    trainable = tune.with_resources(tune.with_parameters(tune_trial, data_refs=[data_ref]),
-                                    TRIAL_DRIVER_RESOURCES)
+    trainable = tune.with_resources(
+        tune.with_parameters(tune_trial, data_refs=[data_ref],
+                             runs_path=train_runs_path(storage_path, sweep_id)),
+        TRIAL_DRIVER_RESOURCES)
     # Tune saves which trials ended at most this often (by default every 10 s
     # or more): a driver killed outright re-runs, from its last checkpoint, a
     # trial that ended after the last save.
@@ -256,7 +261,6 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
             param_space={
                 "point": tune.grid_search([_point_to_dict(point, placements)
                                            for point in sweep.grid]),
-                "storage": storage_path, "sweep_id": sweep_id,
                 # Beside the point, its run's values under their own names: what a
                 # tracker shows as the trial's parameters.
                 **{name: tune.sample_from(_run_value(name)) for name in TRACKED_PARAMS},

@@ -5,10 +5,12 @@ healthy ones."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -106,10 +108,14 @@ def test_a_killed_worker_in_a_sweep_trial_restarts_and_the_trial_finishes(tmp_pa
 
 @pytest.mark.reliability(
     fault="the sweep driver stopped mid-sweep (Ctrl-C: SIGINT; or SIGKILL of it and its embedded "
-          "Ray), then --resume",
-    lost="nothing finished; unfinished trials continue from their last epoch checkpoint")
+          "Ray), then --resume (after SIGKILL: of a copy of the folder)",
+    lost="nothing finished; unfinished trials continue from their last epoch checkpoint; a "
+         "copy resumes from its own state, the original left as it was")
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGKILL"])
 def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, stop):
+    """After SIGKILL the folder is copied and the copy resumed: its sweep.json names
+    the original's storage (out/ray), and Tune's restored trials their Train runs'
+    folder there; the copy must resume from its own, and the original stay as it was."""
     out_dir = tmp_path / "out"
     args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--no-calibrate",
             "--out", str(out_dir)]
@@ -134,10 +140,19 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
 
+    original = None
+    if stop == "SIGKILL":
+        copied = tmp_path / "copied"
+        shutil.copytree(out_dir, copied, symlinks=True)
+        original = _files(out_dir)
+        args[args.index(str(out_dir))] = str(copied)
+        out_dir = copied
     resumed = subprocess.run([sys.executable, str(REPO / "experiments" / "sweep.py"), *args, "--resume"],
                              capture_output=True, text=True, timeout=hang_limit(600),
                              cwd=REPO)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    if original is not None:
+        assert _files(tmp_path / "out") == original  # not a file written, added or removed
     output = resumed.stdout + resumed.stderr
     assert f"trial {finished_trial} done" not in output  # kept, not re-run
     trials = pd.read_csv(out_dir / "trials.csv")
@@ -145,6 +160,12 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert sorted(epochs.groupby("trial_id")["epoch"].apply(list).tolist()) == [[1, 2], [1, 2]]
     assert not list(out_dir.glob(".*partial*"))
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder`: its size and modification time (ns)."""
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in folder.rglob("*") if path.is_file()}
 
 
 @pytest.mark.reliability(

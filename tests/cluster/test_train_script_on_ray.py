@@ -10,10 +10,12 @@ from helpers import run_script
 
 def test_two_workers_learn_and_print_the_books_line(tmp_path):
     # 512 steps: the one-worker run of tests/unit/test_worker_loop.py reaches about 0.70.
-    run = run_script("train.py", "--storage", str(tmp_path), "--workers", "2", "--batch-size", "32", "--lr", "0.2",
-                     "--epochs", "2", "--train-limit", "8192", "--test-limit", "1000",
-                     "--sync", "bucketed")
+    options = ["--storage", str(tmp_path), "--name", "books-line", "--workers", "2",
+               "--batch-size", "32", "--lr", "0.2", "--train-limit", "8192", "--test-limit",
+               "1000", "--sync", "bucketed"]
+    run = run_script("train.py", *options, "--epochs", "2")
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "resuming" not in run.stdout  # a new name: a new run
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     assert re.search(r"epoch 2/2: train loss", run.stdout + run.stderr)
     layout, final = run.stdout.strip().splitlines()[-2:]
@@ -26,6 +28,22 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     step_s = {"nchw": float(timed.group(2)), "channels-last": float(timed.group(3))}
     assert step_s[timed.group(1)] == min(step_s.values())  # printed to 3 digits: may tie
     assert float(match.group(1)) > 0.4  # chance is 0.1
+
+    # The name of an earlier run with another lr: Ray Train would resume it from
+    # its checkpoint, trained at 0.2, so it is refused in one line.
+    other = run_script("train.py", *options, "--epochs", "3", "--lr", "0.05")
+    assert other.returncode == 2, other.stdout[-2000:] + other.stderr[-2000:]
+    assert other.stderr.strip().splitlines()[-1] == (
+        "error: --name books-line is an earlier run, which Ray Train would resume from its "
+        "checkpoint, but lr 0.05 (the run's: 0.2) differ: give those options as they were, "
+        "or another --name")
+    # The same options and one epoch more: the run resumes after its second epoch.
+    more = run_script("train.py", *options, "--epochs", "3")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert ("resuming run books-line from its checkpoint after epoch 2: 1 of 3 epochs to go"
+            in more.stdout)
+    assert re.search(r"epoch 3/3: train loss", more.stdout + more.stderr)
+    assert not re.search(r"epoch [12]/3: train loss", more.stdout + more.stderr)
 
 
 @pytest.mark.reliability(

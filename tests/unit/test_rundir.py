@@ -1,8 +1,10 @@
 """The --out folder and the sweep's names in a shared storage: one sweep each."""
 
 import json
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +14,26 @@ from orchestrator.driver import jobs, plan
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
-from orchestrator.driver.rundir import SWEEP_FILE, claim_out_dir
+from orchestrator.driver.rundir import SWEEP_FILE, TUNER_STATE, claim_out_dir
 from orchestrator.driver.tune_experiment import train_runs_path
+
+
+def _tune_began(storage: str, sweep_id: str) -> None:
+    """What Tune leaves in the storage as a sweep's trials begin, for --resume to
+    restore: the experiment's folder and its tuner state (here an empty one)."""
+    (Path(storage) / sweep_id).mkdir(parents=True, exist_ok=True)
+    (Path(storage) / sweep_id / TUNER_STATE).write_bytes(b"")
+
+
+def _claimed(out_dir: Path, *argv: str):
+    """A sweep of `argv` claimed in `out_dir` as sweep.py claims one on a 2-CPU
+    node, its Tune state begun in its default storage, out/ray."""
+    request = plan.sweep_request(cli.sweep_parser("").parse_args(["--out", str(out_dir), *argv]))
+    fitted = plan.fit_to_cluster(request, Cluster(address=None, dashboard_url=None,
+                                                  node_resources=({"CPU": 2.0},)))
+    claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id)
+    _tune_began(request.storage, request.sweep_id)
+    return request
 
 
 @pytest.mark.reliability(fault="two sweeps claiming one empty --out at the same moment",
@@ -57,6 +77,7 @@ def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_p
     fitted = plan.fit_to_cluster(requests[0], Cluster(address=None, dashboard_url=None,
                                                       node_resources=({"CPU": 2.0},)))
     claim_out_dir(tmp_path / "first", fitted.sweep, storage, first)
+    _tune_began(storage, first)
     resumed = plan.sweep_request(parser.parse_args(["--out", str(tmp_path / "first"), "--resume"]))
     assert resumed.sweep_id == first
 
@@ -107,6 +128,7 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     fitted = plan.fit_to_cluster(request, one_gpu)
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id,
                   [cell.to_dict() for cell in fitted.left_out])
+    _tune_began(request.storage, request.sweep_id)
     # GPU workers: resumed against the GPU cluster's address (sweep_request connects to none).
     resume = ["--out", str(out_dir), "--resume", "--address", "127.0.0.1:6379"]
     resumed = plan.sweep_request(parser.parse_args(resume))
@@ -134,6 +156,7 @@ def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_
     ran_on = {"cluster": "embedded local Ray: 1 node(s), 2 CPUs, 0 GPUs",
               "timing": "each trial timed with its nodes to itself"}
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id, [], ran_on)
+    _tune_began(request.storage, request.sweep_id)
     resume = parser.parse_args(["--out", str(out_dir), "--resume"])
     assert plan.sweep_request(resume).ran_on == ran_on
     stored = json.loads((out_dir / SWEEP_FILE).read_text())
@@ -160,3 +183,59 @@ def test_each_session_keeps_its_wall_time_and_parts_and_a_rewrite_adds_none(tmp_
     assert jobs._record_session(tmp_path, None) == second
     assert json.loads((tmp_path / "sessions.json").read_text()) == second
     assert jobs._sessions_text(jobs._record_session(tmp_path / "none", None)) == "not recorded"
+
+
+@pytest.mark.reliability(
+    fault="sweep.py --resume of a sweep folder copied or moved since it ran (its sweep.json "
+          "names the old folder's storage)",
+    lost="nothing: the copy resumes from its own storage; a folder moved without its "
+         "storage is refused with one line before Ray starts")
+def test_a_copied_or_moved_sweep_resumes_from_its_own_storage(tmp_path):
+    original = _claimed(tmp_path / "original", "--workers", "1,2")
+    assert original.storage == str(tmp_path / "original" / "ray")
+    resume = ["--resume", "--out"]
+    parser = cli.sweep_parser("")
+    shutil.copytree(tmp_path / "original", tmp_path / "copy")
+    copy = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "copy")]))
+    assert copy.storage == str(tmp_path / "copy" / "ray") and copy.sweep_id == original.sweep_id
+    (tmp_path / "original").rename(tmp_path / "moved")
+    moved = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "moved")]))
+    assert moved.storage == str(tmp_path / "moved" / "ray")
+    # A storage of its own (--storage) is the sweep's wherever its folder goes...
+    shared = _claimed(tmp_path / "out", "--storage", str(tmp_path / "shared"))
+    (tmp_path / "out").rename(tmp_path / "elsewhere")
+    kept = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
+    assert kept.storage == shared.storage == str(tmp_path / "shared")
+    # ...and without it there is nothing to restore: one line, not Tune's traceback.
+    shutil.rmtree(tmp_path / "shared")
+    with pytest.raises(UserError, match=r"nothing to resume in .*elsewhere: its sweep's state "
+                                        r"\(.*shared/out-\w+/tuner.pkl\) is not there"):
+        plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
+
+
+@pytest.mark.reliability(
+    fault="sweep.py --resume with grid options or --storage other than the sweep's",
+    lost="nothing: refused with one line naming them, before Ray starts")
+def test_a_resume_runs_the_sweep_it_started_and_refuses_other_options(tmp_path):
+    """Tune restores the stored grid whatever the command says: the same command
+    with --resume continues it, and an option that differs is refused, not
+    dropped without a word."""
+    out_dir = tmp_path / "out"
+    first = ["--workers", "1,2", "--lr", "0.1,0.2", "--epochs", "3"]
+    _claimed(out_dir, *first)
+    parser = cli.sweep_parser("")
+    resume = ["--resume", "--out", str(out_dir)]
+    for same in ([], first, ["--epochs", "3"], ["--workers", "1,2", "--use-gpu", "auto"]):
+        assert plan.sweep_request(parser.parse_args([*same, *resume])).sweep.lrs == (0.1, 0.2)
+    with pytest.raises(UserError) as refused:
+        plan.sweep_request(parser.parse_args(["--workers", "1", "--lr", "0.5", "--epochs", "3",
+                                              *resume]))
+    assert str(refused.value) == (
+        f"--resume continues the sweep in {out_dir} with the options it was started with, and "
+        f"--workers 1 (the sweep's: 1,2); --lr 0.5 (the sweep's: 0.1,0.2) differ: drop them, "
+        f"or start a new sweep in another --out")
+    # A preset is compared whole (its worker counts aside: the cluster may have fitted them).
+    with pytest.raises(UserError, match=r"--model resnet18 \(the sweep's: lenet\)"):
+        plan.sweep_request(parser.parse_args(["--preset", "d2l-13.6", *resume]))
+    with pytest.raises(UserError, match=r"in its own storage, .*out/ray: drop --storage"):
+        plan.sweep_request(parser.parse_args(["--storage", str(tmp_path / "s"), *resume]))

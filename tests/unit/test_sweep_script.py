@@ -38,6 +38,10 @@ from helpers import SMALL, refusal, run_main, run_script
      "baseline threads must be >= 0, got -1"),
     (["--preset", "exercises", "--momentum", "0,0.9"],
      "the exercises study uses one value of its momentums, got [0.0, 0.9]"),
+    (["--seed", "0,4294967296"], "seed must be <= 4294967295 (32 bits, as numpy's)"),
+    # TEST-NET-1 (RFC 5737): no interface of this machine has it.
+    (["--dashboard-host", "192.0.2.77"],
+     "--dashboard-host 192.0.2.77: not an address this machine can listen on"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     out_dir = tmp_path / "out"
@@ -57,6 +61,12 @@ def test_out_folders_are_never_mixed(tmp_path):
 
     run = run_script("sweep.py", "--out", str(tmp_path / "nothing"), "--resume", timeout_s=60)
     assert run.returncode == 2 and "nothing to resume in" in run.stderr
+    # No folder to resume, or an empty name for one: not the default folder in its stead.
+    run = run_main("sweep.py", "--resume")
+    assert run.returncode == 2 and run.stderr.strip() == (
+        "error: --resume continues the sweep in the folder --out names: give --out")
+    run = run_main("sweep.py", "--out", "", "--dry-run")
+    assert run.returncode == 2 and "--out is empty" in run.stderr
 
 
 @pytest.mark.reliability(fault="sweep.py: a config file with unknown keys or wrong types")

@@ -22,6 +22,10 @@ from helpers import REPO, hang_limit, run_main, run_script
     (["--lr", "abc"], "invalid float value: 'abc'"),
     (["--data-dir", "/nonexistent"], "/nonexistent: missing train-images-idx3-ubyte.gz"),
     (["--address", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
+    (["--seed", "99999999999999999999"], "seed must be <= 4294967295"),
+    (["--name", "../elsewhere"], "--name '../elsewhere' is not a plain folder name"),
+    (["--name", ""], "--name '' is not a plain folder name"),
+    (["--dashboard-host", "192.0.2.77"], "not an address this machine can listen on"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_worker(args, fragment):
     started = time.monotonic()
