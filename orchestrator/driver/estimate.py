@@ -148,9 +148,10 @@ class SweepEstimate:
             self.stop = True
             self.printed = (now_s, now_s + left_s)
             return [self.line(left_s),
-                    f"revised estimate: {elapsed_s / 3600:.2f} h elapsed + about "
-                    f"{left_s / 3600:.2f} h left exceeds --max-hours {self.max_hours:g}: "
-                    f"stopping the sweep (--resume continues it)"]
+                    f"revised estimate: {_duration(elapsed_s)} elapsed + about "
+                    f"{_duration(left_s)} left exceeds --max-hours {self.max_hours:g} "
+                    f"({_duration(self.max_hours * 3600)}): stopping the sweep (--resume "
+                    f"continues it)"]
         if self.printed is not None:
             printed_at_s, printed_end_s = self.printed
             moved = abs(now_s + left_s - printed_end_s) > PRINT_CHANGE * (
@@ -191,6 +192,10 @@ class SweepEstimate:
 
 
 def _duration(seconds: float) -> str:
+    """Seconds, minutes or hours: two significant digits below 10 s (a quick
+    sweep's 0.36 s is not 0 s)."""
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

@@ -73,6 +73,12 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
     # The limit of the command running now, not kept with the instance: Tune
     # restores a resumed sweep's stopper as it was when the sweep started.
     max_hours: float | None = None
+    # This command's callback, which Tune sets up and feeds: the stopper asks it.
+    # A resumed sweep's stopper is another object, the one Tune saved with its
+    # controller's state and restores over the one it is given (Ray 2.60's
+    # TuneController.__setstate__ keeps `_stopper`, not `_callbacks`), as it was
+    # when the sweep stopped: it would never stop this command's run.
+    current: "LiveEstimate | None" = None
 
     def __init__(self, sweep: SweepConfig, max_concurrent: int):
         self.points = [PointShape.of(point) for point in sweep.grid]
@@ -85,6 +91,7 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
         self.estimate = SweepEstimate(self.points, self.max_concurrent,
                                       max_hours=LiveEstimate.max_hours)
         self.stopped_by: str | None = None  # how --max-hours stopped this command's run
+        LiveEstimate.current = self
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.estimate.add_result(_point_index(trial), result)
@@ -113,14 +120,15 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
         end the running trials as finished and its search as done, and --resume
         would then find nothing to run (2 of 3 epochs trained, the second trial
         never started: seen with Ray 2.60)."""
-        if not self.estimate.stop:
+        live = LiveEstimate.current or self
+        if not live.estimate.stop:
             return False
-        if self.stopped_by is None:
-            self.stopped_by = "SIGINT" if interrupt_tune_run() else "stop-all"
-            if self.stopped_by == "stop-all":
+        if live.stopped_by is None:
+            live.stopped_by = "SIGINT" if interrupt_tune_run() else "stop-all"
+            if live.stopped_by == "stop-all":
                 print("Tune catches no SIGINT here: its running trials end as they are, "
                       "and --resume will not continue them", flush=True)
-        return self.stopped_by == "stop-all"
+        return live.stopped_by == "stop-all"
 
 
 def interrupt_tune_run() -> bool:
@@ -234,7 +242,7 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", EXPERIMENT_STATE_PERIOD_S)
     # Tune's newer console output ignores a reporter's columns; this one shows the grid.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    LiveEstimate.max_hours = max_hours
+    LiveEstimate.max_hours, LiveEstimate.current = max_hours, None
     if trackers is not None and trackers.wandb_mode:
         # Read by Ray's W&B callback (no API key is asked for offline) and, on
         # an embedded Ray, by the logging actors it starts.

@@ -293,11 +293,12 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     from ray._private.utils import get_num_cpus  # what the embedded Ray will hold
     cpus = get_num_cpus()
     out_dir = tmp_path / "out"
-    # 5 epochs, not the preset's 10: the stop comes after the first, and the
-    # epochs a worker finishes while Tune's Ctrl-C reaches it still count.
+    # 8 epochs, not the preset's 10 (an epoch here is 2 steps): the stop comes after
+    # the first of each session, and the epochs a worker finishes while Tune's
+    # Ctrl-C reaches it still count.
     run = run_script("sweep.py", "--preset", "d2l-13.6", "--threads-per-worker", str(cpus),
                      "--batch-size", "32", "--train-limit", "64", "--test-limit", "100",
-                     "--epochs", "5", "--max-hours", "0.00001", "--out", str(out_dir),
+                     "--epochs", "8", "--max-hours", "0.00001", "--out", str(out_dir),
                      timeout_s=300)
     assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
     not_run = (f"2 worker(s), global batch 64 (32/worker), lr 0.2, resnet18, sync scratch, "
@@ -309,22 +310,32 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     report = (out_dir / "report.md").read_text()
     assert re.search(re.escape(f"- {not_run}. What-if: ") + r"[\d.]+ s/epoch \(speedup [\d.]+\) "
                      r"over 10 Gb/s Ethernet", report), report
-    assert re.search(r"estimate: about [\d.]+ (s|min|h) left \(4 of 5 epochs to go; "
+    assert re.search(r"estimate: about [\d.]+ (s|min|h) left \(7 of 8 epochs to go; "
                      r"measured 1 worker [\d.]+ s/epoch", run.stdout), run.stdout[-3000:]
-    assert re.search(r"revised estimate: [\d.]+ h elapsed \+ about [\d.]+ h left exceeds "
-                     r"--max-hours 1e-05: stopping the sweep", run.stdout)
+    stopping = (r"revised estimate: [\d.]+ (s|min|h) elapsed \+ about [\d.]+ (s|min|h) left "
+                r"exceeds --max-hours 1e-05 \(0.036 s\): stopping the sweep")
+    assert re.search(stopping, run.stdout), run.stdout[-3000:]
     epochs = pd.read_csv(out_dir / "epochs.csv")
-    assert len(epochs) < 5 and (epochs["model"] == "resnet18").all()
+    assert len(epochs) < 8 and (epochs["model"] == "resnet18").all()
+
+    # A resumed sweep keeps to the --max-hours of its own command: Tune restores the
+    # stopper it saved when the sweep stopped, which once let it run to the end.
+    stopped = run_script("sweep.py", "--resume", "--out", str(out_dir), "--max-hours",
+                         "0.00001", timeout_s=300)
+    assert stopped.returncode == 130, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert re.search(stopping, stopped.stdout), stopped.stdout[-3000:]
+    before, epochs = len(epochs), pd.read_csv(out_dir / "epochs.csv")
+    assert before < len(epochs) < 8  # it trained, and stopped again
 
     # --resume trains the rest: the stop was Tune's Ctrl-C, which keeps the trial
     # unfinished (its stop-all ended it as finished, and --resume ran nothing).
     again = run_script("sweep.py", "--resume", "--out", str(out_dir), timeout_s=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     epochs = pd.read_csv(out_dir / "epochs.csv")
-    assert list(epochs["epoch"]) == list(range(1, 6))
+    assert list(epochs["epoch"]) == list(range(1, 9))
     assert list(pd.read_csv(out_dir / "trials.csv")["status"]) == ["finished"]
-    # Both sessions' parts, and the trial's split over its two worker groups.
+    # Every session's parts, and the trial's split over its worker groups.
     sessions = json.loads((out_dir / "sessions.json").read_text())
-    assert len(sessions) == 2 and all(session["trials_s"] > 0 for session in sessions)
+    assert len(sessions) == 3 and all(session["trials_s"] > 0 for session in sessions)
     report = (out_dir / "report.md").read_text()
     assert re.search(r"\| - training \(the epochs' times\) \| [\d.]+ \| \d+% \|", report), report

@@ -171,8 +171,8 @@ def test_max_hours_stops_the_sweep_on_a_revised_estimate_that_grew_past_it():
     line, stopping = estimate.revise()
     assert estimate.stop
     assert line.startswith("estimate: about 3 min left (8 of 10 epochs to go;")
-    assert stopping == (f"revised estimate: {50 / 3600:.2f} h elapsed + about {200 / 3600:.2f} h "
-                        f"left exceeds --max-hours {limit_s / 3600:g}: stopping the sweep "
+    assert stopping == (f"revised estimate: 50 s elapsed + about 3 min left exceeds "
+                        f"--max-hours {limit_s / 3600:g} (3 min): stopping the sweep "
                         f"(--resume continues it)")
     # Said once: the trials Tune then stops print nothing more.
     estimate.trial_ended(0)
