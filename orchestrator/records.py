@@ -103,8 +103,8 @@ class LeftOut:
 def epoch_line(metrics: dict, num_epochs: int) -> str:
     return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
             f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
-            f"{metrics['epoch_time_s']:.2f} s ({metrics['samples_per_s']:.0f} samples/s, "
-            f"sync {metrics['sync_time_s']:.2f} s)" + _split_part(metrics)
+            f"{seconds_text(metrics['epoch_time_s'], 2)} s ({metrics['samples_per_s']:.0f} samples/s, "
+            f"sync {seconds_text(metrics['sync_time_s'], 2)} s)" + _split_part(metrics)
             + ("  DIVERGED: non-finite gradients" if metrics["status"] == Status.DIVERGED else ""))
 
 
@@ -137,7 +137,15 @@ def step_graph_text(metrics) -> str:
 def evaluation_line(metrics: dict) -> str:
     """A mid-epoch evaluation (--evals-per-epoch)."""
     return (f"  at epoch {metrics['epoch']:.2f}: test acc {metrics['test_acc']:.3f} "
-            f"after {metrics['train_s']:.1f} s of training")
+            f"after {seconds_text(metrics['train_s'])} s of training")
+
+
+def seconds_text(seconds: float, decimals: int = 1) -> str:
+    """`seconds` to `decimals` decimals, or to two significant digits where those
+    would show fewer: a quick sweep's 0.068 and 0.13 s are not both 0.1 s."""
+    if seconds >= 10 ** (1 - decimals) or seconds == 0:
+        return f"{seconds:.{decimals}f}"
+    return f"{seconds:.2g}"
 
 
 def book_line(history: list[dict]) -> str:
@@ -146,7 +154,7 @@ def book_line(history: list[dict]) -> str:
     last = history[-1]
     seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
     workers = "worker" if last["num_workers"] == 1 else "workers"
-    return (f"test acc: {last['test_acc']:.2f}, {seconds_per_epoch:.1f} sec/epoch "
+    return (f"test acc: {last['test_acc']:.2f}, {seconds_text(seconds_per_epoch)} sec/epoch "
             f"on {last['num_workers']} {workers} {last['devices']}")
 
 
@@ -167,9 +175,9 @@ def target_line(evaluations: list[dict], target_acc: float) -> str:
     if reached is None:
         last = max(evaluations, key=lambda row: row["epoch"], default=None)
         return (f"did not reach test acc {target_acc:g}" + (
-            f" in {round(last['epoch'], 2):g} epochs ({last['train_s']:.1f} s of training)" if last else ""))
+            f" in {round(last['epoch'], 2):g} epochs ({seconds_text(last['train_s'])} s of training)" if last else ""))
     return (f"reached test acc {target_acc:g} after {round(reached['epoch'], 2):g} epochs: "
-            f"{reached['train_s']:.1f} s of training, {reached['wall_s']:.1f} s from the start")
+            f"{seconds_text(reached['train_s'])} s of training, {seconds_text(reached['wall_s'])} s from the start")
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:

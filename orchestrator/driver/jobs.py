@@ -210,7 +210,8 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
     report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                 title_lines=title, target_acc=base.target_acc,
                                 data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                left_out=left_out, sessions=sessions)
+                                left_out=left_out, sessions=sessions,
+                                grid_points=len(sweep.grid))
     interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
     return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                         interrupted=interrupted, failed_trials=report.failed_trials)
@@ -348,9 +349,11 @@ def timing_line(sweep_plan: plan.SweepPlan) -> str:
                 f"{sweep_plan.max_concurrent_trials} trials at a time on disjoint nodes")
     if not sweep_plan.side_by_side:
         return "each trial timed with its nodes to itself"
-    return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: epoch "
-            f"times, speedups and efficiencies compare runs that competed for the same cores, "
-            f"memory bandwidth and devices")
+    # The plan, not what happened: report.md's "Trials at once" says how many did overlap.
+    return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: where "
+            f"trials overlapped (report.md's 'Trials at once'), their epoch times, speedups and "
+            f"efficiencies compare runs that competed for the same cores, memory bandwidth and "
+            f"devices")
 
 
 def workers_text(config) -> str:

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from orchestrator.records import first_reaching
+from orchestrator.records import first_reaching, seconds_text
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
 # What a row of the ranking is; the other columns are measured.
@@ -55,19 +55,19 @@ def recommendation(summary: pd.DataFrame, target_acc: float) -> str:
     setup = "".join(f", {value}" for value in _swept_setup(best, summary))
     line = (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
             f"lr {best['lr']:g} (momentum {best['momentum']:g}){setup} reached {target_acc:g} "
-            f"in {best['train_s_to_target']:.1f} s of training")
+            f"in {seconds_text(best['train_s_to_target'])} s of training")
     recipe = summary[summary["book_recipe"].astype(bool)]
     recipe_reached = recipe.dropna(subset=["train_s_to_target"])
     if not recipe_reached.empty:
         # The recipe's best worker count: the comparison least flattering to us.
         baseline_s = recipe_reached["train_s_to_target"].min()
         return (f"{line}, {baseline_s / best['train_s_to_target']:.2f} times faster than the "
-                f"book's recipe on this cluster ({baseline_s:.1f} s).")
+                f"book's recipe on this cluster ({seconds_text(baseline_s)} s).")
     if not recipe.empty and recipe["train_s_run"].notna().any():
         run_s = recipe["train_s_run"].max()
         return (f"{line}, more than {run_s / best['train_s_to_target']:.2f} times faster than "
                 f"the book's recipe on this cluster, which had not reached it after "
-                f"{run_s:.1f} s of training.")
+                f"{seconds_text(run_s)} s of training.")
     return (f"{line}; the book's recipe (LeNet, batch 256, lr 0.2, plain SGD) was not run in "
             f"this sweep, so there is no baseline.")
 
@@ -93,8 +93,8 @@ def _recipe_outcome(row, target_acc: float) -> str:
     where = f"{row.num_workers} worker(s)"
     if not math.isnan(row.train_s_to_target):
         return (f"{where} reached {target_acc:g} after {round(row.epochs_to_target, 2):g} epochs, "
-                f"{row.train_s_to_target:.1f} s of training ({row.wall_s_to_target:.1f} s wall)")
+                f"{seconds_text(row.train_s_to_target)} s of training ({seconds_text(row.wall_s_to_target)} s wall)")
     if math.isnan(row.train_s_run):
         return f"{where} did not run [{row.status}]"
-    return (f"{where} did not reach it in {row.train_s_run:.1f} s of training "
+    return (f"{where} did not reach it in {seconds_text(row.train_s_run)} s of training "
             f"[{row.status}]")

@@ -19,7 +19,7 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise,
                                                   learned_seeds_text,
                                                   speedup_over, timed,
                                                   Welch, welch, with_speedups)
-from orchestrator.records import ROOT_FUNNEL
+from orchestrator.records import ROOT_FUNNEL, seconds_text
 from orchestrator.report.tables import markdown_table
 
 
@@ -68,8 +68,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
         sentences.append(
             f"Keeping {label} fixed (global batch {many['global_batch_size']} on {k} workers, "
             f"{many['steps_per_epoch']} steps per epoch), an epoch took "
-            f"{many['epoch_s']:.1f} s ({seeds_text(many['seeds'])}) against "
-            f"{one['epoch_s']:.1f} s on 1 worker ({seeds_text(one['seeds'])}, {one['steps_per_epoch']} steps): speedup "
+            f"{seconds_text(many['epoch_s'])} s ({seeds_text(many['seeds'])}) against "
+            f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, {one['steps_per_epoch']} steps): speedup "
             f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
@@ -99,7 +99,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
                    if arm is not None]
         sentences.append(
             f"Against the best single process (1 worker with {threads['threads_per_worker']} "
-            f"threads, {threads['epoch_s']:.1f} s per epoch, {seeds_text(threads['seeds'])}), {k} "
+            f"threads, {seconds_text(threads['epoch_s'])} s per epoch, {seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were {', and '.join(against)}.")
     return [*paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
@@ -555,12 +555,12 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
         fastest = ranked.iloc[0]
         others = ", ".join(
             f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise)} "
-            f"{row['sync']} ({row['epoch_s']:.1f} s, {seeds_text(row['seeds'])})"
+            f"{row['sync']} ({seconds_text(row['epoch_s'])} s, {seeds_text(row['seeds'])})"
             for _, row in ranked.iloc[1:].iterrows())
         others = f"; it was {others}" if others else ""
         sentences.append(
             f"At {k} workers through {wire or 'an unrecorded transport'}, the shortest "
-            f"epoch was {fastest['sync']}'s: {fastest['epoch_s']:.1f} s "
+            f"epoch was {fastest['sync']}'s: {seconds_text(fastest['epoch_s'])} s "
             f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
             f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
     if at_k["wire"].nunique() > 1:
@@ -587,8 +587,8 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     k = int(trials["num_workers"].max())
     many = at_workers(trials, k)
     sentences = [
-        f"Evaluating the test set took {one['eval_s']:.2f} s on 1 worker "
-        f"({seeds_text(one['seeds'])}) and {many['eval_s']:.2f} s on {k} workers "
+        f"Evaluating the test set took {seconds_text(one['eval_s'], 2)} s on 1 worker "
+        f"({seeds_text(one['seeds'])}) and {seconds_text(many['eval_s'], 2)} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
         f"{compare_times(many['eval_s'], one['eval_s'], noise)} 1 "
         f"(speedup {one['eval_s'] / many['eval_s']:.2f}).",

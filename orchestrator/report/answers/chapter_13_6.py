@@ -13,7 +13,7 @@ from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND
                                                   part_trials, percent, seeds_text,
                                                   acc_seeds_text, timed,
                                                   with_speedups, within_noise)
-from orchestrator.records import Status
+from orchestrator.records import Status, seconds_text
 from orchestrator.report import noise_scale
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values
@@ -51,7 +51,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                                             "seeds"]].reset_index(drop=True)),
                       f"{tried} ResNet-18 on {k} {devices} (global batch "
                       f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
-                      f"{largest['epoch_s']:.1f} s per epoch, "
+                      f"{seconds_text(largest['epoch_s'])} s per epoch, "
                       f"{percent(largest['sync_share'])} of it in gradient sync"
                       + (f", speedup {largest['speedup']:.2f} in throughput (examples a "
                          f"second: its epoch holds {int(largest['examples_per_epoch']):,} "
@@ -149,8 +149,8 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"Checked against the book ({resnet.BOOK_SOURCE}): from its 1-GPU epoch and "
         f"nn.DataParallel's bytes alone (over PCIe 3.0 at 12 GB/s, assumed: the book does "
         f"not say how its GPUs are joined), the model predicts "
-        f"{check['predicted_two_gpu_epoch_s']:.1f} s per 2-GPU epoch against the book's "
-        f"{check['two_gpu_epoch_s']:.1f} s: an error of {percent(check['error'])}. Its bytes "
+        f"{seconds_text(check['predicted_two_gpu_epoch_s'])} s per 2-GPU epoch against the book's "
+        f"{seconds_text(check['two_gpu_epoch_s'])} s: an error of {percent(check['error'])}. Its bytes "
         f"explain little of the gap; the rest is the overhead fitted above, so this figure "
         f"sets that overhead and cannot also check it."]
     return [markdown_table(table), " ".join(sentences)]
@@ -280,10 +280,10 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
         f"{int(even['seed'])}; epochs after the first, as everywhere: a proportional split "
         f"starts even and re-sets its shares after its first epoch), an even split of the "
-        f"global batch of {proportional['global_batch_size']} took {even_s:.1f} s per epoch "
-        f"and the proportional split {proportional_s:.1f} s: proportional was "
+        f"global batch of {proportional['global_batch_size']} took {seconds_text(even_s)} s per epoch "
+        f"and the proportional split {seconds_text(proportional_s)} s: proportional was "
         f"{compare_times(proportional_s, even_s, noise)} even"
-        + (f"; without the straggler the same {k} workers took {plain['epoch_s']:.1f} s "
+        + (f"; without the straggler the same {k} workers took {seconds_text(plain['epoch_s'])} s "
            f"({seeds_text(plain['seeds'])})." if plain is not None else ".")]
     if shares:
         sentences.append(f"The proportional split settled on shares {shares} (examples per "
@@ -291,13 +291,13 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                          f"backward in the epoch before.")
     if ideal_s is not None:
         sentences.append(f"For the speeds the even trial measured, the ideal split would take "
-                         f"{ideal_s:.1f} s ({even_s / ideal_s:.2f}x faster than even); the "
-                         f"proportional split's {proportional_s:.1f} s is "
+                         f"{seconds_text(ideal_s)} s ({even_s / ideal_s:.2f}x faster than even); the "
+                         f"proportional split's {seconds_text(proportional_s)} s is "
                          f"{compare_times(proportional_s, ideal_s, noise)} that.")
     if alone is not None:
         alone_s = alone["epoch_s"]
         sentences.append(
-            f"Is the slow device worth having at all? The fast worker alone took {alone_s:.1f} s "
+            f"Is the slow device worth having at all? The fast worker alone took {seconds_text(alone_s)} s "
             f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
             f"even split with the straggler was {compare_times(even_s, alone_s, noise)} it, "
             f"the proportional split {compare_times(proportional_s, alone_s, noise)} it.")
@@ -373,11 +373,11 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
                                         & (same_k["transport"] == arm["transport"])], k))
                for name in ("bucketed", "ddp")]
     timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise)} {name} "
-                    f"({row['epoch_s']:.2f} s, {percent(row['sync_share'])} waiting; "
+                    f"({seconds_text(row['epoch_s'], 2)} s, {percent(row['sync_share'])} waiting; "
                     f"{seeds_text(row['seeds'])})" for name, row in waiting if row is not None]
     sentences.append(
         f"At {k} workers through {arm['transport'] or 'an unrecorded transport'}, delayed took "
-        f"{arm['epoch_s']:.2f} s per epoch ({seeds_text(arm['seeds'])}), "
+        f"{seconds_text(arm['epoch_s'], 2)} s per epoch ({seeds_text(arm['seeds'])}), "
         f"{percent(arm['sync_share'])} of it waiting for sums"
         + (f": {'; '.join(timed_beside)}." if timed_beside else
            f"; no bucketed or ddp trial summed through the same transport at {k} workers "
@@ -419,7 +419,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
         measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's wait "
-                    f"here ({waits[0]:.2f} s of waiting per epoch against {waits[1]:.2f} s)")
+                    f"here ({seconds_text(waits[0], 2)} s of waiting per epoch against {seconds_text(waits[1], 2)} s)")
         sentences.append(
             f"{measured[0].upper()}{measured[1:]}"
             + (": on CPU workers a sum in flight has no core of its own where the workers' "
