@@ -133,7 +133,9 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         sweep = sweep_plan.sweep
         ran_on = {"cluster": cluster.describe(), "timing": timing_line(sweep_plan)}
         if request.resume:
-            print(f"resuming the sweep in {request.out_dir} with the options it was started with")
+            print(f"resuming the sweep in {request.out_dir} with the options it was started with"
+                  + ("; --max-concurrent-trials is its own too (Tune restores it)"
+                     if args.max_concurrent_trials is not None else ""))
         elif not args.dry_run:
             claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id,
                           [cell.to_dict() for cell in sweep_plan.left_out], ran_on)
