@@ -115,6 +115,7 @@ class Steps:
         self.out, self.deadline = out, time.monotonic() + budget_s
         self.chosen = chosen
         self.outcomes: dict[str, dict] = {}
+        self.logs: set[str] = set()  # the logs this check wrote: a second step appends
 
     def asked(self, name: str) -> bool:
         """Whether `name` is one of the steps asked for; if not, recorded so."""
@@ -123,17 +124,19 @@ class Steps:
         return name in self.chosen
 
     def run(self, name: str, argv: list[str], log_name: str | None = None) -> bool:
-        """Run step `name` (`argv`) into `log_name` (default `name`.log; appended to:
-        two steps may share one); whether it ran and exited 0."""
+        """Run step `name` (`argv`) into `log_name` (default `name`.log, begun anew
+        by this check, appended to by a second step that shares it); whether it
+        ran and exited 0."""
         if not self.asked(name):
             return False
         limit_s = min(STEP_LIMITS_S[name], self.deadline - time.monotonic())
         if limit_s < 20:
             self.outcomes[name] = {"ran": False, "reason": "the check's budget was spent"}
             return False
-        started = time.monotonic()
-        with open(self.out / f"{log_name or name}.log", "a") as log:
+        started, log_name = time.monotonic(), log_name or name
+        with open(self.out / f"{log_name}.log", "a" if log_name in self.logs else "w") as log:
             code = run_whole(argv, log, limit_s)
+        self.logs.add(log_name)
         self.outcomes[name] = {"ran": True, "exit": code,
                                "seconds": round(time.monotonic() - started, 1)}
         print(f"{name}: {self.outcomes[name]}", flush=True)
@@ -375,9 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             if name in steps.chosen:
                 record(after=name)
     # In a Python of its own: under its limit, and the GPU's memory back at its end.
-    steps.run("loop_alone", loop_alone_argv(args.data_dir))
-    if "loop_alone" in steps.chosen:
+    if steps.run("loop_alone", loop_alone_argv(args.data_dir)):
         figures["loop_alone"] = loop_alone_figures(out / "loop_alone.log")
+    if "loop_alone" in steps.chosen:
         record(after="loop_alone")
     # The same layout as the trial's `auto` chose, so that only the way differs.
     layout = figures.get("d2l_13_6", {}).get("memory_format") or "channels-last"

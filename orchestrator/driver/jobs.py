@@ -213,7 +213,8 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
                                 title_lines=title, target_acc=base.target_acc,
                                 data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
                                 left_out=left_out, sessions=sessions,
-                                grid_points=len(sweep.grid))
+                                not_ended=len(sweep.grid) - result_grid.num_terminated
+                                - result_grid.num_errors)
     interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
     return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                         interrupted=interrupted, failed_trials=report.failed_trials)

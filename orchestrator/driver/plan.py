@@ -103,7 +103,11 @@ def resumed_run_line(config: TrainConfig, name: str, run_folder: str) -> str | N
     checkpoint (a new run); else the line saying what is resumed, or a
     UserError naming the options that differ from the run's."""
     from orchestrator.training.checkpoint import read_newest_history
-    found = read_newest_history(run_folder)
+    try:
+        found = read_newest_history(run_folder)
+    except OSError as error:  # a bucket that refuses the listing, say
+        raise UserError(f"--name {name}: cannot look for an earlier run's checkpoints in "
+                        f"{run_folder} ({error})") from None
     if not found or not found[0]:
         return None
     last = found[0][-1]
@@ -166,7 +170,10 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
                            facts_of=lambda dataset: data_facts(dataset, args.data_dir))
     left_out, ran_on = (), None
     if stored is not None:
-        _require_the_stored_options(asked, sweep, stored.sweep, out_dir)
+        setters = [name for name, given in (("--preset", preset), ("--quick", args.quick),
+                                            ("--repeats", args.repeats is not None),
+                                            ("--config", args.config)) if given]
+        _require_the_stored_options(asked, sweep, stored.sweep, out_dir, setters)
         if args.storage and storage.resolve(args.storage) != stored.storage:
             raise UserError(f"--resume continues the sweep in {out_dir} in its own storage, "
                             f"{stored.storage}: drop --storage {args.storage}")
@@ -355,26 +362,35 @@ def _sweep_from(options: dict, *, source: str = "", data_dir: str | None = None
 
 
 def _require_the_stored_options(asked: dict, sweep: SweepConfig, stored: SweepConfig,
-                                out_dir: Path) -> None:
+                                out_dir: Path, setters: list[str]) -> None:
     """A --resume runs the sweep as it was started: an option the command asks for
     with another value is refused in one line, not dropped without a word (Tune
     restores the stored grid whatever the command says). `asked`: the options
     whose values the command set (None or auto: left to the cluster, not
-    compared); `sweep`: the command's sweep built from them."""
+    compared); `sweep`: the command's sweep built from them; `setters`: the
+    flags that set options wholesale (--preset, --quick, --repeats, --config)."""
     wanted, kept = sweep.to_dict(), stored.to_dict()
-    differ = [f"{flag(OPTION_FIELDS[name])} {_shown(wanted[name])} (the sweep's: "
-              f"{_shown(kept[name])})" for name, value in asked.items()
+    differ = [f"{_label(name)} {_shown(wanted[name])} (the sweep's: {_shown(kept[name])})"
+              for name, value in asked.items()
               if value is not None and value != AUTO and wanted[name] != kept[name]]
     if differ:
+        by = f" (or the {'/'.join(setters)} that set them)" if setters else ""
         raise UserError(f"--resume continues the sweep in {out_dir} with the options it was "
-                        f"started with, and {'; '.join(differ)} differ: drop them, or start "
-                        f"a new sweep in another --out")
+                        f"started with, and this command asks for others: {'; '.join(differ)}; "
+                        f"drop those{by}, or start a new sweep in another --out")
+
+
+def _label(name: str) -> str:
+    """An option as its flag names it: --lr, --batch-size; a yes/no one without its --no-."""
+    return flag(OPTION_FIELDS[name]).replace("--no-", "--", 1)
 
 
 def _shown(value) -> str:
-    """An option's value as a command line gives it: 1,2 for a list."""
+    """An option's value as a command line gives it: 1,2 for a list, yes/no."""
     if isinstance(value, (tuple, list)):
         return ",".join(_shown(item) for item in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

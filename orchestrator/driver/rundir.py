@@ -127,23 +127,30 @@ def check_out_dir(out_dir: Path, *, resume: bool,
 
 def storage_here(out_dir: Path, stored: str, sweep_id: str) -> str:
     """The resumed sweep's storage: `stored` (sweep.json's), but the folder's own
-    `ray/` where the sweep kept its state there (no --storage) and the folder
-    was copied or moved since: sweep.json names the old place, and resuming
-    there would write into another folder's sweep, or into nothing.
+    `ray/` where the sweep kept its state in its folder (no --storage) and the
+    folder was copied or moved since: sweep.json names the old place, and
+    resuming there would write into another folder's sweep, or into nothing.
 
-    A local storage without the sweep's Tune experiment is refused in one line:
-    Tune could not restore it."""
-    own = out_dir / DEFAULT_STORAGE
+    `stored` is another folder's own storage when it is named ray/ and its
+    parent holds a sweep.json (a copy's original) or is gone (a move); an
+    explicit --storage is kept wherever the folder goes. A local storage
+    without the sweep's Tune state is refused in one line: Tune could not
+    restore it."""
+    own, old = out_dir / DEFAULT_STORAGE, Path(stored)
     if storage.is_uri(stored):
         return stored
-    if Path(stored) != own and Path(stored).name == DEFAULT_STORAGE \
-            and (own / sweep_id).is_dir():
-        return str(own)
-    if not (Path(stored) / sweep_id / TUNER_STATE).is_file():
+    if old != own and old.name == DEFAULT_STORAGE and (
+            not old.parent.exists() or (old.parent / SWEEP_FILE).is_file()):
+        if (own / sweep_id).is_dir():
+            return str(own)
+        raise UserError(f"{out_dir} was copied or moved from {old.parent} without its "
+                        f"{DEFAULT_STORAGE}/ folder, which holds the sweep's state: copy that "
+                        f"folder along, or resume the sweep where it ran")
+    if not (old / sweep_id / TUNER_STATE).is_file():
         raise UserError(f"nothing to resume in {out_dir}: its sweep's state "
-                        f"({Path(stored) / sweep_id / TUNER_STATE}) is not there (was the "
-                        f"folder moved without its storage, or the sweep stopped before "
-                        f"Tune began?); start a new sweep in another --out")
+                        f"({old / sweep_id / TUNER_STATE}) is not there (was its storage "
+                        f"moved or deleted, or did the sweep stop before Tune began?); start "
+                        f"a new sweep in another --out")
     return stored
 
 

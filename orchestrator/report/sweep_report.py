@@ -36,22 +36,23 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
                        use_gpu: bool, left_out: Sequence[LeftOut] = (),
-                       sessions: Sequence[dict] = (),
-                       grid_points: int | None = None) -> SweepReport:
+                       sessions: Sequence[dict] = (), not_ended: int = 0) -> SweepReport:
     """Summarise the sweep's frames (tune_experiment.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data; `left_out`: the
     preset's points the cluster could not hold; `sessions`: sessions.json's, for
-    where the wall time went; `grid_points`: how many trials the sweep runs, for
-    the line that says it was interrupted before all of them ended."""
+    where the wall time went; `not_ended`: the trials Tune did not end (not
+    started, or stopped), for the line that says the sweep was interrupted."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
-    ended = int((summary["status"] != Status.INTERRUPTED).sum())
-    if grid_points is not None and ended < grid_points:
+    # A trial Tune stopped at a Ctrl-C may come back ended; its epochs say it is not.
+    not_ended = max(not_ended, len(_trials_with(summary, Status.INTERRUPTED)))
+    if not_ended:
         title_lines = [*title_lines, (
-            f"- **interrupted**: {grid_points - ended} of the sweep's {grid_points} trials did "
-            f"not end (not started, or stopped before their last epoch); `python "
-            f"experiments/sweep.py --resume --out {out_dir}` runs them and rewrites this report")]
+            f"- **interrupted**: {not_ended} of the sweep's trials did not end (not started, "
+            f"or stopped before their last epoch); the command with `--resume` (`--out "
+            f"{out_dir}`, the cluster's options as they were) runs them and rewrites this "
+            f"report")]
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     time_split = timeline.time_split_rows(list(sessions), epochs)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,

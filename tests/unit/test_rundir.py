@@ -198,10 +198,20 @@ def test_a_copied_or_moved_sweep_resumes_from_its_own_storage(tmp_path):
     shutil.copytree(tmp_path / "original", tmp_path / "copy")
     copy = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "copy")]))
     assert copy.storage == str(tmp_path / "copy" / "ray") and copy.sweep_id == original.sweep_id
+    # A copy without ray/ would resume the original's sweep: refused.
+    shutil.copytree(tmp_path / "original", tmp_path / "bare", ignore=shutil.ignore_patterns("ray"))
+    with pytest.raises(UserError, match=r"bare was copied or moved from .*original without its "
+                                        r"ray/ folder, which holds the sweep's state"):
+        plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "bare")]))
     (tmp_path / "original").rename(tmp_path / "moved")
     moved = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "moved")]))
     assert moved.storage == str(tmp_path / "moved" / "ray")
-    # A storage of its own (--storage) is the sweep's wherever its folder goes...
+    # A storage of its own (--storage) is the sweep's wherever its folder goes, even
+    # one named ray/ beside a folder of that name holding the sweep's id...
+    named_ray = _claimed(tmp_path / "out2", "--storage", str(tmp_path / "data" / "ray"))
+    (tmp_path / "out2" / "ray" / named_ray.sweep_id).mkdir(parents=True)
+    assert plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "out2")])).storage == \
+        named_ray.storage == str(tmp_path / "data" / "ray")
     shared = _claimed(tmp_path / "out", "--storage", str(tmp_path / "shared"))
     (tmp_path / "out").rename(tmp_path / "elsewhere")
     kept = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
@@ -232,10 +242,13 @@ def test_a_resume_runs_the_sweep_it_started_and_refuses_other_options(tmp_path):
                                               *resume]))
     assert str(refused.value) == (
         f"--resume continues the sweep in {out_dir} with the options it was started with, and "
-        f"--workers 1 (the sweep's: 1,2); --lr 0.5 (the sweep's: 0.1,0.2) differ: drop them, "
-        f"or start a new sweep in another --out")
+        f"this command asks for others: --workers 1 (the sweep's: 1,2); --lr 0.5 (the sweep's: "
+        f"0.1,0.2); drop those, or start a new sweep in another --out")
     # A preset is compared whole (its worker counts aside: the cluster may have fitted them).
-    with pytest.raises(UserError, match=r"--model resnet18 \(the sweep's: lenet\)"):
+    with pytest.raises(UserError, match=r"--model resnet18 \(the sweep's: lenet\);.* drop "
+                                        r"those \(or the --preset that set them\)"):
         plan.sweep_request(parser.parse_args(["--preset", "d2l-13.6", *resume]))
+    with pytest.raises(UserError, match=r"--calibrate no \(the sweep's: yes\)"):
+        plan.sweep_request(parser.parse_args(["--no-calibrate", *resume]))
     with pytest.raises(UserError, match=r"in its own storage, .*out/ray: drop --storage"):
         plan.sweep_request(parser.parse_args(["--storage", str(tmp_path / "s"), *resume]))
