@@ -181,6 +181,10 @@ class TrainConfig:
                     f"train limit {self.train_limit} is smaller than one global batch "
                     f"({self.global_batch_size}): no step could run"
                 )
+        elif self.train_size < self.global_batch_size:
+            raise UserError(f"the global batch {self.global_batch_size} is larger than the "
+                            f"{self.train_size} training images of {self.dataset}: no step "
+                            f"could run (give a smaller --batch-size)")
         require_int(self.evals_per_epoch, "evaluations per epoch", minimum=1)
         if self.evals_per_epoch > self.steps_per_epoch:
             raise UserError(f"{self.evals_per_epoch} evaluations per epoch exceed the "

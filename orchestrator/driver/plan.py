@@ -195,7 +195,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     if requested_address(args.address) is None:
         check_dashboard_host(args.dashboard_host)
-    check_model(sweep.base)
+    check_model(sweep.base, sweep.sync)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
     return SweepRequest(sweep=sweep, gpu_from_cluster=gpu_from_cluster,
@@ -334,14 +334,16 @@ def data_facts(dataset: str, data_dir: str | None) -> DataFacts:
     return datasets.facts(dataset, data_dir)
 
 
-def check_model(config: TrainConfig) -> None:
+def check_model(config: TrainConfig, syncs: tuple[str, ...] = ()) -> None:
     """The user's model, or a book's on another data set, built and run on a batch
-    of two here: one line for one the workers could not train (models.check_model).
-    The book's on Fashion-MNIST need no check, nor torch's import."""
+    of two here: one line for one the workers could not train with the run's or
+    the sweep's `syncs` (models.check_model). The book's on Fashion-MNIST need no
+    check, nor torch's import."""
     if config.is_book_model:
         return
     from orchestrator.training.models import check_model as build_and_run
-    build_and_run(config.model, num_classes=config.num_classes, input_shape=config.input_shape)
+    build_and_run(config.model, num_classes=config.num_classes, input_shape=config.input_shape,
+                  syncs=syncs or (config.sync,))
 
 
 def _sweep_from(options: dict, *, source: str = "", data_dir: str | None = None

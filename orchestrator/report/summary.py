@@ -6,6 +6,7 @@ reported per epoch and per evaluation.
 import ast
 import math
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status
@@ -54,6 +55,10 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
         right_index=True, how="left").merge(noise_scale.per_trial(epochs), on="trial_id",
                                             how="left")
     summary["epochs_run"] = summary["epochs_run"].fillna(0).astype(int)
+    if not evaluations.empty:  # the best of every evaluation, mid-epoch ones included
+        best = evaluations.groupby("trial_id")["test_acc"].max()
+        summary["best_test_acc"] = np.fmax(summary["best_test_acc"],
+                                           summary["trial_id"].map(best))
     nodes = trial_nodes(epochs)
     summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]
     sharing = shared_gpu_trials(epochs)

@@ -133,10 +133,12 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
     return model
 
 
-def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...]) -> int:
+def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
+                syncs: tuple[str, ...] = ()) -> int:
     """Build the model once on the driver and run a batch of two through it: one
-    line (UserError) for a model the workers could not train, before any starts.
-    Returns its number of parameters."""
+    line (UserError) for a model the workers could not train, before any starts;
+    with `ddp` among `syncs`, also one whose parameters are not all used (DDP
+    waits for every gradient and fails the step). Returns its number of parameters."""
     model = build_model(name, seed=0, num_classes=num_classes, input_shape=input_shape)
     lazy = [type(module).__name__ for module in model.modules()
             if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
@@ -157,4 +159,24 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...]) ->
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} gave {shape}; "
                         f"expected logits of shape (2, {num_classes}), one per class")
+    if "ddp" in syncs:
+        _require_every_parameter_used(name, model, input_shape)
     return sum(p.numel() for p in parameters)
+
+
+def _require_every_parameter_used(name: str, model: nn.Module,
+                                  input_shape: tuple[int, ...]) -> None:
+    """torch's DistributedDataParallel (`--sync ddp`) waits for the gradient of every
+    parameter: one that the loss does not reach fails the step on every worker
+    ("Expected to have finished reduction in the prior iteration"), which no
+    retry mends. The other syncs sum the gradients there are."""
+    model.train()(torch.zeros(2, *input_shape)).sum().backward()
+    unused = [parameter_name for parameter_name, parameter in model.named_parameters()
+              if parameter.requires_grad and parameter.grad is None]
+    if unused:
+        shown = ", ".join(unused[:4]) + (f" and {len(unused) - 4} more" if len(unused) > 4 else "")
+        raise UserError(f"--model {name}: its parameters {shown} get no gradient from the loss, "
+                        f"and --sync ddp (torch's DistributedDataParallel) waits for every "
+                        f"one and fails the step; choose another --sync (scratch, bucketed, "
+                        f"root, sharded and delayed sum the gradients there are), or leave "
+                        f"those parameters out of the model")

@@ -28,6 +28,20 @@ def lazy(num_classes, input_shape):
     return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
 
 
+class _WithASpareLayer(nn.Module):
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.used = mlp(num_classes, input_shape)
+        self.spare = nn.Linear(4, 4)  # never called: its parameters get no gradient
+
+    def forward(self, images):
+        return self.used(images)
+
+
+def unused_parameters(num_classes, input_shape):
+    return _WithASpareLayer(num_classes, input_shape)
+
+
 def raises(num_classes, input_shape):
     raise RuntimeError("no such width")
 

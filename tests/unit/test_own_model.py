@@ -59,6 +59,21 @@ def test_a_model_the_workers_could_not_train_is_one_line(reference, fragment):
     assert "\n" not in str(error.value)
 
 
+def test_a_model_with_parameters_the_loss_does_not_reach_is_refused_for_ddp_only():
+    """torch's DDP fails such a model's every step on the workers (no retry mends
+    it): refused in one line where a run or a sweep would use ddp; the other syncs
+    sum the gradients there are, and the spare layer's 20 parameters still count."""
+    shape = dict(num_classes=3, input_shape=(1, 20, 20))
+    assert check_model("own_code:unused_parameters", **shape, syncs=("scratch", "sharded")) == (
+        400 * 32 + 32 + 32 * 3 + 3 + 4 * 4 + 4)
+    with pytest.raises(UserError) as error:
+        check_model("own_code:unused_parameters", **shape, syncs=("scratch", "ddp"))
+    assert str(error.value).startswith(
+        "--model own_code:unused_parameters: its parameters spare.weight, spare.bias get no "
+        "gradient from the loss, and --sync ddp (torch's DistributedDataParallel) waits for "
+        "every one and fails the step; choose another --sync")
+
+
 def test_a_builder_without_input_shape_gets_the_classes_alone():
     """torchvision's models take num_classes and no image shape: called with the
     classes alone; a data set of other channels than its stem's is one line."""
@@ -204,6 +219,12 @@ def test_quick_subsets_are_no_larger_than_the_users_data_set(tmp_path):
      "--check-equivalence compares k workers with one device"),
     ("sweep.py", ["--preset", "exercises", "--model", "own_code:mlp"],
      "the exercises study answers the book's exercises, about its own networks"),
+    # 96 training images and the default batch of 256: not 'evaluations per epoch'.
+    ("train.py", ["--model", "own_code:mlp", "--dataset", "own_code:grey_pairs"],
+     "the global batch 256 is larger than the 96 training images of own_code:grey_pairs"),
+    ("sweep.py", ["--model", "own_code:unused_parameters", "--dataset", "own_code:grey_pairs",
+                  "--batch-size", "32", "--sync", "scratch,ddp"],
+     "its parameters spare.weight, spare.bias get no gradient from the loss"),
 ])
 def test_a_bad_reference_is_one_line_and_exit_2_in_seconds(script, args, fragment, tmp_path):
     started = time.monotonic()
@@ -305,6 +326,19 @@ def test_a_sweep_of_a_model_not_the_books_answers_the_questions_of_any_model():
     assert ("varied by up to 14% in epoch time (the slowest over the fastest, as every "
             "\"apart\" below), over 1 group(s) of 2 trials") in answers
     assert "within noise (1.3% apart, noise 14%) of scratch" in answers
+
+
+def test_more_workers_whose_runs_did_not_learn_are_not_compared_on_accuracy():
+    """A run that does not learn is a failure, not an accuracy: the recorded sweep with
+    every trial's final training loss far above a uniform guess's (stuck, or diverged)."""
+    trials = pd.read_csv(RECORDED / "trials.csv").assign(final_train_loss=50.0)
+    epochs = pd.read_csv(RECORDED / "epochs.csv")
+    answers = sheet.build(trials, epochs, json.loads((RECORDED / "calibration.json").read_text()),
+                          data_note="", use_gpu=False).answers
+    assert ("Its final test accuracy says nothing of the workers: no seed learned (1 seed, "
+            "which did not learn at 2 worker(s); 1 seed, which did not learn at 1 worker(s)")\
+        in answers
+    assert "Its final test accuracy is within noise" not in answers
 
 
 def test_workers_that_did_not_pay_beyond_the_noise_are_said_so():

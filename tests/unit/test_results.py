@@ -128,6 +128,17 @@ def test_sync_share_and_accuracy_summaries(summary):
     assert row["mean_epoch_time_s"] == pytest.approx(16.0 / 3)
 
 
+def test_the_best_accuracy_counts_mid_epoch_evaluations():
+    """--evals-per-epoch scores the model inside epochs too: a peak there is the best."""
+    trials, epochs, evaluations = _recorded()
+    peak = pd.DataFrame([{"trial_id": "t2-lr0.2", "epoch": 1.5, "test_acc": 0.83,
+                          "train_s": 7.0, "wall_s": 9.0, "eval_s": 0.5}])
+    summary = summarize_trials(trials, epochs, pd.concat([evaluations, peak])).set_index(
+        "trial_id")
+    assert summary.loc["t2-lr0.2", "best_test_acc"] == pytest.approx(0.83)
+    assert summary.loc["t2-lr0.2", "final_test_acc"] == pytest.approx(0.79)
+
+
 def test_scaling_table_leaves_out_failed_trials(summary):
     table = scaling_table(summary.reset_index())
     assert 4 not in set(table["num_workers"])

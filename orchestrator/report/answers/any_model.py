@@ -16,9 +16,9 @@ from orchestrator.config.dataset import FASHION_MNIST
 from orchestrator.config.options import MODELS
 from orchestrator.records import Status
 from orchestrator.report import noise_scale
-from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, cells, compare_acc,
-                                                  compare_times, percent, seeds_text, timed,
-                                                  with_speedups)
+from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, acc_seeds_text, cells,
+                                                  compare_acc, compare_times, percent,
+                                                  seeds_text, timed, with_speedups)
 from orchestrator.report.tables import isolation_table, markdown_table
 
 # A cell of trials that differ only in their worker count (and seed, and the
@@ -94,9 +94,18 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     best = group.set_index("num_workers").loc[paid]
     accuracy = ""
     if not math.isnan(best["final_test_acc"]) and paid != first["num_workers"]:
-        versus = compare_acc(best["final_test_acc"], first["final_test_acc"], noise)
-        accuracy = (f" Its final test accuracy is {versus} {int(first['num_workers'])} "
-                    f"worker's ({best['final_test_acc']:.3f} and {first['final_test_acc']:.3f}).")
+        failed = [f"{acc_seeds_text(row)} at {workers} worker(s)"
+                  for workers, row in ((paid, best), (int(first["num_workers"]), first))
+                  if int(row.get("not_learned", 0)) >= int(row["seeds"])]
+        if failed:  # a run that does not learn is a failure, not an accuracy to compare
+            accuracy = (f" Its final test accuracy says nothing of the workers: no seed "
+                        f"learned ({'; '.join(failed)}; {best['final_test_acc']:.3f} and "
+                        f"{first['final_test_acc']:.3f}).")
+        else:
+            versus = compare_acc(best["final_test_acc"], first["final_test_acc"], noise)
+            accuracy = (f" Its final test accuracy is {versus} {int(first['num_workers'])} "
+                        f"worker's ({best['final_test_acc']:.3f}, {acc_seeds_text(best)}, and "
+                        f"{first['final_test_acc']:.3f}, {acc_seeds_text(first)}).")
     efficiency = ("" if math.isnan(best["efficiency"]) else
                   f", at an efficiency of {best['efficiency']:.2f} with "
                   f"{percent(best['sync_share'])} of each epoch in gradient sync")

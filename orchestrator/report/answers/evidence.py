@@ -84,6 +84,10 @@ class Noise:
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
                    f"to {self.acc:.3f} over its seeds ({configurations} configuration(s) run "
                    f"with up to {seeds} seeds).")
+        elif self.acc_not_learned:
+            acc = (f"Accuracy noise: no configuration has two or more seeds that learned, so "
+                   f"it is assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every "
+                   f"point).")
         else:
             acc = (f"Accuracy noise: no configuration ran with two seeds or more, so it is "
                    f"assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every point).")
