@@ -68,7 +68,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
               storage_path: str | None = None, max_failures: int | None = None,
               callbacks: Sequence[UserCallback] = (),
               started_at: float | None = None,
-              placement: Placement | None = None) -> ray.train.Result:
+              placement: Placement | None = None,
+              stop_at: float | None = None) -> ray.train.Result:
     """Fit one TorchTrainer; raises ray.train.TrainingFailedError when retries run out.
 
     `data_ref` is Fashion-MNIST in the object store: workers read it from
@@ -76,6 +77,7 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     means `config.max_failures`. `started_at` (`time.time()`, default now): the
     start the evaluations' wall seconds count from. `placement`: whole nodes of
     the trial's own (placement.py); None: Ray puts the workers where they fit.
+    `stop_at`: the test accuracy at which the workers end training (loop.run_training).
     """
     if max_failures is None:
         max_failures = config.max_failures
@@ -85,7 +87,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     return _trainer(
         train_loop_per_worker, config,
         {"train_config": config.to_dict(), "data": data_ref,
-         "started_at": time.time() if started_at is None else started_at},
+         "started_at": time.time() if started_at is None else started_at,
+         "stop_at": stop_at},
         RunConfig(name=name, storage_path=storage_path,
                   failure_config=FailureConfig(max_failures=max_failures),
                   # The newest checkpoint carries the whole epoch history; older ones

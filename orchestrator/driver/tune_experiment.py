@@ -47,11 +47,15 @@ def train_runs_path(storage_path: str, sweep_id: str) -> str:
     return storage.join(storage_path, TRAIN_RUNS_DIR, sweep_id)
 
 
-def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str) -> None:
+def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str,
+               stop_at: float | None = None) -> None:
     """One Tune trial: fit the TorchTrainer of one grid point, its Train run in
     `runs_path` (train_runs_path). That path comes with the trainable, not the
     trial's config, which a resumed sweep restores as it was: a sweep folder
-    copied or moved since would send its runs to the old place."""
+    copied or moved since would send its runs to the old place. `stop_at`
+    (--stop-at-target): the workers end training at the first evaluation that
+    reaches it; Tune's stopper alone ends a trial only once its next report
+    reaches Tune, and a trial of quick steps trained on past it."""
     started_at = time.time()  # wall seconds to a target count from here
     train = TrainConfig(**config["point"]["train"])
     placement = config["point"].get("placement")
@@ -60,7 +64,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str) -> 
               # Named after the trial: a resumed sweep's unfinished trial
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
-              storage_path=runs_path,
+              storage_path=runs_path, stop_at=stop_at,
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
@@ -234,7 +238,8 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
     # the ref, not a second copy of the data set, to every trial.
     trainable = tune.with_resources(
         tune.with_parameters(tune_trial, data_refs=[data_ref],
-                             runs_path=train_runs_path(storage_path, sweep_id)),
+                             runs_path=train_runs_path(storage_path, sweep_id),
+                             stop_at=sweep.base.target_acc if sweep.stop_at_target else None),
         TRIAL_DRIVER_RESOURCES)
     # Tune saves which trials ended at most this often (by default every 10 s
     # or more): a driver killed outright re-runs, from its last checkpoint, a

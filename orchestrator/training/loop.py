@@ -74,9 +74,11 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                  report: Reporter,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
                  started_at: float | None = None, node_id: str | None = None,
-                 layout_scope: str | None = None) -> list[dict]:
+                 layout_scope: str | None = None, stop_at: float | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
-    epoch and reporting each; returns the epoch history.
+    epoch and reporting each; returns the epoch history. `stop_at`: a test accuracy
+    at which training ends, at the first evaluation that reaches it, mid-epoch too
+    (`--stop-at-target`): the history then holds the epochs that ended before it.
 
     `started_at` (`time.time()`, default now) is when the run started, for the
     evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
@@ -97,6 +99,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         state, history, evaluations = resume_from
         if state is None:
             return history  # a diverged run's last checkpoint: nothing to resume
+        if stop_at is not None and evaluations and evaluations[-1]["test_acc"] >= stop_at:
+            return history  # it ended at the target: nothing more to train
     # The data set (Fashion-MNIST's uint8: 52 MB) goes to the device once and each
     # batch is gathered there, not copied from the host every step; on a CPU `.to`
     # is a no-op.
@@ -188,14 +192,22 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         evaluation = evaluate_now(epoch, steps_done, epoch_train_s)
         metrics = {**evaluation, "end_of_epoch": False, "status": Status.OK, **run_fields}
         report(metrics, epoch_start_state, history, evaluations)
+        if reached(evaluation):
+            raise _ReachedTarget  # every rank alike: the accuracy is summed over all
+
+    def reached(evaluation: dict) -> bool:
+        return stop_at is not None and evaluation["test_acc"] >= stop_at
 
     for epoch in range(len(history), config.num_epochs):
         num_evaluations = len(evaluations)
         started_unix_s = time.time()
-        stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
-                                epoch=epoch, device=device,
-                                on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
-                                    epoch, steps, seconds), graphed=graphed, check=check)
+        try:
+            stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
+                                    epoch=epoch, device=device,
+                                    on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
+                                        epoch, steps, seconds), graphed=graphed, check=check)
+        except _ReachedTarget:
+            break
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
         train_s = evaluation["train_s"]
         eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
@@ -212,9 +224,13 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         if epoch_start_state is not None and state is not None:
             epoch_start_state = copy.deepcopy(state)
         report(metrics, state, history, evaluations)
-        if metrics["status"] == Status.DIVERGED:
+        if metrics["status"] == Status.DIVERGED or reached(evaluation):
             break
     return history
+
+
+class _ReachedTarget(Exception):
+    """A mid-epoch evaluation reached `stop_at`: the epoch ends there, unrecorded."""
 
 
 def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split: BatchSplit,

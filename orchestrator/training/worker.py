@@ -49,7 +49,8 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
                         report=report_to_ray, resume_from=resume_from,
                         started_at=loop_config["started_at"],
                         node_id=context.get_node_id(),
-                        layout_scope=f"job {context.get_job_id()} on {context.get_node_id()}")
+                        layout_scope=f"job {context.get_job_id()} on {context.get_node_id()}",
+                        stop_at=loop_config.get("stop_at"))
 
 
 def calibration_loop_per_worker(loop_config: dict) -> dict:

@@ -101,9 +101,11 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
         assert math.isnan(slow["train_s_to_target"])
     evaluations = pd.read_csv(out_dir / "evaluations.csv")
     fast_evaluations = evaluations[evaluations["trial_id"] == fast["trial_id"]]
-    # Tune ended it at the target: nothing like its 12 evaluations ran.
-    assert fast_evaluations["epoch"].max() < 3
-    assert fast_evaluations["test_acc"].iloc[-1] >= 0.6 or len(fast_evaluations) < 12
+    # Its workers ended it at the first evaluation at the target, not a report later
+    # at Tune's word; its best accuracy is that evaluation's.
+    accuracies = list(fast_evaluations.sort_values("epoch")["test_acc"])
+    assert accuracies[-1] >= 0.6 and max(accuracies[:-1]) < 0.6, accuracies
+    assert fast["best_test_acc"] >= 0.6
     assert (pd.read_csv(out_dir / "epochs.csv")["momentum"] == 0.9).all()
     report = (out_dir / "report.md").read_text()
     assert "## Time to accuracy" in report

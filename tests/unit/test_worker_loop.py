@@ -21,11 +21,12 @@ from helpers import REPO
 CPU = torch.device("cpu")
 
 
-def _train(config, dataset, resume_from=None):
+def _train(config, dataset, resume_from=None, stop_at=None):
     reports = []
     history = run_training(config, dataset, device=CPU, resume_from=resume_from,
                            report=lambda metrics, state, hist, evaluations: reports.append(
-                               (metrics, state, list(hist), list(evaluations))))
+                               (metrics, state, list(hist), list(evaluations))),
+                           stop_at=stop_at)
     return history, reports
 
 
@@ -170,6 +171,28 @@ def test_resuming_from_a_mid_epoch_checkpoint_redoes_that_epoch(fashion_mnist_sm
     assert walls == sorted(walls), walls
     for name, tensor in full[-1][1]["model"].items():
         assert torch.equal(tensor, resumed[-1][1]["model"][name]), name
+
+
+def test_training_ends_at_the_first_evaluation_that_reaches_stop_at(fashion_mnist_small):
+    """--stop-at-target: the workers end the run at that evaluation, mid-epoch too
+    (that epoch unrecorded), not at Tune's word, which comes a report later; a run
+    resumed after it reached the target trains no more."""
+    config = TrainConfig(global_batch_size=128, lr=0.05, momentum=0.9, num_epochs=3,
+                         evals_per_epoch=4, train_limit=1024, test_limit=200)
+    _, full = _train(config, fashion_mnist_small)
+    accuracies = [row["test_acc"] for row in full[-1][3]]
+    # Each evaluation that beats every one before it: where a target there stops the run.
+    records = [index for index in range(1, len(accuracies))
+               if accuracies[index] > max(accuracies[:index])]
+    assert any((index + 1) % 4 for index in records), accuracies  # one mid-epoch at least
+    for index in records[-2:]:
+        history, reports = _train(config, fashion_mnist_small, stop_at=accuracies[index])
+        assert len(reports) == index + 1 and reports[-1][0]["test_acc"] == accuracies[index]
+        assert len(history) == (index + 1) // 4  # the epochs that ended before it
+        _, state, kept, evaluations = reports[-1]
+        _, again = _train(config, fashion_mnist_small, resume_from=(state, kept, evaluations),
+                          stop_at=accuracies[index])
+        assert again == []
 
 
 def test_warmup_ramps_the_learning_rate(fashion_mnist_small):
