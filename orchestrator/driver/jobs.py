@@ -376,13 +376,15 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
           f"{base.num_test_examples} test images")
     print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
           f"workers on {workers_text(base)}:")
+    several_seeds = len({point.train.seed for point in points}) > 1  # replicas apart
     for point in points:
         train = point.train
         print(f"  {f'[{point.part}] ' if point.part else ''}"
               f"{train.num_workers} worker(s), global batch {train.global_batch_size} "
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
               f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
-              f"{train.precision}, {train.num_epochs} epochs of {train.steps_per_epoch} steps"
+              f"{train.precision}, {f'seed {train.seed}, ' if several_seeds else ''}"
+              f"{train.num_epochs} epochs of {train.steps_per_epoch} steps"
               + (f", lr warmed up over {train.warmup_epochs} epoch(s) from "
                  f"{train.warmup_start_lr:g}" if train.warmup_epochs else "")
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")

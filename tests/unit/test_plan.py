@@ -40,6 +40,16 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
     assert "up to 3 trials side by side, sharing nodes" in jobs.timing_line(fitted)
 
 
+def test_the_plan_tells_replicas_apart_by_their_seed(tmp_path, capsys):
+    for argv, seeds in ((["--repeats", "2"], ["seed 0, ", "seed 0, ", "seed 1, ", "seed 1, "]),
+                        (["--seed", "3"], ["", ""])):
+        fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2", *argv),
+                                     _cluster({"CPU": 2.0}))
+        jobs._print_plan(fitted)
+        lines = [line for line in capsys.readouterr().out.splitlines() if "worker(s)" in line]
+        assert [line.split("fp32, ")[1].split("10 epochs")[0] for line in lines] == seeds
+
+
 def test_trials_share_nothing_when_every_node_holds_one_worker(tmp_path):
     request = _request(tmp_path, "--workers", "1,2", "--use-gpu", "auto")
     fitted = plan.fit_to_cluster(request, _cluster(*[{"CPU": 4.0, "GPU": 1.0}] * 4))
