@@ -3,7 +3,9 @@
 Rank 0 saves one at every evaluation (worker.report_to_ray) and Ray Train keeps
 it in the run's storage as a `checkpoint_*` folder; a restarted worker group
 loads it to resume, and the sweep reads a trial's epochs and evaluations from
-the newest one. The state is always the last finished epoch's.
+the newest one. The state is always the last finished epoch's, but for a run
+that ended at its target accuracy mid-epoch (`--stop-at-target`): its last
+state is the one that reached it, and a resume trains no more.
 No Ray and no pandas here: every worker imports this module.
 """
 

@@ -191,9 +191,13 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     def evaluate_mid_epoch(epoch: int, steps_done: int, epoch_train_s: float) -> None:
         evaluation = evaluate_now(epoch, steps_done, epoch_train_s)
         metrics = {**evaluation, "end_of_epoch": False, "status": Status.OK, **run_fields}
-        report(metrics, epoch_start_state, history, evaluations)
-        if reached(evaluation):
-            raise _ReachedTarget  # every rank alike: the accuracy is summed over all
+        if not reached(evaluation):
+            report(metrics, epoch_start_state, history, evaluations)
+            return
+        # The run ends here: its checkpoint keeps the weights that reached the target
+        # (a resume trains no more), every rank alike (the accuracy is summed over all).
+        report(metrics, state_now(), history, evaluations)
+        raise _ReachedTarget
 
     def reached(evaluation: dict) -> bool:
         return stop_at is not None and evaluation["test_acc"] >= stop_at
