@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     data = ["--data-dir", args.data_dir] if args.data_dir else []
     figures: dict = {}
 
-    def record(after: str | None = None) -> dict:
+    def record(after: str | None = None) -> None:
         """The record so far, written to `--out` after every step (`after`: a call
         stopped at its limit keeps what ran before); the final one (no `after`)
         also printed and, with --record, appended to bench/results."""
@@ -352,7 +352,6 @@ def main(argv: list[str] | None = None) -> int:
         written = ({"benchmark": NAME, "command": command_line(), **fields} if after else
                    emit(NAME, command_line(), fields, append=args.record))
         (out / "gpu_check.jsonl").write_text(json.dumps(written) + "\n")
-        return written
 
     for name, tests in TEST_STEPS.items():
         # --durations: which test or fixture took the layer's time (its log comes back).

@@ -103,8 +103,8 @@ class LeftOut:
 def epoch_line(metrics: dict, num_epochs: int) -> str:
     return (f"epoch {metrics['epoch']}/{num_epochs}: train loss {metrics['train_loss']:.4f}, "
             f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
-            f"{seconds_text(metrics['epoch_time_s'], 2)} s ({metrics['samples_per_s']:.0f} samples/s, "
-            f"sync {seconds_text(metrics['sync_time_s'], 2)} s)" + _split_part(metrics)
+            f"{seconds_text(metrics['epoch_time_s'], 2)} s ({metrics['samples_per_s']:.0f} "
+            f"samples/s, sync {seconds_text(metrics['sync_time_s'], 2)} s)" + _split_part(metrics)
             + ("  DIVERGED: non-finite gradients" if metrics["status"] == Status.DIVERGED else ""))
 
 
@@ -175,9 +175,11 @@ def target_line(evaluations: list[dict], target_acc: float) -> str:
     if reached is None:
         last = max(evaluations, key=lambda row: row["epoch"], default=None)
         return (f"did not reach test acc {target_acc:g}" + (
-            f" in {round(last['epoch'], 2):g} epochs ({seconds_text(last['train_s'])} s of training)" if last else ""))
+            f" in {round(last['epoch'], 2):g} epochs ({seconds_text(last['train_s'])} s of "
+            f"training)" if last else ""))
     return (f"reached test acc {target_acc:g} after {round(reached['epoch'], 2):g} epochs: "
-            f"{seconds_text(reached['train_s'])} s of training, {seconds_text(reached['wall_s'])} s from the start")
+            f"{seconds_text(reached['train_s'])} s of training, "
+            f"{seconds_text(reached['wall_s'])} s from the start")
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:

@@ -184,13 +184,15 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
             ran_on: dict[str, str], left_out, session: "Session | None") -> SweepOutcome:
     """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune
     results; `session`: this one's times, None where nothing ran (a rewrite)."""
-    from orchestrator.driver.tune_experiment import all_trials_ended, collect
+    from orchestrator.driver.tune_experiment import collect, trials_not_ended
     from orchestrator.report import write_sweep_report
 
     base, trackers = sweep.base, request.trackers
     trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
                                           sweep_id=request.sweep_id)
     sessions = _record_session(request.out_dir, session)
+    # Tune's count; the report adds trials whose epochs say they did not end.
+    not_ended = trials_not_ended(result_grid, sweep)
     title = [f"- date: {datetime.datetime.now().isoformat(timespec='seconds')}",
              f"- cluster: {ran_on['cluster']}",
              f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
@@ -212,10 +214,8 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
     report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                 title_lines=title, target_acc=base.target_acc,
                                 data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                left_out=left_out, sessions=sessions,
-                                not_ended=len(sweep.grid) - result_grid.num_terminated
-                                - result_grid.num_errors)
-    interrupted = (not all_trials_ended(result_grid, sweep)) or bool(report.interrupted_trials)
+                                left_out=left_out, sessions=sessions, not_ended=not_ended)
+    interrupted = bool(not_ended or report.interrupted_trials)
     return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                         interrupted=interrupted, failed_trials=report.failed_trials)
 

@@ -452,6 +452,12 @@ def ended_experiment(sweep: SweepConfig, storage_path: str,
     return None
 
 
+def trials_not_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> int:
+    """How many of the grid's trials Tune did not end (not started, or stopped):
+    those `all_trials_ended` waits for."""
+    return len(sweep.grid) - result_grid.num_terminated - result_grid.num_errors
+
+
 def all_trials_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
     """Whether Tune ended every grid point's trial (finished, stopped or failed).
 
@@ -463,7 +469,7 @@ def all_trials_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
     its epochs (`SweepReport.interrupted_trials`), and the Tune state that
     --resume reads, saved before the stop, has it running.
     """
-    return result_grid.num_terminated + result_grid.num_errors == len(sweep.grid)
+    return trials_not_ended(result_grid, sweep) == 0
 
 
 def _one_line(error: BaseException) -> str:

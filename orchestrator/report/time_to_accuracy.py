@@ -93,7 +93,8 @@ def _recipe_outcome(row, target_acc: float) -> str:
     where = f"{row.num_workers} worker(s)"
     if not math.isnan(row.train_s_to_target):
         return (f"{where} reached {target_acc:g} after {round(row.epochs_to_target, 2):g} epochs, "
-                f"{seconds_text(row.train_s_to_target)} s of training ({seconds_text(row.wall_s_to_target)} s wall)")
+                f"{seconds_text(row.train_s_to_target)} s of training "
+                f"({seconds_text(row.wall_s_to_target)} s wall)")
     if math.isnan(row.train_s_run):
         return f"{where} did not run [{row.status}]"
     return (f"{where} did not reach it in {seconds_text(row.train_s_run)} s of training "

@@ -95,11 +95,15 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     history: list[dict] = []
     evaluations: list[dict] = []
     state = None
+
+    def reached(evaluation: dict) -> bool:
+        return stop_at is not None and evaluation["test_acc"] >= stop_at
+
     if resume_from is not None:
         state, history, evaluations = resume_from
         if state is None:
             return history  # a diverged run's last checkpoint: nothing to resume
-        if stop_at is not None and evaluations and evaluations[-1]["test_acc"] >= stop_at:
+        if evaluations and reached(evaluations[-1]):
             return history  # it ended at the target: nothing more to train
     # The data set (Fashion-MNIST's uint8: 52 MB) goes to the device once and each
     # batch is gathered there, not copied from the host every step; on a CPU `.to`
@@ -198,9 +202,6 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         # (a resume trains no more), every rank alike (the accuracy is summed over all).
         report(metrics, state_now(), history, evaluations)
         raise _ReachedTarget
-
-    def reached(evaluation: dict) -> bool:
-        return stop_at is not None and evaluation["test_acc"] >= stop_at
 
     for epoch in range(len(history), config.num_epochs):
         num_evaluations = len(evaluations)

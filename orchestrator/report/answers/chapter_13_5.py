@@ -69,7 +69,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"Keeping {label} fixed (global batch {many['global_batch_size']} on {k} workers, "
             f"{many['steps_per_epoch']} steps per epoch), an epoch took "
             f"{seconds_text(many['epoch_s'])} s ({seeds_text(many['seeds'])}) against "
-            f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, {one['steps_per_epoch']} steps): speedup "
+            f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, "
+            f"{one['steps_per_epoch']} steps): speedup "
             f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
@@ -99,7 +100,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
                    if arm is not None]
         sentences.append(
             f"Against the best single process (1 worker with {threads['threads_per_worker']} "
-            f"threads, {seconds_text(threads['epoch_s'])} s per epoch, {seeds_text(threads['seeds'])}), {k} "
+            f"threads, {seconds_text(threads['epoch_s'])} s per epoch, "
+            f"{seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were {', and '.join(against)}.")
     return [*paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]

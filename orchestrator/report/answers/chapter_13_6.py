@@ -150,7 +150,8 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"nn.DataParallel's bytes alone (over PCIe 3.0 at 12 GB/s, assumed: the book does "
         f"not say how its GPUs are joined), the model predicts "
         f"{seconds_text(check['predicted_two_gpu_epoch_s'])} s per 2-GPU epoch against the book's "
-        f"{seconds_text(check['two_gpu_epoch_s'])} s: an error of {percent(check['error'])}. Its bytes "
+        f"{seconds_text(check['two_gpu_epoch_s'])} s: an error of {percent(check['error'])}. "
+        f"Its bytes "
         f"explain little of the gap; the rest is the overhead fitted above, so this figure "
         f"sets that overhead and cannot also check it."]
     return [markdown_table(table), " ".join(sentences)]
@@ -280,7 +281,8 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
         f"{int(even['seed'])}; epochs after the first, as everywhere: a proportional split "
         f"starts even and re-sets its shares after its first epoch), an even split of the "
-        f"global batch of {proportional['global_batch_size']} took {seconds_text(even_s)} s per epoch "
+        f"global batch of {proportional['global_batch_size']} took {seconds_text(even_s)} s per "
+        f"epoch "
         f"and the proportional split {seconds_text(proportional_s)} s: proportional was "
         f"{compare_times(proportional_s, even_s, noise)} even"
         + (f"; without the straggler the same {k} workers took {seconds_text(plain['epoch_s'])} s "
@@ -291,13 +293,15 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                          f"backward in the epoch before.")
     if ideal_s is not None:
         sentences.append(f"For the speeds the even trial measured, the ideal split would take "
-                         f"{seconds_text(ideal_s)} s ({even_s / ideal_s:.2f}x faster than even); the "
+                         f"{seconds_text(ideal_s)} s ({even_s / ideal_s:.2f}x faster than "
+                         f"even); the "
                          f"proportional split's {seconds_text(proportional_s)} s is "
                          f"{compare_times(proportional_s, ideal_s, noise)} that.")
     if alone is not None:
         alone_s = alone["epoch_s"]
         sentences.append(
-            f"Is the slow device worth having at all? The fast worker alone took {seconds_text(alone_s)} s "
+            f"Is the slow device worth having at all? The fast worker alone took "
+            f"{seconds_text(alone_s)} s "
             f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
             f"even split with the straggler was {compare_times(even_s, alone_s, noise)} it, "
             f"the proportional split {compare_times(proportional_s, alone_s, noise)} it.")
@@ -419,7 +423,8 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
         measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's wait "
-                    f"here ({seconds_text(waits[0], 2)} s of waiting per epoch against {seconds_text(waits[1], 2)} s)")
+                    f"here ({seconds_text(waits[0], 2)} s of waiting per epoch against "
+                    f"{seconds_text(waits[1], 2)} s)")
         sentences.append(
             f"{measured[0].upper()}{measured[1:]}"
             + (": on CPU workers a sum in flight has no core of its own where the workers' "
