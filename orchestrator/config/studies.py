@@ -5,7 +5,9 @@ Each trial carries its part, which the answers (report/answers/) select by:
 - "batch-global": 13.5's experiment, the global batch b kept as workers grow;
 - "batch-lr": b per worker (global k*b) at every lr, for every k (13.5.1, 13.5.2);
   at 1 worker the first lr is left out: it is batch-global's 1-worker run; above
-  1 worker the lrs below the first (the reference) too;
+  1 worker the lrs below the first (the reference) too; at the largest k also
+  the linear rule's k times the first lr where the axis lacks it (8 workers,
+  lrs up to 0.8: 1.6), the warm-up's twin;
 - "warmup": the largest global batch at the linearly scaled first lr with a warm-up
   epoch from 1 worker's lr up to k times it (Goyal et al., 2017: from the small
   batch's lr, not from zero), beside batch-lr's trial without one (13.5.2); and at
@@ -84,9 +86,14 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
     # At 1 worker a batch of b per worker is the global batch b: batch-global's run.
     # Above 1 worker the lrs from the first up: a k-fold batch at a smaller lr than
     # 1 worker's reference pairs with no 1-worker run in the linear rule.
+    # At the largest k, also the rule's own lr k*lr0 where the axis lacks it (8
+    # workers of lrs up to 0.8: 1.6), the warm-up arm's twin without warm-up.
+    rule_lr = largest * lrs[0]
+    largest_lrs = sorted(lrs) + ([rule_lr] if largest > 1 and not any(
+        math.isclose(rule_lr, lr) for lr in lrs) else [])
     specs += [PointSpec("batch-lr", k, batch_size, "per-worker", lr, reference,
                         replicated=in_rule_pair(k, lr))
-              for k in workers for lr in sorted(lrs)
+              for k in workers for lr in (largest_lrs if k == largest else sorted(lrs))
               if (k == 1 and lr != lrs[0]) or (k > 1 and lr >= lrs[0])]
     if largest > 1:
         specs.append(PointSpec("warmup", largest, batch_size, "per-worker", lrs[0],

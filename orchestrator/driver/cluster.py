@@ -86,21 +86,38 @@ class Cluster:
             raise UserError(
                 f"{what} needs {num_workers} workers of {{{need}}} each, but the "
                 f"{self.describe()} can hold at most {capacity} such workers; "
-                + ways_out(resources_per_worker, num_workers, self.num_gpus))
+                + ways_out(resources_per_worker, num_workers, self))
 
 
-def ways_out(resources_per_worker: dict[str, float], num_workers: int, num_gpus: float) -> str:
-    """What a user can change when workers do not fit, for the end of the refusal."""
-    if resources_per_worker.get("GPU", 0) > 0:
+def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: Cluster) -> str:
+    """What a user can change when workers do not fit, for the end of the refusal:
+    in the resource that is short (GPUs, CPUs, or both)."""
+    gpu, cpu = resources_per_worker.get("GPU", 0.0), resources_per_worker.get("CPU", 0.0)
+    short_of_cpus = cpu > 0 and cluster.max_workers({"CPU": cpu}) < num_workers
+    cpu_ways = ("give fewer --workers"
+                + (" or --threads-per-worker" if cpu > 1 else "")
+                # A GPU worker's CPU runs its Python and launches its kernels: a node
+                # may declare more logical CPUs than cores for them; CPU workers'
+                # timings would crowd each other.
+                + (", or start the GPU nodes with more logical CPUs (`ray start "
+                   "--num-cpus N`)" if gpu > 0 else "")
+                + ", or attach to a cluster with more CPUs (--address)")
+    if gpu > 0 and cluster.max_workers({"GPU": gpu}) < num_workers:
         # n workers to a GPU, each reserving 1/n of it, on the GPUs there are.
+        num_gpus = cluster.num_gpus
         share = 1 / math.ceil(num_workers / num_gpus) if num_gpus >= 1 else 0.5
-        return (f"to put {num_workers} workers on {num_gpus:g} GPU(s) give --gpus-per-worker "
+        ways = (f"to put {num_workers} workers on {num_gpus:g} GPU(s) give --gpus-per-worker "
                 f"{share:.3g} (workers share a GPU over gloo: accuracies to compare, no "
-                f"speedup), or --use-gpu no (CPU workers), or attach to a cluster with more "
+                f"speedup)")
+        if short_of_cpus:
+            return (f"{ways}; and {num_workers} workers need {num_workers * cpu:g} CPUs, this "
+                    f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
+        return (f"{ways}, or --use-gpu no (CPU workers), or attach to a cluster with more "
                 f"GPUs (--address)")
-    return ("give fewer --workers"
-            + (" or --threads-per-worker" if resources_per_worker.get("CPU", 1) > 1 else "")
-            + ", or attach to a cluster with more CPUs (--address)")
+    if short_of_cpus and gpu > 0:
+        return (f"{num_workers} workers need {num_workers * cpu:g} CPUs ({cpu:g} each), this "
+                f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
+    return cpu_ways
 
 
 def requested_address(address: str | None) -> str | None:

@@ -72,8 +72,12 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
-              f"{config.steps_per_epoch} steps/epoch, "
-              f"{config.num_train_examples} train / {config.num_test_examples} test images "
+              f"{config.precision}, {config.num_epochs} epochs of {config.steps_per_epoch} "
+              f"steps"
+              + (", SyncBatchNorm" if config.sync_batchnorm else "")
+              + (f", target test accuracy {config.target_acc:g}"
+                 if config.target_acc is not None else "")
+              + f", {config.num_train_examples} train / {config.num_test_examples} test images "
               f"of {data_text(config)}")
         name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
                              f"{time.strftime('%Y%m%d-%H%M%S')}")
@@ -374,6 +378,15 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     base = sweep_plan.sweep.base
     print(f"model {base.model}, data {data_text(base)}: {base.num_train_examples} train / "
           f"{base.num_test_examples} test images")
+    timing = timing_line(sweep_plan)
+    if (sweep_plan.max_concurrent_trials == 1 and len(points) > 1
+            and len({point.train.num_workers for point in points}) > 1):
+        timing += (": trials of several worker counts compare their times, so they run one "
+                   "at a time (--max-concurrent-trials N runs N side by side)")
+    print(f"timing: {timing}")
+    settings = _settings_text(sweep_plan.sweep)
+    if settings:
+        print(f"every trial: {settings}")
     print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
           f"workers on {workers_text(base)}:")
     several_seeds = len({point.train.seed for point in points}) > 1  # replicas apart
@@ -396,6 +409,24 @@ def _print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"estimates each with the scaling model (a what-if, not a measurement):")
         for cell in sweep_plan.left_out:
             print(f"  {cell.line}")
+
+
+def _settings_text(sweep) -> str:
+    """The sweep-wide options that change what a trial does or when it ends, which
+    the trials' lines do not show: empty where all are the defaults."""
+    base = sweep.base
+    parts = []
+    if base.target_acc is not None:
+        parts.append(f"target test accuracy {base.target_acc:g}"
+                     + (", the trial ends there (--stop-at-target)" if sweep.stop_at_target
+                        else ", recorded when reached"))
+    if sweep.scheduler == "asha":
+        parts.append("ASHA stops trials that lag (--scheduler asha)")
+    if base.evals_per_epoch > 1:
+        parts.append(f"evaluated {base.evals_per_epoch} times an epoch")
+    if base.sync_batchnorm:
+        parts.append("BatchNorm statistics synchronised across workers (--sync-batchnorm)")
+    return "; ".join(parts)
 
 
 def _placement_part(placements, num_workers: int) -> str:

@@ -213,7 +213,11 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     if request.gpu_from_cluster:
         sweep = with_gpu_from_cluster(sweep, cluster)
     if request.workers_from_cluster:
-        capacity = cluster.max_workers(sweep.base.resources_per_worker)
+        # Up to the devices there are: GPU workers' counts follow the GPUs, and those
+        # the CPUs cannot hold besides are left out below, named (8 GPUs, 4 CPUs).
+        resources = sweep.base.resources_per_worker
+        devices = {"GPU": resources["GPU"]} if sweep.base.use_gpu else resources
+        capacity = cluster.max_workers(devices)
         sweep = dataclasses.replace(sweep, workers=workers_up_to(max(capacity, 1)))
     if sweep.baseline_threads is None:  # the preset's: a node's CPUs, on a CPU cluster
         node_cpus = max(int(node.get("CPU", 0)) for node in cluster.node_resources)
@@ -232,17 +236,20 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
     resources = sweep.base.resources_per_worker
     worker_counts = sorted({point.train.num_workers for point in sweep.grid})
     placements = _node_exclusive(cluster, worker_counts, resources)
-    if request.max_concurrent_trials is None and placements is not None:
-        # Every trial on whole nodes of its own: as many at once as there are nodes.
-        return SweepPlan(sweep=sweep, max_concurrent_trials=placements[0],
-                         side_by_side=False, placements=placements[1], left_out=left_out)
     fits = max(1, cluster.max_workers(resources) // worker_counts[-1])
+    # One worker count reports no speedup: its trials pack where packing runs more
+    # at once than whole nodes do (two nodes of 8 GPUs: 16 one-GPU trials, not 2).
+    packs = len(worker_counts) == 1 and placements is not None and fits > placements[0]
+    if request.max_concurrent_trials is None and placements is not None and not packs:
+        # Every trial on whole nodes of its own: as many at once as there are nodes.
+        return SweepPlan(sweep=sweep, max_concurrent_trials=min(placements[0], len(sweep.grid)),
+                         side_by_side=False, placements=placements[1], left_out=left_out)
     # Trials on one node share its cores, memory bandwidth and PCIe: a speedup
     # (more than one worker count) is measured one trial at a time, unless
     # every node holds one worker at most, so that no two trials share one.
     whole_nodes = max(cluster.node_capacities(resources)) <= 1
     isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
-    concurrent = request.max_concurrent_trials or isolated
+    concurrent = min(request.max_concurrent_trials or isolated, len(sweep.grid))
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
                      side_by_side=concurrent > 1 and not whole_nodes, left_out=left_out)
 

@@ -142,3 +142,20 @@ def test_a_slowed_timer_stretches_each_span_and_counts_the_stretch():
     # Busy, as a slower CPU computes: the 40 ms stretch held the core (a share of it on a
     # loaded machine; a sleep would take microseconds of CPU).
     assert time.thread_time() - started_cpu >= 0.01
+
+
+def test_on_a_node_of_eight_gpus_the_warmup_arm_has_its_twin_without_warmup(tmp_path):
+    """At 8 workers the linear rule's lr, 8 x 0.2 = 1.6, lies past the axis (up to
+    0.8): batch-lr runs it there too, every seed, so that the warm-up trial at 1.6
+    stands beside the same lr and batch without warm-up (13.5.2)."""
+    sweep = _fitted(tmp_path, nodes=({"CPU": 16.0, "GPU": 8.0},))
+    assert sweep.workers == (1, 2, 4, 8)
+    warmup = {(p.train.num_workers, p.train.global_batch_size, p.train.lr)
+              for p in sweep.grid if p.part == "warmup"}
+    assert warmup == {(8, 2048, 1.6)}  # 0.8 is no larger lr than the rule's: one arm
+    twins = Counter((p.train.num_workers, p.train.lr) for p in sweep.grid
+                    if p.part == "batch-lr" and p.train.num_workers == 8)
+    assert twins == {(8, 0.2): 1, (8, 0.4): 1, (8, 0.8): 3, (8, 1.6): 3}
+    # Below 8 workers the axis is as given.
+    assert not any(p.train.lr > 0.8 for p in sweep.grid
+                   if p.part == "batch-lr" and p.train.num_workers < 8)

@@ -43,7 +43,7 @@ def test_the_scaling_preset_on_8_nodes_of_8_gpus_gives_each_trial_whole_nodes(tm
 
 def test_a_2_worker_trial_on_2_cpu_nodes_keeps_its_1_cpu_workers(tmp_path):
     fitted = _fit(tmp_path, _cluster(*[{"CPU": 2.0}] * 3), "--workers", "1,2")
-    assert fitted.max_concurrent_trials == 3
+    assert fitted.max_concurrent_trials == 2  # 3 nodes, but the sweep's 2 trials
     assert _where(fitted) == {1: (1, 1, "STRICT_PACK", {"CPU": 2.0}),
                               2: (1, 2, "STRICT_PACK", {"CPU": 1.0})}
     # The reservation is about the node; the worker's torch threads stay as set.
@@ -87,7 +87,7 @@ def test_without_an_even_split_of_like_nodes_a_speedup_runs_one_trial_at_a_time(
 def test_max_concurrent_trials_overrides_the_placement_and_the_report_says_side_by_side(
         tmp_path):
     fitted = _fit(tmp_path, _cluster(*[{"CPU": 2.0}] * 3), "--workers", "1,2",
-                  "--max-concurrent-trials", "4")
+                  "--lr", "0.1,0.2", "--max-concurrent-trials", "4")
     assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.placements) == (
         4, True, None)
     assert "up to 4 trials side by side, sharing nodes" in jobs.timing_line(fitted)

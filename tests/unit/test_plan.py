@@ -34,7 +34,8 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
     assert jobs.timing_line(fitted) == "each trial timed with its nodes to itself"
     # Asked for, they run side by side, and the plan says so (report.md prints it).
-    request = _request(tmp_path, "--workers", "1,2", "--max-concurrent-trials", "3")
+    request = _request(tmp_path, "--workers", "1,2", "--lr", "0.1,0.2",
+                       "--max-concurrent-trials", "3")
     fitted = plan.fit_to_cluster(request, _cluster({"CPU": 8.0}))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (3, True)
     assert "up to 3 trials side by side, sharing nodes" in jobs.timing_line(fitted)
@@ -51,7 +52,7 @@ def test_the_plan_tells_replicas_apart_by_their_seed(tmp_path, capsys):
 
 
 def test_trials_share_nothing_when_every_node_holds_one_worker(tmp_path):
-    request = _request(tmp_path, "--workers", "1,2", "--use-gpu", "auto")
+    request = _request(tmp_path, "--workers", "1,2", "--lr", "0.1,0.2", "--use-gpu", "auto")
     fitted = plan.fit_to_cluster(request, _cluster(*[{"CPU": 4.0, "GPU": 1.0}] * 4))
     # Each trial on whole nodes of its own (tests/unit/test_placement.py): one per node.
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (4, False)
@@ -159,3 +160,76 @@ def test_a_cpu_grid_point_too_big_for_the_nodes_says_which_resource(tmp_path):
     # cluster only one: the room is named too.
     assert plan.shortfall(_cluster({"CPU": 3.0}, {"CPU": 2.0}, {"CPU": 2.0}), 2, {"CPU": 3.0}) == (
         "2 workers need 6 CPUs; this cluster has 7, room for 1 such workers: not run")
+
+
+CPU_STARVED = {"CPU": 4.0, "GPU": 8.0}
+NODE_OF_EIGHT = {"CPU": 16.0, "GPU": 8.0}
+
+
+def test_gpu_counts_follow_the_gpus_and_those_the_cpus_cannot_hold_are_named(tmp_path):
+    """A node of 8 GPUs and 4 CPUs: the preset's counts go up to 8, as the devices
+    do, and 8 (1 CPU each) is left out, named in CPUs, not dropped in silence."""
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "scaling"), _cluster(CPU_STARVED))
+    assert fitted.sweep.workers == (1, 2, 4)
+    assert {cell.reason for cell in fitted.left_out} == {
+        "8 workers need 8 CPUs; this cluster has 4: not run"}
+    assert {cell.num_workers for cell in fitted.left_out} == {8}
+
+
+def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
+    def refusal(cluster, *argv):
+        with pytest.raises(UserError) as refused:
+            plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(cluster))
+        assert "\n" not in str(refused.value)
+        return str(refused.value)
+
+    # CPUs short, GPUs enough: no GPU share, no CPU workers (they need CPUs too).
+    message = refusal(CPU_STARVED, "--workers", "8")
+    assert message.endswith("8 workers need 8 CPUs (1 each), this cluster has 4: give fewer "
+                            "--workers, or start the GPU nodes with more logical CPUs (`ray "
+                            "start --num-cpus N`), or attach to a cluster with more CPUs "
+                            "(--address)"), message
+    assert "--gpus-per-worker" not in message and "--use-gpu no" not in message
+    message = refusal(NODE_OF_EIGHT, "--workers", "6", "--threads-per-worker", "3")
+    assert "6 workers need 18 CPUs (3 each), this cluster has 16: give fewer --workers or " \
+           "--threads-per-worker" in message
+    # Both short: the share that fits the GPUs, and the CPUs it still lacks.
+    message = refusal(NODE_OF_EIGHT, "--workers", "20", "--gpus-per-worker", "0.5")
+    assert "to put 20 workers on 8 GPU(s) give --gpus-per-worker 0.333" in message
+    assert "; and 20 workers need 20 CPUs, this cluster has 16: give fewer --workers" in message
+    assert "--use-gpu no" not in message
+
+
+def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
+    """Two nodes of 8 GPUs: one-GPU trials of one worker count (no speedup to
+    time) run 16 at once, not one per node; with two counts each trial still
+    gets whole nodes of its own."""
+    nodes = _cluster(NODE_OF_EIGHT, NODE_OF_EIGHT)
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1", "--lr", "0.1,0.2",
+                                          "--repeats", "8"), nodes)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.placements) == (
+        16, True, None)
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--lr", "0.1,0.2"), nodes)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
+    assert fitted.placements is not None  # a whole node each, as many as packing
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2"), nodes)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
+
+
+def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path, capsys):
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "time-to-accuracy"),
+                                 _cluster({"CPU": 2.0}))
+    jobs._print_plan(fitted)
+    lines = capsys.readouterr().out.splitlines()
+    assert ("timing: each trial timed with its nodes to itself: trials of several worker counts "
+            "compare their times, so they run one at a time (--max-concurrent-trials N runs N "
+            "side by side)") in lines
+    assert ("every trial: target test accuracy 0.8, the trial ends there (--stop-at-target); "
+            "ASHA stops trials that lag (--scheduler asha); evaluated 4 times an epoch") in lines
+    # "Up to" no more trials than there are.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1", "--max-concurrent-trials",
+                                          "100"), _cluster({"CPU": 2.0}))
+    jobs._print_plan(fitted)
+    out = capsys.readouterr().out
+    assert "1 trial(s), up to 1 at a time" in out and "every trial:" not in out
+    assert "timing: each trial timed with its nodes to itself" in out
