@@ -3,14 +3,21 @@ experiment feeds it each result (tune_experiment.LiveEstimate), the unit tests
 feed it synthetic ones.
 
 How it counts:
-- Seconds per epoch, per (num_workers, model): the median of the epochs
-  measured in that group, each epoch from the wall seconds between its trial's
-  consecutive epochs (training, evaluation, checkpoint, report), or, for the
-  first epoch seen of a trial, its training and evaluation seconds.
-- A group not measured yet borrows the nearest measured worker count of its
-  model, scaled as if the speedup were linear, and is printed as a guess. A
-  model with no measured group at all has no sensible figure (ResNet-18 takes
-  some 100 times LeNet's epoch): its epochs are left out and the line says so.
+- An epoch is its steps and the rest (evaluation, checkpoint, report): a
+  step's seconds per (num_workers, model, batch per worker), the median over
+  the epochs measured there, each epoch's training seconds over its steps; the
+  rest per (num_workers, model), each epoch's wall seconds between its trial's
+  consecutive epochs less its training seconds (for the first epoch seen of a
+  trial, its evaluation seconds). So trials of one worker count whose epochs
+  differ in steps (the exercises' global batch b and k*b) are not one figure.
+- A step not measured yet borrows the nearest measured one of its model, the
+  same batch per worker first, then the nearest worker count, scaled by the
+  batch per worker (compute-bound: as if the speedup were linear); the rest
+  the nearest worker count's, scaled as if linear. A model with no measured
+  epoch has no sensible figure (ResNet-18 takes some 100 times LeNet's
+  epoch): its epochs are left out and the line says so.
+- The line prints seconds per epoch per (num_workers, model): the median of
+  the epochs measured there, else guessed as above.
 - Starting a trial: its first epoch's wall seconds less that epoch's own
   (Ray Train's worker group, the data to the workers); the median over the
   trials measured, added to each trial not yet started.
@@ -34,6 +41,7 @@ PRINT_CHANGE = 0.10
 PRINT_PERIOD_S = 60.0
 
 Group = tuple[int, str]  # (num_workers, model)
+StepGroup = tuple[int, str, int]  # (num_workers, model, batch per worker)
 
 
 @dataclass(frozen=True)
@@ -44,14 +52,22 @@ class PointShape:
     model: str
     num_epochs: int
     """Per point: the exercises study times some trials over fewer epochs."""
+    steps_per_epoch: int
+    batch_per_worker: int
 
     @classmethod
     def of(cls, point: GridPoint) -> "PointShape":
-        return cls(point.train.num_workers, point.train.model, point.train.num_epochs)
+        train = point.train
+        return cls(train.num_workers, train.model, train.num_epochs, train.steps_per_epoch,
+                   train.batch_size_per_worker)
 
     @property
     def group(self) -> Group:
         return (self.num_workers, self.model)
+
+    @property
+    def step_group(self) -> StepGroup:
+        return (self.num_workers, self.model, self.batch_per_worker)
 
 
 class SweepEstimate:
@@ -69,6 +85,8 @@ class SweepEstimate:
         self.ended = [False] * len(self.points)
         self.last_epoch: dict[int, tuple[int, float]] = {}  # point -> (epoch, wall_s)
         self.epoch_s: dict[Group, list[float]] = {}
+        self.step_s: dict[StepGroup, list[float]] = {}
+        self.rest_s: dict[Group, list[float]] = {}
         self.start_s: list[float] = []
         self.printed: tuple[float, float] | None = None  # (when, forecast end) last printed
         self.stop = False
@@ -89,7 +107,11 @@ class SweepEstimate:
             seconds = own_s
             if epoch == 1:
                 self.start_s.append(wall_s - own_s)
-        self.epoch_s.setdefault(self.points[point_index].group, []).append(seconds)
+        point = self.points[point_index]
+        self.epoch_s.setdefault(point.group, []).append(seconds)
+        self.step_s.setdefault(point.step_group, []).append(
+            result["epoch_time_s"] / point.steps_per_epoch)
+        self.rest_s.setdefault(point.group, []).append(max(0.0, seconds - result["epoch_time_s"]))
         self.last_epoch[point_index] = (epoch, wall_s)
         self.epochs_done[point_index] = epoch
 
@@ -113,17 +135,47 @@ class SweepEstimate:
                 figures[group] = (measured[nearest] * nearest[0] / group[0], False)
         return figures
 
+    def epoch_seconds(self) -> list[float | None]:
+        """Per point: its steps at the step's seconds plus the rest of an epoch,
+        measured or borrowed (the module's docstring); None for a model never measured."""
+        steps = {group: statistics.median(seconds) for group, seconds in self.step_s.items()}
+        rests = {group: statistics.median(seconds) for group, seconds in self.rest_s.items()}
+
+        def distance(one: tuple, other: tuple) -> float:
+            return abs(math.log(one[0] / other[0]))
+
+        figures = []
+        for point in self.points:
+            group, step_group = point.group, point.step_group
+            same_model = [other for other in steps if other[1] == point.model]
+            if not same_model:
+                figures.append(None)
+                continue
+            if step_group in steps:
+                step_s = steps[step_group]
+            else:
+                near = min(same_model, key=lambda other: (
+                    abs(math.log(other[2] / step_group[2])), distance(other, group), other))
+                step_s = steps[near] * step_group[2] / near[2]
+            if group in rests:
+                rest_s = rests[group]
+            else:
+                near = min((other for other in rests if other[1] == point.model),
+                           key=lambda other: (distance(other, group), other[0]))
+                rest_s = rests[near] * near[0] / group[0]
+            figures.append(point.steps_per_epoch * step_s + rest_s)
+        return figures
+
     def seconds_left(self) -> float | None:
         """The sweep's time left; None before its first epoch."""
         if not self.epoch_s:
             return None
-        figures = self.seconds_per_epoch()
         start_s = statistics.median(self.start_s) if self.start_s else 0.0
         trials_s = []
-        for index, point in enumerate(self.points):
+        for index, epoch_s in enumerate(self.epoch_seconds()):
             epochs_left = self.epochs_left(index)
-            if epochs_left and point.group in figures:
-                trials_s.append(epochs_left * figures[point.group][0]
+            if epochs_left and epoch_s is not None:
+                trials_s.append(epochs_left * epoch_s
                                 + (start_s if self.epochs_done[index] == 0 else 0.0))
         if not trials_s:
             return 0.0

@@ -25,8 +25,10 @@ def epoch(number: int, *, epoch_time_s: float, wall_s: float, eval_time_s: float
             "eval_time_s": eval_time_s, "wall_s": wall_s, "test_acc": 0.5}
 
 
-def lenet(num_workers: int, num_epochs: int) -> PointShape:
-    return PointShape(num_workers, "lenet", num_epochs)
+def lenet(num_workers: int, num_epochs: int, steps_per_epoch: int = 1,
+          global_batch: int = 256) -> PointShape:
+    return PointShape(num_workers, "lenet", num_epochs, steps_per_epoch,
+                      global_batch // num_workers)
 
 
 def test_the_estimate_is_revised_after_every_epoch():
@@ -93,7 +95,7 @@ def test_a_group_not_measured_borrows_the_nearest_worker_count_as_a_guess():
 
 
 def test_a_model_never_measured_is_left_out_and_named():
-    estimate = SweepEstimate([lenet(1, 2), PointShape(1, "resnet18", 3)], max_concurrent=1,
+    estimate = SweepEstimate([lenet(1, 2), PointShape(1, "resnet18", 3, 1, 256)], max_concurrent=1,
                              clock=Clock())
     estimate.add_result(0, epoch(1, epoch_time_s=5, wall_s=5))
     assert estimate.seconds_left() == 5
@@ -207,7 +209,7 @@ def test_nothing_is_printed_once_no_epoch_is_left():
 def test_the_points_of_a_grid(num_epochs):
     sweep = SweepConfig(base=TrainConfig(num_epochs=num_epochs), workers=(1, 2))
     assert [PointShape.of(point) for point in sweep.grid] == [
-        lenet(1, num_epochs), lenet(2, num_epochs)]
+        lenet(1, num_epochs, 234), lenet(2, num_epochs, 234)]  # 60000 // 256 steps
 
 
 def test_the_estimate_imports_neither_ray_nor_torch():
@@ -236,3 +238,24 @@ def test_max_hours_interrupts_tune_as_a_ctrl_c_and_only_where_tune_catches_it():
         assert caught == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_trials_of_one_worker_count_with_other_steps_an_epoch_are_not_one_figure():
+    """The exercises on 8 GPUs: batch-global's 8 workers take 234 steps of 32 an
+    epoch, batch-lr's 29 steps of 256. One figure per worker count gave those
+    29-step epochs the 234-step one's 2 s; a step's seconds per batch per worker
+    do not, and a measured batch-lr epoch settles its own."""
+    global_b = lenet(8, 2, steps_per_epoch=234, global_batch=256)
+    per_worker_b = lenet(8, 2, steps_per_epoch=29, global_batch=2048)
+    estimate = SweepEstimate([global_b] + [per_worker_b] * 6, max_concurrent=1, clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=1.872, eval_time_s=0.128, wall_s=2.0))
+    step_s = 1.872 / 234
+    # Not measured: as if compute-bound (8 times the batch a step, 8 times the seconds).
+    assert estimate.seconds_left() == pytest.approx(
+        1 * 2.0 + 6 * 2 * (29 * 8 * step_s + 0.128))
+    # One measured: a step of 256 on a GPU takes about what a step of 32 does.
+    estimate.add_result(1, epoch(1, epoch_time_s=29 * 0.009, eval_time_s=0.128,
+                                 wall_s=29 * 0.009 + 0.128))
+    assert estimate.seconds_left() == pytest.approx(
+        1 * 2.0 + 1 * (29 * 0.009 + 0.128) + 5 * 2 * (29 * 0.009 + 0.128))
+    assert estimate.seconds_left() < 7
