@@ -247,8 +247,9 @@ def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.Data
     its workers' compute seconds recorded (older sweeps did not record them)."""
     singles = summary[(summary["status"] != Status.FAILED) & (summary["num_workers"] == 1)
                       & (summary["straggler_slowdown"] == 1)]
-    timed = epochs["worker_compute_s"].map(lambda values: per_worker_values(values) is not None)
-    return singles[singles["trial_id"].isin(epochs[timed]["trial_id"])]
+    timed = epochs["worker_compute_s"].map(
+        lambda values: per_worker_values(values) is not None).astype(bool)  # empty: no epoch
+    return singles[singles["trial_id"].isin(epochs.loc[timed, "trial_id"])]
 
 
 # held_out: the trial's k is not one the calibration fitted its transport at.

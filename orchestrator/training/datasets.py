@@ -6,8 +6,10 @@ facts (`DataFacts`: sizes, image shape, classes) before any worker starts:
 
 - `fashion-mnist`: the book's (the default);
 - a folder in torchvision's ImageFolder layout, `train/<class>/*.png` and
-  `test/<class>/*.png`, every image of one size (grey when every image is grey,
-  else RGB);
+  `test/<class>/*.png` (subfolders of a class included), every image of one size
+  and 8 bits a channel (grey when every image is grey, else RGB), each split
+  shuffled once in a fixed order, so that a `--train-limit` subset holds the
+  classes as the folder does, not the first class's images alone;
 - `package.module:function`, called with no arguments and returning
   `(train, test)`, each a pair `(images, labels)` of tensors or arrays (images
   N x C x H x W or N x H x W, any dtype; labels N integers), or a map-style
@@ -29,6 +31,8 @@ from orchestrator.config.references import REFERENCE, resolve
 from orchestrator.errors import UserError
 from orchestrator.training import data
 
+# PIL's modes of more than 8 bits a channel (16-bit and 32-bit integers, floats).
+WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm",
                   ".ppm")
 
@@ -51,8 +55,12 @@ def load(spec: str, data_dir: str | None = None, *, train_limit: int | None = No
     if spec == FASHION_MNIST:
         return data.load(data_dir, train_limit=train_limit, test_limit=test_limit)
     whole = _load_whole(spec, data_dir)
-    return data.Images(train_images=whole.train_images[:train_limit],
-                       train_labels=whole.train_labels[:train_limit],
+    labels = whole.train_labels[:train_limit]
+    if len(np.unique(labels)) < 2:
+        raise UserError(f"--dataset {spec}: the first {len(labels)} training images (--train-limit"
+                        f") are all of class {labels[0]}; a classifier needs two classes or "
+                        f"more: give a larger --train-limit, or the data in mixed order")
+    return data.Images(train_images=whole.train_images[:train_limit], train_labels=labels,
                        test_images=whole.test_images[:test_limit],
                        test_labels=whole.test_labels[:test_limit])
 
@@ -72,9 +80,15 @@ def _load_whole(spec: str, data_dir: str | None) -> data.Images:
     if train_images.shape[1:] != test_images.shape[1:]:
         raise UserError(f"--dataset {spec}: train images are {_shape(train_images)} but test "
                         f"images {_shape(test_images)}: they must be of one shape")
-    if _classes(train_labels, test_labels) < 2:
-        raise UserError(f"--dataset {spec}: every label is 0; a classifier needs two classes "
-                        f"or more")
+    distinct = np.unique(np.concatenate([train_labels, test_labels]))
+    if len(distinct) < 2:
+        raise UserError(f"--dataset {spec}: every label is {distinct[0]}; a classifier needs two "
+                        f"classes or more")
+    classes = _classes(train_labels, test_labels)
+    if classes > 1000 and classes > 10 * len(distinct):
+        raise UserError(f"--dataset {spec}: labels go up to {classes - 1} but take "
+                        f"{len(distinct)} values; classes are numbered 0 to N-1 (the model "
+                        f"would get {classes} outputs)")
     return data.Images(train_images=train_images, train_labels=train_labels,
                        test_images=test_images, test_labels=test_labels)
 
@@ -151,9 +165,16 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
         raise UserError(f"--dataset {root}: test/ has classes that train/ lacks: "
                         f"{', '.join(unknown)}")
     files = {name: [(path, index) for index, label in enumerate(classes)
-                    for path in sorted((root / name / label).glob("*"))
-                    if path.suffix.lower() in IMAGE_SUFFIXES]
+                    for path in sorted((root / name / label).rglob("*"))
+                    if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()]
              for name in ("train", "test")}
+    for name in ("train", "test"):  # torchvision's ImageFolder refuses these too
+        present = {index for _, index in files[name]}
+        empty = [label for index, label in enumerate(classes)
+                 if (root / name / label).is_dir() and index not in present]
+        if empty:
+            raise UserError(f"--dataset {root}: {name}/{empty[0]} holds no images (looked for "
+                            f"{', '.join(IMAGE_SUFFIXES)}): remove it or fill it")
     for name, found in files.items():
         if not found:
             raise UserError(f"--dataset {root}: no images in {name}/ (looked for "
@@ -166,6 +187,11 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
         for path, _ in found:
             try:
                 with Image.open(path) as image:
+                    if image.mode in WIDE_MODES:  # convert() would clip them to white
+                        raise UserError(
+                            f"--dataset {root}: {path} has more than 8 bits a channel (PIL "
+                            f"mode {image.mode}): convert the folder to 8-bit images, or bring "
+                            f"the data as a package.module:function of float arrays")
                     images.append(np.asarray(image.convert("RGB")))
             except (OSError, UnidentifiedImageError) as error:
                 raise UserError(f"--dataset {root}: cannot read {path} ({error})") from None
@@ -174,8 +200,9 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
                     f"--dataset {root}: {path} is {images[-1].shape[1]}x{images[-1].shape[0]} "
                     f"pixels but {found[0][0]} {images[0].shape[1]}x{images[0].shape[0]}: "
                     f"every image must be of one size (resize them first)")
-        loaded[name] = (np.stack(images).transpose(0, 3, 1, 2),
-                        np.array([index for _, index in found], dtype=np.int64))
+        order = np.random.default_rng(0).permutation(len(found))  # classes mixed
+        loaded[name] = (np.stack(images).transpose(0, 3, 1, 2)[order],
+                        np.array([index for _, index in found], dtype=np.int64)[order])
     if all((images[:, :1] == images).all() for images, _ in loaded.values()):
         loaded = {name: (images[:, :1], labels) for name, (images, labels) in loaded.items()}
     return loaded["train"], loaded["test"]
@@ -188,6 +215,10 @@ def _checked(spec: str, name: str, images: np.ndarray, labels: np.ndarray
     if images.ndim not in (3, 4) or len(images) == 0:
         raise UserError(f"--dataset {spec}: {name} images have shape {images.shape}; expected "
                         f"N x C x H x W or N x H x W")
+    if images.ndim == 4 and images.shape[3] in (1, 3, 4) and images.shape[1] not in (1, 3, 4):
+        raise UserError(f"--dataset {spec}: {name} images have shape {images.shape}, which "
+                        f"looks N x H x W x C; give N x C x H x W (for a tensor, "
+                        f".permute(0, 3, 1, 2))")
     if labels.ndim != 1 or len(labels) != len(images):
         raise UserError(f"--dataset {spec}: {len(images)} {name} images but labels of shape "
                         f"{labels.shape}; expected one label each")

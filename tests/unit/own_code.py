@@ -83,6 +83,28 @@ def one_class():
     return (_pixels(8, (20, 20), 0), np.zeros(8, int)), (_pixels(4, (20, 20), 1), np.zeros(4, int))
 
 
+def one_class_of_three():
+    """Every label 3: one class, though the largest label says four."""
+    return ((_pixels(8, (20, 20), 0), np.full(8, 3)), (_pixels(4, (20, 20), 1), np.full(4, 3)))
+
+
+def stray_label():
+    labels = np.arange(8) % 2
+    labels[5] = 10**9
+    return (_pixels(8, (20, 20), 0), labels), (_pixels(4, (20, 20), 1), np.arange(4) % 2)
+
+
+def channels_last():
+    return ((np.zeros((8, 28, 28, 3), np.uint8), np.arange(8) % 2),
+            (np.zeros((4, 28, 28, 3), np.uint8), np.arange(4) % 2))
+
+
+def sorted_by_class():
+    """The first half class 0, the second class 1: a small --train-limit sees one."""
+    return ((_pixels(8, (20, 20), 0), np.repeat([0, 1], 4)),
+            (_pixels(4, (20, 20), 1), np.arange(4) % 2))
+
+
 def not_finite():
     images = np.zeros((8, 1, 20, 20), dtype=np.float32)
     images[3, 0, 2, 2] = np.nan

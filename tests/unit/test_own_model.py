@@ -116,6 +116,9 @@ def test_a_data_set_function_of_map_style_datasets():
     ("own_code:labels_short", "8 train images but labels of shape (7,)"),
     ("own_code:negative_labels", "a train label is -1; classes are numbered from 0"),
     ("own_code:one_class", "every label is 0; a classifier needs two classes"),
+    ("own_code:one_class_of_three", "every label is 3; a classifier needs two classes"),
+    ("own_code:stray_label", "labels go up to 1000000000 but take 3 values"),
+    ("own_code:channels_last", "(8, 28, 28, 3), which looks N x H x W x C"),
     ("own_code:not_finite", "train images hold values that are not finite"),
     ("own_code:not_a_pair", "returned list; expected (train, test)"),
     ("own_code:nothing_here", "own_code has no nothing_here"),
@@ -175,6 +178,40 @@ def test_a_bad_image_folder_is_one_line(tmp_path):
     shutil.copytree(extra / "test" / "dog", extra / "test" / "bird")
     with pytest.raises(UserError, match="test/ has classes that train/ lacks: bird"):
         datasets.facts(str(extra))
+
+
+def test_a_folder_is_mixed_so_a_subset_holds_its_classes_and_a_subset_of_one_is_refused(
+        tmp_path):
+    """A folder is read class by class: the first images of a --train-limit were
+    one class's (a perfect score on "cats"). Its splits are shuffled once, in a
+    fixed order; data of the user's own that come sorted are refused when the
+    subset holds one class."""
+    root = _image_folder(tmp_path / "mixed", {"train": [(8, 8)] * 12, "test": [(8, 8)] * 8})
+    first = datasets.load(str(root), train_limit=6, test_limit=4)
+    assert set(first.train_labels) == {0, 1} and set(first.test_labels) == {0, 1}
+    datasets._load_whole.cache_clear()
+    again = datasets.load(str(root), train_limit=6, test_limit=4)
+    assert np.array_equal(again.train_labels, first.train_labels)  # the same order each time
+    with pytest.raises(UserError, match="the first 4 training images .* are all of class 0"):
+        datasets.load("own_code:sorted_by_class", train_limit=4)
+    assert len(datasets.load("own_code:sorted_by_class", train_limit=5).train_labels) == 5
+
+
+def test_a_folder_of_nested_empty_or_16_bit_class_folders(tmp_path):
+    from PIL import Image
+
+    root = _image_folder(tmp_path / "nested", {"train": [(8, 8)] * 4, "test": [(8, 8)] * 2})
+    (root / "train" / "cat" / "more").mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8), "L").save(root / "train" / "cat" / "more" / "x.png")
+    assert datasets.facts(str(root)).train_size == 5  # as torchvision walks the tree
+    (root / "train" / "zebra").mkdir()
+    datasets._load_whole.cache_clear()  # read once per driver: the folder changed
+    with pytest.raises(UserError, match="train/zebra holds no images"):
+        datasets.facts(str(root))
+    wide = _image_folder(tmp_path / "wide", {"train": [(8, 8)] * 4, "test": [(8, 8)] * 2})
+    Image.fromarray(np.full((8, 8), 40000, np.uint16)).save(wide / "train" / "dog" / "0.png")
+    with pytest.raises(UserError, match=r"more than 8 bits a channel \(PIL mode I;16"):
+        datasets.facts(str(wide))
 
 
 def test_the_run_is_told_its_data_sets_facts():

@@ -226,6 +226,15 @@ def test_no_one_worker_trial_allreduce_sample_or_gradient_bytes_gives_none():
     assert fit_and_validate(summary, epochs, earlier) is None
 
 
+def test_trials_that_ended_no_epoch_give_none():
+    """Every trial stopped in its first epoch (--stop-at-target reached at epoch
+    0.5): epochs.csv is empty, and the report is still written (a mask of no rows
+    once took the frame's columns and raised KeyError: 'trial_id')."""
+    summary, epochs = sweep(trial("one", "scratch", 1), trial("two", "scratch", 2))
+    empty = pd.DataFrame({column: pd.Series(dtype=object) for column in epochs.columns})
+    assert fit_and_validate(summary, empty, calibration()) is None
+
+
 def test_gradient_bytes_are_the_models_tensors_and_buckets():
     """LeNet's 8 tensors fit one 25 MB bucket; ResNet-18's 44.7 MB take two, each a
     run of whole tensors of at most the cap unless one tensor alone is larger."""
