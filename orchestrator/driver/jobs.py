@@ -61,10 +61,16 @@ def train(args: argparse.Namespace) -> RunOutcome:
     from orchestrator.records import book_line, memory_format_text, step_graph_text, target_line
     from orchestrator.driver.trial import run_trial
 
+    storage_path = storage.resolve(args.storage) if args.storage else None
+    name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
+                         f"{time.strftime('%Y%m%d-%H%M%S')}")
+    # An earlier run of that name must be this run: checked before Ray starts.
+    resumed = (plan.resumed_run_line(config, name, storage.join(
+        storage_path or DEFAULT_STORAGE_PATH, name))
+        if args.name and not args.check_equivalence else None)
     cluster = _connect(args, config)
     try:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
-        storage_path = storage.resolve(args.storage) if args.storage else None
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
         print(f"{config.model}, {config.num_workers} worker(s) on "
@@ -79,13 +85,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
                  if config.target_acc is not None else "")
               + f", {config.num_train_examples} train / {config.num_test_examples} test images "
               f"of {data_text(config)}")
-        name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
-                             f"{time.strftime('%Y%m%d-%H%M%S')}")
-        if args.name and not args.check_equivalence:
-            resumed = plan.resumed_run_line(config, name, storage.join(
-                storage_path or DEFAULT_STORAGE_PATH, name))
-            if resumed:
-                print(resumed)
+        if resumed:
+            print(resumed)
         if args.dry_run:
             return RunOutcome(DRY_RUN_LINE, failed=False)
         if args.check_equivalence:

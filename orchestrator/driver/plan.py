@@ -74,7 +74,10 @@ class SweepPlan:
 
 # The options a run's epochs record (loop.run_fields) that a resumed run must keep.
 RESUMED_RUN_FIELDS = ("model", "dataset", "num_workers", "global_batch_size", "lr", "momentum",
-                      "sync", "split", "precision")
+                      "sync", "split", "precision", "steps_per_epoch", "num_test_examples",
+                      "seed")
+RESUMED_RUN_LABELS = {"steps_per_epoch": "steps an epoch (--train-limit, --batch-size)",
+                      "num_test_examples": "test images (--test-limit)"}
 
 
 def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -111,7 +114,8 @@ def resumed_run_line(config: TrainConfig, name: str, run_folder: str) -> str | N
     if not found or not found[0]:
         return None
     last = found[0][-1]
-    differ = [f"{name_} {getattr(config, name_)} (the run's: {last[name_]})"
+    differ = [f"{RESUMED_RUN_LABELS.get(name_, name_)} {getattr(config, name_)} (the run's: "
+              f"{last[name_]})"
               for name_ in RESUMED_RUN_FIELDS
               if name_ in last and getattr(config, name_) != last[name_]]
     if differ:

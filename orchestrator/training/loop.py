@@ -168,6 +168,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         "num_workers": num_workers, "global_batch_size": config.global_batch_size,
         "batch_size_per_worker": config.batch_size_per_worker,
         "steps_per_epoch": config.steps_per_epoch,
+        "num_test_examples": config.num_test_examples, "seed": config.seed,
         "device": str(device), "devices": devices, "worker_nodes": worker_nodes,
         "run_started_unix_s": run_started_unix_s,
     }

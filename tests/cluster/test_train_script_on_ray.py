@@ -37,6 +37,13 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
         "error: --name books-line is an earlier run, which Ray Train would resume from its "
         "checkpoint, but lr 0.05 (the run's: 0.2) differ: give those options as they were, "
         "or another --name")
+    assert "Ray dashboard" not in other.stdout  # refused before Ray started
+    # A smaller subset: other steps an epoch, which the run's epochs record.
+    subset = run_script("train.py", *[value if value != "8192" else "4096" for value in options],
+                        "--epochs", "3")
+    assert subset.returncode == 2, subset.stdout[-2000:] + subset.stderr[-2000:]
+    assert ("but steps an epoch (--train-limit, --batch-size) 128 (the run's: 256) differ"
+            in subset.stderr), subset.stderr[-2000:]
     # The same options and one epoch more: the run resumes after its second epoch.
     more = run_script("train.py", *options, "--epochs", "3")
     assert more.returncode == 0, more.stderr[-3000:]
