@@ -6,6 +6,8 @@ parameter exists before DistributedDataParallel or the first broadcast sees
 it; a user's model must be too (`check_model` says so in one line).
 """
 
+import inspect
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -102,19 +104,27 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
     if is_reference(name):
         function = resolve(name, option="--model")
         arguments = {"num_classes": num_classes, "input_shape": tuple(input_shape)}
+        takes_shape = _takes_input_shape(function)
+        if takes_shape is False:  # a builder of the classes alone
+            arguments.pop("input_shape")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:
                 try:
                     model = function(**arguments)
                 except TypeError as error:
-                    # A builder that takes no image shape, as torchvision's models
-                    # (`torchvision.models:resnet18`): the classes alone, seeded alike.
-                    if "input_shape" not in str(error):
+                    # A builder of **kwargs that takes no image shape, as torchvision's
+                    # models (`torchvision.models:resnet18`): the classes alone, seeded
+                    # alike. One that names input_shape raised its own error: kept.
+                    if takes_shape is not None or "input_shape" not in str(error):
                         raise
                     arguments.pop("input_shape")
                     torch.manual_seed(seed)
-                    model = function(**arguments)
+                    try:
+                        model = function(**arguments)
+                    except Exception:
+                        arguments["input_shape"] = tuple(input_shape)
+                        raise error from None
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "
@@ -131,6 +141,20 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
                 module.weight.normal_(0.0, 0.01, generator=generator)
                 module.bias.zero_()
     return model
+
+
+def _takes_input_shape(function) -> bool | None:
+    """Whether a builder names `input_shape` (True) or takes neither it nor
+    **kwargs (False); None where its signature cannot tell (**kwargs, a builtin)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return None
+    if "input_shape" in parameters:
+        return True
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
+        return None
+    return False
 
 
 def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],

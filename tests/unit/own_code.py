@@ -46,6 +46,17 @@ def raises(num_classes, input_shape):
     raise RuntimeError("no such width")
 
 
+def passes_the_shape_on(num_classes, input_shape):
+    """A builder that names input_shape and hands it to a class that takes none:
+    its own TypeError is the one to see."""
+    return nn.Linear(num_classes, num_classes, input_shape=input_shape)
+
+
+def classes_only(num_classes):
+    """For 1x20x20 images, a builder of the classes alone."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(400, num_classes))
+
+
 def _pixels(count: int, shape: tuple, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (count, *shape), dtype=np.uint8)
 

@@ -83,6 +83,17 @@ def test_a_builder_without_input_shape_gets_the_classes_alone():
         check_model("torchvision.models:resnet18", num_classes=10, input_shape=(1, 28, 28))
 
 
+def test_a_builder_that_names_input_shape_shows_its_own_error():
+    """Not retried without the shape: the error was the builder's own, which a
+    retry hid behind "missing 1 required positional argument: 'input_shape'"."""
+    with pytest.raises(UserError) as error:
+        check_model("own_code:passes_the_shape_on", num_classes=2, input_shape=(1, 20, 20))
+    assert "unexpected keyword argument 'input_shape'" in str(error.value)
+    assert "missing 1 required positional argument" not in str(error.value)
+    # A builder of the classes alone is called so from the start.
+    assert check_model("own_code:classes_only", num_classes=2, input_shape=(1, 20, 20)) == 802
+
+
 def test_lenet_on_images_too_small_for_it_is_one_line():
     with pytest.raises(UserError, match="LeNet needs images of at least 12x12 pixels, got 8x8"):
         check_model("lenet", num_classes=2, input_shape=(1, 8, 8))
