@@ -73,7 +73,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
-        print(f"{config.model}, {config.num_workers} worker(s) on "
+        print(f"{config.model}{plan.parameters_text(config)}, {config.num_workers} worker(s) on "
               f"{workers_text(config)}, sync {config.sync}, "
               f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
@@ -377,7 +377,8 @@ def workers_text(config) -> str:
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
     base = sweep_plan.sweep.base
-    print(f"model {base.model}, data {data_text(base)}: {base.num_train_examples} train / "
+    print(f"model {base.model}{plan.parameters_text(base)}, data {data_text(base)}: "
+          f"{base.num_train_examples} train / "
           f"{base.num_test_examples} test images")
     timing = timing_line(sweep_plan)
     if (sweep_plan.max_concurrent_trials == 1 and len(points) > 1

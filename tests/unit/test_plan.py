@@ -233,3 +233,11 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
     out = capsys.readouterr().out
     assert "1 trial(s), up to 1 at a time" in out and "every trial:" not in out
     assert "timing: each trial timed with its nodes to itself" in out
+
+
+def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
+    request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
+                       "--batch-size", "32")
+    assert plan.parameters_text(request.sweep.base) == (
+        " (12.9k parameters, 51.7kB a replica in fp32)")
+    assert plan.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
