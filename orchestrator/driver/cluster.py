@@ -114,9 +114,16 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
                     f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
         return (f"{ways}, or --use-gpu no (CPU workers), or attach to a cluster with more "
                 f"GPUs (--address)")
+    if gpu > 0 and not short_of_cpus:  # each enough alone, not on the same nodes
+        return (f"each worker needs {cpu:g} CPU(s) and {gpu:g} GPU on one node, and the GPU "
+                f"nodes' CPUs hold {cluster.max_workers(resources_per_worker)} such workers: "
+                f"{cpu_ways}")
     if short_of_cpus and gpu > 0:
+        room = cluster.max_workers({"CPU": cpu})
+        where = (f", room for {room} such workers" if num_workers * cpu <= cluster.num_cpus
+                 else "")  # enough in all, not on whole nodes
         return (f"{num_workers} workers need {num_workers * cpu:g} CPUs ({cpu:g} each), this "
-                f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
+                f"cluster has {cluster.num_cpus:g}{where}: {cpu_ways}")
     return cpu_ways
 
 

@@ -220,9 +220,12 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
         # Up to the devices there are: GPU workers' counts follow the GPUs, and those
         # the CPUs cannot hold besides are left out below, named (8 GPUs, 4 CPUs).
         resources = sweep.base.resources_per_worker
-        devices = {"GPU": resources["GPU"]} if sweep.base.use_gpu else resources
-        capacity = cluster.max_workers(devices)
-        sweep = dataclasses.replace(sweep, workers=workers_up_to(max(capacity, 1)))
+        capacity = cluster.max_workers(resources)
+        devices = (cluster.max_workers({"GPU": resources["GPU"]}) if sweep.base.use_gpu
+                   else capacity)
+        counts = workers_up_to(max(capacity, 1))
+        sweep = dataclasses.replace(sweep, workers=counts + ((devices,) if devices > counts[-1]
+                                                             else ()))
     if sweep.baseline_threads is None:  # the preset's: a node's CPUs, on a CPU cluster
         node_cpus = max(int(node.get("CPU", 0)) for node in cluster.node_resources)
         sweep = dataclasses.replace(sweep, baseline_threads=0 if sweep.base.use_gpu else node_cpus)
@@ -363,20 +366,21 @@ def check_model(config: TrainConfig, syncs: tuple[str, ...] = ()) -> None:
 
 
 def parameters_text(config: TrainConfig) -> str:
-    """" (208M parameters, 833MB a replica in fp32)" for a model `check_model`
+    """" (208M parameters, 833M bytes a replica in fp32)" for a model `check_model`
     built; empty for the book's on Fashion-MNIST (LeNet 61.7k, ResNet-18 11.2M)."""
     count = _PARAMETERS.get(_model_key(config))
     if count is None:
         return ""
-    return f" ({_si(count)} parameters, {_si(count * 4)}B a replica in fp32)"
+    return f" ({_si(count)} parameters, {_si(count * 4)} bytes a replica in fp32)"
 
 
 def _si(value: float) -> str:
-    """3 significant digits and an SI prefix: 13.1k, 833M."""
+    """3 significant digits and an SI prefix: 13.1k, 833M, 1M (999,600), 100."""
+    value = float(f"{value:.3g}")
     for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= factor:
             return f"{value / factor:.3g}{prefix}"
-    return f"{value:.3g} "
+    return f"{value:.3g}"
 
 
 def _model_key(config: TrainConfig) -> tuple:

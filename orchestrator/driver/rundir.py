@@ -29,7 +29,9 @@ from orchestrator.errors import UserError
 SWEEP_FILE = "sweep.json"
 # Bumped by any change that would leave a folder of this format unresumable.
 # 3: `memory_format` replaced `channels_last`; checkpoints hold the layout.
-SWEEP_FORMAT = 3
+# 4: the exercises' grid has the warm-up's twin at the largest k (its indices
+#    moved), Tune's pickled estimate shapes carry steps, a folder is shuffled.
+SWEEP_FORMAT = 4
 TEMPORARY = "a temporary copy that Ray may delete once the job ends"
 DEFAULT_STORAGE = "ray"  # without --storage, a sweep keeps Ray's state in <out>/ray
 TUNER_STATE = "tuner.pkl"  # what Tuner.restore reads first in the experiment's folder

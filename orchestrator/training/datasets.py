@@ -31,8 +31,9 @@ from orchestrator.config.references import REFERENCE, resolve
 from orchestrator.errors import UserError
 from orchestrator.training import data
 
-# PIL's modes of more than 8 bits a channel (16-bit and 32-bit integers, floats).
-WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N", "F")
+# PIL's modes of more than 8 bits a channel: 16- and 32-bit integers (I, I;16,
+# I;16B, ...) and floats (F).
+WIDE_MODES = ("I", "F")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm",
                   ".ppm")
 
@@ -168,6 +169,9 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
                     for path in sorted((root / name / label).rglob("*"))
                     if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()]
              for name in ("train", "test")}
+    for name in ("train", "test"):
+        order = np.random.default_rng(0).permutation(len(files[name]))  # classes mixed
+        files[name] = [files[name][index] for index in order]
     for name in ("train", "test"):  # torchvision's ImageFolder refuses these too
         present = {index for _, index in files[name]}
         empty = [label for index, label in enumerate(classes)
@@ -187,7 +191,7 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
         for path, _ in found:
             try:
                 with Image.open(path) as image:
-                    if image.mode in WIDE_MODES:  # convert() would clip them to white
+                    if image.mode.startswith(WIDE_MODES):  # convert() clips them white
                         raise UserError(
                             f"--dataset {root}: {path} has more than 8 bits a channel (PIL "
                             f"mode {image.mode}): convert the folder to 8-bit images, or bring "
@@ -200,9 +204,8 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
                     f"--dataset {root}: {path} is {images[-1].shape[1]}x{images[-1].shape[0]} "
                     f"pixels but {found[0][0]} {images[0].shape[1]}x{images[0].shape[0]}: "
                     f"every image must be of one size (resize them first)")
-        order = np.random.default_rng(0).permutation(len(found))  # classes mixed
-        loaded[name] = (np.stack(images).transpose(0, 3, 1, 2)[order],
-                        np.array([index for _, index in found], dtype=np.int64)[order])
+        loaded[name] = (np.stack(images).transpose(0, 3, 1, 2),
+                        np.array([index for _, index in found], dtype=np.int64))
     if all((images[:, :1] == images).all() for images, _ in loaded.values()):
         loaded = {name: (images[:, :1], labels) for name, (images, labels) in loaded.items()}
     return loaded["train"], loaded["test"]

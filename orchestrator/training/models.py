@@ -120,11 +120,7 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
                         raise
                     arguments.pop("input_shape")
                     torch.manual_seed(seed)
-                    try:
-                        model = function(**arguments)
-                    except Exception:
-                        arguments["input_shape"] = tuple(input_shape)
-                        raise error from None
+                    model = function(**arguments)
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "

@@ -18,7 +18,7 @@ def test_a_sweep_of_your_own_model_and_data(tmp_path):
                      "--lr", "0.05", "--train-limit", "2048", "--test-limit", "500",
                      "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert ("model examples.own_model:cnn (13.1k parameters, 52.4kB a replica in fp32), data "
+    assert ("model examples.own_model:cnn (13.1k parameters, 52.4k bytes a replica in fp32), data "
             "examples.own_model:tops (1x32x32, 4 classes): "
             "2048 train / 500 test images") in run.stdout
     trials = pd.read_csv(out_dir / "trials.csv")

@@ -174,12 +174,19 @@ def test_gpu_counts_follow_the_gpus_and_those_the_cpus_cannot_hold_are_named(tmp
     assert {cell.reason for cell in fitted.left_out} == {
         "8 workers need 8 CPUs; this cluster has 4: not run"}
     assert {cell.num_workers for cell in fitted.left_out} == {8}
+    # The most the CPUs hold runs too: 6 CPUs run 1, 2, 4 and 6 workers.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "scaling"),
+                                 _cluster({"CPU": 6.0, "GPU": 8.0}))
+    assert fitted.sweep.workers == (1, 2, 4, 6)
+    assert {cell.num_workers for cell in fitted.left_out} == {8}
 
 
 def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
-    def refusal(cluster, *argv):
+    def refusal(*nodes_and_argv):
+        nodes = [item for item in nodes_and_argv if isinstance(item, dict)]
+        argv = [item for item in nodes_and_argv if isinstance(item, str)]
         with pytest.raises(UserError) as refused:
-            plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(cluster))
+            plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(*nodes))
         assert "\n" not in str(refused.value)
         return str(refused.value)
 
@@ -193,6 +200,14 @@ def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
     message = refusal(NODE_OF_EIGHT, "--workers", "6", "--threads-per-worker", "3")
     assert "6 workers need 18 CPUs (3 each), this cluster has 16: give fewer --workers or " \
            "--threads-per-worker" in message
+    # Enough CPUs in all, not on whole nodes: the room is named.
+    message = refusal({"CPU": 3.0, "GPU": 2.0}, {"CPU": 3.0, "GPU": 2.0}, "--workers", "3",
+                      "--threads-per-worker", "2")
+    assert "3 workers need 6 CPUs (2 each), this cluster has 6, room for 2 such workers" in message
+    # Enough of each, not on the same nodes (the CPUs are the head's).
+    message = refusal({"CPU": 64.0}, {"CPU": 4.0, "GPU": 8.0}, "--workers", "8")
+    assert ("each worker needs 1 CPU(s) and 1 GPU on one node, and the GPU nodes' CPUs hold 4 "
+            "such workers: give fewer --workers") in message
     # Both short: the share that fits the GPUs, and the CPUs it still lacks.
     message = refusal(NODE_OF_EIGHT, "--workers", "20", "--gpus-per-worker", "0.5")
     assert "to put 20 workers on 8 GPU(s) give --gpus-per-worker 0.333" in message
@@ -239,5 +254,7 @@ def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
                        "--batch-size", "32")
     assert plan.parameters_text(request.sweep.base) == (
-        " (12.9k parameters, 51.7kB a replica in fp32)")
+        " (12.9k parameters, 51.7k bytes a replica in fp32)")
+    assert [plan._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
+        "1M", "999M", "100", "13.1k"]
     assert plan.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
