@@ -216,6 +216,9 @@ class TrainConfig:
         if self.sync_batchnorm and not self.use_gpu:
             raise UserError("synchronised BatchNorm needs GPU workers: torch's SyncBatchNorm "
                             "does not run on CPUs")
+        if self.sync_batchnorm and self.model == "lenet":
+            raise UserError("--sync-batchnorm: the book's LeNet has no BatchNorm layer, so it "
+                            "would change nothing; leave it out (ResNet-18 has BatchNorm)")
 
     @property
     def num_train_examples(self) -> int:

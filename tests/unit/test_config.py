@@ -41,6 +41,7 @@ from orchestrator.errors import UserError
     ({"gpus_per_worker": 1.5, "use_gpu": True}, "a share of one GPU, 0 < F <= 1, got 1.5"),
     ({"gpus_per_worker": math.nan, "use_gpu": True}, "a share of one GPU"),
     ({"gpus_per_worker": 0.5}, "--gpus-per-worker 0.5 is for GPU workers"),
+    ({"sync_batchnorm": True, "use_gpu": True}, "LeNet has no BatchNorm layer"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:
