@@ -198,6 +198,10 @@ def _one_value(kind) -> Callable[[str], tuple]:
     if typing.get_origin(kind) is Literal:
         return lambda text: (text,)  # TrainConfig names the choices when it is not one
     def parse(text: str) -> tuple:
+        if "," in text:  # a sweep's list given to one run
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: train.py runs one configuration, one value each; sweep.py takes "
+                f"comma-separated lists and runs a trial per combination")
         return (kind(text),)
     parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid float value"
     return parse

@@ -20,6 +20,7 @@ from helpers import REPO, hang_limit, run_main, run_script
     (["--epochs", "0"], "epochs must be >= 1"),
     (["--precision", "fp16"], "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
     (["--lr", "abc"], "invalid float value: 'abc'"),
+    (["--workers", "1,2"], "'1,2': train.py runs one configuration, one value each; sweep.py"),
     (["--data-dir", "/nonexistent"], "/nonexistent: missing train-images-idx3-ubyte.gz"),
     (["--address", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
     (["--seed", "99999999999999999999"], "seed must be <= 4294967295"),
