@@ -257,8 +257,8 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
     # The arm is the book's lr (0.2); the half-lr trial is staleness's price.
     assert "delayed took 9.30 s per epoch (1 seed)" in section
     assert ("The most any overlap can save is the synchronous step's wait for its sums, 14% of "
-            "bucketed's epoch here, against a time noise of 3.0%: a gain of that size can be "
-            "told from the noise.") in section
+            "bucketed's epoch here, against a time noise of 3.0%: only an overlap that hides "
+            "more than 21% of that wait could be told from the noise.") in section
     assert "converges only for lr c < 1: about half the step size" in section
     # Staleness's price at the smaller lr: beside synchronous SGD at that lr (l1-0.1).
     assert ("Measured at a smaller lr: at lr 0.1 delayed reached 0.650 (1 seed), 0.050 lower "
@@ -267,7 +267,7 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
             "that lr.") in section
     # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%.
     assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
-            "1.39 s).") in section
+            "1.39 s, 1 seed and 1 seed; this sweep estimates no noise of waiting times).") in section
     # A sum shorter than the noise: the sweep says it cannot resolve the gain.
     short = [(*row[:11], 0.01, *row[12:]) if row[0] == "bg2" else row for row in TRIALS]
     assert "this sweep cannot resolve a gain of that size" in _sections(

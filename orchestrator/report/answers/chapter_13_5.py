@@ -13,7 +13,8 @@ import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise,
                                                   at_workers, cell,
-                                                  cells, compare_acc, compare_times,
+                                                  cells, compare_acc, compare_cells,
+                                                  compare_times, SIGNIFICANCE,
                                                   missing_part, one_worker_count, part_trials,
                                                   percent, seeds_text, acc_seeds_text,
                                                   learned_seeds_text,
@@ -84,7 +85,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             if _none_learned(wide) else
             f"its final test accuracy after {wide['epochs_run']} epochs, "
             f"{wide['final_test_acc']:.3f} ({acc_seeds_text(wide)}), was "
-            f"{compare_acc(wide['final_test_acc'], fixed['final_test_acc'], noise)} "
+            f"{compare_cells(wide, fixed, noise)} "
             f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
         sentences.append(
             f"At {k} workers the per-worker batch's epochs were "
@@ -152,11 +153,18 @@ def _best_lr_moved(table: pd.DataFrame, summary: pd.DataFrame, ties: dict) -> li
         rule_lr = factor * one["best_lr"]
         moved = (f"stayed at {row['best_lr']:g}" if np.isclose(row["best_lr"], one["best_lr"])
                  else f"moved from {one['best_lr']:g} to {row['best_lr']:g}")
-        caveats = [text for text, applies in (
-            ("a best not told apart from another lr (below)",
-             one["num_workers"] in ties or row["num_workers"] in ties),
-            ("a best at the edge of the lrs searched, so only a bound",
-             {row["on_edge"], one["on_edge"]} & {"lowest", "highest"})) if applies]
+        edge = bool({row["on_edge"], one["on_edge"]} & {"lowest", "highest"})
+        if one["num_workers"] in ties or row["num_workers"] in ties:
+            # Unresolved: the finding is that the sweep cannot say, not where the best went.
+            sentences.append(
+                f"With {factor:g} times the batch the highest mean accuracy was at lr "
+                f"{row['best_lr']:g} (at 1 worker {one['best_lr']:g}; the linear scaling rule "
+                f"would put it at {rule_lr:g}), but a best not told apart from another lr "
+                f"(below) leaves open whether the best lr moved"
+                + ("; and one at the edge of the lrs searched is only a bound" if edge else "")
+                + ".")
+            continue
+        caveats = ["a best at the edge of the lrs searched, so only a bound"] if edge else []
         sentences.append(
             f"With {factor:g} times the batch the best lr {moved}, "
             + ("as the linear scaling rule says (k times the lr for k times the batch)"
@@ -263,7 +271,7 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             gap = many.final_test_acc - one.final_test_acc
             held = _rule_verdict(gap, None, noise, one._asdict(), many._asdict())
             # A failure to learn is the verdict; a t test on chance accuracies says nothing.
-            test = (None if held in ("failed", "inconclusive") else
+            test = (None if held in _DECIDED_BY_FAILURE else
                     welch(*(_per_seed(trials, cell_row) for cell_row in (many, one))))
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
@@ -272,7 +280,7 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "welch_t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
-                         "held": (held if held in ("failed", "inconclusive")
+                         "held": (held if held in _DECIDED_BY_FAILURE
                                   else _rule_verdict(gap, test, noise)),
                          # Named in the sentences, not the table's columns.
                          "not_learned_1_worker": one.not_learned,
@@ -284,11 +292,11 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
 _RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled"]
 
 
-# A difference is called at this two-sided level of Welch's test on the replicas.
-SIGNIFICANCE = 0.05
 VERDICTS = {"yes": "held", "no": "did not hold",
             "within noise": "was not refuted (lower, but not beyond the noise)",
             "failed": "did not hold (no seed there learned, where 1 worker's did)",
+            "some failed": "did not hold in every seed (some there did not learn, where 1 "
+                           "worker's all did)",
             "inconclusive": "was not tested (1 worker did not learn at that lr: no accuracy "
                             "to hold the rule to)"}
 
@@ -313,6 +321,9 @@ def _rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
         return "inconclusive"
     if many is not None and _none_learned(many):
         return "failed"
+    if (many is not None and int(many["not_learned"])
+            and (one is None or not int(one["not_learned"]))):
+        return "some failed"  # a seed that diverged is the rule failing there, not a spread
     if gap >= 0:
         return "yes"
     if test is not None:
@@ -335,7 +346,10 @@ def _per_seed(trials: pd.DataFrame, row) -> list[float]:
 
 # How each verdict reads in a summary of the pairs, in this order.
 _OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hold",
+             "some failed": "did not hold in every seed",
              "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
+# The verdicts no t test can change: a failure to learn decides them.
+_DECIDED_BY_FAILURE = ("failed", "some failed", "inconclusive")
 
 
 def rule_outcome(rule: pd.DataFrame) -> str:
@@ -398,10 +412,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"lr {row.scaled_lr:g} on {row.num_workers} workers "
         f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
         f"({learned_seeds_text(row.seeds_scaled, row.not_learned_scaled)}), "
-        f"{compare_acc(row.acc_scaled, row.acc_1_worker, noise)} it"
-        + (f" ({Welch(row.welch_t, math.nan, row.p).text((row.seeds_scaled, row.seeds_1_worker))})"
-           if not np.isnan(row.p) else "")
-        + f": the rule {_verdict_text(row.held, not np.isnan(row.p))}"
+        f"{_rule_pair_versus(row, noise)} it: the rule "
+        f"{_verdict_text(row.held, not np.isnan(row.p))}"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
                      f"epochs) was tested in {len(rule)} pair(s), a lower accuracy called only "
@@ -409,7 +421,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                      f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
     epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
-    if verdicts & {"no", "failed"}:
+    if verdicts & {"no", "failed", "some failed"}:
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
             f"{epochs} epochs, and the larger lr is meant to make up for them, which Goyal et "
@@ -422,6 +434,14 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No pair tested refuted the rule in this sweep.")
     return [*paragraphs, " ".join(sentences), *_warmup(summary, noise),
             "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+
+
+def _rule_pair_versus(row, noise: Noise) -> str:
+    """`compare_acc` of a linear_rule row's k workers with its 1 worker, by the row's
+    Welch test where it has one."""
+    test = None if np.isnan(row.p) else Welch(row.welch_t, math.nan, row.p)
+    return compare_acc(row.acc_scaled, row.acc_1_worker, noise, test,
+                       (int(row.seeds_scaled), int(row.seeds_1_worker)))
 
 
 def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -459,21 +479,22 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
                 f"global batch {batch} on {k} workers, the final test "
                 f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
     if cold is not None:
-        sentence += (f", {compare_acc(warm['final_test_acc'], cold['final_test_acc'], noise)} "
+        sentence += (f", {compare_cells(warm, cold, noise)} "
                      f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
-    test = (None if held in ("failed", "inconclusive")
+    test = (None if held in _DECIDED_BY_FAILURE
             else welch(_per_seed(arm, warm), _per_seed(trials, one)))
     if test is not None:
         held = _rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
+    versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test,
+                         (int(warm["seeds"]), int(one["seeds"])))
     return sentence + (
-        f", and {compare_acc(warm['final_test_acc'], one['final_test_acc'], noise)} 1 "
-        f"worker's {one['final_test_acc']:.3f} at lr {lr / k:g} ({acc_seeds_text(one)})"
-        + (f" ({test.text((int(warm['seeds']), int(one['seeds'])))})" if test else "")
-        + f": with warm-up the linear scaling rule {_verdict_text(held, test is not None)} "
-        f"at global batch {batch} from 1 worker's lr {lr / k:g}.")
+        f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
+        f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "
+        f"{_verdict_text(held, test is not None)} at global batch {batch} from 1 worker's lr "
+        f"{lr / k:g}.")
 
 
 # Worker counts the bytes table of 13.5.3 shows, beside the sweep's own.
@@ -539,9 +560,10 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
             f"allreduce (`--sync root`) moves (k-1)n each way through worker 0 and n through "
             f"every other worker, 2(k-1)n/R seconds on a link of R bytes/s; a reduce-scatter "
             f"and all-gather moves 2(k-1)/k n each way through every worker at once, "
-            f"2(k-1)n/(kR). At k = 2 both move n each way, and root is slower only because "
-            f"its receive and its send do not overlap; from k = 3 worker 0 carries k-1 "
-            f"copies against the ring's under 2.",
+            f"2(k-1)n/(kR). At k = 2 both move n each way: in bytes root loses only by not "
+            f"overlapping its receive and its send (its calls, one per tensor as scratch "
+            f"makes them, add latency on top); from k = 3 worker 0 carries k-1 copies "
+            f"against the ring's under 2.",
             markdown_table(bytes_moved(gradient_bytes, [*BYTES_WORKERS, k])),
             f"These times are measured at k = 2, 3 and 4 on nodes joined by a capped link, "
             f"where bytes set the time: `{ROOT_VS_RING_COMMAND}` (docs/BENCHMARKS.md, "
@@ -593,11 +615,28 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         f"({seeds_text(one['seeds'])}) and {seconds_text(many['eval_s'], 2)} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
         f"{compare_times(many['eval_s'], one['eval_s'], noise)} 1 "
-        f"(speedup {one['eval_s'] / many['eval_s']:.2f}).",
+        f"(speedup {one['eval_s'] / many['eval_s']:.2f})." + _eval_against_threads(
+            summary, many, k, noise),
         f"Each worker scores its shard of the test set and the counts of correct answers are "
         f"summed, so the accuracy is the single-worker one by construction "
         f"(tests/processes/test_equivalence.py checks it); the final test accuracy on {k} "
         f"workers, {many['final_test_acc']:.3f}, was "
-        f"{compare_acc(many['final_test_acc'], one['final_test_acc'], noise)} 1 worker's "
+        f"{compare_cells(many, one, noise)} 1 worker's "
         f"{one['final_test_acc']:.3f}, any gap coming from training, not from evaluation."]
     return [*paragraphs, " ".join(sentences)]
+
+
+def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise: Noise) -> str:
+    """On CPU workers, k workers' evaluation against the best single process (one
+    worker using the node's cores as threads, 13.5.1's baseline): most of the
+    gain over 1 one-thread worker may be the other cores', which threads use too."""
+    threads = cell(timed(part_trials(summary, "threads")).dropna(subset=["eval_s"]))
+    if threads is None:
+        return ""
+    return (f" Against the best single process (1 worker with "
+            f"{int(threads['threads_per_worker'])} threads, "
+            f"{seconds_text(threads['eval_s'], 2)} s, {seeds_text(threads['seeds'])}), {k} "
+            f"one-thread workers were {compare_times(many['eval_s'], threads['eval_s'], noise)} "
+            f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}): on CPU workers much of the "
+            f"gain over 1 one-thread worker is the other cores', which one process's threads "
+            f"use too.")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
-                                                  at_workers, cell, cells, compare_acc,
+                                                  at_workers, cell, cells, compare_cells,
                                                   compare_times,
                                                   missing_part, numbers, one_worker_count,
                                                   part_trials, percent, seeds_text,
@@ -29,9 +29,11 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     """`rule_found`: what 13.5.2 found of the linear scaling rule
     (`chapter_13_5.rule_outcome`), None where it was not run."""
     usable = summary[summary["status"] != Status.FAILED]
-    tried = (f"This sweep tried {numbers(usable['num_epochs'])} epochs, global batches "
-             f"{numbers(usable['global_batch_size'])} and lrs {numbers(usable['lr'])}, on "
-             f"{', '.join(sorted(usable['model'].unique()))}.")
+    tried = "This sweep tried " + "; ".join(
+        f"{MODEL_NAMES.get(model, model)} in {len(runs)} trial(s) of "
+        f"{numbers(runs['num_epochs'])} epochs, global batches "
+        f"{numbers(runs['global_batch_size'])} and lrs {numbers(runs['lr'])}"
+        for model, runs in usable.groupby("model", sort=True)) + "."
     resnet = timed(part_trials(summary, "resnet18"))
     if not resnet.empty:
         k = int(resnet["num_workers"].max())
@@ -223,8 +225,9 @@ def _sixteen_workers(scaling, rule_found: str | None,
                              f"{_fastest(predicted, row, noise)}) over {row['link']}"
                              for _, row in rows.iterrows())
         sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "
-                         f"{how}, it predicts a speedup of {per_link}, each over that "
-                         f"strategy's own 1-worker epoch.")
+                         f"{how}, with the compute per example measured on this cluster's "
+                         f"workers (a what-if: none of these ran), it predicts a speedup of "
+                         f"{per_link}, each over that strategy's own 1-worker epoch.")
     tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
         "The prediction covers time only. Keeping the global batch, 16 workers run the same "
@@ -394,7 +397,9 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
             f"The most any overlap can save is the synchronous step's wait for its sums, "
             f"{percent(bound['sync_share'])} of bucketed's epoch here, against a time noise of "
             f"{noise.time_label()}: " + (
-                "a gain of that size can be told from the noise." if resolvable else
+                (f"only an overlap that hides more than "
+                 f"{percent(noise.time_fraction / bound['sync_share'])} of that wait could be "
+                 f"told from the noise.") if resolvable else
                 "this sweep cannot resolve a gain of that size, whatever the overlap does; "
                 "more replicas (`--repeats`) or a slower link would."))
     # Accuracy: beside the synchronous optimizer with everything else equal.
@@ -411,7 +416,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         sentences.append(
             f"After {arm['epochs_run']} epochs its final test accuracy was "
             f"{arm['final_test_acc']:.3f} ({acc_seeds_text(arm)}), "
-            f"{compare_acc(arm['final_test_acc'], twin['final_test_acc'], noise)} the "
+            f"{compare_cells(arm, twin, noise)} the "
             f"synchronous optimizer's {twin['final_test_acc']:.3f} ({twin['sync']}, the same "
             f"lr {twin['lr']:g}, global batch {twin['global_batch_size']} and seeds; "
             f"{acc_seeds_text(twin)}).")
@@ -424,7 +429,9 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
         measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's wait "
                     f"here ({seconds_text(waits[0], 2)} s of waiting per epoch against "
-                    f"{seconds_text(waits[1], 2)} s)")
+                    f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
+                    f"{seeds_text(bound['seeds'])}; this sweep estimates no noise of waiting "
+                    f"times)")
         sentences.append(
             f"{measured[0].upper()}{measured[1:]}"
             + (": on CPU workers a sum in flight has no core of its own where the workers' "
@@ -476,7 +483,7 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
                        f"({synchronous['final_test_acc']:.3f}, {acc_seeds_text(synchronous)}): "
                        f"no price of staleness to read there.")
     return text + (
-        f", {compare_acc(half['final_test_acc'], synchronous['final_test_acc'], noise)} "
+        f", {compare_cells(half, synchronous, noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "
         f"{synchronous['global_batch_size']} and epochs ({_workers(synchronous['num_workers'])}, "
         f"the same optimizer at any number; {acc_seeds_text(synchronous)}): the "

@@ -200,12 +200,38 @@ def within_noise(time_s: float, other_s: float, noise: Noise) -> bool:
     return max(time_s, other_s) / min(time_s, other_s) - 1 <= noise.time_fraction
 
 
-def compare_acc(acc: float, other_acc: float, noise: Noise) -> str:
-    """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...) of"."""
+# A difference of accuracies is called at this two-sided level of Welch's test on
+# the replicas, where both sides have two seeds or more.
+SIGNIFICANCE = 0.05
+
+
+def compare_acc(acc: float, other_acc: float, noise: Noise, test: "Welch | None" = None,
+                sizes: tuple[int, int] = (0, 0)) -> str:
+    """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...)
+    of"; with `test` (Welch's, on the two sides' `sizes` seeds) decided by it, not by
+    the sweep's noise (the largest range of any one configuration's seeds, which would
+    call a gap the seeds resolve noise)."""
     gap = acc - other_acc
+    if test is not None:
+        text = test.text(sizes)
+        if test.p < SIGNIFICANCE:
+            return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} ({text}) than"
+        return f"not significantly different ({abs(gap):.3f} apart; {text}) from"
     if abs(gap) <= noise.acc:
         return f"within noise ({abs(gap):.3f} apart, noise {noise.acc_label()}) of"
     return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} than"
+
+
+def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
+    """`compare_acc` of two cells' final test accuracies, by Welch's test on their
+    seeds (`cell`'s `seed_accs`) where both have two or more and every seed learned
+    (a seed that did not learn is a failure the sentence names, not a spread);
+    else by the sweep's noise."""
+    seeds = [list(row.get("seed_accs", ()) or ()) for row in (cell_row, other)]
+    failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
+    test = None if failed else welch(*seeds)
+    return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test,
+                       (len(seeds[0]), len(seeds[1])))
 
 
 @dataclass(frozen=True)
@@ -351,6 +377,8 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].copy()
     row[measures] = per_seed.mean()
     row["seeds"] = len(per_seed)
+    row["seed_accs"] = (tuple(per_seed["final_test_acc"].dropna())
+                        if "final_test_acc" in per_seed else ())
     row["not_learned"] = int((~learned(trials).groupby(trials["seed"]).all()).sum())
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
