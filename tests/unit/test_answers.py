@@ -163,7 +163,7 @@ def test_linear_scaling_rule_verdict_and_the_global_batch_it_held_to():
     assert ("lr 0.2 on 1 worker reached 0.743 (1 seed), lr 0.4 on 2 workers (global batch 512) "
             "0.742 (1 seed), within noise (0.001 apart, noise 0.010 assumed) of it"
             ) in sections["13.5.2"]
-    assert "1 worker(s), global batch 256: 0.2; 2 worker(s), global batch 512: 0.4" in sections["13.5.2"]
+    assert "1 worker, global batch 256: 0.2; 2 workers, global batch 512: 0.4" in sections["13.5.2"]
     assert "No pair tested refuted the rule in this sweep." in sections["13.5.2"]
     assert "at global batch 512 it held at lr 0.2 and was not refuted at lr 0.4" in sections["13.6.1"]
 
@@ -186,7 +186,7 @@ def test_a_difference_under_the_noise_is_within_noise():
     # The 1-worker trials at batch 256 (lrs change the steps, not the work), scratch's
     # and bucketed's (at one worker the same code, no sync): 16.9-17.4 s.
     assert ("varied by up to 3.0% in epoch time (the slowest over the fastest, as every "
-            "\"apart\" below), over 2 group(s) of 8 trials") in text
+            "\"apart\" below), over 2 groups of 8 trials") in text
     sections = _sections(text)
     assert "1.33x faster than even" in sections["13.6.2"]
     # The "is it worth it?" baseline: the fast worker alone, its epochs after the first
@@ -267,7 +267,8 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
             "that lr.") in section
     # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%.
     assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
-            "1.39 s, 1 seed and 1 seed; this sweep estimates no noise of waiting times).") in section
+            "1.39 s, 1 seed and 1 seed; this sweep estimates no noise of waiting "
+            "times).") in section
     # A sum shorter than the noise: the sweep says it cannot resolve the gain.
     short = [(*row[:11], 0.01, *row[12:]) if row[0] == "bg2" else row for row in TRIALS]
     assert "this sweep cannot resolve a gain of that size" in _sections(

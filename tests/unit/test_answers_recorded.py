@@ -244,7 +244,7 @@ def test_what_was_tried_is_said_per_model_and_evaluation_beside_the_threads(reco
     trials, sheet = recorded
     sheet = sheet.answers
     resnet = trials[(trials["model"] == "resnet18") & (trials["status"] != "failed")]
-    assert (f"; ResNet-18 in {len(resnet)} trial(s) of 2 epochs, global batches 64, 128 and "
+    assert (f"; ResNet-18 in {len(resnet)} trials of 2 epochs, global batches 64, 128 and "
             f"lrs 0.1, 0.2.") in _section(sheet, "13.6.1")
     assert ("Against the best single process (1 worker with 2 threads, 0.11 s, 1 seed), 2 "
             "one-thread workers were within noise (3.5% apart, noise 13%) of it (speedup "

@@ -372,7 +372,7 @@ def test_a_sweep_of_a_model_not_the_books_answers_the_questions_of_any_model():
     # Scratch's and bucketed's 1-worker trials are the same work (no sync at one
     # worker): 1.32 and 1.15 s, the sweep's time noise (the slowest over the fastest).
     assert ("varied by up to 14% in epoch time (the slowest over the fastest, as every "
-            "\"apart\" below), over 1 group(s) of 2 trials") in answers
+            "\"apart\" below), over 1 group of 2 trials") in answers
     assert "within noise (1.3% apart, noise 14%) of scratch" in answers
 
 
@@ -384,7 +384,7 @@ def test_more_workers_whose_runs_did_not_learn_are_not_compared_on_accuracy():
     answers = sheet.build(trials, epochs, json.loads((RECORDED / "calibration.json").read_text()),
                           data_note="", use_gpu=False).answers
     assert ("Its final test accuracy says nothing of the workers: no seed learned (1 seed, "
-            "which did not learn at 2 worker(s); 1 seed, which did not learn at 1 worker(s)")\
+            "which did not learn at 2 workers; 1 seed, which did not learn at 1 worker")\
         in answers
     assert "Its final test accuracy is within noise" not in answers
 

@@ -50,7 +50,7 @@ def test_a_gap_inside_the_seed_spread_is_within_noise_and_outside_it_a_finding()
     # 2 workers 0.744 and 0.764: the seeds spread 0.020, the means 0.020 apart.
     wide = _sections(_with_replicas({"g1": [0.723], "g2": [0.764]}))
     assert ("the same configuration's final test accuracy varied by up to 0.020 over its seeds "
-            "(2 configuration(s) run with up to 2 seeds)") in wide["noise"]
+            "(2 configurations run with up to 2 seeds)") in wide["noise"]
     # Seeds on both sides: Welch's test on them decides, not the sweep's noise.
     assert ("the final test accuracy on 2 workers, 0.754, was not significantly different "
             "(0.020 apart; Welch's t = 1.35, p = 0.31, 2 and 2 seeds) from 1 worker's 0.734"
@@ -72,7 +72,7 @@ def test_time_noise_is_the_spread_of_identical_work_across_the_sweep():
     # 18.7 / 16.9 - 1, the slowest over the fastest; bucketed's 1-worker trial (16.9 s)
     # is scratch's work: at one worker neither sums anything.
     assert ("varied by up to 11% in epoch time (the slowest over the fastest, as every "
-            "\"apart\" below), over 2 group(s) of 8 trials") in sections["noise"]
+            "\"apart\" below), over 2 groups of 8 trials") in sections["noise"]
     # ddp and scratch at 2 workers, 8.5% apart, are now within noise.
     assert "within noise (8.5% apart, noise 11%) of scratch (10.2 s" in sections["13.5.3"]
 
@@ -133,7 +133,7 @@ def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
                          "final_test_acc": acc}
                         for seed, acc in ((0, 0.750), (1, 0.752))])
     sections = _sections(pd.concat([summary, arm], ignore_index=True))
-    assert "widen the range (`--lr`) for 2 worker(s)'s (highest of 0.1 to 0.4)" in (
+    assert "widen the range (`--lr`) for 2 workers' (highest of 0.1 to 0.4)" in (
         sections["13.5.2"])
     assert ("With a 1-epoch linear warm-up of the lr from 0.2 (1 worker's lr, as Goyal et al., "
             "2017, start from the small batch's) to 0.4 at global batch 512 on 2 workers, the final test accuracy was 0.751 (mean of 2 seeds), 0.009 higher "

@@ -17,7 +17,7 @@ from orchestrator.config.options import MODELS
 from orchestrator.records import Status
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, acc_seeds_text, cells,
-                                                  compare_acc, compare_times, percent,
+                                                  compare_acc, counted, compare_times, percent,
                                                   seeds_text, timed, with_speedups)
 from orchestrator.report.tables import isolation_table, markdown_table
 
@@ -94,7 +94,7 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     best = group.set_index("num_workers").loc[paid]
     accuracy = ""
     if not math.isnan(best["final_test_acc"]) and paid != first["num_workers"]:
-        failed = [f"{acc_seeds_text(row)} at {workers} worker(s)"
+        failed = [f"{acc_seeds_text(row)} at {counted(workers, 'worker')}"
                   for workers, row in ((paid, best), (int(first["num_workers"]), first))
                   if int(row.get("not_learned", 0)) >= int(row["seeds"])]
         if failed:  # a run that does not learn is a failure, not an accuracy to compare

@@ -13,7 +13,7 @@ import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise,
                                                   at_workers, cell,
-                                                  cells, compare_acc, compare_cells,
+                                                  cells, compare_acc, compare_cells, counted,
                                                   compare_times, SIGNIFICANCE,
                                                   missing_part, one_worker_count, part_trials,
                                                   percent, seeds_text, acc_seeds_text,
@@ -196,7 +196,8 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
         for column, key in here.items():
             if column == best:
                 continue
-            at = f"at {row['num_workers']} worker(s) {best} ({row[best]:.3f}) above {column}"
+            workers = counted(row["num_workers"], "worker")
+            at = f"at {workers} {best} ({row[best]:.3f}) above {column}"
             if _none_learned_at(means, key):
                 # A failure to learn is the difference; a t test on chance says nothing.
                 apart.append(f"{at} ({row[column]:.3f}: no seed of "
@@ -223,7 +224,8 @@ def _best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFr
         if close:
             most_seeds = max(most_seeds, *(len(seeds[column]) for column in tied))
             ties[row["num_workers"]] = (
-                f"at {row['num_workers']} worker(s) the best, {best} ({row[best]:.3f}), is not "
+                f"at {counted(row['num_workers'], 'worker')} the best, {best} "
+                f"({row[best]:.3f}), is not "
                 f"told apart from {', '.join(close)}")
     return ties, apart, most_seeds
 
@@ -365,7 +367,7 @@ def rule_outcome(rule: pd.DataFrame) -> str:
                  for held in _OUTCOMES for group in [rows[rows["held"] == held]]
                  if not group.empty]
         parts.append(f"at global batch {batch} it {' and '.join(found)}")
-    return (f"13.5.2 tested the linear scaling rule in {len(rule)} pair(s), each at the k "
+    return (f"13.5.2 tested the linear scaling rule in {counted(len(rule), 'pair')}, each at the k "
             f"workers' lr: {'; '.join(parts)}")
 
 
@@ -378,7 +380,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         return [*paragraphs, one_worker_count(table)]
     lr_columns = [column for column in table.columns if str(column).startswith("lr ")]
     searched = f"{lr_columns[0][3:]} to {lr_columns[-1][3:]}"
-    bests = "; ".join(f"{row.num_workers} worker(s), global batch {row.global_batch_size}: "
+    bests = "; ".join(f"{counted(row.num_workers, 'worker')}, global batch "
+                      f"{row.global_batch_size}: "
                       f"{row.best_lr:g}" for row in table.itertuples())
     sentences = [f"The best lr per worker count (the highest final test accuracy, each the "
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
@@ -392,7 +395,12 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds than the "
                          f"{most_seeds} these means have at most (`--repeats "
                          f"{max(most_seeds + 2, 3)}`) would tell them apart, if anything does.")
-    edges = [f"{row.num_workers} worker(s)'s ({row.on_edge} of {searched})"
+    def owner(count) -> str:
+        """"1 worker's", "2 workers'"."""
+        text = counted(count, "worker")
+        return text + ("'" if text.endswith("s") else "'s")
+
+    edges = [f"{owner(row.num_workers)} ({row.on_edge} of {searched})"
              for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
     if edges:
         sentences.append(f"A best on the edge of the range searched is only a bound: the best "
@@ -416,7 +424,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"{_verdict_text(row.held, not np.isnan(row.p))}"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
-                     f"epochs) was tested in {len(rule)} pair(s), a lower accuracy called only "
+                     f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
+                     f"called only "
                      f"at p < {SIGNIFICANCE:g} by Welch's t test on the seeds where both have "
                      f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
     epochs = int(lr_trials(summary)["num_epochs"].max())

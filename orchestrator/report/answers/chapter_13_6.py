@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
-                                                  at_workers, cell, cells, compare_cells,
+                                                  at_workers, cell, cells, compare_cells, counted,
                                                   compare_times,
                                                   missing_part, numbers, one_worker_count,
                                                   part_trials, percent, seeds_text,
@@ -30,7 +30,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     (`chapter_13_5.rule_outcome`), None where it was not run."""
     usable = summary[summary["status"] != Status.FAILED]
     tried = "This sweep tried " + "; ".join(
-        f"{MODEL_NAMES.get(model, model)} in {len(runs)} trial(s) of "
+        f"{MODEL_NAMES.get(model, model)} in {counted(len(runs), 'trial')} of "
         f"{numbers(runs['num_epochs'])} epochs, global batches "
         f"{numbers(runs['global_batch_size'])} and lrs {numbers(runs['lr'])}"
         for model, runs in usable.groupby("model", sort=True)) + "."

@@ -66,7 +66,7 @@ class Noise:
         return f"{self.acc:.3f}" + ("" if self.acc_groups[0] else " assumed")
 
     def sentence(self) -> str:
-        counted = window_sentence(self.trial_epochs)
+        window = window_sentence(self.trial_epochs)
         groups, trials = self.time_groups
         if groups:
             time = (f"Time noise: identical work (trials that differ only in the seed or the "
@@ -74,7 +74,7 @@ class Noise:
                     f"only in the sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which "
                     f"sum nothing there) varied by up to "
                     f"{percent(self.time_fraction)} in epoch time (the slowest over the "
-                    f"fastest, as every \"apart\" below), over {groups} group(s) of "
+                    f"fastest, as every \"apart\" below), over {counted(groups, 'group')} of "
                     f"{trials} trials across the sweep.")
         else:
             time = (f"Time noise: this sweep repeats no work, so it is assumed: "
@@ -82,7 +82,8 @@ class Noise:
         configurations, seeds = self.acc_groups
         if configurations:
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
-                   f"to {self.acc:.3f} over its seeds ({configurations} configuration(s) run "
+                   f"to {self.acc:.3f} over its seeds "
+                   f"({counted(configurations, 'configuration')} run "
                    f"with up to {seeds} seeds).")
         elif self.acc_not_learned:
             acc = (f"Accuracy noise: no configuration has two or more seeds that learned, so "
@@ -101,7 +102,7 @@ class Noise:
                     f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
                     f"it: a run that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
-        return (f"{counted} {time} {acc} A difference is a finding only beyond its noise; "
+        return (f"{window} {time} {acc} A difference is a finding only beyond its noise; "
                 f"below it, it is reported as within noise. Each number says how many seeds "
                 f"(replicas) it is the mean of; a mean of several is steadier than one trial, "
                 f"so these thresholds, taken from single trials, are conservative.")
@@ -314,6 +315,11 @@ def learned_seeds_text(count: int, not_learned: int | None) -> str:
         return text
     return (f"{text}, which did not learn" if int(count) == 1
             else f"{text}, {failed} of which did not learn")
+
+
+def counted(count, noun: str) -> str:
+    """"1 pair", "3 pairs": a count and its noun, in the number the count takes."""
+    return f"{int(count)} {noun}" if int(count) == 1 else f"{int(count)} {noun}s"
 
 
 def percent(fraction: float) -> str:
