@@ -211,7 +211,10 @@ def test_a_dry_run_prints_the_plan_fitted_to_the_cluster_and_writes_nothing(tmp_
                      r"lr warmed up over 1 epoch\(s\) from 0\.2$", run.stdout, re.MULTILINE)
     assert f"results: {out_dir}; storage: {store}" in run.stdout
     assert run.stdout.strip().endswith(DRY_RUN_LINE)
-    assert "calibrating" not in run.stdout and "trial " not in run.stdout
+    assert "calibrating" not in run.stdout  # nor a trial ended ("trial <id> done: ...")
+    assert not re.search(r"^trial \S+ done:", run.stdout, re.MULTILINE), run.stdout[-2000:]
+    assert ("timing: each trial timed with its nodes to itself: trials of several worker "
+            "counts compare their times, so they run one at a time") in run.stdout
     assert not out_dir.exists() and not store.exists()
 
     run = run_script("train.py", "--workers", "2", "--dry-run", "--storage", str(store),
