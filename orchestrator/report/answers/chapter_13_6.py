@@ -462,10 +462,6 @@ def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:
     return cell(same[same["num_workers"] == same["num_workers"].min()])
 
 
-def _workers(count: int) -> str:
-    return "1 worker" if int(count) == 1 else f"{int(count)} workers"
-
-
 def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) -> str:
     """The delayed arm at a smaller lr beside the synchronous optimizer at that lr."""
     text = (f"Measured at a smaller lr: at lr {half['lr']:g} delayed reached "
@@ -485,7 +481,8 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
     return text + (
         f", {compare_cells(half, synchronous, noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "
-        f"{synchronous['global_batch_size']} and epochs ({_workers(synchronous['num_workers'])}, "
+        f"{synchronous['global_batch_size']} and epochs "
+        f"({counted(synchronous['num_workers'], 'worker')}, "
         f"the same optimizer at any number; {acc_seeds_text(synchronous)}): the "
         f"stale gradient's price at that lr.")
 
