@@ -1,7 +1,7 @@
 """Benchmark: LeNet's training step on one CPU core, and the floor it sets for a sweep.
 
 Times the step a worker runs (forward, the loss, backward, SGD; the worker
-loop's own `_forward_backward`) on one thread, with glibc keeping freed memory
+loop's own `forward_backward`, step.py) on one thread, with glibc keeping freed memory
 as a worker's does (without, every step faults in its activations afresh: 80
 ms a step where a worker takes 60 on the 2-core EPYC), at batch 256 in the
 layout the product chose here (channels-last on a CPU with AVX-512), for two builds of
@@ -40,6 +40,7 @@ from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.options import TrainConfig  # noqa: E402
 from orchestrator.training import layout, loop  # noqa: E402
 from orchestrator.training.models import lenet  # noqa: E402
+from orchestrator.training.step import forward_backward  # noqa: E402
 
 DEFAULT_SWEEP = REPO / "docs" / "examples" / "exercises-2core"
 IMAGE = 28
@@ -106,7 +107,7 @@ def main() -> None:
                   for name, model in models.items()}
 
     def step(name: str) -> None:
-        loop._forward_backward(models[name], images, labels, config)
+        forward_backward(models[name], images, labels, config)
         optimizers[name].step()
         optimizers[name].zero_grad()
 

@@ -24,7 +24,7 @@ from torch import nn
 from common import command_line, emit
 from orchestrator.config.studies import RESNET_CPU_STEPS
 from orchestrator.training import data
-from orchestrator.training.loop import to_model_input
+from orchestrator.training.step import to_model_input
 from orchestrator.training.models import resnet18
 
 BATCH, LR, TEST_IMAGES = 256, 0.1, 500

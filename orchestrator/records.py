@@ -50,7 +50,7 @@ ROOT_FUNNEL = "root"
 # loop, and when the epoch began and ended (report/timeline.py: the sweep's time line
 # and where its time went).
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
-# measurements (training/loop.py GradientNoise; report/noise_scale.py), NaN where
+# measurements (training/step_metrics.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",

@@ -1,5 +1,5 @@
 """The gradient noise scale of a trial, from what its workers measured for free
-(training/loop.py, `GradientNoise`): McCandlish, Kaplan, Amodei et al. (2018),
+(training/step_metrics.py, `GradientNoise`): McCandlish, Kaplan, Amodei et al. (2018),
 "An Empirical Model of Large-Batch Training", appendix A.1.
 
 A mean gradient over b examples has E|g_b|^2 = |G|^2 + tr(S)/b, for the true

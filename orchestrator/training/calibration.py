@@ -23,7 +23,8 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
-from orchestrator.training.loop import PARAMETER_DTYPES, model_of, to_model_input
+from orchestrator.training.loop import model_of
+from orchestrator.training.step import PARAMETER_DTYPES, to_model_input
 from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
 from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
                                              root_transport)

@@ -47,7 +47,7 @@ FILES = (
 class Images:
     """A data set as the workers get it: images [N, C, H, W] or [N, H, W] (uint8
     pixels, else float32; Fashion-MNIST's uint8 [N, 28, 28]) and integer labels
-    [N] (Fashion-MNIST's uint8); converted per batch (loop.to_model_input)."""
+    [N] (Fashion-MNIST's uint8); converted per batch (step.to_model_input)."""
 
     train_images: np.ndarray
     train_labels: np.ndarray

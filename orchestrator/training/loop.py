@@ -1,4 +1,4 @@
-"""The training loop itself, the book's `train` and `train_batch`, without Ray.
+"""The training loop itself, the book's `train` (its `train_batch` is step.py), without Ray.
 
 It runs on each Ray Train worker (worker.py) and equally in a single process
 (world size 1): the tests, the benchmarks and a machine without Ray (the GPU
@@ -20,35 +20,23 @@ from torch.nn import functional as F
 from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings, get_rank,
                                                     get_world_size, process_group_backend)
 from orchestrator.config.options import TrainConfig
-from orchestrator.config.dataset import shard_bounds
 from orchestrator.records import Status
 from orchestrator.training import graphed as step_graph
 from orchestrator.training import layout
 from orchestrator.training.data import Images
 from orchestrator.training.models import build_model
 from orchestrator.training.split import BatchSplit
+from orchestrator.training.step import (PARAMETER_DTYPES, evaluate, forward, memory_format, step_on,
+                                        train_batch)
+from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck, StepSync
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
-from orchestrator.training.timing import DeviceTimer
 
-# Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
-# needs buffers over the 32 MB glibc serves from its heaps, mapped and faulted
-# afresh at every batch (bench/notes/ray_overhead.md).
-EVAL_BATCH_SIZE_CUDA = 1024
-EVAL_BATCH_SIZE_CPU = 128
 # An epoch's training loss 100 times a uniform guess's (ln of the classes, ln 10
 # for Fashion-MNIST) means blown up: a too-large lr can throw the loss to 1e20
 # and then, its ReLUs dead, leave it at a finite constant that no non-finite
 # check catches.
 DIVERGED_LOSS_FACTOR = 100
-# Reading a value off a GPU waits for every queued step and then idles it, so
-# there the non-finite-gradient count is read only every this many steps: a
-# diverged run may take that many more steps to stop (bench/notes/gpu.md),
-# its weights by then not finite; elsewhere it is read every step.
-FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
-# The dtype of the weights, the gradients and their sync, by precision: bf16
-# lowers only the forward pass (under autocast), the weights stay fp32.
-PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
 
 # Called at every evaluation on every worker with (metrics, training state,
 # epoch history, evaluations); `metrics["end_of_epoch"]` tells an epoch's row
@@ -128,7 +116,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     model = model_of(config)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=_memory_format(config))
+    model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=memory_format(config))
     optimizer = make_optimizer(model.parameters(), config)
     shares = None
     if state is not None:
@@ -151,7 +139,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     if graph_off is None:
         check = NonFiniteCheck(sync, device)
         graphed = step_graph.GraphedStep(
-            lambda index: _step_on(sync, optimizer, train_images, train_labels, index, config,
+            lambda index: step_on(sync, optimizer, train_images, train_labels, index, config,
                                    check),
             sync.zero_grad, config.global_batch_size, device)
     devices = "[" + ", ".join(gather_strings(str(device))) + "]"
@@ -244,7 +232,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
                     epoch: int, device: torch.device,
                     on_evaluation: OnEvaluation | None = None,
                     graphed: "step_graph.GraphedStep | None" = None,
-                    check: "NonFiniteCheck | None" = None) -> dict:
+                    check: NonFiniteCheck | None = None) -> dict:
     """One pass over the training set; returns the epoch's training statistics.
 
     `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
@@ -341,44 +329,6 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     }
 
 
-class StepSync:
-    """Each rank's sync seconds step by step, on CPUs (on a GPU reading them each step
-    would make the host wait for the device): `least_s` sums, step by step, the
-    least any rank waited. At each sum the rank that arrives last waits for no one,
-    so this is the sums' own time, where an epoch's total on any rank also holds its
-    waits for the others (and the least of those totals half of them, the order of
-    arrival changing from step to step)."""
-
-    def __init__(self, sync: GradientSync, config: TrainConfig, device: torch.device):
-        self.sync = sync
-        self.on = device.type == "cpu" and config.num_workers > 1
-        # A column per step, and one for what the epoch's end waits (delayed's last sum).
-        self.shape = (get_world_size(), config.steps_per_epoch + 1) if self.on else (0, 0)
-        self.seconds = torch.zeros(self.shape[1], dtype=torch.float64)
-        self.device = device
-        self._before = 0.0
-
-    def after_step(self, step: int) -> None:
-        if self.on:
-            now = self.sync.sync_time_s
-            self.seconds[step] = now - self._before
-            self._before = now
-
-    def rows(self) -> torch.Tensor:
-        """This rank's row of a zero matrix, to be summed over the ranks."""
-        rows = torch.zeros(self.shape, dtype=torch.float64, device=self.device)
-        if self.on:
-            self.seconds[-1] = self.sync.sync_time_s - self._before
-            rows[get_rank()] = self.seconds
-        return rows
-
-    def least_s(self, summed: torch.Tensor) -> float:
-        """From `rows` summed over the ranks: the sum over steps of the least rank's
-        seconds; NaN where not recorded."""
-        if not self.on:
-            return math.nan
-        return summed.reshape(self.shape).min(dim=0).values.sum().item()
-
 
 def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
     """After which steps of an epoch to evaluate, besides its end: evenly spaced."""
@@ -386,197 +336,7 @@ def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
     return {index * steps // count for index in range(1, count)}
 
 
-def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-                labels: torch.Tensor, config: TrainConfig, check: "NonFiniteCheck",
-                timer: DeviceTimer, noise: "GradientNoise | None" = None
-                ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The book's `train_batch` on this worker's shard of one global batch:
-    forward, loss over the global batch, backward, gradient sync, SGD step.
 
-    Returns the shard's per-example losses and logits; None, without the
-    step, once `check` reads a non-finite gradient. `timer` times this
-    worker's own forward and backward (what a proportional split divides by).
-    """
-    waited_s = sync.backward_wait_s
-    started = timer.start()
-    losses, logits = _forward_backward(sync.module, images, labels, config)
-    timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
-    if noise is not None:
-        noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
-    sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
-    if check.failed():
-        return None
-    if noise is not None:
-        noise.add_batch(check.last_norm)
-    sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
-    sync.zero_grad()
-    return losses.detach(), logits.detach()
-
-
-def _forward_backward(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward, the per-example losses and backward of their sum over the global batch;
-    returns the losses and the logits."""
-    logits = _forward(model, images, config)
-    losses = F.cross_entropy(logits, labels, reduction="none")
-    # Dividing by the *global* batch makes the summed gradients over workers
-    # the single-device mean gradient, even when shards differ in size.
-    (losses.sum() / config.global_batch_size).backward()
-    return losses, logits
-
-
-def _step_on(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-             labels: torch.Tensor, index: torch.Tensor, config: TrainConfig,
-             check: "NonFiniteCheck") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`train_batch`'s step for one worker, whole and with no read from the device, as a
-    CUDA graph captures it (graphed.py): the batch gathered by `index`, forward,
-    backward, the gradients counted by `check` (read after the step), SGD, the
-    gradients cleared. Returns the per-example losses, the logits and the labels."""
-    y = labels[index].long()
-    losses, logits = _forward_backward(sync.module, images[index], y, config)
-    sync.synchronize()  # one worker: nothing to sum
-    check.count_step()
-    sync.step(optimizer)
-    sync.zero_grad()
-    return losses.detach(), logits.detach(), y
-
-
-class NonFiniteCheck:
-    """Counts the steps whose synced gradients are not finite, and reads the count
-    every step on a CPU but only every FINITE_CHECK_INTERVAL_STEPS["cuda"] on a GPU.
-
-    The gradients are identical on every worker after the sync, so every
-    worker reaches the same verdict without an extra collective; `sharded`'s
-    workers each hold a part of them, and sum their counts when read.
-    """
-
-    def __init__(self, sync: GradientSync, device: torch.device):
-        self.sync = sync
-        self.interval_steps = FINITE_CHECK_INTERVAL_STEPS.get(device.type, 1)
-        self.count = torch.zeros((), dtype=torch.int64, device=device)
-        self.num_steps = 0
-
-    def failed(self) -> bool:
-        """Counts this step's gradients; True if this step reads a nonzero count.
-        `last_norm` keeps their norm (the noise probe's batch gradient)."""
-        self.count_step()
-        return self.after_step()
-
-    def count_step(self) -> None:
-        """This step's gradients counted, on the device (a captured step's part)."""
-        grads = self.sync.summed_grads()
-        self.last_norm = torch.nn.utils.get_total_norm(grads)
-        self.count += ~torch.isfinite(self.last_norm)
-
-    def after_step(self) -> bool:
-        """True if this step is one that reads the count, and it is nonzero."""
-        self.num_steps += 1
-        return self.num_steps % self.interval_steps == 0 and self.read()
-
-    def read(self) -> bool:
-        """Whether any step so far had a non-finite gradient, on any worker."""
-        return bool(self.sync.agreed_count(self.count).item())
-
-
-class GradientNoise:
-    """The gradient noise scale's two measurements, free in data-parallel training
-    (McCandlish et al., 2018, "An Empirical Model of Large-Batch Training",
-    appendix A.1): each worker's gradient over its shard of b examples and the
-    summed gradient over the global batch B are two unbiased estimates of the
-    true gradient G at two batch sizes, E|g_b|^2 = |G|^2 + tr(S)/b, from which
-    the report solves for the noise tr(S) and |G|^2 (report/noise_scale.py).
-
-    Measured where a worker holds its own shard's gradient before the sum and
-    the whole sum after it: scratch, bucketed and root on two workers or more
-    (ddp sums inside backward, sharded and delayed hold parts or late sums).
-    Accumulated on the device; read once an epoch with the loss's collective.
-    """
-
-    SYNCS = ("scratch", "bucketed", "root")
-    NOT_MEASURED = {"grad_sq_shard": math.nan, "grad_sq_batch": math.nan,
-                    "noise_shard_examples": math.nan}
-
-    @classmethod
-    def applies(cls, config: TrainConfig) -> bool:
-        return config.num_workers > 1 and config.sync in cls.SYNCS
-
-    def __init__(self, device: torch.device):
-        # Summed over steps: this worker's |g_b|^2 (on the device: no step waits for
-        # it) and 1/b (known here); the batch's |G_B|^2.
-        self.shard_sq = torch.zeros((), dtype=torch.float64, device=device)
-        self.inverse_shard = 0.0
-        self.batch_sq = torch.zeros((), dtype=torch.float64, device=device)
-
-    @property
-    def shard_sums(self) -> torch.Tensor:
-        """This worker's two sums, to be added up over the workers."""
-        return torch.stack([self.shard_sq, self.shard_sq.new_tensor(self.inverse_shard)])
-
-    def add_shard(self, grads: list[torch.Tensor], shard_examples: int,
-                  global_batch_size: int) -> None:
-        """The shard's gradient before the sum: its losses were divided by the global
-        batch, so its mean gradient is B/b times it."""
-        norm = torch.nn.utils.get_total_norm(grads).double() * (global_batch_size / shard_examples)
-        self.shard_sq += norm.square()
-        self.inverse_shard += 1 / shard_examples
-
-    def add_batch(self, norm: torch.Tensor) -> None:
-        """The summed gradient's norm: the global batch's mean gradient."""
-        self.batch_sq += norm.double().square()
-
-    def epoch_metrics(self, shard_totals: torch.Tensor, num_steps: int,
-                      num_workers: int) -> dict:
-        """The epoch's means: |g_b|^2 over every worker and step, |G_B|^2 over the
-        steps, and the shard's size (the harmonic mean of each worker's)."""
-        if num_steps == 0:
-            return dict(self.NOT_MEASURED)
-        shard_sq, inverse = (shard_totals / (num_workers * num_steps)).tolist()
-        return {"grad_sq_shard": shard_sq, "grad_sq_batch": self.batch_sq.item() / num_steps,
-                "noise_shard_examples": 1 / inverse}
-
-
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-             config: TrainConfig, *, device: torch.device) -> float:
-    """Test accuracy with every worker scoring its own shard (13.5, exercise 4)."""
-    start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
-    batch_size = EVAL_BATCH_SIZE_CUDA if device.type == "cuda" else EVAL_BATCH_SIZE_CPU
-    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
-    model.eval()
-    with torch.no_grad():
-        for first in range(start, stop, batch_size):
-            last = min(first + batch_size, stop)
-            y = labels[first:last].long()
-            logits = _forward(model, images[first:last], config)
-            counts[0] += (logits.argmax(dim=1) == y).sum()
-            counts[1] += last - first
-    allreduce_(counts)
-    return (counts[0] / counts[1]).item()
-
-
-def _forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
-    """Logits of an image batch on the model's device, in the weights' dtype
-    whatever the precision of the forward pass."""
-    dtype = PARAMETER_DTYPES[config.precision]
-    x = to_model_input(images).to(dtype, memory_format=_memory_format(config))
-    # Autocast runs the convolutions and matrix products in bfloat16 and keeps
-    # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
-    # mantissa is too coarse for the loss and its sum over a batch.
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-        logits = model(x)
-    return logits.to(dtype)
-
-
-def to_model_input(images: torch.Tensor) -> torch.Tensor:
-    """A batch as the model takes it, float32 [N, C, H, W]: uint8 pixels scaled to
-    [0, 1] as the book's ToTensor does, other values as they are; [N, H, W] (one
-    channel, as Fashion-MNIST is kept) gains its channel axis."""
-    x = images.unsqueeze(1) if images.dim() == 3 else images
-    return x.float().div_(255) if images.dtype == torch.uint8 else x.float()
-
-
-def _memory_format(config: TrainConfig) -> torch.memory_format:
-    assert config.memory_format != "auto", "run_training resolves auto first"
-    return layout.TORCH_FORMATS[config.memory_format]
 
 
 def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor,
@@ -593,12 +353,12 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
         run_config = dataclasses.replace(config, memory_format=name)
         model = model_of(config).to(
             device, dtype=PARAMETER_DTYPES[config.precision],
-            memory_format=_memory_format(run_config))
+            memory_format=memory_format(run_config))
         runs[name] = (run_config, model, make_optimizer(model.parameters(), config))
 
     def step(name: str) -> None:
         run_config, model, optimizer = runs[name]
-        logits = _forward(model, batch_images, run_config)
+        logits = forward(model, batch_images, run_config)
         F.cross_entropy(logits, batch_labels).backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -24,7 +24,8 @@ from helpers import (FP64_RTOL, assert_same_parameters, equivalence_config, run_
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training import loop
-from orchestrator.training.loop import run_training, to_model_input
+from orchestrator.training.loop import run_training
+from orchestrator.training.step import to_model_input
 from orchestrator.training.models import build_model
 
 MOMENTUM = 0.5  # the delayed gradients go through SGD's momentum too

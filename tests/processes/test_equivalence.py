@@ -118,7 +118,7 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
 
 
 def test_the_gradient_noise_measurements_are_the_strategies_own_sums(k_worker_runs):
-    """The noise scale's two squared norms (loop.GradientNoise) are of the same
+    """The noise scale's two squared norms (step_metrics.GradientNoise) are of the same
     gradients whichever exact strategy summed them: scratch's, bucketed's and
     root's agree to fp64 rounding; the strategies that hold no shard gradient
     before the sum record none."""

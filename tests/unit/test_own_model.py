@@ -24,7 +24,7 @@ from orchestrator.driver.plan import data_facts
 from orchestrator.errors import UserError
 from orchestrator.report.answers import sheet
 from orchestrator.training import datasets
-from orchestrator.training.loop import to_model_input
+from orchestrator.training.step import to_model_input
 from orchestrator.training.models import build_model, check_model
 
 RECORDED = Path(__file__).parents[1] / "data" / "own-model-sweep"

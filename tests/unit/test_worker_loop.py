@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from orchestrator.training import loop
+from orchestrator.training import loop, step, step_metrics
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import Status
 from orchestrator.training.loop import DIVERGED_LOSS_FACTOR, run_training
@@ -96,7 +96,7 @@ def test_divergence_stops_the_run_and_says_so(fashion_mnist_small, train_limit, 
 def test_a_diverged_run_checkpoints_no_weights_that_are_not_finite(fashion_mnist_small,
                                                                     monkeypatch):
     # A CPU reading the check as rarely as a GPU does: non-finite steps are taken.
-    monkeypatch.setitem(loop.FINITE_CHECK_INTERVAL_STEPS, "cpu", 25)
+    monkeypatch.setitem(step_metrics.FINITE_CHECK_INTERVAL_STEPS, "cpu", 25)
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
                          test_limit=100)
     history, reports = _train(config, fashion_mnist_small)
@@ -110,7 +110,7 @@ def test_bucket_gradient_views_have_their_channels_last_parameters_layout(fashio
     model = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
     reference = build_model("lenet", seed=0).to(memory_format=torch.channels_last)
     sync = BucketedSync(model, CPU, group_transport(), bucket_cap_mb=0.1)
-    images = loop.to_model_input(torch.from_numpy(fashion_mnist_small.train_images[:32]))
+    images = step.to_model_input(torch.from_numpy(fashion_mnist_small.train_images[:32]))
     images = images.contiguous(memory_format=torch.channels_last)
     for network in (model, reference):
         network(images).sum().backward()
@@ -226,8 +226,8 @@ def test_warmup_from_the_small_batchs_lr_as_goyal_et_al():
     # From 0.2 (1 worker's lr) to 0.4 (2 workers', twice the batch) over 8 steps.
     config = TrainConfig(global_batch_size=256, lr=0.4, num_epochs=3, warmup_epochs=2,
                          warmup_start_lr=0.2, train_limit=1024, test_limit=100)
-    assert [loop.warmup_lr(config, step, 8) for step in range(8)] == pytest.approx(
-        [0.2 + 0.2 * (step + 1) / 8 for step in range(8)])
+    assert [loop.warmup_lr(config, index, 8) for index in range(8)] == pytest.approx(
+        [0.2 + 0.2 * (index + 1) / 8 for index in range(8)])
     assert loop.warmup_lr(dataclasses.replace(config, warmup_start_lr=0.0), 3, 8) == (
         pytest.approx(0.4 * 4 / 8))
 

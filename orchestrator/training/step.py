@@ -1,0 +1,128 @@
+"""One step of the book's `train_batch` on a worker's shard of the global batch,
+and the forward pass it shares with the test accuracy (the book's
+`evaluate_accuracy_gpu`, each worker scoring a shard).
+
+The loop (loop.py) calls `train_batch` for each step; `step_on` is the same step
+for one worker, whole and with no read from the device, as a CUDA graph captures
+it (graphed.py). Nothing here may import ray.
+"""
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from orchestrator.config.dataset import shard_bounds
+from orchestrator.config.options import TrainConfig
+from orchestrator.training import layout
+from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck
+from orchestrator.training.sync.base import GradientSync
+from orchestrator.training.sync.collectives import allreduce_, get_rank, get_world_size
+from orchestrator.training.timing import DeviceTimer
+
+# Test-set batches: big ones keep a GPU busy, but on a CPU a batch of 1024
+# needs buffers over the 32 MB glibc serves from its heaps, mapped and faulted
+# afresh at every batch (bench/notes/ray_overhead.md).
+EVAL_BATCH_SIZE_CUDA = 1024
+EVAL_BATCH_SIZE_CPU = 128
+# The dtype of the weights, the gradients and their sync, by precision: bf16
+# lowers only the forward pass (under autocast), the weights stay fp32.
+PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
+
+
+def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                labels: torch.Tensor, config: TrainConfig, check: NonFiniteCheck,
+                timer: DeviceTimer, noise: GradientNoise | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The book's `train_batch` on this worker's shard of one global batch:
+    forward, loss over the global batch, backward, gradient sync, SGD step.
+
+    Returns the shard's per-example losses and logits; None, without the
+    step, once `check` reads a non-finite gradient. `timer` times this
+    worker's own forward and backward (what a proportional split divides by).
+    """
+    waited_s = sync.backward_wait_s
+    started = timer.start()
+    losses, logits = forward_backward(sync.module, images, labels, config)
+    timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
+    if noise is not None:
+        noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
+    sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
+    if check.failed():
+        return None
+    if noise is not None:
+        noise.add_batch(check.last_norm)
+    sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
+    sync.zero_grad()
+    return losses.detach(), logits.detach()
+
+
+def forward_backward(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward, the per-example losses and backward of their sum over the global batch;
+    returns the losses and the logits."""
+    logits = forward(model, images, config)
+    losses = F.cross_entropy(logits, labels, reduction="none")
+    # Dividing by the *global* batch makes the summed gradients over workers
+    # the single-device mean gradient, even when shards differ in size.
+    (losses.sum() / config.global_batch_size).backward()
+    return losses, logits
+
+
+def step_on(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+             labels: torch.Tensor, index: torch.Tensor, config: TrainConfig,
+             check: NonFiniteCheck) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`train_batch`'s step for one worker, whole and with no read from the device, as a
+    CUDA graph captures it (graphed.py): the batch gathered by `index`, forward,
+    backward, the gradients counted by `check` (read after the step), SGD, the
+    gradients cleared. Returns the per-example losses, the logits and the labels."""
+    y = labels[index].long()
+    losses, logits = forward_backward(sync.module, images[index], y, config)
+    sync.synchronize()  # one worker: nothing to sum
+    check.count_step()
+    sync.step(optimizer)
+    sync.zero_grad()
+    return losses.detach(), logits.detach(), y
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+             config: TrainConfig, *, device: torch.device) -> float:
+    """Test accuracy with every worker scoring its own shard (13.5, exercise 4)."""
+    start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
+    batch_size = EVAL_BATCH_SIZE_CUDA if device.type == "cuda" else EVAL_BATCH_SIZE_CPU
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
+    model.eval()
+    with torch.no_grad():
+        for first in range(start, stop, batch_size):
+            last = min(first + batch_size, stop)
+            y = labels[first:last].long()
+            logits = forward(model, images[first:last], config)
+            counts[0] += (logits.argmax(dim=1) == y).sum()
+            counts[1] += last - first
+    allreduce_(counts)
+    return (counts[0] / counts[1]).item()
+
+
+def forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """Logits of an image batch on the model's device, in the weights' dtype
+    whatever the precision of the forward pass."""
+    dtype = PARAMETER_DTYPES[config.precision]
+    x = to_model_input(images).to(dtype, memory_format=memory_format(config))
+    # Autocast runs the convolutions and matrix products in bfloat16 and keeps
+    # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
+    # mantissa is too coarse for the loss and its sum over a batch.
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        logits = model(x)
+    return logits.to(dtype)
+
+
+def to_model_input(images: torch.Tensor) -> torch.Tensor:
+    """A batch as the model takes it, float32 [N, C, H, W]: uint8 pixels scaled to
+    [0, 1] as the book's ToTensor does, other values as they are; [N, H, W] (one
+    channel, as Fashion-MNIST is kept) gains its channel axis."""
+    x = images.unsqueeze(1) if images.dim() == 3 else images
+    return x.float().div_(255) if images.dtype == torch.uint8 else x.float()
+
+
+def memory_format(config: TrainConfig) -> torch.memory_format:
+    assert config.memory_format != "auto", "run_training resolves auto first"
+    return layout.TORCH_FORMATS[config.memory_format]
