@@ -115,7 +115,7 @@ class GraphedStep:
             # thread_local: a Ray worker's other threads may touch CUDA meanwhile.
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 outputs = self.body(self.index)
-        except RuntimeError as error:  # the step runs eagerly; the record says why
+        except Exception as error:  # the step runs eagerly; the record says why
             torch.cuda.set_stream(stream)  # a failed capture does not restore it
             _end_routing(device_index, pool)
             while error.__context__ is not None:  # the cause, not capture_end's echo

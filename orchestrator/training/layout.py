@@ -44,18 +44,21 @@ Step = Callable[[str], None]
 
 
 def time_layouts(step: Step, device: torch.device, *, num_steps: int = MEASURED_STEPS,
-                 budget_s: float = MEASURED_BUDGET_S) -> dict[str, float]:
+                 budget_s: float = MEASURED_BUDGET_S, warmup_rounds: int = 1
+                 ) -> dict[str, float]:
     """Seconds per `step` in each layout: the layouts alternate, so that a
-    machine that slows down meanwhile slows both alike. After one warm-up step
-    each, `num_steps` timed steps each, fewer (at least one) where they would
-    take longer than `budget_s` a layout."""
+    machine that slows down meanwhile slows both alike. After `warmup_rounds`
+    untimed steps each (a CUDA graph's: its eager warm-up, its capture and a
+    replay), `num_steps` timed steps each, fewer (at least one) where they would
+    take longer than `budget_s` a layout by the last warm-up round's time."""
     timers = {name: DeviceTimer(device) for name in FORMATS}
-    started = time.perf_counter()
-    for name in FORMATS:
-        step(name)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    warm_up_s = (time.perf_counter() - started) / len(FORMATS)
+    for _ in range(warmup_rounds):
+        started = time.perf_counter()
+        for name in FORMATS:
+            step(name)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        warm_up_s = (time.perf_counter() - started) / len(FORMATS)
     num_steps = max(1, min(num_steps, int(budget_s / max(warm_up_s, 1e-9))))
     for _ in range(num_steps):
         for name in FORMATS:
@@ -77,23 +80,25 @@ def agree(step_s: dict[str, float], device: torch.device) -> dict:
 
 
 def choose(config: TrainConfig, device: torch.device, measure: Callable[[], dict[str, float]],
-           *, scope: str, cache: Path | None = None) -> dict:
+           *, scope: str, cache: Path | None = None, graphed: bool = False) -> dict:
     """The run's layout and its timings: `config.memory_format` if it names one
     (no timings), else measured (`measure()`, or this node's cached timings)
     and agreed across workers. `scope` names the sweep whose timings the cache
-    keeps; `cache` is its file (default: `cache_path()`)."""
+    keeps; `cache` is its file (default: `cache_path()`); `graphed`: whether
+    `measure` times steps replayed as a CUDA graph."""
     if config.memory_format != "auto":
         return {"memory_format": config.memory_format, **dict.fromkeys(STEP_S_KEYS.values())}
-    return agree(cached_step_s(cache or cache_path(), scope, cache_key(config, device), measure),
-                 device)
+    return agree(cached_step_s(cache or cache_path(), scope, cache_key(config, device, graphed),
+                               measure), device)
 
 
-def cache_key(config: TrainConfig, device: torch.device) -> str:
-    """What the timings depend on: the model, precision, batch per worker, threads and
-    device kind (the file is the node's, so on a CPU the kind is the node's CPU)."""
+def cache_key(config: TrainConfig, device: torch.device, graphed: bool = False) -> str:
+    """What the timings depend on: the model, precision, batch per worker, threads,
+    device kind (the file is the node's, so on a CPU the kind is the node's CPU) and
+    whether the step is a CUDA graph."""
     kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return json.dumps([config.model, config.precision, config.batch_size_per_worker,
-                       config.threads_per_worker, kind])
+                       config.threads_per_worker, kind, graphed])
 
 
 def cached_step_s(path: Path, scope: str, key: str,

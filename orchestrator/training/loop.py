@@ -7,6 +7,7 @@ benchmark) call `run_training` directly. Nothing here may import ray.
 
 import copy
 import dataclasses
+import functools
 import math
 import platform
 import time
@@ -31,6 +32,7 @@ from orchestrator.training.step import (PARAMETER_DTYPES, evaluate, forward, mem
 from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck, StepSync
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
+from orchestrator.training.timing import DeviceTimer
 
 # An epoch's training loss 100 times a uniform guess's (ln of the classes, ln 10
 # for Fashion-MNIST) means blown up: a too-large lr can throw the loss to 1e20
@@ -107,11 +109,16 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         # Every training step has the same shapes (the partial last batch is
         # dropped), so cuDNN's search for its fastest convolutions pays once.
         torch.backends.cudnn.benchmark = True
+    # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps
+    # `auto` times: launched kernel by kernel, a step is bound by the launches whatever
+    # its layout (bench/notes/gpu_step.md).
+    graph_off = step_graph.off_reason(config, device)
     # A resumed run keeps the layout it chose; from here on `config` names it.
     chosen_layout = state["layout"] if state is not None else layout.choose(
         config, device, lambda: layout.time_layouts(
-            _layout_step(config, device, train_images, train_labels), device),
-        scope=layout_scope or layout.process_scope())
+            _layout_step(config, device, train_images, train_labels, graphed=graph_off is None),
+            device, warmup_rounds=(step_graph.WARMUP_STEPS + 2 if graph_off is None else 1)),
+        scope=layout_scope or layout.process_scope(), graphed=graph_off is None)
     config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
     model = model_of(config)
     if config.sync_batchnorm:
@@ -132,9 +139,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     sync = make_sync(config.sync, model, device, bucket_cap_mb=config.bucket_cap_mb,
                      shared_memory=config.shared_memory, optimizer=optimizer)
     split = BatchSplit(config, device, shares)
-    # One GPU: the step replayed as a CUDA graph (graphed.py), with a check of its own
-    # for the whole run, since the graph holds on to its count.
-    graph_off = step_graph.off_reason(config, device)
+    # A graphed step has a check of its own for the whole run: the graph holds on to its count.
     check = graphed = None
     if graph_off is None:
         check = NonFiniteCheck(sync, device)
@@ -329,25 +334,21 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     }
 
 
-
 def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
     """After which steps of an epoch to evaluate, besides its end: evenly spaced."""
     steps, count = config.steps_per_epoch, config.evals_per_epoch
     return {index * steps // count for index in range(1, count)}
 
 
-
-
-
 def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor,
-                 labels: torch.Tensor) -> layout.Step:
+                 labels: torch.Tensor, *, graphed: bool) -> layout.Step:
     """One forward, backward and SGD step of a throwaway copy of the run's model,
-    on a shard of the run's batch size per worker, in the layout asked for.
+    on a shard of the run's batch size per worker, in the layout asked for;
+    `graphed` (a run whose step is a CUDA graph): replayed as one too, after its
+    eager warm-up steps and its capture (graphed.GraphedStep).
 
     Without SyncBatchNorm: its statistics' sync is no part of the layout's cost.
     """
-    index = slice(0, config.batch_size_per_worker)
-    batch_images, batch_labels = images[index], labels[index].long()
     runs = {}
     for name in layout.FORMATS:
         run_config = dataclasses.replace(config, memory_format=name)
@@ -356,13 +357,23 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
             memory_format=memory_format(run_config))
         runs[name] = (run_config, model, make_optimizer(model.parameters(), config))
 
-    def step(name: str) -> None:
+    def one_step(name: str, index: torch.Tensor | slice) -> tuple[torch.Tensor]:
         run_config, model, optimizer = runs[name]
-        logits = forward(model, batch_images, run_config)
-        F.cross_entropy(logits, batch_labels).backward()
+        logits = forward(model, images[index], run_config)
+        loss = F.cross_entropy(logits, labels[index].long())
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-    return step
+        return (loss.detach(),)
+    if not graphed:
+        first = slice(0, config.batch_size_per_worker)
+        return lambda name: one_step(name, first)
+    first = torch.arange(config.batch_size_per_worker, device=device)
+    timer = DeviceTimer(device)  # the replays' own, unread: time_layouts times them
+    replays = {name: step_graph.GraphedStep(functools.partial(one_step, name),
+                                            runs[name][2].zero_grad, len(first), device)
+               for name in layout.FORMATS}
+    return lambda name: replays[name](first, timer)
 
 
 def _as_tensors(*arrays) -> list[torch.Tensor]:

@@ -25,6 +25,7 @@ from helpers import REPO, assert_same_parameters, hang_limit, run_here
 from orchestrator.config.options import TrainConfig
 from orchestrator.training import models
 from orchestrator.training.graphed import WARMUP_STEPS
+from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
 
 GPU = torch.device("cuda", 0)
@@ -86,6 +87,27 @@ def test_bf16_channels_last_graphed_trains(fashion_mnist_small, small_resnet):
     assert all(row["step_graph"] == "on" and math.isfinite(row["train_loss"])
                for row in history)
     assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"], history
+
+
+def test_auto_times_each_layout_as_a_replayed_graph(fashion_mnist_small, monkeypatch, tmp_path):
+    """`--memory-format auto` on a graphed run times the layouts' steps as graphs too:
+    eager, a step is bound by its launches whatever its layout. Three captures (the
+    two layouts' and the run's), each replayed."""
+    from orchestrator.training import graphed
+    made = []
+
+    class Counted(graphed.GraphedStep):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+    monkeypatch.setattr(graphed, "GraphedStep", Counted)
+    config = _config(precision="fp32", memory_format="auto", num_epochs=1)
+    history = run_training(config, fashion_mnist_small, device=GPU, report=lambda *_: None,
+                           layout_scope=f"timed afresh in {tmp_path}")
+    assert [step.state for step in made] == ["on"] * 3
+    row = history[-1]
+    assert row["step_graph"] == "on" and row["memory_format"] in ("nchw", "channels-last")
+    assert row["layout_nchw_step_s"] > 0 and row["layout_channels_last_step_s"] > 0
 
 
 # Run in a Python of its own: a failed capture can leave the allocator believing a

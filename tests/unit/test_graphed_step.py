@@ -2,6 +2,8 @@
 what a run records where it is not; the capture itself needs a GPU
 (tests/gpu/test_cuda_graph.py)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -120,3 +122,57 @@ def test_a_capture_names_its_pool_and_a_failed_one_ends_the_routing_to_it(monkey
     else:
         assert ended == [] and streams == [] and not cleared
         assert (step.state, step.graph, step.outputs) == (graphed.ON, "the graph", ("loss",))
+
+
+class _EagerStandIn:
+    """GraphedStep's interface with every call run eagerly (a CPU has no CUDA graphs):
+    the loop's wiring of a graphed step (the static index it gathers from, the check
+    it counts into, the outputs it returns) run on a CPU."""
+
+    def __init__(self, body, clear, batch_size, device, made):
+        self.body, self.clear = body, clear
+        self.index = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.state, self.calls = "on", 0
+        made.append(self)
+
+    def __call__(self, index, timer):
+        self.index.copy_(index)
+        self.calls += 1
+        started = timer.start()
+        outputs = self.body(self.index)
+        timer.stop(started)
+        return outputs
+
+
+def test_the_loops_graphed_path_is_its_eager_step_on_a_cpu(fashion_mnist_small, monkeypatch,
+                                                           tmp_path):
+    """The loop's graphed path (the CUDA graph stood in by eager calls): the same
+    parameters, losses and accuracies as the eager step, bit for bit; and with
+    `--memory-format auto` the two layouts are timed through such steps too, after
+    the graph's warm-up rounds (tests/gpu/test_cuda_graph.py captures them)."""
+    from helpers import run_here
+    from orchestrator.training import graphed, loop
+    config = TrainConfig(model="lenet", global_batch_size=64, lr=0.3, momentum=0.9,
+                         num_epochs=2, train_limit=8 * 64, test_limit=200, seed=7,
+                         precision="fp64", memory_format="nchw")
+    eager, eager_state = run_here(config, fashion_mnist_small)
+    made = []
+    monkeypatch.setattr(graphed, "off_reason", lambda config, device: None)
+    monkeypatch.setattr(graphed, "GraphedStep",
+                        lambda *args: _EagerStandIn(*args, made=made))
+    stood_in, stood_in_state = run_here(config, fashion_mnist_small)
+    assert len(made) == 1 and made[0].calls == 2 * 8
+    assert [row["step_graph"] for row in stood_in] == ["on", "on"]
+    for got, want in zip(stood_in, eager, strict=True):
+        assert (got["train_loss"], got["train_acc"], got["test_acc"]) == (
+            want["train_loss"], want["train_acc"], want["test_acc"])
+    for name, tensor in eager_state["model"].items():
+        assert torch.equal(stood_in_state["model"][name], tensor), name
+    made.clear()
+    history = loop.run_training(dataclasses.replace(config, memory_format="auto", num_epochs=1),
+                                fashion_mnist_small, device=torch.device("cpu"),
+                                report=lambda *_: None, layout_scope=f"afresh in {tmp_path}")
+    layouts, run = made[:2], made[2]
+    # Its warm-up rounds, then at least one timed step (8 where a step is fast).
+    assert layouts[0].calls == layouts[1].calls >= graphed.WARMUP_STEPS + 2 + 1
+    assert run.calls == 8 and history[-1]["layout_nchw_step_s"] > 0

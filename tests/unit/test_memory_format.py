@@ -103,6 +103,31 @@ def test_a_slow_step_is_timed_fewer_times_but_once_at_least():
     assert calls == ["nchw", "channels-last"] * 2
 
 
+def test_a_graphed_step_is_timed_after_its_warm_up_rounds_by_the_last_ones_time():
+    """A CUDA graph's layouts: eager warm-up steps and the capture are slow, its
+    replays fast; the number of timed steps follows the last warm-up round."""
+    calls = []
+
+    def step(name):  # two slow rounds (eager, the capture), then fast ones
+        calls.append(name)
+        if len(calls) <= 4:
+            time.sleep(0.1)
+
+    layout.time_layouts(step, CPU, num_steps=8, budget_s=0.29, warmup_rounds=3)
+    assert calls == ["nchw", "channels-last"] * (3 + 8)
+
+
+def test_graphed_and_eager_timings_are_kept_apart(tmp_path):
+    cache = tmp_path / "cache.json"
+    eager, graphed = Measurements(0.10, 0.07), Measurements(0.05, 0.06)
+    config = TrainConfig()
+    assert layout.choose(config, CPU, eager, scope="s", cache=cache)["memory_format"] == (
+        "channels-last")
+    assert layout.choose(config, CPU, graphed, scope="s", cache=cache,
+                         graphed=True)["memory_format"] == "nchw"
+    assert (eager.calls, graphed.calls) == (1, 1)
+
+
 def test_the_report_names_the_format_and_what_auto_timed():
     timed = {"memory_format": "channels-last", "layout_nchw_step_s": 0.1123,
              "layout_channels_last_step_s": 0.0831}
@@ -132,7 +157,7 @@ def test_an_unknown_memory_format_is_one_line_and_exit_2(capsys):
 def test_a_resumed_run_keeps_the_layout_it_chose(fashion_mnist_small, monkeypatch, tmp_path):
     timings = []
 
-    def time_layouts(step, device):
+    def time_layouts(step, device, **_):
         timings.append(step)
         return {"nchw": 0.2, "channels-last": 0.1} if len(timings) == 1 else {
             "nchw": 0.1, "channels-last": 0.2}
