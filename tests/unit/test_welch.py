@@ -10,8 +10,10 @@ import pytest
 
 from orchestrator.report.answers.chapter_13_5 import (_rule_verdict, _verdict_text, answer_13_5_2,
                                                    linear_rule)
-from orchestrator.report.answers.evidence import (Noise, _t_two_sided_p, acc_seeds_text, cell,
-                                                  estimate_noise, welch)
+from orchestrator.report.answers.cells import cell
+from orchestrator.report.answers.noise import Noise, estimate_noise
+from orchestrator.report.answers.welch import _t_two_sided_p, welch
+from orchestrator.report.answers.wording import acc_seeds_text
 
 
 @pytest.mark.parametrize("t, dof, p", [

@@ -1,7 +1,7 @@
 """13.5's four exercises answered from a sweep's trials: a bigger minibatch on
 k workers, the learning rate against k, a more efficient allreduce, and test
 accuracy on several workers. Each function returns the answer's paragraphs.
-Replicas (seeds) of a configuration are averaged into one cell (evidence.cell)
+Replicas (seeds) of a configuration are averaged into one cell (cells.cell)
 and every number says how many stand behind it.
 """
 
@@ -11,16 +11,15 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, Noise,
-                                                  at_workers, cell,
-                                                  cells, compare_acc, compare_cells, counted,
-                                                  compare_times, SIGNIFICANCE,
-                                                  missing_part, one_worker_count, part_trials,
-                                                  percent, seeds_text, acc_seeds_text,
-                                                  learned_seeds_text,
-                                                  speedup_over, timed,
-                                                  Welch, welch, with_speedups)
 from orchestrator.records import ROOT_FUNNEL, seconds_text
+from orchestrator.report.answers.cells import (at_workers, cell, cells, part_trials,
+                                               speedup_over, timed, with_speedups)
+from orchestrator.report.answers.compare import compare_acc, compare_cells, compare_times
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
+                                                 learned_seeds_text, missing_part,
+                                                 one_worker_count, percent, seeds_text)
 from orchestrator.report.tables import markdown_table
 
 
@@ -334,7 +333,7 @@ def _rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
 
 
 def _none_learned(cell_row) -> bool:
-    """Whether no seed of a cell learned (`evidence.cell`'s `not_learned` of its `seeds`)."""
+    """Whether no seed of a cell learned (`cells.cell`'s `not_learned` of its `seeds`)."""
     return int(cell_row["not_learned"]) >= int(cell_row["seeds"])
 
 

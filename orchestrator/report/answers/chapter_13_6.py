@@ -6,15 +6,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.answers.evidence import (EXERCISES_COMMAND, GPU_COMMAND, Noise,
-                                                  at_workers, cell, cells, compare_cells, counted,
-                                                  compare_times,
-                                                  missing_part, numbers, one_worker_count,
-                                                  part_trials, percent, seeds_text,
-                                                  acc_seeds_text, timed,
-                                                  with_speedups, within_noise)
 from orchestrator.records import Status, seconds_text
 from orchestrator.report import noise_scale
+from orchestrator.report.answers.cells import (at_workers, cell, cells, part_trials, timed,
+                                               with_speedups)
+from orchestrator.report.answers.compare import compare_cells, compare_times, within_noise
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, GPU_COMMAND, acc_seeds_text,
+                                                 counted, missing_part, numbers,
+                                                 one_worker_count, percent, seeds_text)
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table

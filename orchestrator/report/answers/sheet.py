@@ -7,7 +7,7 @@ The Answers take the book's seven exercises of 13.5 and 13.6 in turn
 own the questions they ask of any model (any_model.py), each answered from the
 sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
-the noise (evidence.py: the spread of repeated identical work in time, of seeds
+the noise (noise.py: the spread of repeated identical work in time, of seeds
 in accuracy) is reported as within noise, every number says how many seeds
 stand behind it, and times compare the same epochs. Where the sweep lacks
 what a question needs, the answer says so and names the command that would
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.report.answers import any_model, chapter_13_5, chapter_13_6
-from orchestrator.report.answers.evidence import estimate_noise, prepared
+from orchestrator.report.answers.noise import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import write_atomically
