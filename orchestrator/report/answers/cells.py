@@ -125,3 +125,8 @@ def with_speedups(table: pd.DataFrame, group: list[str]) -> pd.DataFrame:
 def at_workers(trials: pd.DataFrame, num_workers: int) -> pd.Series | None:
     """The cell of `num_workers`' trials (replicas of one configuration), or None."""
     return cell(trials[trials["num_workers"] == num_workers])
+
+
+def none_learned(cell_row) -> bool:
+    """Whether no seed of a cell learned (`cell`'s `not_learned` of its `seeds`)."""
+    return int(cell_row["not_learned"]) >= int(cell_row["seeds"])

@@ -27,7 +27,7 @@ BOOK_BATCH = 256  # 13.6's batch
 def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
                   rule_found: str | None = None, noise: Noise | None = None) -> list[str]:
     """`rule_found`: what 13.5.2 found of the linear scaling rule
-    (`chapter_13_5.rule_outcome`), None where it was not run."""
+    (`linear_rule.rule_outcome`), None where it was not run."""
     usable = summary[summary["status"] != Status.FAILED]
     tried = "This sweep tried " + "; ".join(
         f"{MODEL_NAMES.get(model, model)} in {counted(len(runs), 'trial')} of "

@@ -3,9 +3,10 @@ calibration, its section of report.md and the "## Answers" section, written
 beside the report as answers.md, scaling_model.csv and scaling_model.png.
 
 The Answers take the book's seven exercises of 13.5 and 13.6 in turn
-(chapter_13_5.py, chapter_13_6.py), or for a model or data set of the user's
-own the questions they ask of any model (any_model.py), each answered from the
-sweep's own trials:
+(exercise_13_5_1.py to exercise_13_5_4.py, with learning_rates.py and
+linear_rule.py for 13.5.2's lr search, and chapter_13_6.py), or for a model or
+data set of the user's own the questions they ask of any model (any_model.py),
+each answered from the sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
 the noise (noise.py: the spread of repeated identical work in time, of seeds
 in accuracy) is reported as within noise, every number says how many seeds
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.answers import any_model, chapter_13_5, chapter_13_6
+from orchestrator.report.answers import (any_model, chapter_13_6, exercise_13_5_1,
+                                         exercise_13_5_2, exercise_13_5_3, exercise_13_5_4,
+                                         linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
@@ -236,13 +239,13 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
             for paragraph in paragraphs:
                 lines += [paragraph, ""]
         return "\n".join(lines)
-    rule = chapter_13_5.linear_rule(summary, noise)
-    answers = [chapter_13_5.answer_13_5_1(summary, noise),
-               chapter_13_5.answer_13_5_2(summary, rule, noise),
-               chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes),
-               chapter_13_5.answer_13_5_4(summary, noise),
+    rule = linear_rule.linear_rule(summary, noise)
+    answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
+               exercise_13_5_2.answer_13_5_2(summary, rule, noise),
+               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes),
+               exercise_13_5_4.answer_13_5_4(summary, noise),
                chapter_13_6.answer_13_6_1(summary, scaling, use_gpu,
-                                          chapter_13_5.rule_outcome(rule), noise),
+                                          linear_rule.rule_outcome(rule), noise),
                chapter_13_6.answer_13_6_2(summary, epochs, noise),
                chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
