@@ -3,8 +3,8 @@ calibration, its section of report.md and the "## Answers" section, written
 beside the report as answers.md, scaling_model.csv and scaling_model.png.
 
 The Answers take the book's seven exercises of 13.5 and 13.6 in turn
-(exercise_13_5_1.py to exercise_13_5_4.py, with learning_rates.py and
-linear_rule.py for 13.5.2's lr search, and chapter_13_6.py), or for a model or
+(exercise_13_5_1.py to exercise_13_6_3.py, one module an exercise, with
+learning_rates.py and linear_rule.py for 13.5.2's lr search), or for a model or
 data set of the user's own the questions they ask of any model (any_model.py),
 each answered from the sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.answers import (any_model, chapter_13_6, exercise_13_5_1,
-                                         exercise_13_5_2, exercise_13_5_3, exercise_13_5_4,
-                                         linear_rule)
+from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13_5_2,
+                                         exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
+                                         exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
@@ -244,10 +244,10 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
                exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes),
                exercise_13_5_4.answer_13_5_4(summary, noise),
-               chapter_13_6.answer_13_6_1(summary, scaling, use_gpu,
-                                          linear_rule.rule_outcome(rule), noise),
-               chapter_13_6.answer_13_6_2(summary, epochs, noise),
-               chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
+               exercise_13_6_1.answer_13_6_1(summary, scaling, use_gpu,
+                                             linear_rule.rule_outcome(rule), noise),
+               exercise_13_6_2.answer_13_6_2(summary, epochs, noise),
+               exercise_13_6_3.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
     if data_note:
         lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
