@@ -143,8 +143,8 @@ def test_13_6_1_says_whether_its_validation_held_out_any_k():
 def test_a_fastest_strategy_at_16_workers_is_named_only_beyond_the_noise():
     """Each strategy's forecast starts from its own 1-worker epoch, which carries the
     time noise: strategies predicted within it of the fastest are named as a tie."""
-    from orchestrator.report.answers.chapter_13_6 import _fastest
-    from orchestrator.report.answers.evidence import Noise
+    from orchestrator.report.answers.exercise_13_6_1 import _fastest
+    from orchestrator.report.answers.noise import Noise
     predicted = pd.DataFrame({"link": "10 Gb/s Ethernet", "batch_scaling": "global",
                               "model": ["lenet"] * 3 + ["resnet18"],
                               "sync": ["bucketed", "ddp", "root", "scratch"],

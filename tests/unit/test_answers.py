@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.report.answers.sheet import EXERCISES, render_answers
-from orchestrator.report.answers.evidence import EXERCISES_COMMAND, GPU_COMMAND
+from orchestrator.report.answers.wording import EXERCISES_COMMAND, GPU_COMMAND
 
 # A CPU node of 2 cores, K = (1, 2), 3 epochs, every part of the exercises preset:
 # trial_id, part, sync, split, batch_scaling, batch_size, lr, workers, threads,

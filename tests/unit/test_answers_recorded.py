@@ -196,7 +196,7 @@ def test_16_workers_rank_each_models_strategies_apart_and_say_the_models_bias(re
 def test_the_models_measured_speedups_are_the_answers(recorded):
     """A review found the model's validation reading one seed's 1-worker epoch (1.396)
     where trials.csv and the answers read every seed's (1.220)."""
-    from orchestrator.report.answers.evidence import prepared
+    from orchestrator.report.answers.noise import prepared
 
     trials, sheet = recorded
     summary, _ = prepared(trials, pd.read_csv(RECORDED / "epochs.csv"))

@@ -16,7 +16,7 @@ from orchestrator.config import cli
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import PRESETS, quick
 from orchestrator.driver import plan
-from orchestrator.report.answers.evidence import EXERCISES_COMMAND
+from orchestrator.report.answers.wording import EXERCISES_COMMAND
 from orchestrator.report.answers.sheet import render_answers
 from orchestrator.report.summary import summarize_trials
 from orchestrator.report.tables import isolation_table, scaling_table

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.report import resnet18_what_if as resnet
-from orchestrator.report.answers import chapter_13_6
+from orchestrator.report.answers import exercise_13_6_1
 from orchestrator.report.scaling_model import INTERCONNECTS, P2_16XLARGE
 from test_answers import _summary
 
@@ -92,7 +92,7 @@ def test_a_measured_resnet18_epoch_is_used_and_labelled_measured():
 
 
 def test_the_answer_states_resnets_bytes_the_book_check_and_labels_its_rows():
-    paragraphs = chapter_13_6.answer_13_6_1(_summary(), None, False, None)
+    paragraphs = exercise_13_6_1.answer_13_6_1(_summary(), None, False, None)
     text = "\n".join(paragraphs)
     check = resnet.book_check()
     assert "11,175,818 parameters in 76 tensors, 44.7 MB" in text

@@ -8,10 +8,12 @@ import re
 import pandas as pd
 import pytest
 
-from orchestrator.report.answers.chapter_13_5 import (_rule_verdict, _verdict_text, answer_13_5_2,
-                                                   linear_rule)
-from orchestrator.report.answers.evidence import (Noise, _t_two_sided_p, acc_seeds_text, cell,
-                                                  estimate_noise, welch)
+from orchestrator.report.answers.exercise_13_5_2 import answer_13_5_2
+from orchestrator.report.answers.linear_rule import linear_rule, rule_verdict, verdict_text
+from orchestrator.report.answers.cells import cell
+from orchestrator.report.answers.noise import Noise, estimate_noise
+from orchestrator.report.answers.welch import _t_two_sided_p, welch
+from orchestrator.report.answers.wording import acc_seeds_text
 
 
 @pytest.mark.parametrize("t, dof, p", [
@@ -41,12 +43,12 @@ def test_the_linear_rule_is_refuted_only_by_a_significant_or_a_beyond_noise_drop
     noise = Noise(time_fraction=0.05, acc=0.02)
     significant, not_significant = (welch([0.60, 0.61, 0.62], [0.70, 0.71, 0.72]),
                                     welch([0.60, 0.70, 0.65], [0.66, 0.71, 0.69]))
-    assert _rule_verdict(0.01, significant, noise) == "yes"
-    assert _rule_verdict(-0.10, significant, noise) == "no"
-    assert _rule_verdict(-0.04, not_significant, noise) == "within noise"
+    assert rule_verdict(0.01, significant, noise) == "yes"
+    assert rule_verdict(-0.10, significant, noise) == "no"
+    assert rule_verdict(-0.04, not_significant, noise) == "within noise"
     # One seed on a side: the sweep's accuracy noise decides.
-    assert _rule_verdict(-0.01, None, noise) == "within noise"
-    assert _rule_verdict(-0.05, None, noise) == "no"
+    assert rule_verdict(-0.01, None, noise) == "within noise"
+    assert rule_verdict(-0.05, None, noise) == "no"
 
 
 def _replicas(accuracies: list[float], losses: list[float]):
@@ -83,11 +85,11 @@ def test_a_seed_that_did_not_learn_is_named_not_counted_as_accuracy_noise():
 
 
 def test_a_drop_welch_does_not_call_is_said_not_significant_not_within_noise():
-    assert _verdict_text("within noise", decided_by_test=True) == (
+    assert verdict_text("within noise", decided_by_test=True) == (
         "was not refuted (lower, but not significantly at p < 0.05)")
-    assert _verdict_text("within noise", decided_by_test=False) == (
+    assert verdict_text("within noise", decided_by_test=False) == (
         "was not refuted (lower, but not beyond the noise)")
-    assert _verdict_text("no", decided_by_test=True) == "did not hold"
+    assert verdict_text("no", decided_by_test=True) == "did not hold"
 
 
 def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():

@@ -2,9 +2,9 @@
 
 The book's seven exercises are about its networks on Fashion-MNIST. What they
 ask of any model is the same four questions, answered here from the sweep's
-own trials with the same evidence rules (evidence.py: one timing window,
-replicas, noise): how many workers are worth it, which sync strategy, which
-learning rate at each worker count, and what more workers would give (the
+own trials with the same evidence rules (noise.py and cells.py: one timing
+window, replicas, noise): how many workers are worth it, which sync strategy,
+which learning rate at each worker count, and what more workers would give (the
 scaling model's forecast, a what-if beyond the counts measured).
 """
 
@@ -16,9 +16,10 @@ from orchestrator.config.dataset import FASHION_MNIST
 from orchestrator.config.options import MODELS
 from orchestrator.records import Status
 from orchestrator.report import noise_scale
-from orchestrator.report.answers.evidence import (CONFIG_KEYS, Noise, acc_seeds_text, cells,
-                                                  compare_acc, counted, compare_times, percent,
-                                                  seeds_text, timed, with_speedups)
+from orchestrator.report.answers.cells import cells, timed, with_speedups
+from orchestrator.report.answers.compare import compare_acc, compare_times
+from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
+from orchestrator.report.answers.wording import acc_seeds_text, counted, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
 
 # A cell of trials that differ only in their worker count (and seed, and the

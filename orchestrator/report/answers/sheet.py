@@ -3,11 +3,12 @@ calibration, its section of report.md and the "## Answers" section, written
 beside the report as answers.md, scaling_model.csv and scaling_model.png.
 
 The Answers take the book's seven exercises of 13.5 and 13.6 in turn
-(chapter_13_5.py, chapter_13_6.py), or for a model or data set of the user's
-own the questions they ask of any model (any_model.py), each answered from the
-sweep's own trials:
+(exercise_13_5_1.py to exercise_13_6_3.py, one module an exercise, with
+learning_rates.py and linear_rule.py for 13.5.2's lr search), or for a model or
+data set of the user's own the questions they ask of any model (any_model.py),
+each answered from the sweep's own trials:
 every number in a sentence is read from the frames; a difference smaller than
-the noise (evidence.py: the spread of repeated identical work in time, of seeds
+the noise (noise.py: the spread of repeated identical work in time, of seeds
 in accuracy) is reported as within noise, every number says how many seeds
 stand behind it, and times compare the same epochs. Where the sweep lacks
 what a question needs, the answer says so and names the command that would
@@ -19,8 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.answers import any_model, chapter_13_5, chapter_13_6
-from orchestrator.report.answers.evidence import estimate_noise, prepared
+from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13_5_2,
+                                         exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
+                                         exercise_13_6_2, exercise_13_6_3, linear_rule)
+from orchestrator.report.answers.noise import estimate_noise, prepared
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import write_atomically
@@ -236,15 +239,15 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
             for paragraph in paragraphs:
                 lines += [paragraph, ""]
         return "\n".join(lines)
-    rule = chapter_13_5.linear_rule(summary, noise)
-    answers = [chapter_13_5.answer_13_5_1(summary, noise),
-               chapter_13_5.answer_13_5_2(summary, rule, noise),
-               chapter_13_5.answer_13_5_3(summary, noise, gradient_bytes),
-               chapter_13_5.answer_13_5_4(summary, noise),
-               chapter_13_6.answer_13_6_1(summary, scaling, use_gpu,
-                                          chapter_13_5.rule_outcome(rule), noise),
-               chapter_13_6.answer_13_6_2(summary, epochs, noise),
-               chapter_13_6.answer_13_6_3(summary, noise, use_gpu)]
+    rule = linear_rule.linear_rule(summary, noise)
+    answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
+               exercise_13_5_2.answer_13_5_2(summary, rule, noise),
+               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes),
+               exercise_13_5_4.answer_13_5_4(summary, noise),
+               exercise_13_6_1.answer_13_6_1(summary, scaling, use_gpu,
+                                             linear_rule.rule_outcome(rule), noise),
+               exercise_13_6_2.answer_13_6_2(summary, epochs, noise),
+               exercise_13_6_3.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
     if data_note:
         lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "

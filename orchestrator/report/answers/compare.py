@@ -1,0 +1,53 @@
+"""Comparisons that respect the noise: two epoch times, two accuracies, two
+cells' accuracies, each put as a phrase to be followed by the other's name; a
+difference within the noise is said to be so."""
+
+import pandas as pd
+
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
+from orchestrator.report.answers.wording import percent
+
+
+def compare_times(time_s: float, other_s: float, noise: Noise) -> str:
+    """How `time_s` stands to `other_s`, to be followed by the other's name:
+    "1.87x faster than", or "within noise (2% apart, noise 3%) of"."""
+    if within_noise(time_s, other_s, noise):
+        apart = max(time_s, other_s) / min(time_s, other_s) - 1
+        return f"within noise ({percent(apart)} apart, noise {noise.time_label()}) of"
+    if time_s < other_s:
+        return f"{other_s / time_s:.2f}x faster than"
+    return f"{time_s / other_s:.2f}x slower than"
+
+
+def within_noise(time_s: float, other_s: float, noise: Noise) -> bool:
+    return max(time_s, other_s) / min(time_s, other_s) - 1 <= noise.time_fraction
+
+
+def compare_acc(acc: float, other_acc: float, noise: Noise, test: "Welch | None" = None,
+                sizes: tuple[int, int] = (0, 0)) -> str:
+    """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...)
+    of"; with `test` (Welch's, on the two sides' `sizes` seeds) decided by it, not by
+    the sweep's noise (the largest range of any one configuration's seeds, which would
+    call a gap the seeds resolve noise)."""
+    gap = acc - other_acc
+    if test is not None:
+        text = test.text(sizes)
+        if test.p < SIGNIFICANCE:
+            return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} ({text}) than"
+        return f"not significantly different ({abs(gap):.3f} apart; {text}) from"
+    if abs(gap) <= noise.acc:
+        return f"within noise ({abs(gap):.3f} apart, noise {noise.acc_label()}) of"
+    return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} than"
+
+
+def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
+    """`compare_acc` of two cells' final test accuracies, by Welch's test on their
+    seeds (`cell`'s `seed_accs`) where both have two or more and every seed learned
+    (a seed that did not learn is a failure the sentence names, not a spread);
+    else by the sweep's noise."""
+    seeds = [list(row.get("seed_accs", ()) or ()) for row in (cell_row, other)]
+    failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
+    test = None if failed else welch(*seeds)
+    return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test,
+                       (len(seeds[0]), len(seeds[1])))

@@ -1,0 +1,91 @@
+"""13.5.1, a minibatch of k*b on k workers, answered from a sweep's trials: the
+per-worker batch kept against the global batch kept, in time and accuracy, and
+both against the best single process. The answer is a list of paragraphs;
+replicas (seeds) of a configuration are averaged into one cell (cells.cell) and
+every number says how many stand behind it."""
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.records import seconds_text
+from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
+                                               part_trials, speedup_over, timed, with_speedups)
+from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.learning_rates import lr_trials
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
+                                                 one_worker_count, seeds_text)
+from orchestrator.report.tables import markdown_table
+
+
+def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
+    fixed_global = timed(part_trials(summary, "batch-global"))
+    if fixed_global.empty:
+        return [missing_part("batch-global")]
+    base_lr = fixed_global["base_lr"].iloc[0]
+    per_worker = timed(lr_trials(summary))
+    # 13.5's own lr, so that the two arms differ only in the batch.
+    per_worker = per_worker[np.isclose(per_worker["base_lr"], base_lr)]
+    threads = cell(timed(part_trials(summary, "threads")))
+    wide_cells, fixed_cells = (cells(trials, ["num_workers"])
+                               for trials in (per_worker, fixed_global))
+    arms = with_speedups(pd.concat([
+        wide_cells.assign(batch=wide_cells["batch_size"].map("{} per worker".format)),
+        fixed_cells.assign(batch=fixed_cells["batch_size"].map("{} global".format))],
+        ignore_index=True), ["batch"])
+    columns = ["batch", "num_workers", "global_batch_size", "steps_per_epoch",
+               "epoch_s", "speedup", "final_test_acc", "seeds"]
+    if threads is not None:
+        arms["speedup_vs_threads"] = arms["samples_per_s"] / threads["samples_per_s"]
+        columns.insert(-2, "speedup_vs_threads")
+    paragraphs = [markdown_table(arms[columns].reset_index(drop=True))]
+    if arms["num_workers"].nunique() < 2:
+        return [*paragraphs, one_worker_count(arms)]
+    k = int(arms["num_workers"].max())
+    sentences = []
+    for label, trials in (("the per-worker batch", per_worker), ("the global batch", fixed_global)):
+        one, many = at_workers(trials, 1), at_workers(trials, k)
+        if one is None or many is None:
+            sentences.append(f"There is no 1- and {k}-worker pair with {label} fixed: "
+                             f"`{EXERCISES_COMMAND}` runs one.")
+            continue
+        sentences.append(
+            f"Keeping {label} fixed (global batch {many['global_batch_size']} on {k} workers, "
+            f"{many['steps_per_epoch']} steps per epoch), an epoch took "
+            f"{seconds_text(many['epoch_s'])} s ({seeds_text(many['seeds'])}) against "
+            f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, "
+            f"{one['steps_per_epoch']} steps): speedup "
+            f"{speedup_over(many, one):.2f}.")
+    wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
+    if wide is not None and fixed is not None:
+        updates = (f"in {wide['epochs_run']} epochs it made "
+                   f"{int(wide['epochs_run'] * wide['steps_per_epoch']):,} updates, the global "
+                   f"batch's arm {int(fixed['epochs_run'] * fixed['steps_per_epoch']):,}")
+        accuracy = (
+            f"its final test accuracy, {wide['final_test_acc']:.3f} "
+            f"({acc_seeds_text(wide)}), is a failure to train, not a gap to read: {updates}, "
+            f"too few, at its lr, to leave the initial plateau"
+            if none_learned(wide) else
+            f"its final test accuracy after {wide['epochs_run']} epochs, "
+            f"{wide['final_test_acc']:.3f} ({acc_seeds_text(wide)}), was "
+            f"{compare_cells(wide, fixed, noise)} "
+            f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
+        sentences.append(
+            f"At {k} workers the per-worker batch's epochs were "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the global batch's, "
+            f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
+            f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
+            f"the lr).")
+    if threads is not None:
+        against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise)} "
+                   f"it with {label} fixed (speedup "
+                   f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
+                   for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))
+                   if arm is not None]
+        sentences.append(
+            f"Against the best single process (1 worker with {threads['threads_per_worker']} "
+            f"threads, {seconds_text(threads['epoch_s'])} s per epoch, "
+            f"{seeds_text(threads['seeds'])}), {k} "
+            f"one-thread workers were {', and '.join(against)}.")
+    return [*paragraphs, " ".join(sentences),
+            "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]

@@ -1,0 +1,157 @@
+"""13.5.2, the learning rate and the number of workers, answered from a sweep's
+trials: the best lr per worker count, the linear scaling rule's pairs, and the
+warm-up arm that tries to rescue the rule at the largest batch. The answer is a
+list of paragraphs; every number says how many seeds stand behind it."""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.report.answers.cells import cell, part_trials
+from orchestrator.report.answers.compare import compare_acc, compare_cells
+from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
+                                                        lr_trials, per_seed)
+from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
+                                                     RULE_TEXT_ONLY, rule_verdict, verdict_text)
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
+                                                 learned_seeds_text, missing_part,
+                                                 one_worker_count)
+from orchestrator.report.tables import markdown_table
+
+
+def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> list[str]:
+    table = lr_table(summary)
+    if table.empty:
+        return [missing_part("batch-lr")]
+    paragraphs = [markdown_table(table)]
+    if len(table) < 2:
+        return [*paragraphs, one_worker_count(table)]
+    lr_columns = [column for column in table.columns if str(column).startswith("lr ")]
+    searched = f"{lr_columns[0][3:]} to {lr_columns[-1][3:]}"
+    bests = "; ".join(f"{counted(row.num_workers, 'worker')}, global batch "
+                      f"{row.global_batch_size}: "
+                      f"{row.best_lr:g}" for row in table.itertuples())
+    sentences = [f"The best lr per worker count (the highest final test accuracy, each the "
+                 f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
+                 f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
+                 f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
+    ties, apart, most_seeds = best_lr_ties(table, lr_columns, summary, noise)
+    sentences += best_lr_moved(table, summary, ties)
+    if apart:
+        sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
+    if ties:
+        sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds than the "
+                         f"{most_seeds} these means have at most (`--repeats "
+                         f"{max(most_seeds + 2, 3)}`) would tell them apart, if anything does.")
+    def owner(count) -> str:
+        """"1 worker's", "2 workers'"."""
+        text = counted(count, "worker")
+        return text + ("'" if text.endswith("s") else "'s")
+
+    edges = [f"{owner(row.num_workers)} ({row.on_edge} of {searched})"
+             for row in table.itertuples() if row.on_edge in ("lowest", "highest")]
+    if edges:
+        sentences.append(f"A best on the edge of the range searched is only a bound: the best "
+                         f"may lie beyond it, so widen the range (`--lr`) for "
+                         f"{', '.join(edges)}.")
+    if rule.empty:
+        sentences.append("No lr was searched at k workers that is k times one searched at 1 "
+                         f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
+                         f"searches 0.1 to 0.8.")
+        return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)]
+    # The table's verdicts in the sentences' words (its codes are linear_rule's).
+    paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
+        held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
+    pairs = "; ".join(
+        f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
+        f"({learned_seeds_text(row.seeds_1_worker, row.not_learned_1_worker)}), "
+        f"lr {row.scaled_lr:g} on {row.num_workers} workers "
+        f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
+        f"({learned_seeds_text(row.seeds_scaled, row.not_learned_scaled)}), "
+        f"{_rule_pair_versus(row, noise)} it: the rule "
+        f"{verdict_text(row.held, not np.isnan(row.p))}"
+        for row in rule.itertuples())
+    sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
+                     f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
+                     f"called only "
+                     f"at p < {SIGNIFICANCE:g} by Welch's t test on the seeds where both have "
+                     f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
+    epochs = int(lr_trials(summary)["num_epochs"].max())
+    verdicts = set(rule["held"])
+    if verdicts & {"no", "failed", "some failed"}:
+        sentences.append(
+            f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
+            f"{epochs} epochs, and the larger lr is meant to make up for them, which Goyal et "
+            f"al. (2017) found to need a warm-up of the lr at large batches (below); how "
+            f"accuracy scales with the number of workers depends on re-tuning the lr (and "
+            f"the epochs) for each global batch.")
+    elif verdicts <= {"inconclusive"}:
+        sentences.append("No pair could test the rule: 1 worker learned at none of its lrs.")
+    else:
+        sentences.append("No pair tested refuted the rule in this sweep.")
+    return [*paragraphs, " ".join(sentences), *_warmup(summary, noise),
+            "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+
+
+def _rule_pair_versus(row, noise: Noise) -> str:
+    """`compare_acc` of a linear_rule row's k workers with its 1 worker, by the row's
+    Welch test where it has one."""
+    test = None if np.isnan(row.p) else Welch(row.welch_t, math.nan, row.p)
+    return compare_acc(row.acc_scaled, row.acc_1_worker, noise, test,
+                       (int(row.seeds_scaled), int(row.seeds_1_worker)))
+
+
+def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
+    """Each warm-up arm (one per lr, at the largest global batch) against the same lr
+    and batch without warm-up, and against 1 worker at 1/k of the lr: whether warm-up
+    rescued the linear scaling rule there."""
+    arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
+    if arm.empty:
+        return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
+                f"largest global batch with the linearly scaled lr)."]
+    arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
+    return [" ".join(_warmup_sentence(summary, arm[np.isclose(arm["lr"], lr)], noise)
+                     for lr in sorted(arm["lr"].unique()))]
+
+
+def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> str:
+    """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
+    without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
+    rule's pairs are (`rule_verdict`: Welch's test where both sides have replicas,
+    else the accuracy noise)."""
+    warm = cell(arm)
+    k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    cold = cell(trials[(trials["num_workers"] == k) & (trials["global_batch_size"] == batch)
+                       & np.isclose(trials["lr"], lr)])
+    one = cell(trials[(trials["num_workers"] == 1) & np.isclose(trials["lr"], lr / k)])
+    start = warm.get("warmup_start_lr", 0.0)
+    start = 0.0 if pd.isna(start) else float(start)
+    ramp = (f"from {start:g} (1 worker's lr, as Goyal et al., 2017, start from the small "
+            f"batch's) to {lr:g}" if math.isclose(start, lr / k)
+            else f"from {start:g} to {lr:g}" if start > 0
+            else f"from zero to {lr:g} (Goyal et al., 2017, start from the small batch's lr, "
+                 f"{lr / k:g}: a ramp from zero spends the epoch at half the lr on average)")
+    sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
+                f"global batch {batch} on {k} workers, the final test "
+                f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
+    if cold is not None:
+        sentence += (f", {compare_cells(warm, cold, noise)} "
+                     f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
+    if one is None:
+        return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
+    held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
+    test = (None if held in DECIDED_BY_FAILURE
+            else welch(per_seed(arm, warm), per_seed(trials, one)))
+    if test is not None:
+        held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
+    versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test,
+                         (int(warm["seeds"]), int(one["seeds"])))
+    return sentence + (
+        f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
+        f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "
+        f"{verdict_text(held, test is not None)} at global batch {batch} from 1 worker's lr "
+        f"{lr / k:g}.")

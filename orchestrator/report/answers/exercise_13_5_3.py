@@ -1,0 +1,112 @@
+"""13.5.3, a more efficient allreduce, answered from a sweep's trials: the sync
+strategies' epochs ranked within each transport, the bytes per step of the
+book's allreduce against a reduce-scatter and all-gather, and why aggregating
+different parameters on different workers is more efficient."""
+
+import pandas as pd
+
+from orchestrator.records import ROOT_FUNNEL, seconds_text
+from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
+from orchestrator.report.answers.compare import compare_times
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import (missing_part, one_worker_count, percent,
+                                                 seeds_text)
+from orchestrator.report.tables import markdown_table
+
+
+# Worker counts the bytes table of 13.5.3 shows, beside the sweep's own.
+BYTES_WORKERS = (2, 4, 8, 16)
+ROOT_VS_RING_COMMAND = "python bench/root_vs_ring.py --workers 2,3,4 --rate 50mbit"
+WHY_SPLIT = (
+    "Why aggregating different parameters on different workers is more efficient: in the "
+    "book's allreduce one worker receives, sums and sends back every gradient, so its link "
+    "carries k-1 copies each way, one way after the other, growing with k while the other "
+    "links idle. When each of the k workers sums a different 1/k of the parameters "
+    "(reduce-scatter) and then sends its sums to the others (all-gather), every link carries "
+    "2(k-1)/k copies each way at once: under 2 at any k, the least any allreduce can move "
+    "(Patarasuk and Yuan, 2009; Thakur et al., 2005). That is what a ring allreduce does "
+    "inside, so gloo's allreduce (ddp, and scratch and bucketed across nodes) and the node's "
+    "shared memory (scratch and bucketed on one node) already aggregate this way; what tells "
+    "them apart is how many calls a step makes (scratch one per tensor, bucketed and ddp a few "
+    "buffers, ddp overlapped with backward). Sharded's keeping only its 1/k of the update and "
+    "optimizer state (ZeRO-1, Rajbhandari et al., 2020) saves memory and 1/k of the update's "
+    "arithmetic, not bytes: its reduce-scatter and all-gather move what a ring allreduce "
+    "moves; with the book's plain SGD (momentum 0) there is no optimizer state to shard, so "
+    "here it saves only the update's arithmetic. Sharded's memory is measured in "
+    "docs/BENCHMARKS.md.")
+
+
+def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
+    """Per step, what each worker's link carries each way under the book's
+    allreduce (root) and under a reduce-scatter + all-gather (ring), in MB; and
+    root's time over the ring's on a link-bound network (root's receives and
+    sends follow each other, a ring's overlap)."""
+    n = gradient_bytes / 1e6
+    return pd.DataFrame([{"k": k, "root: worker 0, MB each way": (k - 1) * n,
+                          "root: other workers, MB each way": n,
+                          "ring: every worker, MB each way": 2 * (k - 1) / k * n,
+                          "root / ring, seconds on a link": k}
+                         for k in sorted(set(workers))])
+
+
+def _wire(transport: str) -> str:
+    """The transport a strategy's bytes travel: the book's root funnel goes over its
+    backend's sends and receives ("gloo root"), the same wire as that backend's ring."""
+    return transport.removesuffix(f" {ROOT_FUNNEL}")
+
+
+def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
+                  gradient_bytes: int | None = None) -> list[str]:
+    """`gradient_bytes`: one step's gradients of the sweep's model (the calibration's)."""
+    # With the delayed arm's bucketed twin, which sums over the process group.
+    overlap = part_trials(summary, "delayed")
+    strategies = timed(pd.concat([part_trials(summary, "strategies"),
+                                  overlap[overlap["sync"] != "delayed"]]))
+    if strategies.empty:
+        return [missing_part("strategies")]
+    # Scratch's own trials are 13.5's experiment.
+    trials = pd.concat([timed(part_trials(summary, "batch-global")), strategies])
+    table = with_speedups(cells(trials, ["num_workers", "sync", "transport"]), ["sync"])
+    paragraphs = [markdown_table(table[["sync", "transport", "num_workers", "epoch_s",
+                                        "sync_share", "speedup", "seeds"]])]
+    k = int(strategies["num_workers"].max())
+    if gradient_bytes:
+        paragraphs += [
+            f"Bytes per step for n = {gradient_bytes / 1e6:.2f} MB of gradients "
+            f"({strategies['model'].iloc[0]}, {strategies['precision'].iloc[0]}): the book's "
+            f"allreduce (`--sync root`) moves (k-1)n each way through worker 0 and n through "
+            f"every other worker, 2(k-1)n/R seconds on a link of R bytes/s; a reduce-scatter "
+            f"and all-gather moves 2(k-1)/k n each way through every worker at once, "
+            f"2(k-1)n/(kR). At k = 2 both move n each way: in bytes root loses only by not "
+            f"overlapping its receive and its send (its calls, one per tensor as scratch "
+            f"makes them, add latency on top); from k = 3 worker 0 carries k-1 copies "
+            f"against the ring's under 2.",
+            markdown_table(bytes_moved(gradient_bytes, [*BYTES_WORKERS, k])),
+            f"These times are measured at k = 2, 3 and 4 on nodes joined by a capped link, "
+            f"where bytes set the time: `{ROOT_VS_RING_COMMAND}` (docs/BENCHMARKS.md, "
+            f"root_vs_ring: each rank's bytes written to its sockets and seconds per step "
+            f"beside these predictions)."]
+    if strategies["num_workers"].nunique() < 2:
+        return [*paragraphs, one_worker_count(strategies), WHY_SPLIT]
+    at_k = table[table["num_workers"] == k].assign(wire=lambda rows: rows["transport"].map(_wire))
+    sentences = []
+    # Ranked within a wire only: across wires the ranking measures the wire.
+    for wire, ranked in at_k.groupby("wire", sort=True):
+        ranked = ranked.sort_values("epoch_s")
+        fastest = ranked.iloc[0]
+        others = ", ".join(
+            f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise)} "
+            f"{row['sync']} ({seconds_text(row['epoch_s'])} s, {seeds_text(row['seeds'])})"
+            for _, row in ranked.iloc[1:].iterrows())
+        others = f"; it was {others}" if others else ""
+        sentences.append(
+            f"At {k} workers through {wire or 'an unrecorded transport'}, the shortest "
+            f"epoch was {fastest['sync']}'s: {seconds_text(fastest['epoch_s'])} s "
+            f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
+            f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
+    if at_k["wire"].nunique() > 1:
+        by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
+                            for wire, rows in at_k.groupby("wire", sort=True))
+        sentences.append(f"Strategies of different transports are not ranked against each "
+                         f"other ({by_wire}): their difference is mostly the transport.")
+    return [*paragraphs, " ".join(sentences), WHY_SPLIT]

@@ -1,0 +1,246 @@
+"""13.6.1, ResNet-18 and 16 workers, answered from a sweep (sheet.py renders it):
+the ResNet-18 trials the sweep ran, ResNet-18's own bytes a step on 16 GPUs as
+what-ifs checked against the book, and the scaling model's forecast for 16
+workers of this cluster's compute."""
+
+import math
+
+import pandas as pd
+
+from orchestrator.records import Status, seconds_text
+from orchestrator.report import noise_scale
+from orchestrator.report import resnet18_what_if as resnet
+from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, GPU_COMMAND, acc_seeds_text,
+                                                 counted, missing_part, numbers, percent)
+from orchestrator.report.tables import markdown_table
+
+
+PREDICTED_WORKERS = 16  # the book's p2.16xlarge
+MODEL_NAMES = {"lenet": "LeNet", "resnet18": "ResNet-18"}
+BOOK_BATCH = 256  # 13.6's batch
+
+
+def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
+                  rule_found: str | None = None, noise: Noise | None = None) -> list[str]:
+    """`rule_found`: what 13.5.2 found of the linear scaling rule
+    (`linear_rule.rule_outcome`), None where it was not run."""
+    usable = summary[summary["status"] != Status.FAILED]
+    tried = "This sweep tried " + "; ".join(
+        f"{MODEL_NAMES.get(model, model)} in {counted(len(runs), 'trial')} of "
+        f"{numbers(runs['num_epochs'])} epochs, global batches "
+        f"{numbers(runs['global_batch_size'])} and lrs {numbers(runs['lr'])}"
+        for model, runs in usable.groupby("model", sort=True)) + "."
+    resnet = timed(part_trials(summary, "resnet18"))
+    if not resnet.empty:
+        k = int(resnet["num_workers"].max())
+        table = with_speedups(cells(resnet, ["num_workers"]), ["model"])
+        table["examples_per_epoch"] = table["steps_per_epoch"] * table["global_batch_size"]
+        largest = table[table["num_workers"] == k].iloc[0]
+        devices = "GPUs" if use_gpu else "CPU workers"
+        brief = "" if use_gpu else (
+            f" On CPUs it is trained briefly, {int(largest['epochs_run'])} epochs of "
+            f"{int(largest['steps_per_epoch'])} steps of {int(largest['batch_size'])} per worker "
+            f"on a subset, so that its compute and sync are measured on this cluster: its "
+            f"accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains 13.6's "
+            f"recipe).{_few_steps_learning(largest)}")
+        paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
+                                            "steps_per_epoch", "examples_per_epoch", "epoch_s",
+                                            "sync_share", "speedup", "final_test_acc",
+                                            "seeds"]].reset_index(drop=True)),
+                      f"{tried} ResNet-18 on {k} {devices} (global batch "
+                      f"{largest['global_batch_size']}, lr {largest['lr']:g}) took "
+                      f"{seconds_text(largest['epoch_s'])} s per epoch, "
+                      f"{percent(largest['sync_share'])} of it in gradient sync"
+                      + (f", speedup {largest['speedup']:.2f} in throughput (examples a "
+                         f"second: its epoch holds {int(largest['examples_per_epoch']):,} "
+                         f"examples, 1 worker's {int(table['examples_per_epoch'].iloc[0]):,})"
+                         if k > 1 and not pd.isna(largest["speedup"]) else "")
+                      + f", final test accuracy "
+                      f"{largest['final_test_acc']:.3f} ({acc_seeds_text(largest)})."
+                      + brief]
+    elif use_gpu:
+        paragraphs = [f"{tried} {missing_part('resnet18')}"]
+    else:
+        paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
+                      f"`{GPU_COMMAND}` trains it."]
+    # 13.6's batch of 256 on 16 GPUs the book's way, 256 each: a global batch of 4096.
+    large_batch = noise_scale.large_batch_text(
+        summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
+    return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
+        scaling, rule_found, noise) + ([large_batch] if large_batch else [])
+
+
+# BatchNorm's default momentum (torch.nn.BatchNorm2d): each update keeps 1 - it of
+# the running statistics.
+BN_MOMENTUM = 0.1
+
+
+def _few_steps_learning(row: pd.Series) -> str:
+    """What a few steps of ResNet-18 show where its test accuracy cannot: its training
+    loss against chance's, ln C (the cross-entropy of a uniform guess over C classes),
+    and why: the running statistics that eval mode scores with still hold a part of
+    their initial values (bench/resnet18_bn_stats.py measures the effect)."""
+    loss, classes = row.get("final_train_loss"), row.get("num_classes")
+    if pd.isna(loss) or pd.isna(classes):
+        return ""
+    chance = math.log(classes)
+    moved = ("below" if loss < chance else "not below")
+    updates = int(row["epochs_run"] * row["steps_per_epoch"])
+    return (f" Its last epoch's training loss, {loss:.2f}, was {moved} chance's "
+            f"(ln {int(classes)} = {chance:.2f}, a uniform guess). Its test accuracy says "
+            f"little after {updates} steps: it is scored in eval mode, with BatchNorm's "
+            f"running statistics, which after {updates} updates at momentum {BN_MOMENTUM:g} "
+            f"still hold {percent((1 - BN_MOMENTUM) ** updates)} of their initial values "
+            f"(`python bench/resnet18_bn_stats.py` re-estimates them from training batches "
+            f"and scores the same weights again: docs/BENCHMARKS.md).")
+
+
+def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
+    """ResNet-18's own 44.7 MB a step on 16 GPUs, from its measured compute where this
+    sweep trained it, else the book's (cited); and the model against the book's 2 GPUs."""
+    table = resnet.sixteen_gpu_rows(summary, use_gpu)
+    check = resnet.book_check()
+    measured = resnet.measured_compute(summary, use_gpu)
+    compute = ("this sweep's own 1-worker ResNet-18 epoch (measured) and the book's"
+               if measured else "the book's own (cited: this sweep trained no ResNet-18 on "
+               "one worker)")
+    book = resnet.book_compute().label
+    ours = table[table["row"].str.contains(book, regex=False)]
+    p2 = ours[ours["row"].str.contains("p2.16xlarge.*DDP's ring")].iloc[0]
+    data_parallel = ours[ours["row"].str.contains("nn.DataParallel")].iloc[0]
+    two_nodes = ours[ours["row"].str.contains("two 8-GPU nodes")].iloc[0]
+    steps_large = math.ceil(resnet.FASHION_MNIST_TRAIN / p2["global_batch_size"])
+    steps_book = math.ceil(resnet.FASHION_MNIST_TRAIN / BOOK_BATCH)
+    sentences = [
+        f"For ResNet-18 itself: {resnet.RESNET18_PARAMETERS:,} parameters in "
+        f"{resnet.RESNET18_TENSORS} tensors, {resnet.RESNET18_GRADIENT_BYTES / 1e6:.1f} MB of "
+        f"fp32 gradients a step, summed by a ring allreduce in DDP's 25 MB buckets; compute "
+        f"per step of 256 examples from {compute}. Every row is a what-if, labelled with "
+        f"the compute and the link it combines, and its epoch_s is a whole epoch of "
+        f"{resnet.FASHION_MNIST_TRAIN:,} images. The book's p2.16xlarge is 8 K80 boards, 16 "
+        f"GPUs, joined by PCIe 3.0 (about 12 GB/s a direction, docs/SCALING_MODEL.md), but "
+        f"no K80 epoch is cited, and a K80 computes slower than the book's GPU, which would "
+        f"make communication a smaller share and the speedup higher. On that link, with "
+        f"the book's compute and 256 examples per GPU (global batch "
+        f"{int(p2['global_batch_size'])}), the model predicts a speedup of "
+        f"{p2['speedup']:.1f} (efficiency {p2['efficiency']:.2f}) for DDP's ring. The book's "
+        f"own program, nn.DataParallel, moves about as many bytes: each step it broadcasts "
+        f"the parameters from GPU 0 and reduces the gradients onto it, NCCL collectives "
+        f"that pipeline the 44.7 MB through every link once (torch.nn.parallel.comm). What "
+        f"it adds is its one process's work for every replica: re-copying the module, "
+        f"scattering the batch and gathering the outputs through GPU 0, the replicas' "
+        f"threads under one interpreter lock. Fitted to the book's 2-GPU epoch "
+        f"({1000 * check['overhead_s_per_step']:.0f} ms a step beyond its compute and "
+        f"bytes) and assumed to grow with the replicas beyond GPU 0, that overhead gives "
+        f"{data_parallel['speedup']:.1f} (efficiency {data_parallel['efficiency']:.2f}) on 16 "
+        f"GPUs: a what-if resting on one measured point, which says that the book's program, "
+        f"not its link, would limit it. Sixteen GPUs of today come as two 8-GPU nodes, "
+        f"NVLink inside and a network between (one 100 Gb/s RDMA link per node assumed): "
+        f"summed in two levels, {two_nodes['speedup']:.1f} (efficiency "
+        f"{two_nodes['efficiency']:.2f}). At global batch {int(p2['global_batch_size'])} an "
+        f"epoch is {steps_large} steps, so the book's 10 epochs make {10 * steps_large} "
+        f"updates where batch {BOOK_BATCH} makes {10 * steps_book:,}; Goyal et al. (2017) "
+        f"kept batch 256's accuracy up to batch 8192 on ImageNet with the lr scaled linearly "
+        f"and a 5-epoch warm-up, over 90 epochs of 5,000 steps or more, not 10 epochs of "
+        f"{steps_large}: the speedups above are per epoch, and the epochs a large batch "
+        f"needs are the accuracy question below.",
+        f"Checked against the book ({resnet.BOOK_SOURCE}): from its 1-GPU epoch and "
+        f"nn.DataParallel's bytes alone (over PCIe 3.0 at 12 GB/s, assumed: the book does "
+        f"not say how its GPUs are joined), the model predicts "
+        f"{seconds_text(check['predicted_two_gpu_epoch_s'])} s per 2-GPU epoch against the book's "
+        f"{seconds_text(check['two_gpu_epoch_s'])} s: an error of {percent(check['error'])}. "
+        f"Its bytes "
+        f"explain little of the gap; the rest is the overhead fitted above, so this figure "
+        f"sets that overhead and cannot also check it."]
+    return [markdown_table(table), " ".join(sentences)]
+
+
+def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> str:
+    """The strategy predicted fastest for `best`'s model on its link (the shortest
+    predicted epoch), or the tie where others come within the time noise of it: each
+    strategy's forecast starts from its own 1-worker trial, whose measured epoch
+    carries that noise."""
+    rivals = predicted[(predicted["link"] == best["link"])
+                       & (predicted["batch_scaling"] == best["batch_scaling"])
+                       & (predicted["model"] == best["model"])
+                       & (predicted["sync"] != best["sync"])]
+    margin = noise.time_fraction if noise is not None else 0.0
+    tied = sorted(set(rivals[rivals["epoch_s"] <= best["epoch_s"] * (1 + margin)]["sync"]))
+    if not tied:
+        return best["sync"]
+    return f"{best['sync']}; {', '.join(tied)} within the time noise, {noise.time_label()}"
+
+
+def _sixteen_workers(scaling, rule_found: str | None,
+                     noise: Noise | None = None) -> list[str]:
+    if scaling is None:
+        return [f"No scaling model came with this sweep, so there is no prediction for "
+                f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
+                f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
+    errors = scaling.validation["error"].abs()
+    held_out = scaling.validation[scaling.validation["held_out"].astype(bool)]
+    growth = (f"; the {len(held_out)} at a worker count its calibration did not run at within "
+              f"{percent(held_out['error'].abs().max())}" if len(held_out) else
+              ", all at worker counts its calibration ran at, so its growth in k is untested")
+    validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
+                 f"{percent(errors.max())} (the largest |error|){growth}." if len(errors)
+                 else "No measured epoch time validated the scaling model.")
+    signed = scaling.validation["error"]
+    if len(signed) >= 3 and abs(signed.median()) > 0.05:
+        too_fast = signed.median() < 0
+        count = int((signed < 0).sum() if too_fast else (signed > 0).sum())
+        validated += (
+            f" It predicted {count} of them too {'fast' if too_fast else 'slow'} "
+            f"(median error {percent(signed.median())}), so read its forecasts as "
+            f"{'optimistic' if too_fast else 'pessimistic'} by about that much "
+            f"(the report's model section gives its compute's and communication's errors "
+            f"apart).")
+    own = scaling.predictions[scaling.predictions["link"].str.endswith("(measured)")]
+    if not own.empty and own["num_workers"].max() < PREDICTED_WORKERS:
+        validated += (f" On this cluster's own transports it predicts no further than the "
+                      f"{int(own['num_workers'].max())} workers measured at once (their "
+                      f"contention beyond is unknown: `scaling_model.csv`); {PREDICTED_WORKERS} "
+                      f"workers are predicted on named links, each worker on a device of its "
+                      f"own.")
+    predicted = scaling.predictions[scaling.predictions["num_workers"] == PREDICTED_WORKERS]
+    if predicted.empty:
+        return [f"{validated} Its predictions stop short of {PREDICTED_WORKERS} workers."]
+    # Per model, link and way of scaling the batch, the strategy whose epoch the model
+    # predicts shortest (their speedups are over different 1-worker epochs).
+    best = predicted.sort_values("epoch_s").groupby(["model", "link", "batch_scaling"],
+                                                    sort=False).head(1)
+    best = best.sort_values(["model", "batch_scaling", "speedup"])
+    sentences = [validated]
+    for (model, scaling_name), rows in best.groupby(["model", "batch_scaling"], sort=False):
+        batch = int(rows["global_batch_size"].iloc[0])
+        how = (f"with the global batch kept at {batch} (a shard of "
+               f"{batch // PREDICTED_WORKERS} examples per worker)" if scaling_name == "global"
+               else f"with {batch // PREDICTED_WORKERS} examples per worker (global batch "
+                    f"{batch}, 13.6's way)")
+        per_link = "; ".join(f"{row['speedup']:.1f} (efficiency {row['efficiency']:.2f}, "
+                             f"{_fastest(predicted, row, noise)}) over {row['link']}"
+                             for _, row in rows.iterrows())
+        sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "
+                         f"{how}, with the compute per example measured on this cluster's "
+                         f"workers (a what-if: none of these ran), it predicts a speedup of "
+                         f"{per_link}, each over that strategy's own 1-worker epoch.")
+    tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
+    sentences.append(
+        "The prediction covers time only. Keeping the global batch, 16 workers run the same "
+        "optimizer as one device, but a small shard computes less efficiently per example "
+        "than the 1-worker rate the model keeps, so that speedup is a ceiling; keeping the "
+        f"batch per worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr "
+        f"must be re-tuned: {tuned}. `scaling_model.png` draws the curves.")
+    measured = best["link"].str.endswith("(measured)")
+    # Every row a what-if: none of them ran, whatever link it assumes.
+    best = best.assign(row=[f"what-if: this cluster's compute and {link} transport, "
+                            f"extended to {PREDICTED_WORKERS} workers" if own else
+                            f"what-if: this cluster's {model} compute, {link}'s bandwidth"
+                            for own, link, model in zip(measured, best["link"],
+                                                        best["model"])])
+    return [markdown_table(best[["row", "batch_scaling", "sync", "global_batch_size",
+                                 "epoch_s", "comm_s", "speedup",
+                                 "efficiency"]].reset_index(drop=True)),
+            " ".join(sentences)]

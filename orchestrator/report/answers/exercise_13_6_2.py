@@ -1,0 +1,111 @@
+"""13.6.2, devices of different speed, answered from a sweep (sheet.py renders
+it): an even and a proportional split of the global batch with one worker
+slowed, against the same workers without the straggler, the fast worker alone
+and the ideal split for the speeds measured."""
+
+import pandas as pd
+
+from orchestrator.records import seconds_text
+from orchestrator.report.answers.cells import at_workers, part_trials, timed
+from orchestrator.report.answers.compare import compare_times, within_noise
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import missing_part, seeds_text
+from orchestrator.report.summary import per_worker_text, per_worker_values
+from orchestrator.report.tables import markdown_table
+
+
+def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> list[str]:
+    split = timed(part_trials(summary, "split"))
+    even, proportional = (split[split["split"] == name] for name in ("even", "proportional"))
+    if even.empty or proportional.empty:
+        return [missing_part("split")]
+    even, proportional = even.iloc[0], proportional.iloc[0]
+    k, slowdown = proportional["num_workers"], proportional["straggler_slowdown"]
+    unslowed = timed(part_trials(summary, "batch-global"))
+    unslowed = unslowed[(unslowed["straggler_slowdown"] == 1.0)
+                        & (unslowed["global_batch_size"] == proportional["global_batch_size"])]
+    plain, alone = at_workers(unslowed, k), at_workers(unslowed, 1)
+    even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
+                                    for trial in (even, proportional))
+    ideal_s = _ideal_epoch_s(even_last)
+    # Every time from the one window (each trial's epochs after the first, which a
+    # proportional split spends even before it re-sets its shares), the trials
+    # without a straggler averaged over their seeds as every cell is.
+    rows = [("even, straggler", even, even_last),
+            ("proportional, straggler", proportional, proportional_last),
+            ("even, no straggler", plain, None), ("the fast worker alone", alone, None)]
+    table = pd.DataFrame([{"setup": setup, "epoch_s": row["epoch_s"],
+                           "seeds": int(row.get("seeds", 1)),
+                           "last_epoch_shares": _joined(last if last is not None else
+                                                        _last_epoch(epochs, row["trial_id"]),
+                                                        "worker_shares", "g"),
+                           "last_epoch_compute_s": _joined(last, "worker_compute_s", ".2f")}
+                          for setup, row, last in rows if row is not None])
+    if ideal_s is not None:
+        table.loc[len(table)] = ["ideal for the even trial's measured speeds", ideal_s, 1, "",
+                                 ""]
+    even_s, proportional_s = even["epoch_s"], proportional["epoch_s"]
+    shares = _joined(proportional_last, "worker_shares", "g")
+    sentences = [
+        f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
+        f"{int(even['seed'])}; epochs after the first, as everywhere: a proportional split "
+        f"starts even and re-sets its shares after its first epoch), an even split of the "
+        f"global batch of {proportional['global_batch_size']} took {seconds_text(even_s)} s per "
+        f"epoch "
+        f"and the proportional split {seconds_text(proportional_s)} s: proportional was "
+        f"{compare_times(proportional_s, even_s, noise)} even"
+        + (f"; without the straggler the same {k} workers took {seconds_text(plain['epoch_s'])} s "
+           f"({seeds_text(plain['seeds'])})." if plain is not None else ".")]
+    if shares:
+        sentences.append(f"The proportional split settled on shares {shares} (examples per "
+                         f"step), set from each worker's examples per second of forward and "
+                         f"backward in the epoch before.")
+    if ideal_s is not None:
+        sentences.append(f"For the speeds the even trial measured, the ideal split would take "
+                         f"{seconds_text(ideal_s)} s ({even_s / ideal_s:.2f}x faster than "
+                         f"even); the "
+                         f"proportional split's {seconds_text(proportional_s)} s is "
+                         f"{compare_times(proportional_s, ideal_s, noise)} that.")
+    if alone is not None:
+        alone_s = alone["epoch_s"]
+        sentences.append(
+            f"Is the slow device worth having at all? The fast worker alone took "
+            f"{seconds_text(alone_s)} s "
+            f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
+            f"even split with the straggler was {compare_times(even_s, alone_s, noise)} it, "
+            f"the proportional split {compare_times(proportional_s, alone_s, noise)} it.")
+    sentences.append(
+        f"The straggler is emulated: the last worker stays busy on its core until its "
+        f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
+        f"compute (a sleep would hand its core to the other worker).")
+    worth = proportional_s < even_s and not within_noise(proportional_s, even_s, noise)
+    sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
+                      "Not worth it here: the gain is not beyond the noise. ") + (
+        "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
+        "of very different speed, an even split makes the GPU wait for the CPU at every step; "
+        "the proportional split gives each its share, but the gain is bounded by the slow "
+        "device's share of the work, small when the CPU is much slower, and its cost is "
+        "re-timing every device and re-splitting the batch."))
+    return [markdown_table(table), " ".join(sentences)]
+
+
+def _last_epoch(epochs: pd.DataFrame, trial_id: str, up_to: float = float("inf")
+                ) -> pd.Series | None:
+    history = epochs[(epochs["trial_id"] == trial_id) & (epochs["epoch"] <= up_to)
+                     ].sort_values("epoch")
+    return None if history.empty else history.iloc[-1]
+
+
+def _joined(epoch: pd.Series | None, column: str, spec: str) -> str:
+    return per_worker_text(epoch[column], spec) if epoch is not None and column in epoch else ""
+
+
+def _ideal_epoch_s(last: pd.Series | None) -> float | None:
+    """An epoch with its compute re-divided by measured speed: each worker's
+    examples per second from its share and seconds, the rest of the epoch kept."""
+    shares = per_worker_values(last["worker_shares"]) if last is not None else None
+    compute_s = per_worker_values(last["worker_compute_s"]) if last is not None else None
+    if not shares or not compute_s:
+        return None
+    speeds = [share / seconds for share, seconds in zip(shares, compute_s)]
+    return last["epoch_time_s"] - max(compute_s) + sum(shares) / sum(speeds)

@@ -1,0 +1,189 @@
+"""13.6.3, overlapping steps, answered from a sweep (sheet.py renders it): what
+dropping the wait would do, and the delayed strategy's overlap of two steps
+measured in time beside the strategies that wait for their sums, and in
+accuracy beside the synchronous optimizer, with the stale gradient's price."""
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.records import Status, seconds_text
+from orchestrator.report.answers.cells import at_workers, cell, part_trials, timed
+from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
+                                                 missing_part, one_worker_count, percent,
+                                                 seeds_text)
+
+
+DROPPED_WAIT = (
+    "Dropping `npx.waitall()`: MXNet's engine, like PyTorch on a GPU, returns before the "
+    "queued work has run, so the epoch's timer would stop once the work is queued, not done, "
+    "and the next read of a result (the evaluation) would wait for it instead: epochs would "
+    "look shorter without training getting faster, and the host could run ahead by a whole "
+    "epoch of queued steps. 13.5's PyTorch code calls `torch.cuda.synchronize()` where "
+    "MXNet's calls `npx.waitall()`; 13.6's PyTorch `train` stops its timer with neither, yet "
+    "its epoch times hold nearly all the work: each step's `X.to(devices[0])`, a blocking "
+    "copy, waits for the steps queued before it, so at most the last step's work is left "
+    "out. On a CPU torch runs every operation to its end before it returns, so there is "
+    "nothing to drop{measured}.")
+OVERLAP = (
+    "Overlapping two steps is `--sync delayed` (training/sync/delayed.py): step t's allreduce "
+    "is launched asynchronously right after its backward, step t+1's forward and backward run "
+    "while it is in flight, and step t+1 applies step t's summed gradient. That is "
+    "one-step-delayed SGD, w(t+1) = w(t) - lr * g(w(t-1)) (Pipe-SGD, Li et al. 2018; "
+    "PipeDream-2BW's one-step-stale weights, Narayanan et al. 2021): a different optimizer, "
+    "which a test checks against a single-process reference of it, so its accuracy is measured "
+    "beside the synchronous optimizer's, not assumed.")
+
+
+# What the delayed arm's replicas share (they differ in the seed only).
+ARM_KEYS = ["lr", "global_batch_size", "num_epochs", "warmup_epochs", "momentum", "precision",
+            "split", "straggler_slowdown", "threads_per_worker"]
+
+
+def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) -> list[str]:
+    dropped = DROPPED_WAIT.format(measured=(
+        "; this sweep's workers are GPUs, but it times every epoch with the wait kept "
+        "(torch.cuda.synchronize), so the difference is not measured here" if use_gpu else
+        ": this sweep's workers are CPUs, and the effect shows only on a GPU"))
+    usable = timed(summary[summary["status"] != Status.FAILED])
+    delayed = timed(part_trials(summary, "delayed"))
+    delayed = delayed[delayed["sync"] == "delayed"]
+    if delayed.empty:
+        gap = (one_worker_count(usable) if usable["num_workers"].nunique() < 2
+               else missing_part("delayed"))
+        return [dropped, f"{OVERLAP} {gap}"]
+    k = int(delayed["num_workers"].max())
+    if k < 2:
+        return [dropped, f"{OVERLAP} {one_worker_count(delayed)}"]
+    # One configuration's replicas (a grid may run delayed at several lrs or batches):
+    # the largest lr's, the synchronous optimizer's own; a smaller one is staleness's price.
+    at_k = delayed[delayed["num_workers"] == k]
+    first = at_k[at_k["lr"] == at_k["lr"].max()].iloc[0]
+    smaller = at_k[(at_k["lr"] < first["lr"]) & (at_k["global_batch_size"]
+                                                 == first["global_batch_size"])]
+    delayed = delayed[np.logical_and.reduce([delayed[key] == first[key] for key in ARM_KEYS])]
+    arm = at_workers(delayed, k)
+    same_k = usable[(usable["num_workers"] == k)
+                    & (usable["global_batch_size"] == arm["global_batch_size"])]
+    sentences = [OVERLAP]
+    # Time: beside the strategies that wait for their sums, on the arm's own transport.
+    waiting = [(name, at_workers(same_k[(same_k["sync"] == name)
+                                        & (same_k["transport"] == arm["transport"])], k))
+               for name in ("bucketed", "ddp")]
+    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise)} {name} "
+                    f"({seconds_text(row['epoch_s'], 2)} s, {percent(row['sync_share'])} waiting; "
+                    f"{seeds_text(row['seeds'])})" for name, row in waiting if row is not None]
+    sentences.append(
+        f"At {k} workers through {arm['transport'] or 'an unrecorded transport'}, delayed took "
+        f"{seconds_text(arm['epoch_s'], 2)} s per epoch ({seeds_text(arm['seeds'])}), "
+        f"{percent(arm['sync_share'])} of it waiting for sums"
+        + (f": {'; '.join(timed_beside)}." if timed_beside else
+           f"; no bucketed or ddp trial summed through the same transport at {k} workers "
+           f"(`{EXERCISES_COMMAND}` runs one)."))
+    bound = next((row for name, row in waiting if name == "bucketed" and row is not None), None)
+    if bound is not None:
+        # The most any overlap can save is the time a step waits for its sums.
+        resolvable = bound["sync_share"] > noise.time_fraction
+        sentences.append(
+            f"The most any overlap can save is the synchronous step's wait for its sums, "
+            f"{percent(bound['sync_share'])} of bucketed's epoch here, against a time noise of "
+            f"{noise.time_label()}: " + (
+                (f"only an overlap that hides more than "
+                 f"{percent(noise.time_fraction / bound['sync_share'])} of that wait could be "
+                 f"told from the noise.") if resolvable else
+                "this sweep cannot resolve a gain of that size, whatever the overlap does; "
+                "more replicas (`--repeats`) or a slower link would."))
+    # Accuracy: beside the synchronous optimizer with everything else equal.
+    synchronous = timed(part_trials(summary, "batch-global"))
+    twin = at_workers(synchronous[(synchronous["global_batch_size"] == arm["global_batch_size"])
+                                  & (synchronous["lr"] == arm["lr"])
+                                  & (synchronous["num_epochs"] == arm["num_epochs"])
+                                  & (synchronous["warmup_epochs"] == arm["warmup_epochs"])
+                                  & synchronous["seed"].isin(delayed["seed"])], k)
+    if twin is None:
+        sentences.append(f"No synchronous trial at {k} workers shares its lr, batch, epochs and "
+                         f"seeds, so its accuracy is not compared.")
+    else:
+        sentences.append(
+            f"After {arm['epochs_run']} epochs its final test accuracy was "
+            f"{arm['final_test_acc']:.3f} ({acc_seeds_text(arm)}), "
+            f"{compare_cells(arm, twin, noise)} the "
+            f"synchronous optimizer's {twin['final_test_acc']:.3f} ({twin['sync']}, the same "
+            f"lr {twin['lr']:g}, global batch {twin['global_batch_size']} and seeds; "
+            f"{acc_seeds_text(twin)}).")
+    sentences.append(STALENESS)
+    half = at_workers(smaller, k) if not smaller.empty else None
+    if half is not None:
+        sentences.append(_staleness_at(half, synchronous_at(summary, half), noise))
+    if bound is not None and not use_gpu:
+        waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
+        hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
+        measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's wait "
+                    f"here ({seconds_text(waits[0], 2)} s of waiting per epoch against "
+                    f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
+                    f"{seeds_text(bound['seeds'])}; this sweep estimates no noise of waiting "
+                    f"times)")
+        sentences.append(
+            f"{measured[0].upper()}{measured[1:]}"
+            + (": on CPU workers a sum in flight has no core of its own where the workers' "
+               "compute fills them, and gloo's thread then competes with the next step's "
+               "forward and backward." if hidden < 0.5 else "."))
+    sentences.append(
+        "Overlap pays where a step's sum takes as long as a good part of its compute (a slow "
+        "link, a large model); where the sum is short there is little to hide, and the stale "
+        "gradient is the price either way.")
+    return [dropped, " ".join(sentences)]
+
+
+def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:
+    """The synchronous optimizer's cell at `arm`'s lr, global batch, epochs and warm-up,
+    on any number of workers (k workers and one device are the same optimizer, which
+    tests/processes/test_equivalence.py proves): what the delayed arm's staleness costs."""
+    usable = timed(summary[(summary["status"] != Status.FAILED) & (summary["sync"] != "delayed")
+                           & (summary["split"] == "even")
+                           & (summary["straggler_slowdown"] == 1.0)])
+    same = usable[np.isclose(usable["lr"], arm["lr"])
+                  & (usable["global_batch_size"] == arm["global_batch_size"])
+                  & (usable["num_epochs"] == arm["num_epochs"])
+                  & (usable["warmup_epochs"] == arm["warmup_epochs"])
+                  & (usable["momentum"] == arm["momentum"])
+                  & (usable["model"] == arm["model"])]
+    if same.empty:
+        return None
+    return cell(same[same["num_workers"] == same["num_workers"].min()])
+
+
+def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) -> str:
+    """The delayed arm at a smaller lr beside the synchronous optimizer at that lr."""
+    text = (f"Measured at a smaller lr: at lr {half['lr']:g} delayed reached "
+            f"{half['final_test_acc']:.3f} ({acc_seeds_text(half)})")
+    if synchronous is None:
+        return text + (f"; no synchronous trial ran at lr {half['lr']:g} with its batch and "
+                       f"epochs, so its staleness's price there is not measured.")
+    if int(synchronous["not_learned"]) >= int(synchronous["seeds"]):
+        if int(half["not_learned"]) >= int(half["seeds"]):
+            return text + (f", and synchronous SGD at the same lr did not learn either "
+                           f"({synchronous['final_test_acc']:.3f}, "
+                           f"{acc_seeds_text(synchronous)}): at that lr the plateau, not the "
+                           f"stale gradient, sets the accuracy.")
+        return text + (f", where synchronous SGD at the same lr did not learn "
+                       f"({synchronous['final_test_acc']:.3f}, {acc_seeds_text(synchronous)}): "
+                       f"no price of staleness to read there.")
+    return text + (
+        f", {compare_cells(half, synchronous, noise)} "
+        f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "
+        f"{synchronous['global_batch_size']} and epochs "
+        f"({counted(synchronous['num_workers'], 'worker')}, "
+        f"the same optimizer at any number; {acc_seeds_text(synchronous)}): the "
+        f"stale gradient's price at that lr.")
+
+
+STALENESS = (
+    "The stale gradient's price: on a quadratic of curvature c, synchronous SGD's "
+    "w(t+1) = (1 - lr c) w(t) converges for lr c < 2, but one-step-delayed SGD's "
+    "w(t+1) = w(t) - lr c w(t-1) has characteristic roots of modulus sqrt(lr c) once "
+    "lr c > 1/4, so it converges only for lr c < 1: about half the step size (the "
+    "reason asynchronous and stale-gradient SGD scale the lr down with the staleness, "
+    "Zhang et al. 2016, 'Staleness-aware Async-SGD'). An lr tuned for the synchronous "
+    "optimizer can be too large for the delayed one.")

@@ -1,0 +1,115 @@
+"""The linear scaling rule tested on 13.5.2's lr search (Goyal et al., 2017): the
+pairs of 1 worker's lr and k workers' k-fold lr, each pair's verdict and how it
+reads, and what 13.5.2 found of the rule for 13.6.1 to cite."""
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.report.answers.cells import cells, none_learned
+from orchestrator.report.answers.learning_rates import lr_trials, per_seed
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.welch import SIGNIFICANCE, welch
+from orchestrator.report.answers.wording import counted
+
+
+def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
+    """The linear scaling rule tested (Goyal et al., 2017): k times the batch at k
+    times the lr should reach 1 worker's accuracy in as many epochs. One row per
+    1-worker lr whose k-fold was also searched at k workers, with the verdict; each
+    accuracy the mean over its seeds."""
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    means = cells(trials, ["num_workers", "global_batch_size", "lr"])
+    if means.empty:
+        return pd.DataFrame()
+    single = means[means["num_workers"] == 1]
+    rows = []
+    for one in single.sort_values("lr").itertuples():
+        for many in means[means["num_workers"] > 1].sort_values("num_workers").itertuples():
+            if not np.isclose(many.lr, many.num_workers * one.lr):
+                continue
+            gap = many.final_test_acc - one.final_test_acc
+            held = rule_verdict(gap, None, noise, one._asdict(), many._asdict())
+            # A failure to learn is the verdict; a t test on chance accuracies says nothing.
+            test = (None if held in DECIDED_BY_FAILURE else
+                    welch(*(per_seed(trials, cell_row) for cell_row in (many, one))))
+            rows.append({"num_workers": many.num_workers,
+                         "global_batch_size": many.global_batch_size,
+                         "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
+                         "seeds_1_worker": one.seeds, "scaled_lr": many.lr,
+                         "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
+                         "welch_t": test.t if test else np.nan,
+                         "p": test.p if test else np.nan,
+                         "held": (held if held in DECIDED_BY_FAILURE
+                                  else rule_verdict(gap, test, noise)),
+                         # Named in the sentences, not the table's columns.
+                         "not_learned_1_worker": one.not_learned,
+                         "not_learned_scaled": many.not_learned})
+    return pd.DataFrame(rows)
+
+
+# linear_rule's columns that the sentences read and the table leaves out.
+RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled"]
+
+
+VERDICTS = {"yes": "held", "no": "did not hold",
+            "within noise": "was not refuted (lower, but not beyond the noise)",
+            "failed": "did not hold (no seed there learned, where 1 worker's did)",
+            "some failed": "did not hold in every seed (some there did not learn, where 1 "
+                           "worker's all did)",
+            "inconclusive": "was not tested (1 worker did not learn at that lr: no accuracy "
+                            "to hold the rule to)"}
+
+
+def verdict_text(held: str, decided_by_test: bool) -> str:
+    """VERDICTS[held]; a lower accuracy that Welch's test did not call is "not
+    significantly" lower, which may still be beyond the single-trial noise."""
+    if held == "within noise" and decided_by_test:
+        return f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g})"
+    return VERDICTS[held]
+
+
+def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
+                  many: pd.Series | None = None) -> str:
+    """Did k times the batch at k times the lr reach 1 worker's accuracy? Where no
+    seed of 1 worker's cell (`one`) learned, there is nothing to reach: "inconclusive";
+    where none of the k workers' (`many`) did, and 1 worker's did, "failed". Else,
+    with replicas on both sides, Welch's test decides ("no": lower at p <
+    SIGNIFICANCE; "within noise": lower, not significantly); with one seed on a side,
+    the sweep's accuracy noise does ("no": lower by more than it)."""
+    if one is not None and none_learned(one):
+        return "inconclusive"
+    if many is not None and none_learned(many):
+        return "failed"
+    if (many is not None and int(many["not_learned"])
+            and (one is None or not int(one["not_learned"]))):
+        return "some failed"  # a seed that diverged is the rule failing there, not a spread
+    if gap >= 0:
+        return "yes"
+    if test is not None:
+        return "no" if test.p < SIGNIFICANCE else "within noise"
+    return "no" if gap < -noise.acc else "within noise"
+
+
+# How each verdict reads in a summary of the pairs, in this order.
+OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hold",
+             "some failed": "did not hold in every seed",
+             "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
+# The verdicts no t test can change: a failure to learn decides them.
+DECIDED_BY_FAILURE = ("failed", "some failed", "inconclusive")
+
+
+def rule_outcome(rule: pd.DataFrame) -> str:
+    """What 13.5.2 found of the linear scaling rule, pair by pair, for another answer
+    to cite: "at global batch 512 it was not refuted at lr 0.2, 0.4 and did not hold
+    at lr 0.8 (each the k workers' lr)"."""
+    if rule.empty:
+        return ("13.5.2 did not test the linear scaling rule (no lr searched at k workers "
+                "was k times one searched at 1)")
+    parts = []
+    for batch, rows in rule.groupby("global_batch_size", sort=True):
+        found = [f"{OUTCOMES[held]} at lr {', '.join(f'{lr:g}' for lr in group['scaled_lr'])}"
+                 for held in OUTCOMES for group in [rows[rows["held"] == held]]
+                 if not group.empty]
+        parts.append(f"at global batch {batch} it {' and '.join(found)}")
+    return (f"13.5.2 tested the linear scaling rule in {counted(len(rule), 'pair')}, each at the k "
+            f"workers' lr: {'; '.join(parts)}")

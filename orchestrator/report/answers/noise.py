@@ -1,0 +1,179 @@
+"""The sweep's noise, which every answer holds a difference against: one timing
+window for every trial (`prepared`), the spread of repeated identical work in time
+and of seeds in accuracy (`estimate_noise`), and the sentence that says both.
+
+Like for like: every epoch time an answer compares is `epoch_s`, each trial's mean
+over its epochs after the first (the warm-up epoch left out of every trial alike,
+as in the report and the scaling model), and each trial carries the `transport`
+its gradients were summed through.
+"""
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from orchestrator.records import Status
+from orchestrator.report.answers.wording import REPEATS_COMMAND, counted, percent
+from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
+from orchestrator.report.summary import timed_epochs, with_speedup
+
+# Where the sweep holds no repeated work, or no configuration run with two seeds.
+ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
+# Trials that share these do the same work per epoch: a seed changes the weights
+# and the shuffle, an lr (or its warm-up) the size of the steps, neither the work.
+# The transport (`prepared` adds it) tells one strategy over shared memory from
+# the same over the process group.
+WORK_KEYS = ["model", "sync", "transport", "split", "precision", "threads_per_worker",
+             "straggler_slowdown", "num_workers", "global_batch_size", "momentum"]
+# Trials that share these as well differ only in the seed: replicas.
+CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr"]
+# At one worker these strategies run the same code, the base class's step with
+# no sync (GradientSync.synchronize returns at once): their 1-worker trials are
+# the same work, and what separates their times is noise.
+IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
+
+
+@dataclass(frozen=True)
+class Noise:
+    time_fraction: float
+    """The largest spread of `epoch_s`, slowest over fastest minus 1 (the scale of every
+    "apart" that `compare_times` holds against it), of any group of
+    trials doing identical work."""
+    acc: float
+    """The largest range of final test accuracy over the seeds of one configuration."""
+    time_groups: tuple[int, int] = (0, 0)
+    """(groups, trials) the time noise came from; (0, 0): assumed."""
+    acc_groups: tuple[int, int] = (0, 0)
+    """(configurations, largest number of seeds of one) the accuracy noise came from."""
+    trial_epochs: tuple[int, ...] = ()
+    """The lengths, in epochs, of the trials timed: `epoch_s` is each one's mean over
+    its epochs after the first (`summary.steady_epochs`)."""
+    acc_not_learned: int = 0
+    """Replicas left out of the accuracy noise: seeds of a replicated configuration
+    that did not learn (`noise_scale.learned`), a failure each answer names, not noise."""
+
+    def time_label(self) -> str:
+        return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
+
+    def acc_label(self) -> str:
+        return f"{self.acc:.3f}" + ("" if self.acc_groups[0] else " assumed")
+
+    def sentence(self) -> str:
+        window = window_sentence(self.trial_epochs)
+        groups, trials = self.time_groups
+        if groups:
+            time = (f"Time noise: identical work (trials that differ only in the seed or the "
+                    f"lr, which change the weights, not the work of an epoch, or at one worker "
+                    f"only in the sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which "
+                    f"sum nothing there) varied by up to "
+                    f"{percent(self.time_fraction)} in epoch time (the slowest over the "
+                    f"fastest, as every \"apart\" below), over {counted(groups, 'group')} of "
+                    f"{trials} trials across the sweep.")
+        else:
+            time = (f"Time noise: this sweep repeats no work, so it is assumed: "
+                    f"{percent(self.time_fraction)}.")
+        configurations, seeds = self.acc_groups
+        if configurations:
+            acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
+                   f"to {self.acc:.3f} over its seeds "
+                   f"({counted(configurations, 'configuration')} run "
+                   f"with up to {seeds} seeds).")
+        elif self.acc_not_learned:
+            acc = (f"Accuracy noise: no configuration has two or more seeds that learned, so "
+                   f"it is assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every "
+                   f"point).")
+        else:
+            acc = (f"Accuracy noise: no configuration ran with two seeds or more, so it is "
+                   f"assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every point).")
+        if self.acc_not_learned:
+            seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
+                     else f"{self.acc_not_learned} seeds that did not learn")
+            acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
+                    f"uniform guess's, ln(classes), or test accuracy above chance's by no "
+                    f"more than half of it, at most {LEARNED_ACC_MARGIN:g}: stuck on the "
+                    f"initial plateau or "
+                    f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
+                    f"it: a run that does not learn is a failure, which the answers name where they "
+                    f"use its configuration, not the spread of runs that do.")
+        return (f"{window} {time} {acc} A difference is a finding only beyond its noise; "
+                f"below it, it is reported as within noise. Each number says how many seeds "
+                f"(replicas) it is the mean of; a mean of several is steadier than one trial, "
+                f"so these thresholds, taken from single trials, are conservative.")
+
+
+def window_sentence(trial_epochs: tuple[int, ...]) -> str:
+    """Which epochs every time, speedup, sync share and the time noise count, for
+    trials of `trial_epochs` epochs."""
+    if not trial_epochs:
+        return ("Epoch times are each trial's mean over its epochs after the first (the "
+                "first, warm-up epoch left out of every trial alike).")
+    longer = [n for n in trial_epochs if n > 1]
+    if not longer:
+        return "Epoch times are each trial's one epoch (every trial ran one epoch only)."
+    spans = ["epoch 2 of the 2-epoch trials" if n == 2 else f"epochs 2 to {n} of the "
+             f"{n}-epoch trials" for n in longer]
+    if len(longer) < len(trial_epochs):
+        spans.append("the only epoch of a 1-epoch trial")
+    listed = spans[0] if len(spans) == 1 else ", ".join(spans[:-1]) + " and " + spans[-1]
+    return (f"Epoch times are each trial's mean over its epochs after the first ({listed}): "
+            f"the first, warm-up epoch is left out of every trial alike, and the speedups, "
+            f"efficiencies, sync shares, the time noise below and the scaling model's "
+            f"measured epochs all count the same epochs.")
+
+
+def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame, tuple]:
+    """The summary with each trial's `epoch_s`, `sync_share`, throughput, speedup and
+    efficiency read from one timing window, the report's and the scaling model's: its
+    epochs after the first (`summary.steady_epochs`); its `transport`; and the lengths,
+    in epochs, of the trials timed (the answers say which epochs they count).
+
+    The speedup is against `baseline_rate`, the throughput of the mean `epoch_s` of
+    the 1-worker trials of the same setup (every seed), so that a speedup printed
+    beside two epoch times is their ratio (`cell` keeps it so)."""
+    runs = epochs[epochs["trial_id"].isin(summary["trial_id"])]
+    timed = timed_epochs(runs)
+    summary = summary.assign(**{column: summary["trial_id"].map(timed[column])
+                                for column in ("epoch_s", "sync_share", "eval_s",
+                                               "epoch_examples")})
+    summary = with_speedup(summary)
+    if "warmup_start_lr" not in summary:  # a sweep from before it was recorded: from zero
+        summary["warmup_start_lr"] = 0.0
+    transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
+                 if "transport" in runs else pd.Series(dtype=object))
+    summary["transport"] = summary["trial_id"].map(transport).fillna("")
+    return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
+
+
+def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) -> Noise:
+    """From a `prepared` summary: the time noise from every group of trials doing
+    identical work, the accuracy noise from every configuration run with several seeds."""
+    usable = summary[summary["status"] != Status.FAILED]
+    timed_trials = usable.dropna(subset=["epoch_s"])
+    alone = (timed_trials["num_workers"] == 1) & timed_trials["sync"].isin(IDLE_AT_ONE_WORKER)
+    same_work = timed_trials.assign(sync=timed_trials["sync"].where(~alone, "no sync"))
+    time_groups = [group["epoch_s"] for _, group in same_work.groupby(WORK_KEYS)
+                   if len(group) > 1]
+    if time_groups:
+        time_fraction = max(group.max() / group.min() - 1 for group in time_groups)
+        time_from = (len(time_groups), sum(len(group) for group in time_groups))
+    else:
+        time_fraction, time_from = ASSUMED_TIME_NOISE, (0, 0)
+    scored = usable.dropna(subset=["final_test_acc"])
+    # Trials of one configuration and seed (a study's twins) count as one replica.
+    # A summary from before the warm-up's start was recorded lacks it: from zero for all.
+    config_keys = [key for key in CONFIG_KEYS if key in scored]
+    per_seed = scored.assign(learned=learned(scored)).groupby([*config_keys, "seed"]).agg(
+        final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
+    replicated = [group for _, group in per_seed.groupby(config_keys) if len(group) > 1]
+    # One seed left on LeNet's plateau (accuracy 0.10) beside two at 0.82 is a failure
+    # to report, not a spread of 0.72 that would hide every other difference.
+    not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
+    acc_groups = [group[group["learned"]] for group in replicated]
+    acc_groups = [group for group in acc_groups if len(group) > 1]
+    if acc_groups:
+        acc = max(group.max() - group.min() for group in
+                  (group["final_test_acc"] for group in acc_groups))
+        acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
+    else:
+        acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
+    return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned)

@@ -1,0 +1,71 @@
+"""Welch's t test of two accuracies' seeds, which decides where both sides have
+replicas whether a difference of accuracies is a finding, and the level it is
+called at."""
+
+import math
+from dataclasses import dataclass
+
+# A difference of accuracies is called at this two-sided level of Welch's test on
+# the replicas, where both sides have two seeds or more.
+SIGNIFICANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Welch:
+    """Welch's t test of two samples' means (unequal variances): t, its degrees of
+    freedom (Welch-Satterthwaite) and the two-sided p-value."""
+
+    t: float
+    dof: float
+    p: float
+
+    def text(self, sizes: tuple[int, int]) -> str:
+        return f"Welch's t = {self.t:.2f}, p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds"
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Welch's t test of mean(a) - mean(b); None with fewer than 2 values on a side, or
+    no spread on either (then no test is possible, and the means are the figures)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    var_a = sum((x - mean_a) ** 2 for x in a) / (len(a) - 1)
+    var_b = sum((x - mean_b) ** 2 for x in b) / (len(b) - 1)
+    se_a, se_b = var_a / len(a), var_b / len(b)
+    if se_a + se_b == 0:
+        return None
+    t = (mean_a - mean_b) / math.sqrt(se_a + se_b)
+    dof = (se_a + se_b) ** 2 / (se_a ** 2 / (len(a) - 1) + se_b ** 2 / (len(b) - 1))
+    return Welch(t, dof, _t_two_sided_p(t, dof))
+
+
+def _t_two_sided_p(t: float, dof: float) -> float:
+    """P(|T| >= |t|) for Student's t with `dof` degrees of freedom: the regularized
+    incomplete beta I_x(dof/2, 1/2) at x = dof / (dof + t^2)."""
+    return _incomplete_beta(dof / (dof + t * t), dof / 2, 0.5)
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction
+    (Lentz's method; Press et al., Numerical Recipes, 6.4)."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log(1 - x))
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast on this side only
+        return 1.0 - _incomplete_beta(1 - x, b, a)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * fraction / a

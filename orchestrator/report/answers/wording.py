@@ -1,0 +1,57 @@
+"""How the answers put counts, seeds and shares into words, and the commands
+that fill a gap in a sweep, which an answer names where the sweep lacks what it
+needs."""
+
+import math
+
+import pandas as pd
+
+EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
+GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
+MORE_WORKERS_COMMAND = f"{EXERCISES_COMMAND} --address <a cluster with more CPUs or GPUs>"
+REPEATS_COMMAND = "--repeats 3"
+
+
+def seeds_text(count: int) -> str:
+    """How many replicas stand behind a cell's numbers: "mean of 3 seeds" or "1 seed"."""
+    count = int(count)
+    return f"mean of {count} seeds" if count > 1 else "1 seed"
+
+
+def acc_seeds_text(row: pd.Series) -> str:
+    """`seeds_text` for an accuracy, naming the seeds that did not learn: "mean of 3
+    seeds, 1 of which did not learn" (or "1 seed, which did not learn")."""
+    return learned_seeds_text(row["seeds"], row.get("not_learned", 0))
+
+
+def learned_seeds_text(count: int, not_learned: int | None) -> str:
+    """`acc_seeds_text` from a cell's seed count and how many of them did not learn."""
+    text, failed = seeds_text(count), int(not_learned or 0)
+    if not failed:
+        return text
+    return (f"{text}, which did not learn" if int(count) == 1
+            else f"{text}, {failed} of which did not learn")
+
+
+def counted(count, noun: str) -> str:
+    """"1 pair", "3 pairs": a count and its noun, in the number the count takes."""
+    return f"{int(count)} {noun}" if int(count) == 1 else f"{int(count)} {noun}s"
+
+
+def percent(fraction: float) -> str:
+    return f"{fraction:.0%}" if abs(fraction) >= 0.1 else f"{fraction:.1%}"
+
+
+def missing_part(parts: str, command: str = EXERCISES_COMMAND) -> str:
+    return f"This sweep has no usable trials of part {parts}: `{command}` runs them."
+
+
+def one_worker_count(trials: pd.DataFrame) -> str:
+    counts = ", ".join(str(count) for count in sorted(trials["num_workers"].unique()))
+    return (f"This sweep ran {counts} worker(s) only, and the answer needs two worker counts "
+            f"or more: `{MORE_WORKERS_COMMAND}` runs 1, 2, 4, ... up to what the cluster "
+            f"holds.")
+
+
+def numbers(values) -> str:
+    return ", ".join(f"{value:g}" for value in sorted(set(values)) if not math.isnan(value))
