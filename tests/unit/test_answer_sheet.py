@@ -33,7 +33,7 @@ def test_the_sheet_writes_its_files_and_states_the_validation_verdict(tmp_path):
     assert sorted(predictions["num_workers"].unique()) == [1, 2, 4, 8, 16, 32, 64]
     worst = sheet.scaling.validation["error"].abs().max()
     match = re.search(r"the largest error is ([\d.]+)% \(target 15%: (met|missed); (\d+) of "
-                      r"(\d+) point\(s\) within it, the median ([\d.]+)%\)", sheet.model_section)
+                      r"(\d+) points? within it, the median ([\d.]+)%\)", sheet.model_section)
     assert float(match[1]) == round(100 * worst, 1)
     assert match[2] == ("met" if worst <= 0.15 else "missed")
     errors = sheet.scaling.validation["error"].abs()
@@ -87,7 +87,7 @@ def test_the_model_section_gives_the_held_out_points_error_apart():
     validation = sheet.scaling.validation
     held_out = validation[validation["num_workers"] != 4]
     assert not held_out.empty and held_out["held_out"].all()
-    match = re.search(r"Held out \(k = ([\d, ]+), not the calibration's\): (\d+) point\(s\), "
+    match = re.search(r"Held out \(k = ([\d, ]+), not the calibration's\): (\d+) points?, "
                       r"the largest error ([\d.]+)%", sheet.model_section)
     assert match[1] == ", ".join(str(k) for k in sorted(held_out["num_workers"].unique()))
     assert int(match[2]) == len(held_out)

@@ -24,7 +24,7 @@ def within_noise(time_s: float, other_s: float, noise: Noise) -> bool:
     return max(time_s, other_s) / min(time_s, other_s) - 1 <= noise.time_fraction
 
 
-def compare_acc(acc: float, other_acc: float, noise: Noise, test: "Welch | None" = None,
+def compare_acc(acc: float, other_acc: float, noise: Noise, test: Welch | None = None,
                 sizes: tuple[int, int] = (0, 0)) -> str:
     """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...)
     of"; with `test` (Welch's, on the two sides' `sizes` seeds) decided by it, not by

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, seconds_text
-from orchestrator.report.answers.cells import at_workers, cell, part_trials, timed
+from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
@@ -161,8 +161,8 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
     if synchronous is None:
         return text + (f"; no synchronous trial ran at lr {half['lr']:g} with its batch and "
                        f"epochs, so its staleness's price there is not measured.")
-    if int(synchronous["not_learned"]) >= int(synchronous["seeds"]):
-        if int(half["not_learned"]) >= int(half["seeds"]):
+    if none_learned(synchronous):
+        if none_learned(half):
             return text + (f", and synchronous SGD at the same lr did not learn either "
                            f"({synchronous['final_test_acc']:.3f}, "
                            f"{acc_seeds_text(synchronous)}): at that lr the plateau, not the "

@@ -16,7 +16,7 @@ from orchestrator.report.answers.wording import counted, seeds_text
 
 def lr_trials(summary: pd.DataFrame) -> pd.DataFrame:
     """Part batch-lr, and batch-global's 1-worker trials: at 1 worker a batch of b per
-    worker is the global batch b, the same run (the study runs it once). None without
+    worker is the global batch b, the same run (the study runs it once). Empty without
     a trial of batch-lr's own."""
     per_worker = part_trials(summary, "batch-lr")
     if per_worker.empty:

@@ -24,6 +24,7 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared
+from orchestrator.report.answers.wording import counted
 from orchestrator.report.plots import pyplot, save_png
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import write_atomically
@@ -110,7 +111,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
         lines += [f"Each measured multi-worker trial predicted from its 1-worker trial, the "
                   f"microbenchmark and the contention above: the largest error is {worst:.1%} "
                   f"(target {VALIDATION_TARGET:.0%}: {verdict}; {within} of {len(errors)} "
-                  f"point(s) within it, the median {errors.median():.1%}). "
+                  f"{'point' if len(errors) == 1 else 'points'} within it, the median "
+                  f"{errors.median():.1%}). "
                   f"{_held_out_text(validation)} "
                   f"{_components_text(validation)} {_contention_check_text(validation)}",
                   "", markdown_table(validation), ""]
@@ -131,13 +133,13 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
 
 def _probe_text(calibration: dict) -> str:
     """Each probed model's contention at each worker count, e.g. `lenet at 128 a
-    worker: 1 worker(s) 1.00x, 2 worker(s) 1.19x`."""
+    worker: 1 worker 1.00x, 2 workers 1.19x`."""
     probes: dict[tuple, list[str]] = {}
     for row in calibration["compute"]:
         model = sample_model(calibration, row)
         factor = contention_factor(calibration, row["num_workers"], model)
         probes.setdefault((model, row["batch_per_worker"]), []).append(
-            f"{row['num_workers']} worker(s) {factor:.2f}x")
+            f"{counted(row['num_workers'], 'worker')} {factor:.2f}x")
     return "; ".join(f"{model} at {batch} a worker: {', '.join(counts)}"
                      for (model, batch), counts in probes.items())
 
@@ -193,7 +195,7 @@ def _held_out_text(validation: pd.DataFrame) -> str:
     worst = held_out["error"].abs().max()
     verdict = "met" if worst <= VALIDATION_TARGET else "missed"
     counts = ", ".join(str(k) for k in sorted(held_out["num_workers"].unique()))
-    return (f"Held out (k = {counts}, not the calibration's): {len(held_out)} point(s), "
+    return (f"Held out (k = {counts}, not the calibration's): {counted(len(held_out), 'point')}, "
             f"the largest error {worst:.1%} (target {VALIDATION_TARGET:.0%}: {verdict}).")
 
 

@@ -47,8 +47,10 @@ def missing_part(parts: str, command: str = EXERCISES_COMMAND) -> str:
 
 
 def one_worker_count(trials: pd.DataFrame) -> str:
-    counts = ", ".join(str(count) for count in sorted(trials["num_workers"].unique()))
-    return (f"This sweep ran {counts} worker(s) only, and the answer needs two worker counts "
+    counts = sorted(trials["num_workers"].unique())
+    ran = (counted(counts[0], "worker") if len(counts) == 1
+           else f"{', '.join(str(count) for count in counts)} workers")
+    return (f"This sweep ran {ran} only, and the answer needs two worker counts "
             f"or more: `{MORE_WORKERS_COMMAND}` runs 1, 2, 4, ... up to what the cluster "
             f"holds.")
 
