@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit  # noqa: E402
 
 from orchestrator.report.answers.sheet import VALIDATION_TARGET  # noqa: E402
-from orchestrator.report.scaling_model import (contention, fit_and_validate,  # noqa: E402
-                                               sample_model)
+from orchestrator.report.costs import contention, sample_model  # noqa: E402
+from orchestrator.report.scaling_model import fit_and_validate  # noqa: E402
 
 
 def _contentions(calibration: dict, validation: pd.DataFrame) -> list[tuple]:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from orchestrator.records import write_atomically
 from orchestrator.report import timeline
+from orchestrator.report.scaling_model import PREDICTED_WORKERS, ScalingResult
 from orchestrator.report.summary import SCALING_GROUP, SPEEDUP_AXES
 
 PLOT_FILES = ("test_acc_by_epoch.png", "speedup.png", "test_acc_vs_lr.png",
@@ -291,3 +292,33 @@ def _handle(**style):
     from matplotlib.lines import Line2D
 
     return Line2D([], [], **style)
+
+
+def plot_scaling_model(axes, result: ScalingResult) -> None:
+    """Speedup against workers: measured points, model curves, the ideal line.
+
+    Curves: every sync on a measured link; on a named interconnect, one sync
+    (bucketed if predicted) to keep the plot readable.
+    """
+    axes.plot(PREDICTED_WORKERS, PREDICTED_WORKERS, "k--", linewidth=1, label="ideal")
+    predictions = result.predictions
+    syncs = list(predictions["sync"].unique())
+    shown_sync = "bucketed" if "bucketed" in syncs else syncs[0]
+    several_models = predictions["model"].nunique() > 1
+    global_batch = predictions[predictions["batch_scaling"] == "global"]
+    for (link, model, sync), curve in global_batch.groupby(["link", "model", "sync"], sort=False):
+        if not link.endswith("(measured)") and sync != shown_sync:
+            continue
+        label = f"{link}, {sync}" + (f", {model}" if several_models else "")
+        axes.plot(curve["num_workers"], curve["speedup"], linewidth=1, label=label)
+    markers = dict(zip(("scratch", "bucketed", "ddp", "sharded", "root", "delayed"), "osD^vP"))
+    for sync, points in result.validation.groupby("sync"):
+        axes.scatter(points["num_workers"], points["measured_speedup"], zorder=3,
+                     marker=markers.get(sync, "x"), color="black", label=f"measured, {sync}")
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xticks(PREDICTED_WORKERS, [str(k) for k in PREDICTED_WORKERS])
+    axes.set_xlabel("workers (global batch fixed)")
+    axes.set_ylabel("speedup over 1 worker")
+    axes.set_title("Scaling model: measured points and predictions")
+    axes.legend(fontsize="xx-small")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.report.scaling_model import INTERCONNECTS, P2_16XLARGE, Link, per_call
+from orchestrator.report.costs import INTERCONNECTS, P2_16XLARGE, Link, per_call
 
 # sum(p.numel() for p in training.models.resnet18().parameters()): 13.6's variant
 # (1 input channel, 10 classes, width 64), counted once with torch 2.14

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.answers import exercise_13_6_1
-from orchestrator.report.scaling_model import INTERCONNECTS, P2_16XLARGE
+from orchestrator.report.costs import INTERCONNECTS, P2_16XLARGE
 from test_answers import _summary
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.training.calibration import gradient_bytes
-from orchestrator.report.scaling_model import (INTERCONNECTS, PREDICTED_WORKERS, Link, _comm_s,
-                                               contention, fit_and_validate, fit_link,
-                                               plot_scaling_model, probed_model)
+from orchestrator.report.costs import INTERCONNECTS, Link, comm_s, contention, fit_link, probed_model
+from orchestrator.report.plots import plot_scaling_model
+from orchestrator.report.scaling_model import PREDICTED_WORKERS, fit_and_validate
 
 PER_EXAMPLE_S, OTHER_S = 2e-4, 3e-3  # forward+backward per example; rest of a step
 ALPHA_S, BETA_BYTES_PER_S = 20e-6, 2e9
@@ -263,11 +263,11 @@ def test_sharded_is_predicted_from_its_own_two_collectives_where_they_were_timed
     measured["allreduce"] = (allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, "gloo")
                              + allreduce_samples(pair_alpha_s, pair_beta,
                                                  "gloo reduce-scatter + all-gather"))
-    comm_s = call_s("gloo reduce-scatter + all-gather", 2, sum(LENET_BYTES), pair_alpha_s,
+    pair_s = call_s("gloo reduce-scatter + all-gather", 2, sum(LENET_BYTES), pair_alpha_s,
                     pair_beta)
     single, single_epochs = trial("one", "sharded", 1)
     row, epochs = trial("two", "sharded", 2)
-    epoch_s = STEPS * (PER_EXAMPLE_S * (GLOBAL_BATCH // 2) * CONTENTION[2] + OTHER_S + comm_s)
+    epoch_s = STEPS * (PER_EXAMPLE_S * (GLOBAL_BATCH // 2) * CONTENTION[2] + OTHER_S + pair_s)
     row["mean_epoch_time_s"] = epoch_s
     for epoch in epochs:
         epoch.update(epoch_time_s=epoch_s, transport="gloo")
@@ -284,13 +284,13 @@ def test_the_book_allreduce_moves_k_times_a_rings_bytes_through_worker_0():
     bytes_only = Link("bytes only", 0.0, BETA_BYTES_PER_S, "test")
     calls_only = Link("calls only", ALPHA_S, math.inf, "test")
     for k in (2, 3, 4):
-        ring_s = _comm_s(bytes_only, "scratch", LENET, k)
-        assert _comm_s(bytes_only, "root", LENET, k) == pytest.approx(k * ring_s, rel=1e-12)
-        assert _comm_s(bytes_only, "root", LENET, k) == pytest.approx(
+        ring_s = comm_s(bytes_only, "scratch", LENET, k)
+        assert comm_s(bytes_only, "root", LENET, k) == pytest.approx(k * ring_s, rel=1e-12)
+        assert comm_s(bytes_only, "root", LENET, k) == pytest.approx(
             2 * (k - 1) * sum(LENET_BYTES) / BETA_BYTES_PER_S, rel=1e-12)
-        assert _comm_s(calls_only, "root", LENET, k) == pytest.approx(
+        assert comm_s(calls_only, "root", LENET, k) == pytest.approx(
             2 * (k - 1) * len(LENET_BYTES) * ALPHA_S, rel=1e-12)
-    assert _comm_s(bytes_only, "root", LENET, 1) == 0.0
+    assert comm_s(bytes_only, "root", LENET, 1) == 0.0
 
 
 def test_the_root_funnel_is_fitted_per_message():
@@ -308,13 +308,13 @@ def test_a_rings_latency_grows_2_k_minus_1_and_shared_memorys_does_not():
     its bytes (5k+1) through the node's one memory bandwidth."""
     ring = Link("gloo (measured)", ALPHA_S, math.inf, "test")
     buckets = len(LENET["bucket_bytes"])
-    assert _comm_s(ring, "bucketed", LENET, 4) - _comm_s(ring, "bucketed", LENET, 2) == (
+    assert comm_s(ring, "bucketed", LENET, 4) - comm_s(ring, "bucketed", LENET, 2) == (
         pytest.approx((6 - 2) * buckets * ALPHA_S, rel=1e-12))
-    assert _comm_s(ring, "bucketed", LENET, 16) == pytest.approx(30 * buckets * ALPHA_S)
+    assert comm_s(ring, "bucketed", LENET, 16) == pytest.approx(30 * buckets * ALPHA_S)
     shm_calls = Link("shared memory (measured)", ALPHA_S, math.inf, "test")
-    assert _comm_s(shm_calls, "bucketed", LENET, 16) == pytest.approx(2 * buckets * ALPHA_S)
+    assert comm_s(shm_calls, "bucketed", LENET, 16) == pytest.approx(2 * buckets * ALPHA_S)
     shm_bytes = Link("shared memory (measured)", 0.0, BETA_BYTES_PER_S, "test")
-    assert _comm_s(shm_bytes, "bucketed", LENET, 4) == pytest.approx(
+    assert comm_s(shm_bytes, "bucketed", LENET, 4) == pytest.approx(
         21 * sum(LENET_BYTES) / BETA_BYTES_PER_S)
 
 
@@ -322,7 +322,7 @@ def test_a_ring_fitted_at_2_workers_predicts_4():
     link = fit_link("gloo", allreduce_samples(ALPHA_S, BETA_BYTES_PER_S, "gloo", workers=(2,)))
     assert link.alpha_s == pytest.approx(ALPHA_S, rel=1e-3)
     size = sum(LENET_BYTES)
-    assert _comm_s(link, "bucketed", LENET, 4) == pytest.approx(
+    assert comm_s(link, "bucketed", LENET, 4) == pytest.approx(
         call_s("gloo", 4, size, ALPHA_S, BETA_BYTES_PER_S), rel=1e-3)
 
 
