@@ -181,7 +181,7 @@ def _ended_sweep(request: plan.SweepRequest, calibration: dict | None):
         return None
     if calibration is None and _calibrates(request.sweep, request.left_out):
         return None
-    from orchestrator.driver.tune_experiment import ended_experiment
+    from orchestrator.driver.tune_results import ended_experiment
     return ended_experiment(request.sweep, request.storage, request.sweep_id)
 
 
@@ -189,7 +189,7 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
             ran_on: dict[str, str], left_out, session: "Session | None") -> SweepOutcome:
     """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune
     results; `session`: this one's times, None where nothing ran (a rewrite)."""
-    from orchestrator.driver.tune_experiment import collect, trials_not_ended
+    from orchestrator.driver.tune_results import collect, trials_not_ended
     from orchestrator.report import write_sweep_report
 
     base, trackers = sweep.base, request.trackers

@@ -117,6 +117,21 @@ def test_a_folder_of_an_earlier_version_is_not_resumed(tmp_path):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("name", ["LiveEstimate", "ReachedTarget", "TimeToAccuracyASHA",
+                                  "TrialLinePrinter"])
+def test_a_sweep_of_this_format_saved_before_tune_callbacks_py_still_unpickles(name):
+    """Tune pickles the sweep's stopper, scheduler and callbacks by module and name
+    (tuner.pkl, the controller's state); folders of this SWEEP_FORMAT saved
+    before they moved to tune_callbacks.py name them in tune_experiment."""
+    import pickle
+
+    from orchestrator.driver import tune_callbacks
+    saved = pickle.dumps(getattr(tune_callbacks, name), protocol=0).replace(
+        b"orchestrator.driver.tune_callbacks", b"orchestrator.driver.tune_experiment")
+    assert b"orchestrator.driver.tune_experiment" in saved
+    assert pickle.loads(saved) is getattr(tune_callbacks, name)
+
+
 def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     """The preset's points a one-GPU machine could not hold stay named in the
     report of a --resume (sweep.json keeps them), whatever the cluster then."""
