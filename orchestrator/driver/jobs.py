@@ -1,6 +1,6 @@
 """The two jobs the scripts run: one training run, and a sweep with its report.
 
-Each takes the parsed command line, checks it whole (plan.py) before Ray
+Each takes the parsed command line, checks it whole (checks.py) before Ray
 Train, Tune, torch or pandas are imported, and only then connects and runs: a
 typo costs a second, not the 5 s those imports take on a 2-core machine.
 """
@@ -18,8 +18,9 @@ from orchestrator.config.dataset import shape_text
 from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
 from orchestrator.training import datasets
-from orchestrator.driver import plan
+from orchestrator.driver import checks, plan
 from orchestrator.driver import storage
+from orchestrator.driver.model_check import parameters_text
 from orchestrator.driver.rundir import claim_out_dir
 from orchestrator.records import write_atomically
 
@@ -50,7 +51,7 @@ class SweepOutcome:
 
 def train(args: argparse.Namespace) -> RunOutcome:
     """One run of `TrainConfig`, printing a line per epoch."""
-    config, gpu_from_cluster = plan.run_request(args)
+    config, gpu_from_cluster = checks.run_request(args)
     dataset = datasets.load(config.dataset, args.data_dir, train_limit=config.train_limit,
                             test_limit=config.test_limit)
     from ray.train import TrainingFailedError
@@ -65,7 +66,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
     name = args.name or (f"{_short(config.model)}-{config.num_workers}w-"
                          f"{time.strftime('%Y%m%d-%H%M%S')}")
     # An earlier run of that name must be this run: checked before Ray starts.
-    resumed = (plan.resumed_run_line(config, name, storage.join(
+    resumed = (checks.resumed_run_line(config, name, storage.join(
         storage_path or DEFAULT_STORAGE_PATH, name))
         if args.name and not args.check_equivalence else None)
     cluster = _connect(args, config)
@@ -73,7 +74,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
-        print(f"{config.model}{plan.parameters_text(config)}, {config.num_workers} worker(s) on "
+        print(f"{config.model}{parameters_text(config)}, {config.num_workers} worker(s) on "
               f"{workers_text(config)}, sync {config.sync}, "
               f"split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
@@ -117,7 +118,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
 
 def sweep(args: argparse.Namespace) -> SweepOutcome:
     """The sweep's Tune experiment, then trials.csv, epochs.csv, report.md and plots."""
-    request = plan.sweep_request(args)
+    request = checks.sweep_request(args)
     if request.resume and not args.dry_run:
         calibration = _stored_calibration(request.out_dir)
         ended = _ended_sweep(request, calibration)
@@ -170,7 +171,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         ray.shutdown()
 
 
-def _ended_sweep(request: plan.SweepRequest, calibration: dict | None):
+def _ended_sweep(request: checks.SweepRequest, calibration: dict | None):
     """A resumed sweep with nothing left to run, as Tune's results read from its
     storage alone: every grid point's trial ended without an error (errored ones
     would run again), its calibration (`calibration`, read from calibration.json)
@@ -185,7 +186,7 @@ def _ended_sweep(request: plan.SweepRequest, calibration: dict | None):
     return ended_experiment(request.sweep, request.storage, request.sweep_id)
 
 
-def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | None, *,
+def _report(request: checks.SweepRequest, sweep, result_grid, calibration: dict | None, *,
             ran_on: dict[str, str], left_out, session: "Session | None") -> SweepOutcome:
     """trials.csv, epochs.csv, report.md, plots and answers from the sweep's Tune
     results; `session`: this one's times, None where nothing ran (a rewrite)."""
@@ -225,7 +226,7 @@ def _report(request: plan.SweepRequest, sweep, result_grid, calibration: dict | 
                         interrupted=interrupted, failed_trials=report.failed_trials)
 
 
-def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
+def _calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
     """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
     its calibration.json. None for a sweep of one worker count that runs every
     point (nothing to model), or one told not to calibrate; a sweep of single
@@ -252,7 +253,7 @@ def _calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict
     return measured
 
 
-def _run_calibration(request: plan.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
+def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
     """The microbenchmark on a worker group of the sweep's largest trial; None if it failed."""
     from ray.train import TrainingFailedError
 
@@ -377,7 +378,7 @@ def workers_text(config) -> str:
 def _print_plan(sweep_plan: plan.SweepPlan) -> None:
     points = sweep_plan.sweep.grid
     base = sweep_plan.sweep.base
-    print(f"model {base.model}{plan.parameters_text(base)}, data {data_text(base)}: "
+    print(f"model {base.model}{parameters_text(base)}, data {data_text(base)}: "
           f"{base.num_train_examples} train / "
           f"{base.num_test_examples} test images")
     timing = timing_line(sweep_plan)

@@ -6,7 +6,7 @@ at a time (or to --max-concurrent-trials, timed side by side)."""
 import pytest
 
 from orchestrator.config import cli
-from orchestrator.driver import jobs, placement, plan
+from orchestrator.driver import checks, jobs, placement, plan
 from orchestrator.driver.cluster import Cluster
 
 
@@ -16,7 +16,7 @@ def _cluster(*nodes: dict) -> Cluster:
 
 def _fit(tmp_path, cluster: Cluster, *argv: str) -> plan.SweepPlan:
     args = cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")])
-    return plan.fit_to_cluster(plan.sweep_request(args), cluster)
+    return plan.fit_to_cluster(checks.sweep_request(args), cluster)
 
 
 def _where(fitted: plan.SweepPlan) -> dict:

@@ -5,7 +5,7 @@ import pytest
 
 from orchestrator.config import cli
 from orchestrator.driver import jobs
-from orchestrator.driver import plan
+from orchestrator.driver import checks, model_check, plan
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
@@ -15,8 +15,8 @@ def _cluster(*nodes: dict) -> Cluster:
     return Cluster(address=None, dashboard_url=None, node_resources=tuple(nodes))
 
 
-def _request(tmp_path, *argv: str) -> plan.SweepRequest:
-    return plan.sweep_request(cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")]))
+def _request(tmp_path, *argv: str) -> checks.SweepRequest:
+    return checks.sweep_request(cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")]))
 
 
 def test_the_scaling_preset_takes_worker_counts_up_to_what_the_cluster_holds(tmp_path):
@@ -253,8 +253,8 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
 def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
                        "--batch-size", "32")
-    assert plan.parameters_text(request.sweep.base) == (
+    assert model_check.parameters_text(request.sweep.base) == (
         " (12.9k parameters, 51.7k bytes a replica in fp32)")
-    assert [plan._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
+    assert [model_check._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
         "1M", "999M", "100", "13.1k"]
-    assert plan.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
+    assert model_check.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
