@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_script
 from orchestrator.config import cli
-from orchestrator.driver import checks, jobs, plan
+from orchestrator.driver import checks, plan, sweep_files
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
@@ -187,17 +187,18 @@ def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_
 def test_each_session_keeps_its_wall_time_and_parts_and_a_rewrite_adds_none(tmp_path):
     """sessions.json: a sweep's sessions (a --resume is one more) with the driver's
     parts of each, for report.md's wall time and "Where the time went"."""
-    first = jobs._record_session(tmp_path, jobs.Session(time.monotonic() - 30,
-                                                        calibration_s=10.04, trials_s=18.0))
+    first = sweep_files._record_session(tmp_path, sweep_files.Session(
+        time.monotonic() - 30, calibration_s=10.04, trials_s=18.0))
     assert [(s["wall_s"], s["calibration_s"], s["trials_s"]) for s in first] == [(30, 10.0, 18.0)]
-    assert jobs._sessions_text(first) == "30 s"
-    second = jobs._record_session(tmp_path, jobs.Session(time.monotonic() - 12,
-                                                         calibration_s=0.0, trials_s=11.0))
-    assert jobs._sessions_text(second) == "42 s over 2 sessions (30, 12 s)"
+    assert sweep_files._sessions_text(first) == "30 s"
+    second = sweep_files._record_session(tmp_path, sweep_files.Session(
+        time.monotonic() - 12, calibration_s=0.0, trials_s=11.0))
+    assert sweep_files._sessions_text(second) == "42 s over 2 sessions (30, 12 s)"
     # A report rewritten without Ray adds no session, and reads them all back.
-    assert jobs._record_session(tmp_path, None) == second
+    assert sweep_files._record_session(tmp_path, None) == second
     assert json.loads((tmp_path / "sessions.json").read_text()) == second
-    assert jobs._sessions_text(jobs._record_session(tmp_path / "none", None)) == "not recorded"
+    assert sweep_files._sessions_text(
+        sweep_files._record_session(tmp_path / "none", None)) == "not recorded"
 
 
 @pytest.mark.reliability(
