@@ -33,7 +33,7 @@ from common import REPO, command_line, emit  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from orchestrator.config import cli  # noqa: E402
-from orchestrator.driver import plan  # noqa: E402
+from orchestrator.driver import checks, plan  # noqa: E402
 from orchestrator.driver.cluster import Cluster  # noqa: E402
 
 MODEL_CSV = REPO / "docs" / "examples" / "exercises-2core" / "scaling_model.csv"
@@ -78,7 +78,7 @@ def makespan(num_nodes: int, gpus_per_node: int, cpus_per_node: int, link: str) 
     cluster = Cluster(address=None, dashboard_url=None, node_resources=(node,) * num_nodes)
     with tempfile.TemporaryDirectory() as folder:
         args = cli.sweep_parser("").parse_args(["--preset", "scaling", "--out", folder])
-        fitted = plan.fit_to_cluster(plan.sweep_request(args), cluster)
+        fitted = plan.fit_to_cluster(checks.sweep_request(args), cluster)
     model = pd.read_csv(MODEL_CSV)
     points = fitted.sweep.grid
     durations = [trial_seconds(model, link, point.train.num_workers, point.train.num_epochs)

@@ -39,7 +39,8 @@ from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data
 from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.grid import SweepConfig  # noqa: E402
-from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
+from orchestrator.driver.tune_experiment import run_experiment  # noqa: E402
+from orchestrator.driver.tune_results import collect  # noqa: E402
 
 
 def timed_sweep(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict[str, float]:

@@ -31,7 +31,8 @@ from orchestrator.training import data  # noqa: E402
 from orchestrator.config.grid import SweepConfig  # noqa: E402
 from orchestrator.report.summary import summarize_trials  # noqa: E402
 from orchestrator.driver.rundir import SWEEP_FILE  # noqa: E402
-from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
+from orchestrator.driver.tune_experiment import run_experiment  # noqa: E402
+from orchestrator.driver.tune_results import collect  # noqa: E402
 from orchestrator.report.time_to_accuracy import ranking  # noqa: E402
 
 TARGET_ACC = 0.80

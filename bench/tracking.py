@@ -30,7 +30,8 @@ from common import command_line, emit, median  # noqa: E402
 from orchestrator.config.grid import TRACKERS, SweepConfig  # noqa: E402
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.driver import tracking  # noqa: E402
-from orchestrator.driver.tune_experiment import collect, run_experiment  # noqa: E402
+from orchestrator.driver.tune_experiment import run_experiment  # noqa: E402
+from orchestrator.driver.tune_results import collect  # noqa: E402
 from orchestrator.training import data  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The sweep's time left, revised after every epoch. Plain Python: the Tune
-experiment feeds it each result (tune_experiment.LiveEstimate), the unit tests
+experiment feeds it each result (tune_callbacks.LiveEstimate), the unit tests
 feed it synthetic ones.
 
 How it counts:

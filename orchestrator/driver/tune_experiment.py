@@ -3,32 +3,29 @@
 Two levels, named for where they run: `tune_trial` is the per-trial driver
 (a Tune function that builds and fits a TorchTrainer, forwarding every epoch
 to Tune through `ray_fastpath.report_to_tune_callback`); the workers run
-`worker.train_loop_per_worker`.
+`worker.train_loop_per_worker`. What Tune calls back as trials report and end
+(the printed lines, the stoppers, ASHA) is in tune_callbacks.py; the finished
+experiment is read back by tune_results.py.
 """
 
-import math
 import os
-import signal
-import threading
 import time
-from pathlib import Path
 
-import pandas as pd
 import ray
 from ray import tune
-from ray.tune.experiment import Trial
-from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.schedulers import ASHAScheduler
 
-from orchestrator.training import checkpoint
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage, tracking
-from orchestrator.driver.estimate import PointShape, SweepEstimate
 from orchestrator.driver.placement import Placement
 from orchestrator.config.dataset import shape_text
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
-from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS, Status, book_line, target_line
 from orchestrator.driver.trial import run_trial
+# The classes Tune pickles with the experiment: a sweep saved before they moved
+# to tune_callbacks.py names them here, and its --resume finds them so.
+from orchestrator.driver.tune_callbacks import (LiveEstimate, ReachedTarget, TimeToAccuracyASHA,
+                                                TrialLinePrinter)
 
 TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
@@ -66,159 +63,6 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str,
               name=tune.get_context().get_trial_id(),
               storage_path=runs_path, stop_at=stop_at,
               callbacks=[ray_fastpath.report_to_tune_callback()])
-
-
-class LiveEstimate(tune.Callback, tune.stopper.Stopper):
-    """Tune's side of `estimate.SweepEstimate`: feeds it every result and every
-    trial's end, prints what it says, and stops the sweep when it says so
-    (--max-hours). One object, both callback and stopper, so that the stopper
-    reads what the callback learnt."""
-
-    # The limit of the command running now, not kept with the instance: Tune
-    # restores a resumed sweep's stopper as it was when the sweep started.
-    max_hours: float | None = None
-    # This command's callback, which Tune sets up and feeds: the stopper asks it.
-    # A resumed sweep's stopper is another object, the one Tune saved with its
-    # controller's state and restores over the one it is given (Ray 2.60's
-    # TuneController.__setstate__ keeps `_stopper`, not `_callbacks`), as it was
-    # when the sweep stopped: it would never stop this command's run.
-    current: "LiveEstimate | None" = None
-
-    def __init__(self, sweep: SweepConfig, max_concurrent: int):
-        self.points = [PointShape.of(point) for point in sweep.grid]
-        self.max_concurrent = max_concurrent
-        self.estimate = SweepEstimate(self.points, max_concurrent)
-
-    def setup(self, **info):
-        # Called as each command starts its run, a resumed one included: the
-        # clock and the measurements are this command's.
-        self.estimate = SweepEstimate(self.points, self.max_concurrent,
-                                      max_hours=LiveEstimate.max_hours)
-        self.stopped_by: str | None = None  # how --max-hours stopped this command's run
-        LiveEstimate.current = self
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.estimate.add_result(_point_index(trial), result)
-        for other in trials:  # a resumed sweep's trials finished before it started
-            if other.status in (Trial.TERMINATED, Trial.ERROR):
-                self.estimate.trial_ended(_point_index(other))
-        self._print_revision()
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self.estimate.trial_ended(_point_index(trial))
-        self._print_revision()
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self.estimate.trial_ended(_point_index(trial))
-        self._print_revision()
-
-    def _print_revision(self) -> None:
-        for line in self.estimate.revise():
-            print(line, flush=True)
-
-    def __call__(self, trial_id: str, result: dict) -> bool:
-        return False  # the results come through on_trial_result
-
-    def stop_all(self) -> bool:
-        """--max-hours stops the sweep as a Ctrl-C does. Tune's own stop-all would
-        end the running trials as finished and its search as done, and --resume
-        would then find nothing to run (2 of 3 epochs trained, the second trial
-        never started: seen with Ray 2.60)."""
-        live = LiveEstimate.current or self
-        if not live.estimate.stop:
-            return False
-        if live.stopped_by is None:
-            live.stopped_by = "SIGINT" if interrupt_tune_run() else "stop-all"
-            if live.stopped_by == "stop-all":
-                print("Tune catches no SIGINT here: its running trials end as they are, "
-                      "and --resume will not continue them", flush=True)
-        return live.stopped_by == "stop-all"
-
-
-def interrupt_tune_run() -> bool:
-    """Stop the Tune run of this process as a Ctrl-C does: tune.run's documented
-    SIGINT handling saves the experiment's state with its trials unfinished, which
-    `Tuner.restore(resume_unfinished=True)` continues from their last checkpoints.
-    False, sending nothing, where Tune catches no SIGINT (its loop off the main
-    thread, or TUNE_DISABLE_SIGINT_HANDLER): there the signal would end the process."""
-    handler = signal.getsignal(signal.SIGINT)
-    if (threading.current_thread() is not threading.main_thread()
-            or not callable(handler) or handler is signal.default_int_handler):
-        return False
-    os.kill(os.getpid(), signal.SIGINT)
-    return True
-
-
-def _point_index(trial: Trial) -> int:
-    return trial.config["point"]["index"]
-
-
-class TrialLinePrinter(tune.Callback):
-    """One line as each trial ends: the book's line, or why it did not finish, and
-    when it reached the target accuracy, if there is one."""
-
-    def __init__(self, target_acc: float | None):
-        self.target_acc = target_acc
-        self.evaluations: dict[str, list[dict]] = {}  # every result is an evaluation
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.evaluations.setdefault(trial.trial_id, []).append(result)
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        evaluations = self.evaluations.get(trial.trial_id, [])
-        history = [row for row in evaluations if row["end_of_epoch"]]
-        parts = []
-        if history:
-            parts.append(book_line(history)
-                         + (" (diverged)" if history[-1]["status"] == Status.DIVERGED else ""))
-        if evaluations and self.target_acc is not None:
-            parts.append(target_line(evaluations, self.target_acc))
-        if parts:
-            print(f"trial {trial.trial_id} done: {'; '.join(parts)}", flush=True)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        print(f"trial {trial.trial_id} failed: see {trial.path}", flush=True)
-
-
-class ReachedTarget(tune.Stopper):
-    """--stop-at-target: Tune ends a trial at its first evaluation at or above the
-    target, and its workers go to the next trial."""
-
-    def __init__(self, target_acc: float):
-        self.target_acc = target_acc
-
-    def __call__(self, trial_id: str, result: dict) -> bool:
-        return result["test_acc"] >= self.target_acc
-
-    def stop_all(self) -> bool:
-        return False
-
-
-class TimeToAccuracyASHA(ASHAScheduler):
-    """ASHA (rungs in epochs) for a sweep with a target accuracy.
-
-    The book's recipe is never stopped early: its time to the target is the
-    baseline. A trial ended at the target before a rung still counts at that
-    rung, with the accuracy that got it there: the bar for the trials after
-    it (else the fastest learners, ended first, would set none).
-    """
-
-    def __init__(self, target_acc: float, **asha_options):
-        super().__init__(**asha_options)
-        self.target_acc = target_acc
-        self.num_epochs = asha_options["max_t"]
-
-    def on_trial_result(self, tune_controller, trial, result):
-        if TrainConfig(**trial.config["point"]["train"]).is_book_recipe:
-            return TrialScheduler.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
-
-    def on_trial_complete(self, tune_controller, trial, result):
-        if result.get("test_acc", 0.0) >= self.target_acc:
-            # ASHA records a trial at the highest rung a result passes, once per rung.
-            for epoch in range(math.ceil(result["epoch"]), self.num_epochs):
-                super().on_trial_result(tune_controller, trial, {**result, "epoch": epoch})
-        super().on_trial_complete(tune_controller, trial, result)
 
 
 def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path: str,
@@ -374,104 +218,3 @@ def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) ->
     return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
             "train": train,
             "placement": placement.to_dict() if placement else None}
-
-
-def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
-            sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
-    # Read from the experiment, not the results: a trial that never started
-    # (the sweep was interrupted first) has a config but no result.
-    # experiment_path is a path on the grid's filesystem: a bucket's has no scheme.
-    configs = tune.ExperimentAnalysis(
-        result_grid.experiment_path,
-        storage_filesystem=result_grid.filesystem).get_all_configs()
-    trial_rows, epoch_frames, evaluation_frames = [], [], []
-    for result in result_grid:
-        trial_id = Path(result.path).name  # see trial_dirname_creator
-        point = sweep.grid[configs[trial_id]["point"]["index"]]
-        train = point.train
-        trial_rows.append({
-            "trial_id": trial_id, "part": point.part, "seed": train.seed, "model": train.model,
-            "dataset": train.dataset, "num_classes": train.num_classes,
-            "sync": train.sync,
-            "split": train.split, "precision": train.precision,
-            "threads_per_worker": train.threads_per_worker,
-            "straggler_slowdown": train.straggler_slowdown,
-            "num_workers": train.num_workers, "batch_size": point.batch_size,
-            "batch_scaling": point.batch_scaling, "base_lr": point.base_lr, "lr": train.lr,
-            "momentum": train.momentum, "warmup_epochs": train.warmup_epochs,
-            "warmup_start_lr": train.warmup_start_lr,
-            "global_batch_size": train.global_batch_size,
-            "batch_size_per_worker": train.batch_size_per_worker,
-            "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
-            "book_recipe": train.is_book_recipe,
-            "error": _one_line(result.error) if result.error else "",
-            "early_stopping": sweep.scheduler != "fifo", "stop_at_target": sweep.stop_at_target,
-        })
-        # From the newest checkpoint, not Tune's record: a report reaches Tune
-        # only after its checkpoint is stored, so an epoch trained and kept
-        # counts even if the workers or the driver died before the report.
-        stored = checkpoint.read_newest_history(
-            storage.join(train_runs_path(storage_path, sweep_id), trial_id))
-        if stored is not None:
-            history, evaluations = (pd.DataFrame(rows) for rows in stored)
-        else:
-            # Tune's record, where every report is an evaluation (no columns if none
-            # came): an epoch's row has no eval_s, and until an epoch ends there are
-            # no epoch columns.
-            evaluations = history = result.metrics_dataframe
-            if evaluations is not None and "end_of_epoch" in evaluations:
-                history = evaluations[evaluations["end_of_epoch"].astype(bool)].reindex(
-                    columns=EPOCH_COLUMNS)
-                evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
-        if history is not None and "epoch" in history:
-            epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
-        if evaluations is not None and "epoch" in evaluations:
-            evaluation_frames.append(evaluations[EVALUATION_COLUMNS].assign(trial_id=trial_id))
-    return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),
-            _concat(evaluation_frames, EVALUATION_COLUMNS))
-
-
-def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    return (pd.concat(frames, ignore_index=True) if frames
-            else pd.DataFrame(columns=[*columns, "trial_id"]))
-
-
-def ended_experiment(sweep: SweepConfig, storage_path: str,
-                     sweep_id: str) -> tune.ResultGrid | None:
-    """The sweep's Tune results read from its local storage alone, without Ray, if
-    every grid point's trial ended without an error: what `Tuner.restore` with
-    `resume_unfinished` and `resume_errored` would leave alone. Else None."""
-    try:
-        analysis = tune.ExperimentAnalysis(storage.join(storage_path, sweep_id))
-    except (ValueError, OSError):  # no experiment state saved yet
-        return None
-    result_grid = tune.ResultGrid(analysis)
-    if len(result_grid) == result_grid.num_terminated == len(sweep.grid):
-        return result_grid
-    return None
-
-
-def trials_not_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> int:
-    """How many of the grid's trials Tune did not end (not started, or stopped):
-    those `all_trials_ended` waits for."""
-    return len(sweep.grid) - result_grid.num_terminated - result_grid.num_errors
-
-
-def all_trials_ended(result_grid: tune.ResultGrid, sweep: SweepConfig) -> bool:
-    """Whether Tune ended every grid point's trial (finished, stopped or failed).
-
-    Tune creates trials as slots free up, so an interrupted sweep may hold
-    fewer trials than the grid has points. Tune's statuses alone are not
-    enough either: after a Ctrl-C, Tune stops the running trials, and a trial
-    it stopped can come back as terminated (seen once in CI: exit 0, no
-    --resume hint); the report's summary then still counts it interrupted by
-    its epochs (`SweepReport.interrupted_trials`), and the Tune state that
-    --resume reads, saved before the stop, has it running.
-    """
-    return trials_not_ended(result_grid, sweep) == 0
-
-
-def _one_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]

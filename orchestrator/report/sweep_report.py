@@ -37,7 +37,7 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
                        title_lines: list[str], target_acc: float | None, data_note: str,
                        use_gpu: bool, left_out: Sequence[LeftOut] = (),
                        sessions: Sequence[dict] = (), not_ended: int = 0) -> SweepReport:
-    """Summarise the sweep's frames (tune_experiment.collect) and write every file.
+    """Summarise the sweep's frames (tune_results.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data; `left_out`: the

@@ -7,7 +7,8 @@ import ray
 from ray.util.state import list_placement_groups
 
 from orchestrator.config.grid import SweepConfig
-from orchestrator.driver.tune_experiment import collect, run_experiment
+from orchestrator.driver.tune_experiment import run_experiment
+from orchestrator.driver.tune_results import collect
 from helpers import hang_limit, num_actors
 
 

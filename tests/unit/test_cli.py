@@ -7,7 +7,7 @@ import pytest
 
 from helpers import REPO
 from orchestrator.config import cli
-from orchestrator.driver import plan
+from orchestrator.driver import checks
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SWEEP_FIELDS, TRAIN_FIELDS, SweepConfig
 
@@ -41,7 +41,7 @@ def test_the_same_flags_give_the_same_run_in_both_scripts():
     argv = ["--workers", "2", "--batch-size", "128", "--batch-scaling", "per-worker", "--lr", "0.1",
             "--lr-scaling", "linear", "--epochs", "3", "--no-shared-memory", "--use-gpu", "no",
             "--train-limit", "1024"]
-    run, gpu_from_cluster = plan.run_request(cli.train_parser("").parse_args(argv))
+    run, gpu_from_cluster = checks.run_request(cli.train_parser("").parse_args(argv))
     (point,) = SweepConfig.from_dict(cli.config_options(cli.sweep_parser("").parse_args(argv)),
                                      source="").grid
     assert run == point.train and not gpu_from_cluster
@@ -49,7 +49,7 @@ def test_the_same_flags_give_the_same_run_in_both_scripts():
 
 
 def test_defaults_come_from_the_dataclass():
-    run, gpu_from_cluster = plan.run_request(cli.train_parser("").parse_args([]))
+    run, gpu_from_cluster = checks.run_request(cli.train_parser("").parse_args([]))
     # `auto` GPU use is checked as GPU workers until the cluster says.
     assert dataclasses.replace(run, use_gpu=False) == TrainConfig() and gpu_from_cluster
 

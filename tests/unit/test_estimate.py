@@ -223,7 +223,7 @@ def test_max_hours_interrupts_tune_as_a_ctrl_c_and_only_where_tune_catches_it():
     import signal
     import threading
 
-    from orchestrator.driver.tune_experiment import interrupt_tune_run
+    from orchestrator.driver.tune_callbacks import interrupt_tune_run
     caught = []
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from orchestrator.config import cli
-from orchestrator.driver import plan
+from orchestrator.driver import checks, plan
 from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
 from orchestrator.training.timing import DeviceTimer
 
 
 def _fitted(tmp_path, *argv: str, nodes=({"CPU": 2.0},)):
-    request = plan.sweep_request(cli.sweep_parser("").parse_args(
+    request = checks.sweep_request(cli.sweep_parser("").parse_args(
         ["--preset", "exercises", *argv, "--out", str(tmp_path / "out")]))
     cluster = Cluster(address=None, dashboard_url=None, node_resources=tuple(nodes))
     return plan.fit_to_cluster(request, cluster).sweep
@@ -104,7 +104,7 @@ def test_quick_beside_a_config_file_is_refused(tmp_path):
     config = tmp_path / "sweep.json"
     config.write_text('{"workers": [1]}')
     with pytest.raises(UserError, match="--quick"):
-        plan.sweep_request(cli.sweep_parser("").parse_args(
+        checks.sweep_request(cli.sweep_parser("").parse_args(
             ["--config", str(config), "--quick", "--out", str(tmp_path / "out")]))
 
 

@@ -10,7 +10,7 @@ import torch
 
 from orchestrator.config import cli
 from orchestrator.config.options import TrainConfig
-from orchestrator.driver import commands, plan
+from orchestrator.driver import checks, commands
 from orchestrator.records import memory_format_text
 from orchestrator.training import layout
 from orchestrator.training.loop import run_training
@@ -139,7 +139,7 @@ def test_the_report_names_the_format_and_what_auto_timed():
 
 
 def test_memory_format_flag_defaults_to_auto_and_takes_each_format():
-    run, _ = plan.run_request(cli.train_parser("").parse_args([]))
+    run, _ = checks.run_request(cli.train_parser("").parse_args([]))
     assert run.memory_format == "auto"
     for name in ("nchw", "channels-last"):
         args = cli.sweep_parser("").parse_args(["--memory-format", name])

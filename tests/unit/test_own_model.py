@@ -20,7 +20,7 @@ from helpers import REPO, hang_limit, run_main
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver import equivalence, job_env
-from orchestrator.driver.plan import data_facts
+from orchestrator.driver.checks import data_facts
 from orchestrator.errors import UserError
 from orchestrator.report.answers import sheet
 from orchestrator.training import datasets
@@ -245,12 +245,12 @@ def test_the_run_is_told_its_data_sets_facts():
 
 def test_quick_subsets_are_no_larger_than_the_users_data_set(tmp_path):
     from orchestrator.config import cli
-    from orchestrator.driver import plan
+    from orchestrator.driver import checks
 
     args = cli.sweep_parser("").parse_args([
         "--quick", "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
         "--batch-size", "32", "--out", str(tmp_path / "out")])
-    base = plan.sweep_request(args).sweep.base
+    base = checks.sweep_request(args).sweep.base
     assert (base.num_train_examples, base.num_test_examples, base.num_epochs) == (96, 30, 3)
     assert not (tmp_path / "out").exists()
 

@@ -6,7 +6,7 @@ at a time (or to --max-concurrent-trials, timed side by side)."""
 import pytest
 
 from orchestrator.config import cli
-from orchestrator.driver import jobs, placement, plan
+from orchestrator.driver import checks, placement, plan, plan_text
 from orchestrator.driver.cluster import Cluster
 
 
@@ -16,7 +16,7 @@ def _cluster(*nodes: dict) -> Cluster:
 
 def _fit(tmp_path, cluster: Cluster, *argv: str) -> plan.SweepPlan:
     args = cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")])
-    return plan.fit_to_cluster(plan.sweep_request(args), cluster)
+    return plan.fit_to_cluster(checks.sweep_request(args), cluster)
 
 
 def _where(fitted: plan.SweepPlan) -> dict:
@@ -37,7 +37,7 @@ def test_the_scaling_preset_on_8_nodes_of_8_gpus_gives_each_trial_whole_nodes(tm
     # Past a node: whole nodes, 8 workers on each.
     assert where[16] == (2, 8, "PACK", {"CPU": 4.0, "GPU": 1.0})
     assert where[64] == (8, 8, "PACK", {"CPU": 4.0, "GPU": 1.0})
-    assert jobs.timing_line(fitted) == (
+    assert plan_text.timing_line(fitted) == (
         "each trial timed on whole nodes of its own, up to 8 trials at a time on disjoint nodes")
 
 
@@ -90,4 +90,4 @@ def test_max_concurrent_trials_overrides_the_placement_and_the_report_says_side_
                   "--lr", "0.1,0.2", "--max-concurrent-trials", "4")
     assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.placements) == (
         4, True, None)
-    assert "up to 4 trials side by side, sharing nodes" in jobs.timing_line(fitted)
+    assert "up to 4 trials side by side, sharing nodes" in plan_text.timing_line(fitted)

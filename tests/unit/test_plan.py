@@ -4,8 +4,7 @@ decided once from what the cluster's nodes hold (a `Cluster` as `connect` return
 import pytest
 
 from orchestrator.config import cli
-from orchestrator.driver import jobs
-from orchestrator.driver import plan
+from orchestrator.driver import checks, model_check, plan, plan_text
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
@@ -15,8 +14,8 @@ def _cluster(*nodes: dict) -> Cluster:
     return Cluster(address=None, dashboard_url=None, node_resources=tuple(nodes))
 
 
-def _request(tmp_path, *argv: str) -> plan.SweepRequest:
-    return plan.sweep_request(cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")]))
+def _request(tmp_path, *argv: str) -> checks.SweepRequest:
+    return checks.sweep_request(cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")]))
 
 
 def test_the_scaling_preset_takes_worker_counts_up_to_what_the_cluster_holds(tmp_path):
@@ -32,13 +31,13 @@ def test_a_sweep_that_reports_speedup_times_one_trial_at_a_time(tmp_path):
     # each other's timings: the speedup of 2 workers over 1 would be wrong.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2"), _cluster({"CPU": 8.0}))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
-    assert jobs.timing_line(fitted) == "each trial timed with its nodes to itself"
+    assert plan_text.timing_line(fitted) == "each trial timed with its nodes to itself"
     # Asked for, they run side by side, and the plan says so (report.md prints it).
     request = _request(tmp_path, "--workers", "1,2", "--lr", "0.1,0.2",
                        "--max-concurrent-trials", "3")
     fitted = plan.fit_to_cluster(request, _cluster({"CPU": 8.0}))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (3, True)
-    assert "up to 3 trials side by side, sharing nodes" in jobs.timing_line(fitted)
+    assert "up to 3 trials side by side, sharing nodes" in plan_text.timing_line(fitted)
 
 
 def test_the_plan_tells_replicas_apart_by_their_seed(tmp_path, capsys):
@@ -46,7 +45,7 @@ def test_the_plan_tells_replicas_apart_by_their_seed(tmp_path, capsys):
                         (["--seed", "3"], ["", ""])):
         fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2", *argv),
                                      _cluster({"CPU": 2.0}))
-        jobs._print_plan(fitted)
+        plan_text.print_plan(fitted)
         lines = [line for line in capsys.readouterr().out.splitlines() if "worker(s)" in line]
         assert [line.split("fp32, ")[1].split("10 epochs")[0] for line in lines] == seeds
 
@@ -142,7 +141,7 @@ def test_workers_that_share_a_gpu_fit_and_sum_over_gloo(tmp_path):
     assert two.resources_per_worker == {"CPU": 1.0, "GPU": 0.5}
     # NCCL refuses two ranks on one device; one worker alone keeps NCCL.
     assert (one.backend, two.backend) == ("nccl", "gloo")
-    assert "workers may share a GPU (gloo" in jobs.workers_text(two)
+    assert "workers may share a GPU (gloo" in plan_text.workers_text(two)
     config = TrainConfig(num_workers=3, use_gpu=True, gpus_per_worker=1 / 3)
     assert plan.fit_run_to_cluster(config, False, _cluster(ONE_GPU)).backend == "gloo"
     # A share is for GPU workers: on a cluster without GPUs, `auto` makes CPU ones.
@@ -234,7 +233,7 @@ def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
 def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path, capsys):
     fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "time-to-accuracy"),
                                  _cluster({"CPU": 2.0}))
-    jobs._print_plan(fitted)
+    plan_text.print_plan(fitted)
     lines = capsys.readouterr().out.splitlines()
     assert ("timing: each trial timed with its nodes to itself: trials of several worker counts "
             "compare their times, so they run one at a time (--max-concurrent-trials N runs N "
@@ -244,7 +243,7 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
     # "Up to" no more trials than there are.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1", "--max-concurrent-trials",
                                           "100"), _cluster({"CPU": 2.0}))
-    jobs._print_plan(fitted)
+    plan_text.print_plan(fitted)
     out = capsys.readouterr().out
     assert "1 trial(s), up to 1 at a time" in out and "every trial:" not in out
     assert "timing: each trial timed with its nodes to itself" in out
@@ -253,8 +252,8 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
 def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
                        "--batch-size", "32")
-    assert plan.parameters_text(request.sweep.base) == (
+    assert model_check.parameters_text(request.sweep.base) == (
         " (12.9k parameters, 51.7k bytes a replica in fp32)")
-    assert [plan._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
+    assert [model_check._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
         "1M", "999M", "100", "13.1k"]
-    assert plan.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
+    assert model_check.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here

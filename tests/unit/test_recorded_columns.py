@@ -16,7 +16,7 @@ from orchestrator.report.summary import summarize_trials
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick"
 # What the driver records of each trial before the report summarises it
-# (driver/tune_experiment.collect); seed and warm-up joined trials.csv later.
+# (driver/tune_results.collect); seed and warm-up joined trials.csv later.
 TRIAL_COLUMNS = ["trial_id", "part", "model", "sync", "split", "precision", "threads_per_worker",
                  "straggler_slowdown", "num_workers", "batch_size", "batch_scaling", "base_lr",
                  "lr", "momentum", "global_batch_size", "batch_size_per_worker",

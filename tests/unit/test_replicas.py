@@ -15,7 +15,7 @@ import pytest
 from orchestrator.config import cli
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import PRESETS, quick
-from orchestrator.driver import plan
+from orchestrator.driver import checks
 from orchestrator.report.answers.wording import EXERCISES_COMMAND
 from orchestrator.report.answers.sheet import render_answers
 from orchestrator.report.summary import summarize_trials
@@ -207,7 +207,7 @@ def test_speedup_is_against_the_median_of_the_1_worker_replicas():
 
 def _sweep(tmp_path, *argv: str) -> SweepConfig:
     args = cli.sweep_parser("").parse_args([*argv, "--out", str(tmp_path / "out")])
-    return plan.sweep_request(args).sweep
+    return checks.sweep_request(args).sweep
 
 
 @pytest.mark.parametrize("argv", [["--seed", "0,1"], ["--repeats", "2"]])

@@ -16,7 +16,7 @@ from orchestrator.report.summary import summarize_trials
 from orchestrator.report.sweep_report import write_results
 from orchestrator.report.tables import isolation_table, scaling_table
 from orchestrator.records import seconds_text, write_atomically
-from orchestrator.driver.tune_experiment import all_trials_ended
+from orchestrator.driver.tune_results import all_trials_ended
 
 # A sweep of LeNet, batch 256 (global), 3 epochs: lr 0.1/0.2/0.4 on 1 and 2 workers,
 # one 4-worker trial that failed before its first epoch, and one trial in a

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_script
 from orchestrator.config import cli
-from orchestrator.driver import jobs, plan
+from orchestrator.driver import checks, plan, sweep_files
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
@@ -28,7 +28,7 @@ def _tune_began(storage: str, sweep_id: str) -> None:
 def _claimed(out_dir: Path, *argv: str):
     """A sweep of `argv` claimed in `out_dir` as sweep.py claims one on a 2-CPU
     node, its Tune state begun in its default storage, out/ray."""
-    request = plan.sweep_request(cli.sweep_parser("").parse_args(["--out", str(out_dir), *argv]))
+    request = checks.sweep_request(cli.sweep_parser("").parse_args(["--out", str(out_dir), *argv]))
     fitted = plan.fit_to_cluster(request, Cluster(address=None, dashboard_url=None,
                                                   node_resources=({"CPU": 2.0},)))
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id)
@@ -65,7 +65,7 @@ def test_of_sweeps_claiming_one_folder_at_once_exactly_one_wins(tmp_path):
 
 def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_path):
     parser = cli.sweep_parser("")
-    requests = [plan.sweep_request(parser.parse_args(
+    requests = [checks.sweep_request(parser.parse_args(
         ["--out", str(tmp_path / name), "--storage", str(tmp_path / "shared")]))
         for name in ("first", "second")]
     first, second = (request.sweep_id for request in requests)
@@ -78,14 +78,14 @@ def test_sweeps_sharing_a_storage_have_their_own_experiment_and_train_runs(tmp_p
                                                       node_resources=({"CPU": 2.0},)))
     claim_out_dir(tmp_path / "first", fitted.sweep, storage, first)
     _tune_began(storage, first)
-    resumed = plan.sweep_request(parser.parse_args(["--out", str(tmp_path / "first"), "--resume"]))
+    resumed = checks.sweep_request(parser.parse_args(["--out", str(tmp_path / "first"), "--resume"]))
     assert resumed.sweep_id == first
 
 
 def test_a_claimed_sweep_json_still_serves_as_a_config_file(tmp_path):
     sweep = SweepConfig(workers=(1, 2), lrs=(0.1, 0.3))
     claim_out_dir(tmp_path / "first", sweep, "store", "first-1234")
-    request = plan.sweep_request(cli.sweep_parser("").parse_args(
+    request = checks.sweep_request(cli.sweep_parser("").parse_args(
         ["--config", str(tmp_path / "first" / SWEEP_FILE), "--out", str(tmp_path / "second")]))
     assert request.sweep.lrs == (0.1, 0.3) and request.sweep.workers == (1, 2)
     assert not request.gpu_from_cluster  # the stored sweep had settled it
@@ -117,12 +117,27 @@ def test_a_folder_of_an_earlier_version_is_not_resumed(tmp_path):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("name", ["LiveEstimate", "ReachedTarget", "TimeToAccuracyASHA",
+                                  "TrialLinePrinter"])
+def test_a_sweep_of_this_format_saved_before_tune_callbacks_py_still_unpickles(name):
+    """Tune pickles the sweep's stopper, scheduler and callbacks by module and name
+    (tuner.pkl, the controller's state); folders of this SWEEP_FORMAT saved
+    before they moved to tune_callbacks.py name them in tune_experiment."""
+    import pickle
+
+    from orchestrator.driver import tune_callbacks
+    saved = pickle.dumps(getattr(tune_callbacks, name), protocol=0).replace(
+        b"orchestrator.driver.tune_callbacks", b"orchestrator.driver.tune_experiment")
+    assert b"orchestrator.driver.tune_experiment" in saved
+    assert pickle.loads(saved) is getattr(tune_callbacks, name)
+
+
 def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     """The preset's points a one-GPU machine could not hold stay named in the
     report of a --resume (sweep.json keeps them), whatever the cluster then."""
     parser = cli.sweep_parser("")
     out_dir = tmp_path / "out"
-    request = plan.sweep_request(parser.parse_args(["--out", str(out_dir)]))
+    request = checks.sweep_request(parser.parse_args(["--out", str(out_dir)]))
     one_gpu = Cluster(address=None, dashboard_url=None,
                       node_resources=({"CPU": 16.0, "GPU": 1.0},))
     fitted = plan.fit_to_cluster(request, one_gpu)
@@ -131,7 +146,7 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     _tune_began(request.storage, request.sweep_id)
     # GPU workers: resumed against the GPU cluster's address (sweep_request connects to none).
     resume = ["--out", str(out_dir), "--resume", "--address", "127.0.0.1:6379"]
-    resumed = plan.sweep_request(parser.parse_args(resume))
+    resumed = checks.sweep_request(parser.parse_args(resume))
     assert resumed.left_out == fitted.left_out and len(resumed.left_out) == 1
     refitted = plan.fit_to_cluster(resumed, one_gpu)
     assert refitted.left_out == fitted.left_out and refitted.sweep.workers == (1,)
@@ -140,7 +155,7 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     stored["left_out"] = [{"num_workers": 2}]
     (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
     with pytest.raises(UserError, match="left_out is not a plan's"):
-        plan.sweep_request(parser.parse_args(resume))
+        checks.sweep_request(parser.parse_args(resume))
 
 
 def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_path):
@@ -150,7 +165,7 @@ def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_
     cluster, and a malformed one is one line."""
     parser = cli.sweep_parser("")
     out_dir = tmp_path / "out"
-    request = plan.sweep_request(parser.parse_args(["--out", str(out_dir)]))
+    request = checks.sweep_request(parser.parse_args(["--out", str(out_dir)]))
     fitted = plan.fit_to_cluster(request, Cluster(address=None, dashboard_url=None,
                                                   node_resources=({"CPU": 2.0},)))
     ran_on = {"cluster": "embedded local Ray: 1 node(s), 2 CPUs, 0 GPUs",
@@ -158,31 +173,32 @@ def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id, [], ran_on)
     _tune_began(request.storage, request.sweep_id)
     resume = parser.parse_args(["--out", str(out_dir), "--resume"])
-    assert plan.sweep_request(resume).ran_on == ran_on
+    assert checks.sweep_request(resume).ran_on == ran_on
     stored = json.loads((out_dir / SWEEP_FILE).read_text())
     del stored["ran_on"]
     (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
-    assert plan.sweep_request(resume).ran_on is None
+    assert checks.sweep_request(resume).ran_on is None
     stored["ran_on"] = {"cluster": 2}
     (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
     with pytest.raises(UserError, match="ran_on is not a cluster's and a timing's lines"):
-        plan.sweep_request(resume)
+        checks.sweep_request(resume)
 
 
 def test_each_session_keeps_its_wall_time_and_parts_and_a_rewrite_adds_none(tmp_path):
     """sessions.json: a sweep's sessions (a --resume is one more) with the driver's
     parts of each, for report.md's wall time and "Where the time went"."""
-    first = jobs._record_session(tmp_path, jobs.Session(time.monotonic() - 30,
-                                                        calibration_s=10.04, trials_s=18.0))
+    first = sweep_files._record_session(tmp_path, sweep_files.Session(
+        time.monotonic() - 30, calibration_s=10.04, trials_s=18.0))
     assert [(s["wall_s"], s["calibration_s"], s["trials_s"]) for s in first] == [(30, 10.0, 18.0)]
-    assert jobs._sessions_text(first) == "30 s"
-    second = jobs._record_session(tmp_path, jobs.Session(time.monotonic() - 12,
-                                                         calibration_s=0.0, trials_s=11.0))
-    assert jobs._sessions_text(second) == "42 s over 2 sessions (30, 12 s)"
+    assert sweep_files._sessions_text(first) == "30 s"
+    second = sweep_files._record_session(tmp_path, sweep_files.Session(
+        time.monotonic() - 12, calibration_s=0.0, trials_s=11.0))
+    assert sweep_files._sessions_text(second) == "42 s over 2 sessions (30, 12 s)"
     # A report rewritten without Ray adds no session, and reads them all back.
-    assert jobs._record_session(tmp_path, None) == second
+    assert sweep_files._record_session(tmp_path, None) == second
     assert json.loads((tmp_path / "sessions.json").read_text()) == second
-    assert jobs._sessions_text(jobs._record_session(tmp_path / "none", None)) == "not recorded"
+    assert sweep_files._sessions_text(
+        sweep_files._record_session(tmp_path / "none", None)) == "not recorded"
 
 
 @pytest.mark.reliability(
@@ -196,31 +212,31 @@ def test_a_copied_or_moved_sweep_resumes_from_its_own_storage(tmp_path):
     resume = ["--resume", "--out"]
     parser = cli.sweep_parser("")
     shutil.copytree(tmp_path / "original", tmp_path / "copy")
-    copy = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "copy")]))
+    copy = checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "copy")]))
     assert copy.storage == str(tmp_path / "copy" / "ray") and copy.sweep_id == original.sweep_id
     # A copy without ray/ would resume the original's sweep: refused.
     shutil.copytree(tmp_path / "original", tmp_path / "bare", ignore=shutil.ignore_patterns("ray"))
     with pytest.raises(UserError, match=r"bare was copied or moved from .*original without its "
                                         r"ray/ folder, which holds the sweep's state"):
-        plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "bare")]))
+        checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "bare")]))
     (tmp_path / "original").rename(tmp_path / "moved")
-    moved = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "moved")]))
+    moved = checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "moved")]))
     assert moved.storage == str(tmp_path / "moved" / "ray")
     # A storage of its own (--storage) is the sweep's wherever its folder goes, even
     # one named ray/ beside a folder of that name holding the sweep's id...
     named_ray = _claimed(tmp_path / "out2", "--storage", str(tmp_path / "data" / "ray"))
     (tmp_path / "out2" / "ray" / named_ray.sweep_id).mkdir(parents=True)
-    assert plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "out2")])).storage == \
+    assert checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "out2")])).storage == \
         named_ray.storage == str(tmp_path / "data" / "ray")
     shared = _claimed(tmp_path / "out", "--storage", str(tmp_path / "shared"))
     (tmp_path / "out").rename(tmp_path / "elsewhere")
-    kept = plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
+    kept = checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
     assert kept.storage == shared.storage == str(tmp_path / "shared")
     # ...and without it there is nothing to restore: one line, not Tune's traceback.
     shutil.rmtree(tmp_path / "shared")
     with pytest.raises(UserError, match=r"nothing to resume in .*elsewhere: its sweep's state "
                                         r"\(.*shared/out-\w+/tuner.pkl\) is not there"):
-        plan.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
+        checks.sweep_request(parser.parse_args([*resume, str(tmp_path / "elsewhere")]))
 
 
 @pytest.mark.reliability(
@@ -236,9 +252,9 @@ def test_a_resume_runs_the_sweep_it_started_and_refuses_other_options(tmp_path):
     parser = cli.sweep_parser("")
     resume = ["--resume", "--out", str(out_dir)]
     for same in ([], first, ["--epochs", "3"], ["--workers", "1,2", "--use-gpu", "auto"]):
-        assert plan.sweep_request(parser.parse_args([*same, *resume])).sweep.lrs == (0.1, 0.2)
+        assert checks.sweep_request(parser.parse_args([*same, *resume])).sweep.lrs == (0.1, 0.2)
     with pytest.raises(UserError) as refused:
-        plan.sweep_request(parser.parse_args(["--workers", "1", "--lr", "0.5", "--epochs", "3",
+        checks.sweep_request(parser.parse_args(["--workers", "1", "--lr", "0.5", "--epochs", "3",
                                               *resume]))
     assert str(refused.value) == (
         f"--resume continues the sweep in {out_dir} with the options it was started with, and "
@@ -247,8 +263,8 @@ def test_a_resume_runs_the_sweep_it_started_and_refuses_other_options(tmp_path):
     # A preset is compared whole (its worker counts aside: the cluster may have fitted them).
     with pytest.raises(UserError, match=r"--model resnet18 \(the sweep's: lenet\);.* drop "
                                         r"those \(or the --preset that set them\)"):
-        plan.sweep_request(parser.parse_args(["--preset", "d2l-13.6", *resume]))
+        checks.sweep_request(parser.parse_args(["--preset", "d2l-13.6", *resume]))
     with pytest.raises(UserError, match=r"--calibrate no \(the sweep's: yes\)"):
-        plan.sweep_request(parser.parse_args(["--no-calibrate", *resume]))
+        checks.sweep_request(parser.parse_args(["--no-calibrate", *resume]))
     with pytest.raises(UserError, match=r"in its own storage, .*out/ray: drop --storage"):
-        plan.sweep_request(parser.parse_args(["--storage", str(tmp_path / "s"), *resume]))
+        checks.sweep_request(parser.parse_args(["--storage", str(tmp_path / "s"), *resume]))

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import run_script
 from orchestrator.config import cli
-from orchestrator.driver import plan
+from orchestrator.driver import checks
 from orchestrator.config.options import SPLITS
 from orchestrator.config.grid import SweepConfig
 from orchestrator.report.summary import summarize_trials
@@ -26,7 +26,7 @@ def test_each_axis_takes_a_list_and_the_grid_crosses_them():
 
 
 def test_train_py_takes_one_value_of_each():
-    run, _ = plan.run_request(cli.train_parser("").parse_args(
+    run, _ = checks.run_request(cli.train_parser("").parse_args(
         ["--sync", "ddp", "--split", "proportional", "--precision", "fp64"]))
     assert (run.sync, run.split, run.precision) == ("ddp", "proportional", "fp64")
 

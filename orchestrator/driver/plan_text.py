@@ -1,0 +1,103 @@
+"""The plan as a person reads it before anything runs: the model and the data,
+how the trials are timed, one line a trial and the points left out
+(`print_plan`); and the pieces train.py's line and the report's title share."""
+
+from orchestrator.config.dataset import shape_text
+from orchestrator.driver import plan
+from orchestrator.driver.model_check import parameters_text
+
+
+def timing_line(sweep_plan: plan.SweepPlan) -> str:
+    if sweep_plan.placements:
+        return (f"each trial timed on whole nodes of its own, up to "
+                f"{sweep_plan.max_concurrent_trials} trials at a time on disjoint nodes")
+    if not sweep_plan.side_by_side:
+        return "each trial timed with its nodes to itself"
+    # The plan, not what happened: report.md's "Trials at once" says how many did overlap.
+    return (f"up to {sweep_plan.max_concurrent_trials} trials side by side, sharing nodes: where "
+            f"trials overlapped (report.md's 'Trials at once'), their epoch times, speedups and "
+            f"efficiencies compare runs that competed for the same cores, memory bandwidth and "
+            f"devices")
+
+
+def workers_text(config) -> str:
+    """What the workers run on, and the backend their sums go over."""
+    if not config.use_gpu:
+        return "CPUs (gloo)"
+    if config.gpus_per_worker < 1:
+        return (f"GPUs, {config.gpus_per_worker:g} of one each: workers may share a GPU "
+                f"(gloo, where NCCL refuses two ranks on one device)")
+    return "GPUs (NCCL)"
+
+
+def data_text(config) -> str:
+    """The data set and the shapes the model was built for: "fashion-mnist (1x28x28,
+    10 classes)"."""
+    return (f"{config.dataset} ({shape_text(config.input_shape)}, "
+            f"{config.num_classes} classes)")
+
+
+def print_plan(sweep_plan: plan.SweepPlan) -> None:
+    points = sweep_plan.sweep.grid
+    base = sweep_plan.sweep.base
+    print(f"model {base.model}{parameters_text(base)}, data {data_text(base)}: "
+          f"{base.num_train_examples} train / "
+          f"{base.num_test_examples} test images")
+    timing = timing_line(sweep_plan)
+    if (sweep_plan.max_concurrent_trials == 1 and len(points) > 1
+            and len({point.train.num_workers for point in points}) > 1):
+        timing += (": trials of several worker counts compare their times, so they run one "
+                   "at a time (--max-concurrent-trials N runs N side by side)")
+    print(f"timing: {timing}")
+    settings = _settings_text(sweep_plan.sweep)
+    if settings:
+        print(f"every trial: {settings}")
+    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
+          f"workers on {workers_text(base)}:")
+    several_seeds = len({point.train.seed for point in points}) > 1  # replicas apart
+    for point in points:
+        train = point.train
+        print(f"  {f'[{point.part}] ' if point.part else ''}"
+              f"{train.num_workers} worker(s), global batch {train.global_batch_size} "
+              f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
+              f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
+              f"{train.precision}, {f'seed {train.seed}, ' if several_seeds else ''}"
+              f"{train.num_epochs} epochs of {train.steps_per_epoch} steps"
+              + (f", lr warmed up over {train.warmup_epochs} epoch(s) from "
+                 f"{train.warmup_start_lr:g}" if train.warmup_epochs else "")
+              + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
+              + (f", last worker slowed {train.straggler_slowdown:g}x"
+                 if train.straggler_slowdown > 1 else "")
+              + _placement_part(sweep_plan.placements, train.num_workers))
+    if sweep_plan.left_out:
+        print(f"{len(sweep_plan.left_out)} point(s) of the preset left out, the report "
+              f"estimates each with the scaling model (a what-if, not a measurement):")
+        for cell in sweep_plan.left_out:
+            print(f"  {cell.line}")
+
+
+def _settings_text(sweep) -> str:
+    """The sweep-wide options that change what a trial does or when it ends, which
+    the trials' lines do not show: empty where all are the defaults."""
+    base = sweep.base
+    parts = []
+    if base.target_acc is not None:
+        parts.append(f"target test accuracy {base.target_acc:g}"
+                     + (", the trial ends there (--stop-at-target)" if sweep.stop_at_target
+                        else ", recorded when reached"))
+    if sweep.scheduler == "asha":
+        parts.append("ASHA stops trials that lag (--scheduler asha)")
+    if base.evals_per_epoch > 1:
+        parts.append(f"evaluated {base.evals_per_epoch} times an epoch")
+    if base.sync_batchnorm:
+        parts.append("BatchNorm statistics synchronised across workers (--sync-batchnorm)")
+    return "; ".join(parts)
+
+
+def _placement_part(placements, num_workers: int) -> str:
+    """Where a trial's workers go, when they get whole nodes of their own."""
+    if not placements:
+        return ""
+    where = placements[num_workers]
+    nodes = "1 whole node" if where.num_nodes == 1 else f"{where.num_nodes} whole nodes"
+    return f", on {nodes} ({where.resources_per_worker['CPU']:g} CPUs reserved per worker)"
