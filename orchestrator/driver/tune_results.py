@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 from ray import tune
+from ray.tune.experiment import Trial
 
 from orchestrator.training import checkpoint
 from orchestrator.driver import storage
@@ -15,15 +16,22 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS
 
 
+_ENDED = (Trial.TERMINATED, Trial.ERROR)
+
+
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
             sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
     # experiment_path is a path on the grid's filesystem: a bucket's has no scheme.
-    configs = tune.ExperimentAnalysis(
-        result_grid.experiment_path,
-        storage_filesystem=result_grid.filesystem).get_all_configs()
+    analysis = tune.ExperimentAnalysis(result_grid.experiment_path,
+                                       storage_filesystem=result_grid.filesystem)
+    configs = analysis.get_all_configs()
+    # Ended in the state Tune saved, which --resume reads: a trial a Ctrl-C or --max-hours
+    # stopped is saved unfinished, though the grid in memory may count it terminated;
+    # only an ended trial can have been stopped by the scheduler (ASHA), not interrupted.
+    ended = {trial.trial_id for trial in analysis.trials if trial.status in _ENDED}
     trial_rows, epoch_frames, evaluation_frames = [], [], []
     for result in result_grid:
         trial_id = Path(result.path).name  # see trial_dirname_creator
@@ -45,7 +53,8 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
             "book_recipe": train.is_book_recipe,
             "error": _one_line(result.error) if result.error else "",
-            "early_stopping": sweep.scheduler != "fifo", "stop_at_target": sweep.stop_at_target,
+            "early_stopping": sweep.scheduler != "fifo" and trial_id in ended,
+            "stop_at_target": sweep.stop_at_target,
         })
         # From the newest checkpoint, not Tune's record: a report reaches Tune
         # only after its checkpoint is stored, so an epoch trained and kept

@@ -286,15 +286,18 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
 
 
 @pytest.mark.reliability(
-    fault="--preset d2l-13.6 (ResNet-18) on a cluster without GPUs, with --max-hours shorter "
-          "than its estimate", lost="the epoch under way: the sweep stops after its first "
+    fault="--preset d2l-13.6 (ResNet-18) under ASHA on a cluster without GPUs, with "
+          "--max-hours shorter than its estimate",
+    lost="the epoch under way: the sweep stops after its first "
                                     "epoch, saying how long it would take; --resume "
                                     "trains the rest from that epoch's checkpoint")
 def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     """Also the preset's points that do not fit: a worker with every CPU's thread
     leaves no room for the preset's second worker, which the plan and report.md name,
     the report with the scaling model's what-if (its rules: tests/unit/test_plan.py,
-    tests/unit/test_left_out_report.py)."""
+    tests/unit/test_left_out_report.py). Under ASHA, whose stopped trials end short
+    too: a trial the stop cut short is interrupted, not stopped early (it once
+    exited 0, its trial "stopped early", with no --resume hint)."""
     from ray._private.utils import get_num_cpus  # what the embedded Ray will hold
     cpus = get_num_cpus()
     out_dir = tmp_path / "out"
@@ -303,8 +306,8 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     # Ctrl-C reaches it still count.
     run = run_script("sweep.py", "--preset", "d2l-13.6", "--threads-per-worker", str(cpus),
                      "--batch-size", "32", "--train-limit", "64", "--test-limit", "100",
-                     "--epochs", "8", "--max-hours", "0.00001", "--out", str(out_dir),
-                     timeout_s=300)
+                     "--epochs", "8", "--max-hours", "0.00001", "--scheduler", "asha",
+                     "--out", str(out_dir), timeout_s=300)
     assert run.returncode == 130, run.stdout[-3000:] + run.stderr[-3000:]
     not_run = (f"2 worker(s), global batch 64 (32/worker), lr 0.2, resnet18, sync scratch, "
                f"fp32: 2 workers need {2 * cpus} CPUs; this cluster has {cpus}: not run")
@@ -316,6 +319,7 @@ def test_a_long_sweep_prints_its_estimate_and_max_hours_stops_it(tmp_path):
     assert re.search(re.escape(f"- {not_run}. What-if: ") + r"[\d.]+ s/epoch \(speedup [\d.]+\) "
                      r"over 10 Gb/s Ethernet", report), report
     assert "- **interrupted**: 1 of the sweep's trials did not end" in report
+    assert list(pd.read_csv(out_dir / "trials.csv")["status"]) == ["interrupted"]
     assert re.search(r"estimate: about [\d.]+ (s|min|h) left \(7 of 8 epochs to go; "
                      r"measured 1 worker [\d.]+ s/epoch", run.stdout), run.stdout[-3000:]
     stopping = (r"revised estimate: [\d.]+ (s|min|h) elapsed \+ about [\d.]+ (s|min|h) left "
