@@ -29,6 +29,7 @@ from common import command_line, emit, median  # noqa: E402
 from orchestrator.driver import cluster as ray_cluster  # noqa: E402
 from orchestrator.training import data  # noqa: E402
 from orchestrator.config.grid import SweepConfig  # noqa: E402
+from orchestrator.records import counted  # noqa: E402
 from orchestrator.report.summary import summarize_trials  # noqa: E402
 from orchestrator.driver.rundir import SWEEP_FILE  # noqa: E402
 from orchestrator.driver.tune_experiment import run_experiment  # noqa: E402
@@ -67,7 +68,8 @@ def time_to_target(sweep: SweepConfig, data_ref: ray.ObjectRef) -> dict:
     outcome = (f"{row['train_s_to_target']:.1f} s of training to {sweep.base.target_acc:g}"
                if pd.notna(row["train_s_to_target"]) else
                f"did not reach {sweep.base.target_acc:g} in {row['train_s_run']:.1f} s of training")
-    print(f"{row['num_workers']} worker(s), batch {row['global_batch_size']}, lr {row['lr']:g}, "
+    print(f"{counted(row['num_workers'], 'worker')}, batch {row['global_batch_size']}, "
+          f"lr {row['lr']:g}, "
           f"momentum {row['momentum']:g}: {outcome} [{row['status']}]", flush=True)
     return {**{key: None if pd.isna(row[key]) else float(row[key])
                for key in ("train_s_to_target", "wall_s_to_target", "epochs_to_target",
@@ -120,7 +122,8 @@ def main() -> None:
         runs["recipe"].append(time_to_target(recipe, data_ref))
     ray.shutdown()
     figures = {"target_acc": args.target_acc,
-               "recommended": (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
+               "recommended": (f"{counted(best['num_workers'], 'worker')}, batch "
+                               f"{best['global_batch_size']}, "
                                f"lr {best['lr']:g}, momentum {best['momentum']:g}, "
                                f"{best['model']}, {best['sync']}, {best['split']} split, "
                                f"{best['precision']}"),

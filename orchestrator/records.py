@@ -87,7 +87,7 @@ class LeftOut:
 
     @property
     def line(self) -> str:
-        return (f"{f'[{self.part}] ' if self.part else ''}{self.num_workers} worker(s), "
+        return (f"{f'[{self.part}] ' if self.part else ''}{counted(self.num_workers, 'worker')}, "
                 f"global batch {self.global_batch_size} ({self.batch_size_per_worker}/worker), "
                 f"lr {self.lr:g}, {self.model}, sync {self.sync}, {self.precision}: "
                 f"{self.reason}")
@@ -140,6 +140,13 @@ def evaluation_line(metrics: dict) -> str:
             f"after {seconds_text(metrics['train_s'])} s of training")
 
 
+def counted(count: float, noun: str) -> str:
+    """"1 worker", "2 workers", "0.5 GPUs": a count and its noun, in the number the
+    count takes (every noun here takes its plural with an s)."""
+    number = int(count) if float(count).is_integer() else f"{count:g}"
+    return f"{number} {noun}" if count == 1 else f"{number} {noun}s"
+
+
 def seconds_text(seconds: float, decimals: int = 1) -> str:
     """`seconds` to `decimals` decimals, or to two significant digits where those
     would show fewer: a quick sweep's 0.068 and 0.13 s are not both 0.1 s."""
@@ -153,9 +160,8 @@ def book_line(history: list[dict]) -> str:
     `test acc: 0.84, 3.1 sec/epoch on 2 workers [cpu, cpu]`."""
     last = history[-1]
     seconds_per_epoch = statistics.fmean(row["epoch_time_s"] for row in history)
-    workers = "worker" if last["num_workers"] == 1 else "workers"
     return (f"test acc: {last['test_acc']:.2f}, {seconds_text(seconds_per_epoch)} sec/epoch "
-            f"on {last['num_workers']} {workers} {last['devices']}")
+            f"on {counted(last['num_workers'], 'worker')} {last['devices']}")
 
 
 def first_reaching(evaluations: list[dict], target_acc: float) -> dict | None:

@@ -115,6 +115,8 @@ def resumed_run_line(config: TrainConfig, name: str, run_folder: str) -> str | N
 
 
 def sweep_request(args: argparse.Namespace) -> SweepRequest:
+    """sweep.py's arguments checked and settled: the sweep, where it writes, and how it
+    runs; a UserError, before Ray starts, for anything it cannot run."""
     options = config_options(args)
     preset = getattr(args, "preset", None)
     if args.out is not None and not args.out.strip():

@@ -20,6 +20,7 @@ import ray
 
 from orchestrator.driver import job_env
 from orchestrator.errors import UserError
+from orchestrator.records import counted
 
 REACHABILITY_TIMEOUT_S = 5.0
 LOCAL_DASHBOARD_HOST = "127.0.0.1"
@@ -64,8 +65,8 @@ class Cluster:
 
     def describe(self) -> str:
         where = f"Ray cluster at {self.address}" if self.address else "embedded local Ray"
-        return (f"{where}: {len(self.node_resources)} node(s), {self.num_cpus:g} CPUs, "
-                f"{self.num_gpus:g} GPUs")
+        return (f"{where}: {counted(len(self.node_resources), 'node')}, "
+                f"{counted(self.num_cpus, 'CPU')}, {counted(self.num_gpus, 'GPU')}")
 
     def max_workers(self, resources_per_worker: dict[str, float]) -> int:
         """How many such workers fit at once: each must fit on one node."""
@@ -85,7 +86,7 @@ class Cluster:
             need = ", ".join(f"{amount:g} {name}" for name, amount in resources_per_worker.items())
             raise UserError(
                 f"{what} needs {num_workers} workers of {{{need}}} each, but the "
-                f"{self.describe()} can hold at most {capacity} such workers; "
+                f"{self.describe()} can hold at most {counted(capacity, 'such worker')}; "
                 + ways_out(resources_per_worker, num_workers, self))
 
 
@@ -106,22 +107,23 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
         # n workers to a GPU, each reserving 1/n of it, on the GPUs there are.
         num_gpus = cluster.num_gpus
         share = 1 / math.ceil(num_workers / num_gpus) if num_gpus >= 1 else 0.5
-        ways = (f"to put {num_workers} workers on {num_gpus:g} GPU(s) give --gpus-per-worker "
-                f"{share:.3g} (workers share a GPU over gloo: accuracies to compare, no "
-                f"speedup)")
+        ways = (f"to put {num_workers} workers on {counted(num_gpus, 'GPU')} give "
+                f"--gpus-per-worker {share:.3g} (workers share a GPU over gloo: accuracies to "
+                f"compare, no speedup)")
         if short_of_cpus:
             return (f"{ways}; and {num_workers} workers need {num_workers * cpu:g} CPUs, this "
                     f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
         return (f"{ways}, or --use-gpu no (CPU workers), or attach to a cluster with more "
                 f"GPUs (--address)")
     if gpu > 0 and not short_of_cpus:  # each enough alone, not on the same nodes
-        return (f"each worker needs {cpu:g} CPU(s) and {gpu:g} GPU on one node, and the GPU "
-                f"nodes' CPUs hold {cluster.max_workers(resources_per_worker)} such workers: "
-                f"{cpu_ways}")
+        held = cluster.max_workers(resources_per_worker)
+        return (f"each worker needs {counted(cpu, 'CPU')} and {gpu:g} GPU on one node, and the "
+                f"GPU nodes' CPUs hold {counted(held, 'such worker')}: {cpu_ways}")
     if short_of_cpus and gpu > 0:
         room = cluster.max_workers({"CPU": cpu})
-        where = (f", room for {room} such workers" if num_workers * cpu <= cluster.num_cpus
-                 else "")  # enough in all, not on whole nodes
+        # Enough in all, not on whole nodes: the room there is.
+        where = (f", room for {counted(room, 'such worker')}"
+                 if num_workers * cpu <= cluster.num_cpus else "")
         return (f"{num_workers} workers need {num_workers * cpu:g} CPUs ({cpu:g} each), this "
                 f"cluster has {cluster.num_cpus:g}{where}: {cpu_ways}")
     return cpu_ways

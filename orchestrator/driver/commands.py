@@ -11,6 +11,7 @@ import sys
 
 from orchestrator.config import cli
 from orchestrator.driver import jobs
+from orchestrator.records import counted
 
 EXIT_TRAINING_FAILED = 1
 EXIT_TRIALS_FAILED = 1
@@ -61,7 +62,7 @@ def sweep_main(argv: list[str] | None = None) -> int:
     if outcome.failed_trials:
         # The other trials' results are written; the exit status still tells
         # a script (or `ray job submit`) that the sweep is not whole.
-        print(f"\n{len(outcome.failed_trials)} trial(s) failed: "
+        print(f"\n{counted(len(outcome.failed_trials), 'trial')} failed: "
               f"{', '.join(outcome.failed_trials)} (the error column of trials.csv says why)",
               file=sys.stderr)
         return EXIT_TRIALS_FAILED

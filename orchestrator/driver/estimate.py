@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.config.grid import GridPoint
+from orchestrator.records import counted
 
 # A revision is printed when the end it forecasts moves by more than this share
 # of the time left last printed (time passing alone changes nothing), ...
@@ -220,9 +221,8 @@ class SweepEstimate:
         figures = self.seconds_per_epoch()
 
         def figure(group: Group) -> str:
-            workers = "worker" if group[0] == 1 else "workers"
             model = f" {group[1]}" if several_models else ""
-            return f"{group[0]} {workers}{model} {figures[group][0]:.1f} s/epoch"
+            return f"{counted(group[0], 'worker')}{model} {figures[group][0]:.1f} s/epoch"
 
         total = sum(point.num_epochs for point in self.points)
         left = sum(self.epochs_left(index) for index in range(len(self.points)))

@@ -22,6 +22,7 @@ from orchestrator.driver.model_check import parameters_text
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
 from orchestrator.driver.rundir import claim_out_dir
 from orchestrator.driver.sweep_files import Session, SweepOutcome, write_report
+from orchestrator.records import counted
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
-        print(f"{config.model}{parameters_text(config)}, {config.num_workers} worker(s) on "
-              f"{workers_text(config)}, sync {config.sync}, "
-              f"split {config.split}: "
+        print(f"{config.model}{parameters_text(config)}, "
+              f"{counted(config.num_workers, 'worker')} on {workers_text(config)}, "
+              f"sync {config.sync}, split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
               f"{config.precision}, {config.num_epochs} epochs of {config.steps_per_epoch} "

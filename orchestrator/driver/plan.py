@@ -13,7 +13,7 @@ from orchestrator.driver.checks import SweepRequest
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
-from orchestrator.records import LeftOut
+from orchestrator.records import LeftOut, counted
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def shortfall(cluster: Cluster, num_workers: int, resources: dict[str, float]) -
     total = cluster.num_gpus if unit == "GPU" else cluster.num_cpus
     need = num_workers * resources[unit]
     # Enough in all, but no node set holds that many whole workers (nodes too small).
-    where = f", room for {room} such workers" if need <= total else ""
+    where = f", room for {counted(room, 'such worker')}" if need <= total else ""
     return f"{num_workers} workers need {need:g} {unit}s; this cluster has {total:g}{where}: not run"
 
 

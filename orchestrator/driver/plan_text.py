@@ -5,9 +5,11 @@ how the trials are timed, one line a trial and the points left out
 from orchestrator.config.dataset import shape_text
 from orchestrator.driver import plan
 from orchestrator.driver.model_check import parameters_text
+from orchestrator.records import counted
 
 
 def timing_line(sweep_plan: plan.SweepPlan) -> str:
+    """How the plan's trials share the cluster while they are timed."""
     if sweep_plan.placements:
         return (f"each trial timed on whole nodes of its own, up to "
                 f"{sweep_plan.max_concurrent_trials} trials at a time on disjoint nodes")
@@ -52,25 +54,25 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
     settings = _settings_text(sweep_plan.sweep)
     if settings:
         print(f"every trial: {settings}")
-    print(f"{len(points)} trial(s), up to {sweep_plan.max_concurrent_trials} at a time, "
+    print(f"{counted(len(points), 'trial')}, up to {sweep_plan.max_concurrent_trials} at a time, "
           f"workers on {workers_text(base)}:")
     several_seeds = len({point.train.seed for point in points}) > 1  # replicas apart
     for point in points:
         train = point.train
         print(f"  {f'[{point.part}] ' if point.part else ''}"
-              f"{train.num_workers} worker(s), global batch {train.global_batch_size} "
+              f"{counted(train.num_workers, 'worker')}, global batch {train.global_batch_size} "
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
               f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
               f"{train.precision}, {f'seed {train.seed}, ' if several_seeds else ''}"
               f"{train.num_epochs} epochs of {train.steps_per_epoch} steps"
-              + (f", lr warmed up over {train.warmup_epochs} epoch(s) from "
+              + (f", lr warmed up over {counted(train.warmup_epochs, 'epoch')} from "
                  f"{train.warmup_start_lr:g}" if train.warmup_epochs else "")
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
               + (f", last worker slowed {train.straggler_slowdown:g}x"
                  if train.straggler_slowdown > 1 else "")
               + _placement_part(sweep_plan.placements, train.num_workers))
     if sweep_plan.left_out:
-        print(f"{len(sweep_plan.left_out)} point(s) of the preset left out, the report "
+        print(f"{counted(len(sweep_plan.left_out), 'point')} of the preset left out, the report "
               f"estimates each with the scaling model (a what-if, not a measurement):")
         for cell in sweep_plan.left_out:
             print(f"  {cell.line}")
@@ -99,5 +101,5 @@ def _placement_part(placements, num_workers: int) -> str:
     if not placements:
         return ""
     where = placements[num_workers]
-    nodes = "1 whole node" if where.num_nodes == 1 else f"{where.num_nodes} whole nodes"
-    return f", on {nodes} ({where.resources_per_worker['CPU']:g} CPUs reserved per worker)"
+    return (f", on {counted(where.num_nodes, 'whole node')} "
+            f"({counted(where.resources_per_worker['CPU'], 'CPU')} reserved per worker)")

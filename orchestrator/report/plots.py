@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records import write_atomically
+from orchestrator.records import counted, write_atomically
 from orchestrator.report import timeline
 from orchestrator.report.scaling_model import PREDICTED_WORKERS, ScalingResult
 from orchestrator.report.summary import SCALING_GROUP, SPEEDUP_AXES
@@ -24,9 +24,11 @@ LEGEND_MAX_ENTRIES = 8
 SETUP_AXES = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown"]
 BATCH_AXES = ["batch_size", "batch_scaling"]
 assert set(SCALING_GROUP) == {*SETUP_AXES, *BATCH_AXES, "base_lr"}
-_FORMATS = {"num_workers": "{} worker(s)", "batch_size": "b={}", "batch_scaling": "{} batch",
-            "base_lr": "lr={:g}", "momentum": "m={:g}", "threads_per_worker": "{} thread(s)",
-            "straggler_slowdown": "straggler x{:g}"}
+_FORMATS = {"num_workers": lambda value: counted(value, "worker"), "batch_size": "b={}".format,
+            "batch_scaling": "{} batch".format, "base_lr": "lr={:g}".format,
+            "momentum": "m={:g}".format,
+            "threads_per_worker": lambda value: counted(value, "thread"),
+            "straggler_slowdown": "straggler x{:g}".format}
 _LINESTYLES = ["-", "--", ":", "-."]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
@@ -285,7 +287,7 @@ def _distinct(summary: pd.DataFrame, axes: list[str]) -> list[tuple]:
 
 
 def _label(values: dict, axes: list[str]) -> str:
-    return " ".join(_FORMATS.get(axis, "{}").format(values[axis]) for axis in axes)
+    return " ".join(_FORMATS.get(axis, str)(values[axis]) for axis in axes)
 
 
 def _handle(**style):

@@ -38,8 +38,8 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
     `trials` holds the grid values and derived values of each trial, its
     `error` (empty if none), `early_stopping` (whether a scheduler may have
     stopped it: under one, and ended in Tune's saved state; one a Ctrl-C or
-    --max-hours stopped short is interrupted) and `stop_at_target`; `epochs` and `evaluations` hold what the
-    workers reported.
+    --max-hours stopped short is interrupted) and `stop_at_target`; `epochs`
+    and `evaluations` hold what the workers reported.
     """
     per_trial = epochs.sort_values("epoch").groupby("trial_id").agg(
         epochs_run=("epoch", "max"),

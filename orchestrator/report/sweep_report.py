@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.records import (LeftOut, Status, book_line, memory_format_text, step_graph_text,
-                                  write_atomically)
+from orchestrator.records import (LeftOut, Status, book_line, counted, memory_format_text,
+                                  step_graph_text, write_atomically)
 from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
@@ -137,10 +137,11 @@ def _at_once_line(epochs: pd.DataFrame) -> str:
     if spans.empty:
         return "Trials at once: not recorded (no start and end times in epochs.csv)."
     shared = timeline.shared_nodes(spans)
-    sharing = (f"{len({pair[:2] for pair in shared})} pair(s) of trials shared a node while "
-               f"both ran" if shared else "no two trials shared a node while both ran")
+    pairs = counted(len({pair[:2] for pair in shared}), "pair")
+    sharing = (f"{pairs} of trials shared a node while both ran" if shared
+               else "no two trials shared a node while both ran")
     return (f"Trials at once: at most {timeline.max_trials_at_once(spans)}, on "
-            f"{spans['node'].nunique()} node(s); {sharing} (`timeline.png`).")
+            f"{counted(spans['node'].nunique(), 'node')}; {sharing} (`timeline.png`).")
 
 
 def _time_split_section(rows: list[dict]) -> list[str]:
@@ -167,7 +168,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
              "faster (the workers' mean seconds a step).", ""]
     for row in summary.itertuples():
         history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
-        label = (f"`{row.trial_id}` {row.num_workers} worker(s), batch {row.batch_size} "
+        label = (f"`{row.trial_id}` {counted(row.num_workers, 'worker')}, batch {row.batch_size} "
                  f"({row.batch_scaling}), lr {row.lr:g}, sync {row.sync}, split {row.split}, "
                  f"{row.precision}")
         if len(history):

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from orchestrator.records import first_reaching, seconds_text
+from orchestrator.records import counted, first_reaching, seconds_text
 
 TARGET_COLUMNS = ["epochs_to_target", "train_s_to_target", "wall_s_to_target"]
 # What a row of the ranking is; the other columns are measured.
@@ -53,7 +53,7 @@ def recommendation(summary: pd.DataFrame, target_acc: float) -> str:
         return f"No trial reached test accuracy {target_acc:g}."
     best = table.iloc[0]
     setup = "".join(f", {value}" for value in _swept_setup(best, summary))
-    line = (f"{best['num_workers']} worker(s), batch {best['global_batch_size']}, "
+    line = (f"{counted(best['num_workers'], 'worker')}, batch {best['global_batch_size']}, "
             f"lr {best['lr']:g} (momentum {best['momentum']:g}){setup} reached {target_acc:g} "
             f"in {seconds_text(best['train_s_to_target'])} s of training")
     recipe = summary[summary["book_recipe"].astype(bool)]
@@ -90,7 +90,7 @@ def _swept_setup(trial, summary: pd.DataFrame) -> list[str]:
 
 
 def _recipe_outcome(row, target_acc: float) -> str:
-    where = f"{row.num_workers} worker(s)"
+    where = counted(row.num_workers, "worker")
     if not math.isnan(row.train_s_to_target):
         return (f"{where} reached {target_acc:g} after {round(row.epochs_to_target, 2):g} epochs, "
                 f"{seconds_text(row.train_s_to_target)} s of training "

@@ -29,6 +29,7 @@ import numpy as np
 from orchestrator.config.dataset import FASHION_MNIST, DataFacts, shape_text
 from orchestrator.config.references import REFERENCE, resolve
 from orchestrator.errors import UserError
+from orchestrator.records import counted
 from orchestrator.training import data
 
 # PIL's modes of more than 8 bits a channel: 16- and 32-bit integers (I, I;16,
@@ -158,7 +159,7 @@ def _from_folder(root: Path) -> tuple[tuple, tuple]:
                         f"ImageFolder layout)")
     classes = sorted(entry.name for entry in os.scandir(root / "train") if entry.is_dir())
     if len(classes) < 2:
-        raise UserError(f"--dataset {root}: train/ has {len(classes)} class folder(s); a "
+        raise UserError(f"--dataset {root}: train/ has {counted(len(classes), 'class folder')}; a "
                         f"classifier needs two or more")
     unknown = sorted(entry.name for entry in os.scandir(root / "test")
                      if entry.is_dir() and entry.name not in classes)

@@ -18,11 +18,11 @@ def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path)
                    "--train-limit", "2048", "--test-limit", "500", "--batch-size", "64",
                    "--no-calibrate", "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert f"Ray cluster at {cluster.head_address}: 3 node(s), 2 CPUs" in run.stdout
-    assert "4 trial(s), up to 2 at a time, workers on CPUs (gloo):" in run.stdout
-    assert "1 worker(s), global batch 64 (64/worker), lr 0.1" in run.stdout
-    assert "on 1 whole node (1 CPUs reserved per worker)" in run.stdout
-    assert "on 2 whole nodes (1 CPUs reserved per worker)" in run.stdout
+    assert f"Ray cluster at {cluster.head_address}: 3 nodes, 2 CPUs" in run.stdout
+    assert "4 trials, up to 2 at a time, workers on CPUs (gloo):" in run.stdout
+    assert "1 worker, global batch 64 (64/worker), lr 0.1" in run.stdout
+    assert "on 1 whole node (1 CPU reserved per worker)" in run.stdout
+    assert "on 2 whole nodes (1 CPU reserved per worker)" in run.stdout
     ids = cluster.node_ids()
     workers = {ids["w1"], ids["w2"]}
     trials = pd.read_csv(out_dir / "trials.csv").set_index("trial_id")
@@ -44,5 +44,5 @@ def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path)
     assert timeline.shared_nodes(spans) == []
     report = (out_dir / "report.md").read_text()
     assert "each trial timed on whole nodes of its own, up to 2 trials at a time" in report
-    assert "Trials at once: at most 2, on 2 node(s); no two trials shared a node" in report
+    assert "Trials at once: at most 2, on 2 nodes; no two trials shared a node" in report
     assert (out_dir / "timeline.png").stat().st_size > 5_000

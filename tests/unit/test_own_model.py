@@ -178,7 +178,7 @@ def test_a_bad_image_folder_is_one_line(tmp_path):
         "sizes": ({"train": [(12, 12), (12, 12), (10, 12)], "test": [(12, 12)] * 2},
                   "every image must be of one size"),
         "no-test": ({"train": [(12, 12)] * 2}, "no test subfolder"),
-        "one-class": ({"train": [(12, 12)], "test": [(12, 12)]}, "1 class folder(s)"),
+        "one-class": ({"train": [(12, 12)], "test": [(12, 12)]}, "1 class folder"),
     }
     for name, (sizes, fragment) in cases.items():
         root = _image_folder(tmp_path / name, sizes)

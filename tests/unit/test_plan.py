@@ -1,6 +1,8 @@
 """The plan fitted to a cluster: GPUs, open worker counts, room and concurrency,
 decided once from what the cluster's nodes hold (a `Cluster` as `connect` returns it)."""
 
+import re
+
 import pytest
 
 from orchestrator.config import cli
@@ -46,7 +48,8 @@ def test_the_plan_tells_replicas_apart_by_their_seed(tmp_path, capsys):
         fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2", *argv),
                                      _cluster({"CPU": 2.0}))
         plan_text.print_plan(fitted)
-        lines = [line for line in capsys.readouterr().out.splitlines() if "worker(s)" in line]
+        lines = [line for line in capsys.readouterr().out.splitlines()
+                 if re.match(r"  \d+ workers?, ", line)]
         assert [line.split("fp32, ")[1].split("10 epochs")[0] for line in lines] == seeds
 
 
@@ -100,7 +103,7 @@ def test_the_main_job_on_one_gpu_runs_what_fits_and_names_what_does_not(tmp_path
     assert [point.train.num_workers for point in fitted.sweep.grid] == [1]
     (cell,) = fitted.left_out
     assert cell.reason == "2 workers need 2 GPUs; this cluster has 1: not run"
-    assert cell.line == ("2 worker(s), global batch 256 (128/worker), lr 0.2, lenet, sync scratch, "
+    assert cell.line == ("2 workers, global batch 256 (128/worker), lr 0.2, lenet, sync scratch, "
                          "fp32: 2 workers need 2 GPUs; this cluster has 1: not run")
     assert fitted.sweep.grid[0].train.backend == "nccl"
     # 13.6's preset: b per GPU, lr scaled linearly: the 2-GPU point is batch 512 at lr 0.2.
@@ -129,7 +132,7 @@ def test_workers_the_user_gave_that_cannot_fit_are_refused_with_the_ways_out(tmp
         plan.fit_to_cluster(_request(tmp_path, "--config", str(config)), _cluster(ONE_GPU))
     # train.py: its --workers is always the user's.
     config = TrainConfig(num_workers=3, use_gpu=True)
-    with pytest.raises(UserError, match=r"put 3 workers on 1 GPU\(s\) give --gpus-per-worker 0.333"):
+    with pytest.raises(UserError, match=r"put 3 workers on 1 GPU give --gpus-per-worker 0.333"):
         plan.fit_run_to_cluster(config, False, _cluster(ONE_GPU))
 
 
@@ -158,7 +161,7 @@ def test_a_cpu_grid_point_too_big_for_the_nodes_says_which_resource(tmp_path):
     # Enough CPUs in all, but no node holds a whole worker of 3 threads and the
     # cluster only one: the room is named too.
     assert plan.shortfall(_cluster({"CPU": 3.0}, {"CPU": 2.0}, {"CPU": 2.0}), 2, {"CPU": 3.0}) == (
-        "2 workers need 6 CPUs; this cluster has 7, room for 1 such workers: not run")
+        "2 workers need 6 CPUs; this cluster has 7, room for 1 such worker: not run")
 
 
 CPU_STARVED = {"CPU": 4.0, "GPU": 8.0}
@@ -205,11 +208,11 @@ def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
     assert "3 workers need 6 CPUs (2 each), this cluster has 6, room for 2 such workers" in message
     # Enough of each, not on the same nodes (the CPUs are the head's).
     message = refusal({"CPU": 64.0}, {"CPU": 4.0, "GPU": 8.0}, "--workers", "8")
-    assert ("each worker needs 1 CPU(s) and 1 GPU on one node, and the GPU nodes' CPUs hold 4 "
+    assert ("each worker needs 1 CPU and 1 GPU on one node, and the GPU nodes' CPUs hold 4 "
             "such workers: give fewer --workers") in message
     # Both short: the share that fits the GPUs, and the CPUs it still lacks.
     message = refusal(NODE_OF_EIGHT, "--workers", "20", "--gpus-per-worker", "0.5")
-    assert "to put 20 workers on 8 GPU(s) give --gpus-per-worker 0.333" in message
+    assert "to put 20 workers on 8 GPUs give --gpus-per-worker 0.333" in message
     assert "; and 20 workers need 20 CPUs, this cluster has 16: give fewer --workers" in message
     assert "--use-gpu no" not in message
 
@@ -245,7 +248,7 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
                                           "100"), _cluster({"CPU": 2.0}))
     plan_text.print_plan(fitted)
     out = capsys.readouterr().out
-    assert "1 trial(s), up to 1 at a time" in out and "every trial:" not in out
+    assert "1 trial, up to 1 at a time" in out and "every trial:" not in out
     assert "timing: each trial timed with its nodes to itself" in out
 
 

@@ -81,7 +81,7 @@ def test_accuracy_curves_are_a_panel_per_worker_count_coloured_by_lr():
     for figure in (plots.plot_test_acc_by_epoch(summary, epochs),
                    plots.plot_test_acc_vs_time(summary, evaluations, 0.8)):
         assert [axes.get_title() for axes in figure.axes] == [
-            "1 worker(s)", "2 worker(s)", "4 worker(s)"]
+            "1 worker", "2 workers", "4 workers"]
         # 8 trials per panel: 4 lrs x 2 batches (and the target line).
         assert [len(axes.get_lines()) for axes in figure.axes] in ([8] * 3, [9] * 3)
         (legend,) = _legends(figure)
@@ -111,7 +111,7 @@ def test_swept_strategies_are_rows_of_panels_and_colours_of_the_speedup():
     assert len(summary) == 72
     figure = plots.plot_test_acc_by_epoch(summary, epochs)
     assert len(figure.axes) == 9
-    assert figure.axes[0].get_title() == "ddp, 1 worker(s)"
+    assert figure.axes[0].get_title() == "ddp, 1 worker"
     speedup = plots.plot_speedup(summary)
     assert len(speedup.axes[0].get_lines()) == 3 * len(BATCHES) + 1
     assert _legends(speedup) == [["ddp", "ring", "scratch", "b=128", "b=256",

@@ -233,7 +233,7 @@ def test_ranking_and_the_recommended_line_against_the_books_recipe():
     assert list(time_to_accuracy.ranking(summary)["trial_id"]) == ["first", "mid"]
     # The recipe never got there: the factor is a lower bound, from its 36 s run.
     assert time_to_accuracy.recommendation(summary, 0.8) == (
-        "2 worker(s), batch 128, lr 0.05 (momentum 0.9) reached 0.8 in 2.0 s of training, "
+        "2 workers, batch 128, lr 0.05 (momentum 0.9) reached 0.8 in 2.0 s of training, "
         "more than 18.00 times faster than the book's recipe on this cluster, which had not "
         "reached it after 36.0 s of training.")
     # Scaled up, the recipe reaches 0.8 at its 6th evaluation (1.5 epochs, 27 s).
@@ -247,7 +247,7 @@ def test_ranking_and_the_recommended_line_against_the_books_recipe():
     strategies = summary.assign(sync=first.map({True: "sharded", False: "scratch"}),
                                 precision=first.map({True: "bf16", False: "fp32"}))
     assert time_to_accuracy.recommendation(strategies, 0.8).startswith(
-        "2 worker(s), batch 128, lr 0.05 (momentum 0.9), sync sharded, precision bf16 reached 0.8")
+        "2 workers, batch 128, lr 0.05 (momentum 0.9), sync sharded, precision bf16 reached 0.8")
 
 
 def test_the_report_has_the_time_to_accuracy_section_and_plot(tmp_path):
@@ -259,8 +259,8 @@ def test_the_report_has_the_time_to_accuracy_section_and_plot(tmp_path):
     # Every trial is LeNet: the model is said once above the ranking, not in each row.
     assert "Every row: model lenet," in section and "| model |" not in section
     assert section.index("| first | 2 | 128 |") < section.index("| mid | 1 | 256 |")
-    assert "2 worker(s) did not reach it in 36.0 s of training [finished]" in section
-    assert "**Recommended:** 2 worker(s), batch 128, lr 0.05 (momentum 0.9)" in section
+    assert "2 workers did not reach it in 36.0 s of training [finished]" in section
+    assert "**Recommended:** 2 workers, batch 128, lr 0.05 (momentum 0.9)" in section
     assert paths["test_acc_vs_time.png"].stat().st_size > 0
     trials = pd.read_csv(paths["trials.csv"])
     assert {"epochs_to_target", "train_s_to_target", "wall_s_to_target", "momentum"} <= set(trials)

@@ -168,7 +168,7 @@ def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_
     request = checks.sweep_request(parser.parse_args(["--out", str(out_dir)]))
     fitted = plan.fit_to_cluster(request, Cluster(address=None, dashboard_url=None,
                                                   node_resources=({"CPU": 2.0},)))
-    ran_on = {"cluster": "embedded local Ray: 1 node(s), 2 CPUs, 0 GPUs",
+    ran_on = {"cluster": "embedded local Ray: 1 node, 2 CPUs, 0 GPUs",
               "timing": "each trial timed with its nodes to itself"}
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id, [], ran_on)
     _tune_began(request.storage, request.sweep_id)

@@ -105,7 +105,7 @@ def test_the_report_compares_strategies_and_shows_each_workers_share():
     assert "Every row: num_workers 2, last_epoch 2." in report
     assert ("| p2 | scratch | proportional | 128 / 128 | 2.00 / 4.00 | 170 / 86 "
             "| 3.00 / 3.10 |") in report
-    assert ("`s2` 2 worker(s), batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory "
+    assert ("`s2` 2 workers, batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory "
             "format channels-last (auto: NCHW 0.112 s, channels-last 0.083 s a step): ") in report
     assert "split even, fp32, memory format nchw: " in report  # s1: given, not timed
 
@@ -115,6 +115,6 @@ def test_each_trials_line_names_the_transport_its_gradients_took():
     epochs["transport"] = epochs["trial_id"].map(
         {"s1": "none", "s2": "shared memory", "d1": "none", "d2": "gloo", "p2": "gloo"})
     report = render_report(summary, epochs, title_lines=[])
-    assert "`d2` 2 worker(s), batch 256 (global), lr 0.2, sync ddp, split even, fp32, over gloo," in report
+    assert "`d2` 2 workers, batch 256 (global), lr 0.2, sync ddp, split even, fp32, over gloo," in report
     assert "sync scratch, split even, fp32, over shared memory, memory format" in report
-    assert "`s1` 1 worker(s), batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory" in report
+    assert "`s1` 1 worker, batch 256 (global), lr 0.2, sync scratch, split even, fp32, memory" in report

@@ -97,11 +97,11 @@ def test_epochs_without_times_give_no_spans_and_say_so(tmp_path):
 def test_the_report_says_how_many_ran_at_once_and_whether_any_shared_a_node(tmp_path):
     epochs = _epochs(tmp_path)
     report = render_report(_summary(epochs), epochs, title_lines=[])
-    assert ("Trials at once: at most 3, on 4 node(s); no two trials shared a node while both "
+    assert ("Trials at once: at most 3, on 4 nodes; no two trials shared a node while both "
             "ran (`timeline.png`).") in report
     assert "- `timeline.png`" in report
     crowded = _epochs(tmp_path, {**GROUPS, "s_00004": [(7, [9], ["node-a"])]})
-    assert "at most 4, on 4 node(s); 1 pair(s) of trials shared a node" in render_report(
+    assert "at most 4, on 4 nodes; 1 pair of trials shared a node" in render_report(
         _summary(crowded), crowded, title_lines=[])
 
 

@@ -14,12 +14,12 @@ import pandas as pd
 
 from orchestrator.config.dataset import FASHION_MNIST
 from orchestrator.config.options import MODELS
-from orchestrator.records import Status
+from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, timed, with_speedups
 from orchestrator.report.answers.compare import compare_acc, compare_times
 from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
-from orchestrator.report.answers.wording import acc_seeds_text, counted, percent, seeds_text
+from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
 
 # A cell of trials that differ only in their worker count (and seed, and the

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, part_trials
 from orchestrator.report.answers.compare import compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
@@ -16,7 +17,7 @@ from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOME
                                                      RULE_TEXT_ONLY, rule_verdict, verdict_text)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
-from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
 from orchestrator.report.tables import markdown_table

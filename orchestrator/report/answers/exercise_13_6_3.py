@@ -6,11 +6,11 @@ accuracy beside the synchronous optimizer, with the stale gradient's price."""
 import numpy as np
 import pandas as pd
 
-from orchestrator.records import Status, seconds_text
+from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, counted,
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
                                                  seeds_text)
 

@@ -8,10 +8,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned, part_trials
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import SIGNIFICANCE, welch
-from orchestrator.report.answers.wording import counted, seeds_text
+from orchestrator.report.answers.wording import seeds_text
 
 
 def lr_trials(summary: pd.DataFrame) -> pd.DataFrame:

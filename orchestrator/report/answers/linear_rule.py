@@ -5,11 +5,11 @@ reads, and what 13.5.2 found of the rule for 13.6.1 to cite."""
 import numpy as np
 import pandas as pd
 
+from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import SIGNIFICANCE, welch
-from orchestrator.report.answers.wording import counted
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.records import Status
-from orchestrator.report.answers.wording import REPEATS_COMMAND, counted, percent
+from orchestrator.records import Status, counted
+from orchestrator.report.answers.wording import REPEATS_COMMAND, percent
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import timed_epochs, with_speedup
 

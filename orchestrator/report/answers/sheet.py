@@ -24,9 +24,8 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared
-from orchestrator.report.answers.wording import counted
 from orchestrator.report.tables import markdown_table
-from orchestrator.records import write_atomically
+from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
 from orchestrator.report.plots import plot_scaling_model, pyplot, save_png
 from orchestrator.report.scaling_model import ScalingResult, fit_and_validate

@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from orchestrator.records import counted
+
 EXERCISES_COMMAND = "python experiments/sweep.py --preset exercises"
 GPU_COMMAND = f"{EXERCISES_COMMAND} --address <cluster with GPUs>"
 MORE_WORKERS_COMMAND = f"{EXERCISES_COMMAND} --address <a cluster with more CPUs or GPUs>"
@@ -31,11 +33,6 @@ def learned_seeds_text(count: int, not_learned: int | None) -> str:
         return text
     return (f"{text}, which did not learn" if int(count) == 1
             else f"{text}, {failed} of which did not learn")
-
-
-def counted(count, noun: str) -> str:
-    """"1 pair", "3 pairs": a count and its noun, in the number the count takes."""
-    return f"{int(count)} {noun}" if int(count) == 1 else f"{int(count)} {noun}s"
 
 
 def percent(fraction: float) -> str:
