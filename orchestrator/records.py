@@ -181,9 +181,10 @@ def target_line(evaluations: list[dict], target_acc: float) -> str:
     if reached is None:
         last = max(evaluations, key=lambda row: row["epoch"], default=None)
         return (f"did not reach test acc {target_acc:g}" + (
-            f" in {round(last['epoch'], 2):g} epochs ({seconds_text(last['train_s'])} s of "
-            f"training)" if last else ""))
-    return (f"reached test acc {target_acc:g} after {round(reached['epoch'], 2):g} epochs: "
+            f" in {counted(round(last['epoch'], 2), 'epoch')} "
+            f"({seconds_text(last['train_s'])} s of training)" if last else ""))
+    return (f"reached test acc {target_acc:g} after "
+            f"{counted(round(reached['epoch'], 2), 'epoch')}: "
             f"{seconds_text(reached['train_s'])} s of training, "
             f"{seconds_text(reached['wall_s'])} s from the start")
 

@@ -85,7 +85,7 @@ class Cluster:
         if num_workers > capacity:
             need = ", ".join(f"{amount:g} {name}" for name, amount in resources_per_worker.items())
             raise UserError(
-                f"{what} needs {num_workers} workers of {{{need}}} each, but the "
+                f"{what} needs {counted(num_workers, 'worker')} of {{{need}}} each, but the "
                 f"{self.describe()} can hold at most {counted(capacity, 'such worker')}; "
                 + ways_out(resources_per_worker, num_workers, self))
 
@@ -107,25 +107,27 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
         # n workers to a GPU, each reserving 1/n of it, on the GPUs there are.
         num_gpus = cluster.num_gpus
         share = 1 / math.ceil(num_workers / num_gpus) if num_gpus >= 1 else 0.5
-        ways = (f"to put {num_workers} workers on {counted(num_gpus, 'GPU')} give "
+        ways = (f"to put {counted(num_workers, 'worker')} on {counted(num_gpus, 'GPU')} give "
                 f"--gpus-per-worker {share:.3g} (workers share a GPU over gloo: accuracies to "
                 f"compare, no speedup)")
         if short_of_cpus:
-            return (f"{ways}; and {num_workers} workers need {num_workers * cpu:g} CPUs, this "
-                    f"cluster has {cluster.num_cpus:g}: {cpu_ways}")
+            return (f"{ways}; and {counted(num_workers, 'worker')} need "
+                    f"{counted(num_workers * cpu, 'CPU')}, this cluster has "
+                    f"{cluster.num_cpus:g}: {cpu_ways}")
         return (f"{ways}, or --use-gpu no (CPU workers), or attach to a cluster with more "
                 f"GPUs (--address)")
     if gpu > 0 and not short_of_cpus:  # each enough alone, not on the same nodes
         held = cluster.max_workers(resources_per_worker)
-        return (f"each worker needs {counted(cpu, 'CPU')} and {gpu:g} GPU on one node, and the "
+        return (f"each worker needs {counted(cpu, 'CPU')} and {counted(gpu, 'GPU')} on one "
+                f"node, and the "
                 f"GPU nodes' CPUs hold {counted(held, 'such worker')}: {cpu_ways}")
     if short_of_cpus and gpu > 0:
         room = cluster.max_workers({"CPU": cpu})
         # Enough in all, not on whole nodes: the room there is.
         where = (f", room for {counted(room, 'such worker')}"
                  if num_workers * cpu <= cluster.num_cpus else "")
-        return (f"{num_workers} workers need {num_workers * cpu:g} CPUs ({cpu:g} each), this "
-                f"cluster has {cluster.num_cpus:g}{where}: {cpu_ways}")
+        return (f"{counted(num_workers, 'worker')} need {counted(num_workers * cpu, 'CPU')} "
+                f"({cpu:g} each), this cluster has {cluster.num_cpus:g}{where}: {cpu_ways}")
     return cpu_ways
 
 

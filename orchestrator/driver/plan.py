@@ -115,7 +115,8 @@ def shortfall(cluster: Cluster, num_workers: int, resources: dict[str, float]) -
     need = num_workers * resources[unit]
     # Enough in all, but no node set holds that many whole workers (nodes too small).
     where = f", room for {counted(room, 'such worker')}" if need <= total else ""
-    return f"{num_workers} workers need {need:g} {unit}s; this cluster has {total:g}{where}: not run"
+    return (f"{counted(num_workers, 'worker')} need {counted(need, unit)}; this cluster has "
+            f"{total:g}{where}: not run")
 
 
 def _node_exclusive(cluster: Cluster, worker_counts: list[int], resources: dict[str, float]

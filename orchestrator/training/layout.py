@@ -23,14 +23,15 @@ from orchestrator.training.timing import DeviceTimer
 
 FORMATS = ("nchw", "channels-last")
 TORCH_FORMATS = {"nchw": torch.contiguous_format, "channels-last": torch.channels_last}
-# Timed steps per layout, after one untimed warm-up step each (first-call
-# allocations, cuDNN's search). Measured on the 2-core EPYC, one thread: all
-# 18 steps cost 1.0 s for LeNet at batch 256, 0.45 s at 128; 8 s for
-# ResNet-18 at 32 (once a sweep per batch, node and device kind).
+# Timed steps per layout, after an untimed warm-up step each (first-call
+# allocations, cuDNN's search; a CUDA graph's: its eager steps, its capture and
+# a replay). Measured on the 2-core EPYC, one thread: all 18 steps cost 1.0 s
+# for LeNet at batch 256, 0.45 s at 128; 8 s for ResNet-18 at 32 (once a sweep
+# per batch, node and device kind).
 MEASURED_STEPS = 8
 # Fewer timed steps where a step is slow, at least one a layout: as many as fit
-# this many seconds by the warm-up step's time (which, paying first-call work,
-# overestimates it). ResNet-18 at batch 256 on one CPU core takes about 8 s a
+# this many seconds by the last warm-up step's time (which, paying first-call work,
+# may overestimate it). ResNet-18 at batch 256 on one CPU core takes about 8 s a
 # step: 18 steps were 2.4 minutes of the exercises' first ResNet-18 trial,
 # where 4 take about 30 s; its layouts differed by 18% a step there (6.7 s
 # channels-last against 8.2 s NCHW on the 2-core EPYC with AVX-512).

@@ -115,9 +115,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     graph_off = step_graph.off_reason(config, device)
     # A resumed run keeps the layout it chose; from here on `config` names it.
     chosen_layout = state["layout"] if state is not None else layout.choose(
-        config, device, lambda: layout.time_layouts(
-            _layout_step(config, device, train_images, train_labels, graphed=graph_off is None),
-            device, warmup_rounds=(step_graph.WARMUP_STEPS + 2 if graph_off is None else 1)),
+        config, device, lambda: _time_layouts(config, device, train_images, train_labels,
+                                              graphed=graph_off is None),
         scope=layout_scope or layout.process_scope(), graphed=graph_off is None)
     config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
     model = model_of(config)
@@ -340,12 +339,28 @@ def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
     return {index * steps // count for index in range(1, count)}
 
 
+def _time_layouts(config: TrainConfig, device: torch.device, images: torch.Tensor,
+                  labels: torch.Tensor, *, graphed: bool) -> dict[str, float]:
+    """`auto`'s seconds a step in each layout; `graphed`: of the steps replayed as CUDA
+    graphs, after each one's eager warm-up steps, its capture and a replay. Where a
+    layout's capture failed its steps ran eagerly, and an eager step beside a replayed
+    one says nothing of the layouts: both are timed again eagerly."""
+    if graphed:
+        step, replays = _layout_step(config, device, images, labels, graphed=True)
+        step_s = layout.time_layouts(step, device, warmup_rounds=step_graph.WARMUP_STEPS + 2)
+        if all(replay.state == step_graph.ON for replay in replays.values()):
+            return step_s
+    step, _ = _layout_step(config, device, images, labels, graphed=False)
+    return layout.time_layouts(step, device)
+
+
 def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor,
-                 labels: torch.Tensor, *, graphed: bool) -> layout.Step:
+                 labels: torch.Tensor, *, graphed: bool
+                 ) -> tuple[layout.Step, dict[str, step_graph.GraphedStep]]:
     """One forward, backward and SGD step of a throwaway copy of the run's model,
-    on a shard of the run's batch size per worker, in the layout asked for;
-    `graphed` (a run whose step is a CUDA graph): replayed as one too, after its
-    eager warm-up steps and its capture (graphed.GraphedStep).
+    on a shard of the run's batch size per worker, in the layout asked for; with
+    the layouts' GraphedSteps where `graphed` (a run whose step is a CUDA graph):
+    replayed as one too, after its eager warm-up steps and its capture.
 
     Without SyncBatchNorm: its statistics' sync is no part of the layout's cost.
     """
@@ -367,13 +382,13 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
         return (loss.detach(),)
     if not graphed:
         first = slice(0, config.batch_size_per_worker)
-        return lambda name: one_step(name, first)
+        return (lambda name: one_step(name, first)), {}
     first = torch.arange(config.batch_size_per_worker, device=device)
     timer = DeviceTimer(device)  # the replays' own, unread: time_layouts times them
     replays = {name: step_graph.GraphedStep(functools.partial(one_step, name),
                                             runs[name][2].zero_grad, len(first), device)
                for name in layout.FORMATS}
-    return lambda name: replays[name](first, timer)
+    return (lambda name: replays[name](first, timer)), replays
 
 
 def _as_tensors(*arrays) -> list[torch.Tensor]:

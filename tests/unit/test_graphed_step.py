@@ -3,6 +3,7 @@ what a run records where it is not; the capture itself needs a GPU
 (tests/gpu/test_cuda_graph.py)."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -129,10 +130,10 @@ class _EagerStandIn:
     the loop's wiring of a graphed step (the static index it gathers from, the check
     it counts into, the outputs it returns) run on a CPU."""
 
-    def __init__(self, body, clear, batch_size, device, made):
+    def __init__(self, body, clear, batch_size, device, made, state="on"):
         self.body, self.clear = body, clear
         self.index = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.state, self.calls = "on", 0
+        self.state, self.calls = state, 0
         made.append(self)
 
     def __call__(self, index, timer):
@@ -168,11 +169,31 @@ def test_the_loops_graphed_path_is_its_eager_step_on_a_cpu(fashion_mnist_small, 
             want["train_loss"], want["train_acc"], want["test_acc"])
     for name, tensor in eager_state["model"].items():
         assert torch.equal(stood_in_state["model"][name], tensor), name
+    # --memory-format auto: each layout timed through such a step, after the graph's
+    # warm-up rounds (3 eager steps, the capture, a replay), under the graphed key.
+    from orchestrator.training import layout
+    rounds = []
+    time_layouts = layout.time_layouts
+
+    def recording(step, device, **options):
+        rounds.append(options.get("warmup_rounds", 1))
+        return time_layouts(step, device, **options)
+    monkeypatch.setattr(layout, "time_layouts", recording)
+    monkeypatch.setattr(layout, "cache_path", lambda: tmp_path / "layouts.json")
+    auto = dataclasses.replace(config, memory_format="auto", num_epochs=1)
     made.clear()
-    history = loop.run_training(dataclasses.replace(config, memory_format="auto", num_epochs=1),
-                                fashion_mnist_small, device=torch.device("cpu"),
-                                report=lambda *_: None, layout_scope=f"afresh in {tmp_path}")
+    history = loop.run_training(auto, fashion_mnist_small, device=torch.device("cpu"),
+                                report=lambda *_: None, layout_scope="graphed")
     layouts, run = made[:2], made[2]
-    # Its warm-up rounds, then at least one timed step (8 where a step is fast).
-    assert layouts[0].calls == layouts[1].calls >= graphed.WARMUP_STEPS + 2 + 1
+    assert rounds == [graphed.WARMUP_STEPS + 2]
+    assert layouts[0].calls == layouts[1].calls > graphed.WARMUP_STEPS + 2  # and timed
     assert run.calls == 8 and history[-1]["layout_nchw_step_s"] > 0
+    (key,) = json.loads((tmp_path / "layouts.json").read_text())["entries"]
+    assert json.loads(key)[-1] is True
+    # A capture that failed ran its steps eagerly: both layouts are timed again, eagerly.
+    monkeypatch.setattr(graphed, "GraphedStep", lambda *args: _EagerStandIn(
+        *args, made=made, state="off: capture failed (RuntimeError: ...)"))
+    rounds.clear()
+    loop.run_training(auto, fashion_mnist_small, device=torch.device("cpu"),
+                      report=lambda *_: None, layout_scope="a capture failed")
+    assert rounds == [graphed.WARMUP_STEPS + 2, 1]
