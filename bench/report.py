@@ -13,6 +13,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(__file__))
 from common import RESULTS_DIR  # noqa: E402
 
+from orchestrator.records import counted  # noqa: E402
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
 HEADER = """# Benchmarks
 
@@ -251,7 +253,7 @@ def main() -> None:
     notes = {path.stem: path.read_text().strip() for path in notes_dir.glob("*.md")}
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(render(histories, notes))
-    print(f"wrote {DOC} from {len(histories)} benchmark(s)")
+    print(f"wrote {DOC} from {counted(len(histories), 'benchmark')}")
 
 
 if __name__ == "__main__":
