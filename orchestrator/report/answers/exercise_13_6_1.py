@@ -7,13 +7,13 @@ import math
 
 import pandas as pd
 
-from orchestrator.records import Status, seconds_text
+from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report import noise_scale
 from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, GPU_COMMAND, acc_seeds_text,
-                                                 counted, missing_part, numbers, percent)
+                                                 missing_part, numbers, percent)
 from orchestrator.report.tables import markdown_table
 
 
