@@ -17,6 +17,7 @@ from typing import Literal
 from orchestrator.config.dataset import FASHION_MNIST, DataFacts, even_shares, parse_shape
 from orchestrator.config.references import REFERENCE
 from orchestrator.errors import UserError
+from orchestrator.records import counted
 
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded", "root", "delayed"]
@@ -169,7 +170,8 @@ class TrainConfig:
         require_int(self.max_failures, "max failures", minimum=0)
         if self.warmup_epochs > self.num_epochs:
             raise UserError(
-                f"warm-up epochs ({self.warmup_epochs}) exceed the {self.num_epochs} epochs"
+                f"warm-up epochs ({self.warmup_epochs}) exceed the "
+                f"{counted(self.num_epochs, 'epoch')}"
             )
         if self.train_limit is not None:
             require_int(self.train_limit, "train limit", minimum=1)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from orchestrator.driver import checks, plan
+from orchestrator.driver.failures import failure_text
 from orchestrator.records import write_atomically
 
 # The sweep's microbenchmark, kept beside its results (training/calibration.py).
@@ -53,7 +54,8 @@ def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -
             storage_path=train_runs_path(request.storage, request.sweep_id),
             placement=(sweep_plan.placements or {}).get(max(sweep.workers)))
     except TrainingFailedError as error:
-        print(f"calibration failed, the report will have no scaling model: {error}")
+        print(f"calibration failed, the report will have no scaling model: "
+              f"{failure_text(error)}")
         return None
     return measured
 

@@ -22,7 +22,7 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import DEFAULT_PRESET, PRESETS, quick
 from orchestrator.driver.model_check import check_model
 from orchestrator.errors import UserError
-from orchestrator.records import LeftOut
+from orchestrator.records import LeftOut, counted
 from orchestrator.driver.rundir import (DEFAULT_STORAGE, check_out_dir, new_sweep_id, out_dir_for,
                                        require_writable)
 from orchestrator.driver import tracking
@@ -110,8 +110,8 @@ def resumed_run_line(config: TrainConfig, name: str, run_folder: str) -> str | N
     return (f"resuming run {name} from its checkpoint after epoch {last['epoch']}: "
             f"{config.num_epochs - last['epoch']} of {config.num_epochs} epochs to go"
             if last["epoch"] < config.num_epochs else
-            f"run {name} has trained its {last['epoch']} epochs already: its result is read "
-            f"back from its checkpoint")
+            f"run {name} has trained its {counted(last['epoch'], 'epoch')} already: its result "
+            f"is read back from its checkpoint")
 
 
 def sweep_request(args: argparse.Namespace) -> SweepRequest:

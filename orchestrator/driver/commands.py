@@ -62,9 +62,13 @@ def sweep_main(argv: list[str] | None = None) -> int:
     if outcome.failed_trials:
         # The other trials' results are written; the exit status still tells
         # a script (or `ray job submit`) that the sweep is not whole.
+        # Each error once, after the trials that raised it (trials.csv has it per trial).
+        trials_by_error: dict[str, list[str]] = {}
+        for trial, error in outcome.failed_trials.items():
+            trials_by_error.setdefault(error, []).append(trial)
         print(f"\n{counted(len(outcome.failed_trials), 'trial')} failed: "
-              f"{', '.join(outcome.failed_trials)} (the error column of trials.csv says why)",
-              file=sys.stderr)
+              + "; ".join(f"{', '.join(trials)}: {error}"
+                          for error, trials in trials_by_error.items()), file=sys.stderr)
         return EXIT_TRIALS_FAILED
     return 0
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from torch import nn
 
 from orchestrator.config.options import TrainConfig
+from orchestrator.driver.failures import failure_text
 
 STEPS = 4
 # A parameter agrees when the two runs' values are closer than this fraction of
@@ -169,7 +170,7 @@ def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -
         except TrainingFailedError as error:
             if precision == "fp32":
                 raise
-            print(f"the model did not train in fp64 ({str(error).splitlines()[0]}); "
+            print(f"the model did not train in fp64 ({failure_text(error)}); "
                   f"checking in fp32, with a looser tolerance")
             continue
         return compare_runs(check, one, many)

@@ -17,6 +17,7 @@ from orchestrator.driver import job_env
 from orchestrator.training import datasets
 from orchestrator.driver import checks, plan
 from orchestrator.driver import storage
+from orchestrator.driver.failures import failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
 from orchestrator.driver.model_check import parameters_text
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
@@ -65,8 +66,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"sync {config.sync}, split {config.split}: "
               f"global batch {config.global_batch_size} = {list(config.batch_sizes_per_worker)} "
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
-              f"{config.precision}, {config.num_epochs} epochs of {config.steps_per_epoch} "
-              f"steps"
+              f"{config.precision}, {counted(config.num_epochs, 'epoch')} of "
+              f"{counted(config.steps_per_epoch, 'step')}"
               + (", SyncBatchNorm" if config.sync_batchnorm else "")
               + (f", target test accuracy {config.target_acc:g}"
                  if config.target_acc is not None else "")
@@ -82,14 +83,18 @@ def train(args: argparse.Namespace) -> RunOutcome:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)
             except (TrainingFailedError, equivalence.Diverged) as error:
-                return RunOutcome(f"equivalence: not checked: {error}", failed=True)
+                reason = (failure_text(error) if isinstance(error, TrainingFailedError)
+                          else str(error))
+                return RunOutcome(f"equivalence: not checked: {reason}", failed=True)
             return RunOutcome(verdict.line(config.num_workers), failed=not verdict.agree)
         try:
             result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=storage_path,
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
-            return RunOutcome(f"training failed: {error}", failed=True)
+            return RunOutcome(
+                f"training failed: {failure_text(error, config.batch_size_per_worker)}",
+                failed=True)
         final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
                       f"{step_graph_text(result.return_value[-1])}\n"
                       + book_line(result.return_value))
@@ -137,7 +142,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             print(f"tracking: {line}")
         if args.dry_run:
             print(f"results: {request.out_dir}; storage: {request.storage}")
-            return SweepOutcome(tables="", paths=[], interrupted=False, failed_trials=[],
+            return SweepOutcome(tables="", paths=[], interrupted=False, failed_trials={},
                                 dry_run=True)
         if trackers.tensorboard_command:
             print(trackers.tensorboard_command)  # a line to paste, alone

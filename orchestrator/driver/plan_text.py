@@ -64,7 +64,7 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"({train.batch_size_per_worker}/worker), lr {train.lr:g}, "
               f"momentum {train.momentum:g}, sync {train.sync}, split {train.split}, "
               f"{train.precision}, {f'seed {train.seed}, ' if several_seeds else ''}"
-              f"{train.num_epochs} epochs of {train.steps_per_epoch} steps"
+              f"{counted(train.num_epochs, 'epoch')} of {counted(train.steps_per_epoch, 'step')}"
               + (f", lr warmed up over {counted(train.warmup_epochs, 'epoch')} from "
                  f"{train.warmup_start_lr:g}" if train.warmup_epochs else "")
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")

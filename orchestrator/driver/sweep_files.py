@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.driver import checks
 from orchestrator.driver.plan_text import data_text
-from orchestrator.records import write_atomically
+from orchestrator.records import counted, write_atomically
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class SweepOutcome:
     paths: list[Path]
     interrupted: bool
     """Some trial did not end: the same command with --resume finishes the sweep."""
-    failed_trials: list[str]
+    failed_trials: dict[str, str]  # trial id: its error, one line
     dry_run: bool = False
     """--dry-run: the plan was printed, and nothing else done."""
 
@@ -44,7 +44,7 @@ def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: 
              f"- {'exercises study (orchestrator/config/studies.py) over ' if sweep.study == 'exercises' else ''}"
              f"grid: workers {list(sweep.workers)}, batch {list(sweep.batch_sizes)} "
              f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
-             f"momentum {list(sweep.momentums)}, {base.num_epochs} epochs, "
+             f"momentum {list(sweep.momentums)}, {counted(base.num_epochs, 'epoch')}, "
              f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
              f"precision {list(sweep.precision)}",
              f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
@@ -105,4 +105,4 @@ def _data_note(base) -> str:
     if base.train_limit is None and base.test_limit is None:
         return ""
     return (f"{base.num_train_examples} training / {base.num_test_examples} test images, "
-            f"{base.num_epochs} epochs")
+            f"{counted(base.num_epochs, 'epoch')}")

@@ -27,7 +27,8 @@ class SweepReport:
     """The scaling, strategy and learning-rate tables (and time to accuracy, and
     where the time went), as printed."""
     paths: dict[str, Path]
-    failed_trials: list[str]
+    failed_trials: dict[str, str]
+    """Each failed trial's error (trials.csv's error column), by trial id."""
     interrupted_trials: list[str]
     """Trials that did not end: the same command with --resume finishes them."""
 
@@ -69,7 +70,8 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
         tables += "\n\nTime to accuracy\n" + time_to_accuracy.recommendation(summary, target_acc)
     if time_split:
         tables += "\n\nWhere the time went\n" + markdown_table(pd.DataFrame(time_split))
-    return SweepReport(tables, paths, _trials_with(summary, Status.FAILED),
+    failed = summary[summary["status"] == Status.FAILED]
+    return SweepReport(tables, paths, dict(zip(failed["trial_id"], failed["error"])),
                        _trials_with(summary, Status.INTERRUPTED))
 
 

@@ -5,6 +5,9 @@ which trains on k workers as on one device, from BatchNorm, which does not.
 The same sweep attached to a multi-node cluster whose node lacks the user's
 module: test_code_shipping.py. Bad references: tests/unit/test_own_model.py."""
 
+import os
+import re
+
 import pandas as pd
 
 from helpers import run_script
@@ -52,3 +55,55 @@ def test_the_equivalence_check_tells_groupnorm_from_batchnorm(tmp_path):
     assert "1 (BatchNorm2d)" in verdict.split(". ")[0]
     assert "the cause is likely its layers that look at the batch: 1 (BatchNorm2d), " \
            "5 (BatchNorm2d)" in verdict
+
+
+GREEDY = '''
+import torch
+from torch import nn
+
+
+class _Greedy(nn.Module):
+    """Fine at the model check's batch of 2; at a training batch it asks for more
+    memory than any machine has: the allocator's own refusal, not a stand-in."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.fc = nn.Linear(input_shape[0] * input_shape[1] * input_shape[2], num_classes)
+
+    def forward(self, x):
+        if x.shape[0] > 2:
+            torch.empty(x.shape[0], 1 << 50, dtype=torch.uint8)
+        return self.fc(x.flatten(1))
+
+
+def greedy(num_classes, input_shape):
+    return _Greedy(num_classes, input_shape)
+'''
+
+
+def test_a_worker_out_of_memory_is_one_line_with_the_ways_out(tmp_path):
+    """The sweep writes its files and names the failure and what needs less memory
+    in one line, as trials.csv and report.md do; train.py's last line says the same,
+    not a screen of Ray's error snippets (the rules: tests/unit/test_failures.py)."""
+    (tmp_path / "greedy_model.py").write_text(GREEDY)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    small = ["--model", "greedy_model:greedy", "--workers", "2", "--batch-size", "64",
+             "--epochs", "1", "--train-limit", "256", "--test-limit", "64",
+             "--max-failures", "0", "--storage", str(tmp_path / "storage")]
+    hint = ("(a worker ran out of memory at 32 images a step per worker: fewer images per "
+            "worker (a smaller --batch-size, or more --workers with --batch-scaling global) or "
+            "--precision bf16 needs less)")
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", *small, "--out", str(out_dir), env=env)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"1 trial failed: \S+_00000: ranks 0, 1: RuntimeError: .*can't "
+                        r"allocate memory.* " + re.escape(hint), last), last
+    (error,) = pd.read_csv(out_dir / "trials.csv")["error"]
+    assert last.endswith(error)
+    assert f"no epoch finished: {error} [failed]" in (out_dir / "report.md").read_text()
+
+    run = run_script("train.py", *small, env=env)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("training failed: ranks 0, 1: RuntimeError: ") and last.endswith(hint)

@@ -7,7 +7,7 @@ every number says how many stand behind it."""
 import numpy as np
 import pandas as pd
 
-from orchestrator.records import seconds_text
+from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
 from orchestrator.report.answers.compare import compare_cells, compare_times
@@ -58,7 +58,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
-        updates = (f"in {wide['epochs_run']} epochs it made "
+        updates = (f"in {counted(wide['epochs_run'], 'epoch')} it made "
                    f"{int(wide['epochs_run'] * wide['steps_per_epoch']):,} updates, the global "
                    f"batch's arm {int(fixed['epochs_run'] * fixed['steps_per_epoch']):,}")
         accuracy = (
@@ -66,7 +66,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"({acc_seeds_text(wide)}), is a failure to train, not a gap to read: {updates}, "
             f"too few, at its lr, to leave the initial plateau"
             if none_learned(wide) else
-            f"its final test accuracy after {wide['epochs_run']} epochs, "
+            f"its final test accuracy after {counted(wide['epochs_run'], 'epoch')}, "
             f"{wide['final_test_acc']:.3f} ({acc_seeds_text(wide)}), was "
             f"{compare_cells(wide, fixed, noise)} "
             f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")

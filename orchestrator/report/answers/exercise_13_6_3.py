@@ -106,7 +106,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
                          f"seeds, so its accuracy is not compared.")
     else:
         sentences.append(
-            f"After {arm['epochs_run']} epochs its final test accuracy was "
+            f"After {counted(arm['epochs_run'], 'epoch')} its final test accuracy was "
             f"{arm['final_test_acc']:.3f} ({acc_seeds_text(arm)}), "
             f"{compare_cells(arm, twin, noise)} the "
             f"synchronous optimizer's {twin['final_test_acc']:.3f} ({twin['sync']}, the same "
