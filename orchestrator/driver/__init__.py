@@ -7,5 +7,6 @@ written from Tune's results (sweep_files.py), the cluster and what the job
 ships to its nodes (job_env.py), one trial's TorchTrainer (trial.py), the
 Tune experiment (tune_experiment.py), what Tune calls back as its trials run
 (tune_callbacks.py), the experiment read back (tune_results.py) and its
-estimate of the time left (estimate.py, no Ray), storage, the results
-folder, the trackers (tracking.py) and the printed lines."""
+estimate of the time left (estimate.py, no Ray), a failed run's error in
+one line (failures.py), storage, the results folder, the trackers
+(tracking.py) and the printed lines."""
