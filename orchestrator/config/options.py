@@ -190,7 +190,7 @@ class TrainConfig:
         require_int(self.evals_per_epoch, "evaluations per epoch", minimum=1)
         if self.evals_per_epoch > self.steps_per_epoch:
             raise UserError(f"{self.evals_per_epoch} evaluations per epoch exceed the "
-                            f"{self.steps_per_epoch} steps of an epoch")
+                            f"{counted(self.steps_per_epoch, 'step')} of an epoch")
         if self.test_limit is not None:
             require_int(self.test_limit, "test limit", minimum=1)
             if self.test_limit > self.test_size:

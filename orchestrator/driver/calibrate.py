@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from orchestrator.driver import checks, plan
-from orchestrator.driver.failures import failure_text
+from orchestrator.driver.failures import CALIBRATION, failure_text
 from orchestrator.records import write_atomically
 
 # The sweep's microbenchmark, kept beside its results (training/calibration.py).
@@ -55,7 +55,7 @@ def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -
             placement=(sweep_plan.placements or {}).get(max(sweep.workers)))
     except TrainingFailedError as error:
         print(f"calibration failed, the report will have no scaling model: "
-              f"{failure_text(error)}")
+              f"{failure_text(error, CALIBRATION)}")
         return None
     return measured
 

@@ -62,15 +62,25 @@ def sweep_main(argv: list[str] | None = None) -> int:
     if outcome.failed_trials:
         # The other trials' results are written; the exit status still tells
         # a script (or `ray job submit`) that the sweep is not whole.
-        # Each error once, after the trials that raised it (trials.csv has it per trial).
-        trials_by_error: dict[str, list[str]] = {}
-        for trial, error in outcome.failed_trials.items():
-            trials_by_error.setdefault(error, []).append(trial)
-        print(f"\n{counted(len(outcome.failed_trials), 'trial')} failed: "
-              + "; ".join(f"{', '.join(trials)}: {error}"
-                          for error, trials in trials_by_error.items()), file=sys.stderr)
+        print("\n" + failed_trials_text(outcome.failed_trials), file=sys.stderr)
         return EXIT_TRIALS_FAILED
     return 0
+
+
+def failed_trials_text(failed_trials: dict[str, str], most: int = 5) -> str:
+    """`1 trial failed: <id>: <error>`; with errors that differ, a line each after
+    the trials that raised it, the first `most` of them (trials.csv has them all)."""
+    trials_by_error: dict[str, list[str]] = {}
+    for trial, error in failed_trials.items():
+        trials_by_error.setdefault(error, []).append(trial)
+    head = f"{counted(len(failed_trials), 'trial')} failed:"
+    lines = [f"{', '.join(trials)}: {error}" for error, trials in trials_by_error.items()]
+    if len(lines) == 1:
+        return f"{head} {lines[0]}"
+    more = len(lines) - most
+    return "\n  ".join([head, *lines[:most]] + (
+        [f"and {counted(more, 'other error')}: the error column of trials.csv"]
+        if more > 0 else []))
 
 
 def _title(main) -> str:

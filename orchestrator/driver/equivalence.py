@@ -23,7 +23,8 @@ from pathlib import Path
 from torch import nn
 
 from orchestrator.config.options import TrainConfig
-from orchestrator.driver.failures import failure_text
+from orchestrator.driver.failures import EQUIVALENCE, failure_text
+from orchestrator.records import counted
 
 STEPS = 4
 # A parameter agrees when the two runs' values are closer than this fraction of
@@ -69,8 +70,8 @@ class Verdict:
     num_differing: int
 
     def line(self, num_workers: int) -> str:
-        head = (f"{num_workers} workers and 1 device after {self.steps} steps of the same "
-                f"global batch ({self.precision}): ")
+        head = (f"{num_workers} workers and 1 device after {counted(self.steps, 'step')} of the "
+                f"same global batch ({self.precision}): ")
         if self.agree:
             return (f"equivalence: agree. {head}every parameter and buffer the same, the "
                     f"largest difference {self.largest:.1e} of how far the steps moved it "
@@ -161,8 +162,9 @@ def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -
 
     for precision in ("fp64", "fp32"):
         check = check_config(config, precision)
-        print(f"checking: {check.num_workers} workers, then 1 device, {check.steps_per_epoch} "
-              f"steps of global batch {check.global_batch_size} in {precision}, sync "
+        print(f"checking: {check.num_workers} workers, then 1 device, "
+              f"{counted(check.steps_per_epoch, 'step')} of global batch "
+              f"{check.global_batch_size} in {precision}, sync "
               f"{check.sync}, split {check.split}")
         try:
             many = final_state(check, f"{check.num_workers}w")
@@ -170,7 +172,7 @@ def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -
         except TrainingFailedError as error:
             if precision == "fp32":
                 raise
-            print(f"the model did not train in fp64 ({failure_text(error)}); "
+            print(f"the model did not train in fp64 ({failure_text(error, EQUIVALENCE)}); "
                   f"checking in fp32, with a looser tolerance")
             continue
         return compare_runs(check, one, many)

@@ -226,7 +226,7 @@ class SweepEstimate:
 
         total = sum(point.num_epochs for point in self.points)
         left = sum(self.epochs_left(index) for index in range(len(self.points)))
-        parts = [f"{left} of {total} epochs to go",
+        parts = [f"{left} of {counted(total, 'epoch')} to go",
                  "measured " + ", ".join(figure(group) for group in figures
                                          if figures[group][1])]
         guessed = [figure(group) for group in figures if not figures[group][1]]
@@ -238,7 +238,7 @@ class SweepEstimate:
         for index, point in enumerate(self.points):
             if (point.group not in figures) and self.epochs_left(index):
                 untimed[point.model] = untimed.get(point.model, 0) + self.epochs_left(index)
-        parts += [f"{model}'s {epochs} epochs not timed yet, left out"
+        parts += [f"{model}'s {counted(epochs, 'epoch')} not timed yet, left out"
                   for model, epochs in untimed.items()]
         return f"estimate: about {_duration(left_s)} left ({'; '.join(parts)})"
 

@@ -1,52 +1,96 @@
 """Why a run's training failed, in one line a user can act on.
 
-Ray Train raises `WorkerGroupError` with each failing rank's exception in
-`worker_failures` (its public API), whose text is the worker's traceback:
-the user needs its last line, once for all the ranks that share it, not the
-screen of snippets the error's own text is (cut at Ray's limit, often before
-the line that says what went wrong). A worker out of memory, the most common
-failure of a model of one's own, also gets the ways out, in the run's numbers.
+Ray Train raises `WorkerGroupError` with each failing rank's own exception in
+`worker_failures` (its public API; Ray 2.60 unwraps a user error to the
+exception the worker raised, and a worker that died, Ray's memory monitor's
+kills included, comes as a failed health check whose text holds the death's
+cause). The error's own text is a screen of per-rank snippets, cut at Ray's
+limit, often before the line that says what went wrong: the user needs each
+rank's error once (ranks whose errors differ only in numbers, such as each
+GPU's free memory, share one) and, where memory ran out, the most common
+failure of a model of one's own, the ways out that apply where it happened.
 """
+
+import re
 
 from orchestrator.records import counted
 
-# What torch's CUDA and CPU allocators and Ray's memory monitor say when memory runs out.
-OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory", "can't allocate memory",
-                 "running low on memory")
+# What torch's CUDA allocator, its CPU allocator and Ray's memory monitor say.
+CUDA_OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemoryError: CUDA")
+HOST_OUT_OF_MEMORY = ("can't allocate memory", "running low on memory")
 LINE_CHARS = 300
+TEXT_CHARS = 1000  # several ranks' distinct lines together
+# Where a run's memory ran out decides what would need less.
+RUN, TRIAL, EQUIVALENCE, CALIBRATION = "run", "trial", "equivalence", "calibration"
 
 
-def failure_text(error: BaseException, batch_size_per_worker: int | None = None) -> str:
-    """`rank 0: torch.OutOfMemoryError: CUDA out of memory. ...`, one entry per
-    distinct last line with the ranks that raised it; an error without worker
-    failures (the controller's, a trial's wrapped by Tune) as its own last line.
-    Out of memory adds what would need less, given the busiest worker's batch."""
+def failure_text(error: BaseException | str, where: str = RUN,
+                 batch_size_per_worker: int | None = None) -> str:
+    """`ranks 0, 1: OutOfMemoryError: CUDA out of memory. ... (a GPU ran out of
+    memory: ...)`: each distinct error once with the ranks that raised it; an
+    error without worker failures (the controller's, a trial's as Tune keeps it)
+    as its own. Out of memory adds what needs less for `where` (RUN, TRIAL,
+    EQUIVALENCE or CALIBRATION), given the workers' training batch if known."""
     failures = getattr(error, "worker_failures", None) or {}
-    ranks_by_line: dict[str, list[int]] = {}
+    lines, ranks_by_key = {}, {}
     for rank, failure in sorted(failures.items()):
-        ranks_by_line.setdefault(last_line(failure), []).append(rank)
-    text = "; ".join(
-        f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {line}"
-        for line, ranks in ranks_by_line.items()) or last_line(error)
-    if any(marker in text for marker in OUT_OF_MEMORY):
-        text += f" ({out_of_memory_hint(batch_size_per_worker)})"
+        line = error_line(failure)
+        key = re.sub(r"\d+(\.\d+)?", "N", line)
+        lines.setdefault(key, line)
+        ranks_by_key.setdefault(key, []).append(rank)
+    if ranks_by_key:
+        text = "; ".join(
+            f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: "
+            f"{lines[key]}" for key, ranks in ranks_by_key.items())
+        if len(text) > TEXT_CHARS:
+            text = text[:TEXT_CHARS - 3].rstrip() + "..."
+    else:
+        text = error_line(error)
+    full = " ".join([_text(error), *map(_text, failures.values())])
+    if any(marker in full for marker in CUDA_OUT_OF_MEMORY):
+        text += f" ({memory_advice('GPU', where, batch_size_per_worker)})"
+    elif any(marker in full for marker in HOST_OUT_OF_MEMORY):
+        text += f" ({memory_advice('node', where, batch_size_per_worker)})"
     return text
 
 
-def last_line(error: BaseException) -> str:
-    """The last non-empty line of the error's text: for a worker's traceback, the
-    exception it ends with; otherwise after the error's own name."""
-    text = str(error)
+def error_line(error: BaseException | str) -> str:
+    """The error's line that says what went wrong: the one that says memory ran
+    out, if one does, else its last; after the error's name unless it is a
+    traceback's last line (which names it) or a bare string."""
+    text = _text(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = lines[-1] if lines else ""
-    if "Traceback (most recent call last)" not in text or not line:
+    marked = [line for line in lines
+              if any(marker in line for marker in CUDA_OUT_OF_MEMORY + HOST_OUT_OF_MEMORY)]
+    line = (marked or lines or [""])[-1 if not marked else 0]
+    if not isinstance(error, str) and "Traceback (most recent call last)" not in text:
         line = f"{type(error).__name__}: {line}" if line else type(error).__name__
     return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 3].rstrip() + "..."
 
 
-def out_of_memory_hint(batch_size_per_worker: int | None) -> str:
-    at = (f" at {counted(batch_size_per_worker, 'image')} a step per worker"
-          if batch_size_per_worker else "")
-    return (f"a worker ran out of memory{at}: fewer images per worker (a smaller "
-            f"--batch-size, or more --workers with --batch-scaling global) or --precision "
-            f"bf16 needs less")
+def memory_advice(device: str, where: str, batch_size_per_worker: int | None) -> str:
+    """What needs less memory, by where it ran out: a GPU holds one worker, so
+    fewer images per worker help, and more workers at the same global batch; a
+    node's memory holds every worker and trial on it, so more workers do not."""
+    ran_out = f"a {device} ran out of memory"
+    if where == EQUIVALENCE:
+        return (f"{ran_out}: the check runs the whole global batch on one device in fp64; "
+                f"a smaller --batch-size needs less")
+    if where == CALIBRATION:
+        return f"{ran_out} in the calibration's probes: --no-calibrate skips them"
+    each = (f", training {counted(batch_size_per_worker, 'image')} a step per worker"
+            if batch_size_per_worker else "")
+    if device == "GPU":
+        return (f"{ran_out}{each}: fewer images per worker (a smaller --batch-size, or more "
+                f"--workers with --batch-scaling global) or --precision bf16 needs less")
+    return (f"{ran_out}{each}: a smaller --batch-size, or fewer workers on a node"
+            + (" or fewer trials at a time (--max-concurrent-trials)" if where == TRIAL else "")
+            + ", needs less")
+
+
+def _text(error: BaseException | str) -> str:
+    """The error's text; an error whose own text fails (a bad unpickle) is its name."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - any error of a user's exception's __str__
+        return ""

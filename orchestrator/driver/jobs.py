@@ -17,7 +17,7 @@ from orchestrator.driver import job_env
 from orchestrator.training import datasets
 from orchestrator.driver import checks, plan
 from orchestrator.driver import storage
-from orchestrator.driver.failures import failure_text
+from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
 from orchestrator.driver.model_check import parameters_text
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
@@ -83,7 +83,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)
             except (TrainingFailedError, equivalence.Diverged) as error:
-                reason = (failure_text(error) if isinstance(error, TrainingFailedError)
+                reason = (failure_text(error, EQUIVALENCE)
+                          if isinstance(error, TrainingFailedError)
                           else str(error))
                 return RunOutcome(f"equivalence: not checked: {reason}", failed=True)
             return RunOutcome(verdict.line(config.num_workers), failed=not verdict.agree)
@@ -93,7 +94,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
                                callbacks=[EpochPrinter(config.num_epochs)])
         except TrainingFailedError as error:
             return RunOutcome(
-                f"training failed: {failure_text(error, config.batch_size_per_worker)}",
+                f"training failed: "
+                f"{failure_text(error, RUN, config.batch_size_per_worker)}",
                 failed=True)
         final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
                       f"{step_graph_text(result.return_value[-1])}\n"

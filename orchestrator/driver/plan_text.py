@@ -12,7 +12,7 @@ def timing_line(sweep_plan: plan.SweepPlan) -> str:
     """How the plan's trials share the cluster while they are timed."""
     if sweep_plan.placements:
         return (f"each trial timed on whole nodes of its own, up to "
-                f"{sweep_plan.max_concurrent_trials} trials at a time on disjoint nodes")
+                f"{counted(sweep_plan.max_concurrent_trials, 'trial')} at a time on disjoint nodes")
     if not sweep_plan.side_by_side:
         return "each trial timed with its nodes to itself"
     # The plan, not what happened: report.md's "Trials at once" says how many did overlap.

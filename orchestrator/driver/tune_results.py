@@ -11,7 +11,7 @@ from ray.tune.experiment import Trial
 
 from orchestrator.training import checkpoint
 from orchestrator.driver import storage
-from orchestrator.driver.failures import failure_text
+from orchestrator.driver.failures import TRIAL, failure_text
 from orchestrator.driver.tune_experiment import train_runs_path
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS
@@ -53,7 +53,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
             "batch_size_per_worker": train.batch_size_per_worker,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
             "book_recipe": train.is_book_recipe,
-            "error": (failure_text(result.error, train.batch_size_per_worker)
+            "error": (failure_text(result.error, TRIAL, train.batch_size_per_worker)
                       if result.error else ""),
             "early_stopping": sweep.scheduler != "fifo" and trial_id in ended,
             "stop_at_target": sweep.stop_at_target,

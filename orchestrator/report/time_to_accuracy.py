@@ -92,7 +92,8 @@ def _swept_setup(trial, summary: pd.DataFrame) -> list[str]:
 def _recipe_outcome(row, target_acc: float) -> str:
     where = counted(row.num_workers, "worker")
     if not math.isnan(row.train_s_to_target):
-        return (f"{where} reached {target_acc:g} after {round(row.epochs_to_target, 2):g} epochs, "
+        return (f"{where} reached {target_acc:g} after "
+                f"{counted(round(row.epochs_to_target, 2), 'epoch')}, "
                 f"{seconds_text(row.train_s_to_target)} s of training "
                 f"({seconds_text(row.wall_s_to_target)} s wall)")
     if math.isnan(row.train_s_run):

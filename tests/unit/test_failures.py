@@ -1,6 +1,8 @@
 """A failed run's error in one line (orchestrator/driver/failures.py): each rank's
-last traceback line once, and a worker out of memory with the ways out. Through
-a real run, a real allocator's refusal: tests/cluster/test_own_model_on_ray.py;
+error once, and memory run out with the ways out that apply where it ran out.
+The failures are built as Ray 2.60 hands them over: the exception a worker
+raised, or a failed health check holding a dead worker's cause. Through a real
+run, a real allocator's refusal: tests/cluster/test_own_model_on_ray.py;
 CUDA's: tests/gpu/test_out_of_memory.py."""
 
 import pytest
@@ -8,57 +10,114 @@ import torch
 from ray.exceptions import RayTaskError
 from ray.train import ControllerError, WorkerGroupError
 
-from orchestrator.driver.failures import LINE_CHARS, failure_text
+from orchestrator.driver.commands import failed_trials_text
+from orchestrator.driver.failures import (CALIBRATION, EQUIVALENCE, LINE_CHARS, RUN, TEXT_CHARS,
+                                          TRIAL, failure_text)
 
 
-def _traceback(last: str) -> Exception:
-    """What Ray Train keeps of a rank's error: its traceback's text."""
-    return RuntimeError('Traceback (most recent call last):\n  File "loop.py", line 9, in step\n'
-                        f"    logits = model(x)\n{last}\n")
+def _cuda_oom(gpu: int, free_gib: float) -> torch.OutOfMemoryError:
+    return torch.OutOfMemoryError(
+        f"CUDA out of memory. Tried to allocate 20.00 GiB. GPU {gpu} has a total capacity of "
+        f"79.19 GiB of which {free_gib:.2f} GiB is free. Including non-PyTorch memory, this "
+        f"process has 76.06 GiB memory in use.")
 
 
-CUDA_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has "
-            "a total capacity of 79.19 GiB of which 3.12 GiB is free.")
+class _HealthCheckFailed(RuntimeError):
+    """The shape of Ray Train's failed health check: its message, then its cause's."""
+
+    def __str__(self):
+        return ("Worker health check failed.\nThe actor died unexpectedly before finishing "
+                "this task.\n\tclass_name: RayTrainWorker\nThe actor is dead because it was "
+                "killed by the memory monitor: 1 worker(s) were killed due to the node running "
+                "low on memory. Memory on the node was 23.1GB / 24.0GB (0.96).\nRefer to the "
+                "documentation on how to address the out of memory issue: https://docs.ray.io")
 
 
-def test_ranks_that_share_an_error_are_named_once_with_the_ways_out():
+GPU_ADVICE = ("fewer images per worker (a smaller --batch-size, or more --workers with "
+              "--batch-scaling global) or --precision bf16 needs less")
+
+
+def test_ranks_whose_errors_differ_in_numbers_only_are_named_once_with_the_ways_out():
+    """Each GPU's message names its own index and free memory: one line, the first's."""
     error = WorkerGroupError("[Rank 0 Error Snippet]:\n... (Output truncated) ...",
-                             {1: _traceback(CUDA_OOM), 0: _traceback(CUDA_OOM)})
-    assert failure_text(error, batch_size_per_worker=128) == (
-        f"ranks 0, 1: {CUDA_OOM} (a worker ran out of memory at 128 images a step per worker: "
-        f"fewer images per worker (a smaller --batch-size, or more --workers with "
-        f"--batch-scaling global) or --precision bf16 needs less)")
+                             {1: _cuda_oom(1, 3.5), 0: _cuda_oom(0, 3.12)})
+    assert failure_text(error, RUN, batch_size_per_worker=128) == (
+        f"ranks 0, 1: OutOfMemoryError: {_cuda_oom(0, 3.12)} (a GPU ran out of memory, "
+        f"training 128 images a step per worker: {GPU_ADVICE})")
 
 
-def test_different_errors_are_each_named_and_no_memory_hint_without_cause():
-    error = WorkerGroupError("snippets", {0: _traceback("ValueError: bad shape"),
-                                          1: _traceback("ray.exceptions.ActorDiedError: died")})
-    assert failure_text(error, batch_size_per_worker=64) == (
-        "rank 0: ValueError: bad shape; rank 1: ray.exceptions.ActorDiedError: died")
+def test_different_errors_are_each_named_and_none_gets_memory_advice():
+    error = WorkerGroupError("snippets", {0: ValueError("bad shape"), 1: KeyError("conv1")})
+    assert failure_text(error, RUN, batch_size_per_worker=64) == (
+        "rank 0: ValueError: bad shape; rank 1: KeyError: 'conv1'")
+
+
+def test_a_worker_the_memory_monitor_killed_names_that_line_and_the_nodes_ways_out():
+    error = WorkerGroupError("snippets", {2: _HealthCheckFailed()})
+    text = failure_text(error, TRIAL, batch_size_per_worker=32)
+    assert text.startswith("rank 2: _HealthCheckFailed: The actor is dead because it was killed "
+                           "by the memory monitor: 1 worker(s) were killed due to the node "
+                           "running low on memory."), text
+    assert text.endswith(
+        "(a node ran out of memory, training 32 images a step per worker: a smaller "
+        "--batch-size, or fewer workers on a node or fewer trials at a time "
+        "(--max-concurrent-trials), needs less)"), text
+    assert "--max-concurrent-trials" not in failure_text(error, RUN)
+
+
+def test_where_memory_ran_out_decides_the_advice():
+    error = WorkerGroupError("snippets", {0: _cuda_oom(0, 1.0)})
+    assert failure_text(error, EQUIVALENCE).endswith(
+        "(a GPU ran out of memory: the check runs the whole global batch on one device in fp64; "
+        "a smaller --batch-size needs less)")
+    assert failure_text(error, CALIBRATION).endswith(
+        "(a GPU ran out of memory in the calibration's probes: --no-calibrate skips them)")
+    assert failure_text(error, RUN).endswith(f"(a GPU ran out of memory: {GPU_ADVICE})")
 
 
 def test_the_error_tune_hands_back_still_names_its_ranks():
     """Tune returns the trial's error wrapped in a RayTaskError that is also an
     instance of it; its attributes are the wrapped error's."""
-    cause = WorkerGroupError("snippets", {0: _traceback(CUDA_OOM)})
+    cause = WorkerGroupError("snippets", {0: _cuda_oom(0, 1.0)})
     wrapped = RayTaskError("train", "Traceback (most recent call last):\n  ...\nsnippets",
                            cause).as_instanceof_cause()
     assert isinstance(wrapped, WorkerGroupError)
-    assert failure_text(wrapped).startswith(f"rank 0: {CUDA_OOM} (a worker ran out of memory: ")
+    assert failure_text(wrapped, TRIAL).startswith(f"rank 0: OutOfMemoryError: CUDA out of")
 
 
-def test_an_error_without_workers_is_its_own_last_line_and_name_cut_to_one_line():
+def test_errors_without_workers_and_bad_texts_are_still_one_line():
     assert failure_text(ControllerError(ValueError("no such placement group"))) == (
         "ControllerError: no such placement group")
     assert failure_text(RuntimeError("")) == "RuntimeError"
+    assert failure_text("a trial's error.txt, as Tune reads it back") == (
+        "a trial's error.txt, as Tune reads it back")
     long = failure_text(WorkerGroupError("x" * 1000, {}))
     assert len(long) == LINE_CHARS and long.endswith("...")
     assert long.startswith("WorkerGroupError: xxx")
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise AttributeError("lost in unpickling")
+
+    assert failure_text(WorkerGroupError("", {0: Unprintable()})) == "rank 0: Unprintable"
+    many = WorkerGroupError("", {rank: ValueError(f"{'x' * rank} " * 60) for rank in range(64)})
+    assert len(failure_text(many)) == TEXT_CHARS
 
 
 def test_the_cpu_allocators_own_refusal_is_read_as_out_of_memory():
     """The marker is torch's text, so a change of it fails here, not in a user's run."""
     with pytest.raises(RuntimeError) as refused:
         torch.empty(1 << 62, dtype=torch.uint8)
-    text = failure_text(WorkerGroupError("", {0: refused.value}), batch_size_per_worker=1)
-    assert "a worker ran out of memory at 1 image a step per worker" in text, text
+    text = failure_text(WorkerGroupError("", {0: refused.value}), RUN, batch_size_per_worker=1)
+    assert "can't allocate memory" in text and text.endswith(
+        "(a node ran out of memory, training 1 image a step per worker: a smaller --batch-size, "
+        "or fewer workers on a node, needs less)"), text
+
+
+def test_failed_trials_are_one_line_each_error_after_its_trials():
+    assert failed_trials_text({"t_00000": "E"}) == "1 trial failed: t_00000: E"
+    assert failed_trials_text({"a": "E1", "b": "E1", "c": "E2"}) == (
+        "3 trials failed:\n  a, b: E1\n  c: E2")
+    lines = failed_trials_text({str(index): f"E{index}" for index in range(8)}).splitlines()
+    assert lines[0] == "8 trials failed:" and lines[1:6] == [f"  {i}: E{i}" for i in range(5)]
+    assert lines[6:] == ["  and 3 other errors: the error column of trials.csv"]

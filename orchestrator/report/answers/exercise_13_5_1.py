@@ -51,10 +51,10 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             continue
         sentences.append(
             f"Keeping {label} fixed (global batch {many['global_batch_size']} on {k} workers, "
-            f"{many['steps_per_epoch']} steps per epoch), an epoch took "
+            f"{counted(many['steps_per_epoch'], 'step')} per epoch), an epoch took "
             f"{seconds_text(many['epoch_s'])} s ({seeds_text(many['seeds'])}) against "
             f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, "
-            f"{one['steps_per_epoch']} steps): speedup "
+            f"{counted(one['steps_per_epoch'], 'step')}): speedup "
             f"{speedup_over(many, one):.2f}.")
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:

@@ -85,8 +85,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     if verdicts & {"no", "failed", "some failed"}:
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
-            f"{epochs} epochs, and the larger lr is meant to make up for them, which Goyal et "
-            f"al. (2017) found to need a warm-up of the lr at large batches (below); how "
+            f"{counted(epochs, 'epoch')}, and the larger lr is meant to make up for them, which "
+            f"Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
             f"accuracy scales with the number of workers depends on re-tuning the lr (and "
             f"the epochs) for each global batch.")
     elif verdicts <= {"inconclusive"}:

@@ -91,8 +91,9 @@ def _few_steps_learning(row: pd.Series) -> str:
     updates = int(row["epochs_run"] * row["steps_per_epoch"])
     return (f" Its last epoch's training loss, {loss:.2f}, was {moved} chance's "
             f"(ln {int(classes)} = {chance:.2f}, a uniform guess). Its test accuracy says "
-            f"little after {updates} steps: it is scored in eval mode, with BatchNorm's "
-            f"running statistics, which after {updates} updates at momentum {BN_MOMENTUM:g} "
+            f"little after {counted(updates, 'step')}: it is scored in eval mode, with BatchNorm's "
+            f"running statistics, which after {counted(updates, 'update')} at momentum "
+            f"{BN_MOMENTUM:g} "
             f"still hold {percent((1 - BN_MOMENTUM) ** updates)} of their initial values "
             f"(`python bench/resnet18_bn_stats.py` re-estimates them from training batches "
             f"and scores the same weights again: docs/BENCHMARKS.md).")
