@@ -29,8 +29,8 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     usable = summary[summary["status"] != Status.FAILED]
     tried = "This sweep tried " + "; ".join(
         f"{MODEL_NAMES.get(model, model)} in {counted(len(runs), 'trial')} of "
-        f"{numbers(runs['num_epochs'])} epochs, global batches "
-        f"{numbers(runs['global_batch_size'])} and lrs {numbers(runs['lr'])}"
+        f"{numbers(runs['num_epochs'])} epoch{'' if set(runs['num_epochs']) == {1} else 's'}, "
+        f"global batches {numbers(runs['global_batch_size'])} and lrs {numbers(runs['lr'])}"
         for model, runs in usable.groupby("model", sort=True)) + "."
     resnet = timed(part_trials(summary, "resnet18"))
     if not resnet.empty:
