@@ -258,3 +258,35 @@ def test_a_trial_scores_only_its_own_test_limit_of_the_sweeps_data(fashion_mnist
                          test_limit=500)
     _train(config, fashion_mnist_small)
     assert len(fashion_mnist_small.test_labels) == 1000 and scored == [500]
+
+
+class _TightMemory(torch.nn.Module):
+    """LeNet on a device that has room for at most `room` test images at a time:
+    the error torch's CUDA allocator raises, beyond it."""
+
+    def __init__(self, model: torch.nn.Module, room: int):
+        super().__init__()
+        self.model, self.room, self.batches = model, room, []
+
+    def forward(self, x):
+        self.batches.append(len(x))
+        if len(x) > self.room:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+        return self.model(x)
+
+
+def test_a_test_batch_without_memory_is_scored_in_halves(fashion_mnist_small):
+    """A model whose training batch fits but whose test batch does not is scored,
+    not failed: the batch halves until it fits and the accuracy is the same."""
+    config = TrainConfig(global_batch_size=64, lr=0.1, test_limit=300, memory_format="nchw")
+    model = build_model("lenet", seed=0)
+    images = torch.tensor(fashion_mnist_small.test_images[:300])
+    labels = torch.tensor(fashion_mnist_small.test_labels[:300])
+    whole = step.evaluate(model, images, labels, config, device=torch.device("cpu"))
+    tight = _TightMemory(model, room=50)
+    assert step.evaluate(tight, images, labels, config, device=torch.device("cpu")) == whole
+    # 128 fails, 64 fails, 32 fits: the rest of the 300 at 32 a batch.
+    assert tight.batches == [128, 64, 32, 32, 32, 32, 32, 32, 32, 32, 32, 12]
+    with pytest.raises(torch.OutOfMemoryError):
+        step.evaluate(_TightMemory(model, room=0), images, labels, config,
+                      device=torch.device("cpu"))
