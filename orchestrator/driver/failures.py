@@ -15,8 +15,9 @@ import re
 
 from orchestrator.records import counted
 
-# What torch's CUDA allocator, its CPU allocator and Ray's memory monitor say.
-CUDA_OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemoryError: CUDA")
+# What torch's CUDA allocator (and CUDA or NCCL allocating outside it), its CPU
+# allocator and Ray's memory monitor say.
+CUDA_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA error: out of memory", "'out of memory'")
 HOST_OUT_OF_MEMORY = ("can't allocate memory", "running low on memory")
 LINE_CHARS = 300
 TEXT_CHARS = 1000  # several ranks' distinct lines together
@@ -25,32 +26,33 @@ RUN, TRIAL, EQUIVALENCE, CALIBRATION = "run", "trial", "equivalence", "calibrati
 
 
 def failure_text(error: BaseException | str, where: str = RUN,
-                 batch_size_per_worker: int | None = None) -> str:
+                 batch_size_per_worker: int | None = None, precision: str | None = None) -> str:
     """`ranks 0, 1: OutOfMemoryError: CUDA out of memory. ... (a GPU ran out of
     memory: ...)`: each distinct error once with the ranks that raised it; an
     error without worker failures (the controller's, a trial's as Tune keeps it)
     as its own. Out of memory adds what needs less for `where` (RUN, TRIAL,
-    EQUIVALENCE or CALIBRATION), given the workers' training batch if known."""
+    EQUIVALENCE or CALIBRATION), given the workers' training batch and precision
+    if known. Errors that differ only in numbers are one (the lowest rank's text
+    shown): the same failure on each GPU, or a shape that differs by rank."""
+    assert where in (RUN, TRIAL, EQUIVALENCE, CALIBRATION), where
     failures = getattr(error, "worker_failures", None) or {}
     lines, ranks_by_key = {}, {}
     for rank, failure in sorted(failures.items()):
-        line = error_line(failure)
+        line = error_line(failure)  # whole: a cut would fall apart where numbers differ
         key = re.sub(r"\d+(\.\d+)?", "N", line)
-        lines.setdefault(key, line)
+        lines.setdefault(key, _cut(line, LINE_CHARS))
         ranks_by_key.setdefault(key, []).append(rank)
     if ranks_by_key:
-        text = "; ".join(
+        text = _cut("; ".join(
             f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: "
-            f"{lines[key]}" for key, ranks in ranks_by_key.items())
-        if len(text) > TEXT_CHARS:
-            text = text[:TEXT_CHARS - 3].rstrip() + "..."
+            f"{lines[key]}" for key, ranks in ranks_by_key.items()), TEXT_CHARS)
     else:
-        text = error_line(error)
+        text = _cut(error_line(error), LINE_CHARS)
     full = " ".join([_text(error), *map(_text, failures.values())])
     if any(marker in full for marker in CUDA_OUT_OF_MEMORY):
-        text += f" ({memory_advice('GPU', where, batch_size_per_worker)})"
+        text += f" ({memory_advice('GPU', where, batch_size_per_worker, precision)})"
     elif any(marker in full for marker in HOST_OUT_OF_MEMORY):
-        text += f" ({memory_advice('node', where, batch_size_per_worker)})"
+        text += f" ({memory_advice('node', where, batch_size_per_worker, precision)})"
     return text
 
 
@@ -62,27 +64,33 @@ def error_line(error: BaseException | str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     marked = [line for line in lines
               if any(marker in line for marker in CUDA_OUT_OF_MEMORY + HOST_OUT_OF_MEMORY)]
-    line = (marked or lines or [""])[-1 if not marked else 0]
+    line = marked[0] if marked else (lines[-1] if lines else "")
     if not isinstance(error, str) and "Traceback (most recent call last)" not in text:
         line = f"{type(error).__name__}: {line}" if line else type(error).__name__
-    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 3].rstrip() + "..."
+    return line
 
 
-def memory_advice(device: str, where: str, batch_size_per_worker: int | None) -> str:
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars - 3] + "..."
+
+
+def memory_advice(device: str, where: str, batch_size_per_worker: int | None,
+                  precision: str | None = None) -> str:
     """What needs less memory, by where it ran out: a GPU holds one worker, so
     fewer images per worker help, and more workers at the same global batch; a
     node's memory holds every worker and trial on it, so more workers do not."""
     ran_out = f"a {device} ran out of memory"
     if where == EQUIVALENCE:
-        return (f"{ran_out}: the check runs the whole global batch on one device in fp64; "
-                f"a smaller --batch-size needs less")
+        return (f"{ran_out}: the check runs the whole global batch on one device; a smaller "
+                f"--batch-size needs less")
     if where == CALIBRATION:
         return f"{ran_out} in the calibration's probes: --no-calibrate skips them"
     each = (f", training {counted(batch_size_per_worker, 'image')} a step per worker"
             if batch_size_per_worker else "")
     if device == "GPU":
         return (f"{ran_out}{each}: fewer images per worker (a smaller --batch-size, or more "
-                f"--workers with --batch-scaling global) or --precision bf16 needs less")
+                f"--workers with --batch-scaling global)"
+                + (" or --precision bf16" if precision != "bf16" else "") + " needs less")
     return (f"{ran_out}{each}: a smaller --batch-size, or fewer workers on a node"
             + (" or fewer trials at a time (--max-concurrent-trials)" if where == TRIAL else "")
             + ", needs less")

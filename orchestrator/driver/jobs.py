@@ -95,7 +95,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         except TrainingFailedError as error:
             return RunOutcome(
                 f"training failed: "
-                f"{failure_text(error, RUN, config.batch_size_per_worker)}",
+                f"{failure_text(error, RUN, config.batch_size_per_worker, config.precision)}",
                 failed=True)
         final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
                       f"{step_graph_text(result.return_value[-1])}\n"

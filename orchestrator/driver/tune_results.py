@@ -53,8 +53,8 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
             "batch_size_per_worker": train.batch_size_per_worker,
             "steps_per_epoch": train.steps_per_epoch, "num_epochs": train.num_epochs,
             "book_recipe": train.is_book_recipe,
-            "error": (failure_text(result.error, TRIAL, train.batch_size_per_worker)
-                      if result.error else ""),
+            "error": (failure_text(result.error, TRIAL, train.batch_size_per_worker,
+                                   train.precision) if result.error else ""),
             "early_stopping": sweep.scheduler != "fifo" and trial_id in ended,
             "stop_at_target": sweep.stop_at_target,
         })

@@ -7,6 +7,8 @@ for one worker, whole and with no read from the device, as a CUDA graph captures
 it (graphed.py). Nothing here may import ray.
 """
 
+import weakref
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -26,6 +28,7 @@ from orchestrator.training.timing import DeviceTimer
 # not fail at its test.
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
+_EVAL_BATCH_SIZES: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
 # The dtype of the weights, the gradients and their sync, by precision: bf16
 # lowers only the forward pass (under autocast), the weights stay fp32.
 PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
@@ -92,13 +95,15 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
 
     A batch that runs out of device memory (a model of one's own whose training
     batch fits, its test batch not) is scored again in halves, and the rest of
-    the shard at that size; only a single image that does not fit fails. Each
-    worker halves on its own: the ranks meet once, at the sum of the counts."""
+    the shard, and the model's later evaluations, at the size that fit; only a
+    single image that does not fit fails. Each worker halves on its own: the
+    ranks meet once, at the sum of the counts."""
     start, stop = shard_bounds(len(labels), get_world_size(), get_rank())
-    batch_size = EVAL_BATCH_SIZE_CUDA if device.type == "cuda" else EVAL_BATCH_SIZE_CPU
+    batch_size = _EVAL_BATCH_SIZES.get(model, EVAL_BATCH_SIZE_CUDA if device.type == "cuda"
+                                       else EVAL_BATCH_SIZE_CPU)
     counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
     model.eval()
-    first = start
+    first, halved = start, False
     with torch.no_grad():
         while first < stop:
             last = min(first + batch_size, stop)
@@ -107,13 +112,21 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
             except torch.OutOfMemoryError:
                 if last - first == 1:
                     raise
-                batch_size = (last - first) // 2
+                logits = None
+            if logits is None:
+                batch_size, halved = (last - first) // 2, True
                 if device.type == "cuda":
-                    torch.cuda.empty_cache()  # the failed batch's blocks, for the halves
+                    # Out of the except clause, whose traceback held the failed
+                    # batch's tensors: their blocks can go back now.
+                    torch.cuda.empty_cache()
                 continue
             counts[0] += (logits.argmax(dim=1) == labels[first:last].long()).sum()
             counts[1] += last - first
             first = last
+    if halved:
+        _EVAL_BATCH_SIZES[model] = batch_size
+        if device.type == "cuda":  # room for NCCL's and cuBLAS's own allocations
+            torch.cuda.empty_cache()
     allreduce_(counts)
     return (counts[0] / counts[1]).item()
 

@@ -68,11 +68,46 @@ def test_a_worker_the_memory_monitor_killed_names_that_line_and_the_nodes_ways_o
 def test_where_memory_ran_out_decides_the_advice():
     error = WorkerGroupError("snippets", {0: _cuda_oom(0, 1.0)})
     assert failure_text(error, EQUIVALENCE).endswith(
-        "(a GPU ran out of memory: the check runs the whole global batch on one device in fp64; "
-        "a smaller --batch-size needs less)")
+        "(a GPU ran out of memory: the check runs the whole global batch on one device; a "
+        "smaller --batch-size needs less)")
     assert failure_text(error, CALIBRATION).endswith(
         "(a GPU ran out of memory in the calibration's probes: --no-calibrate skips them)")
     assert failure_text(error, RUN).endswith(f"(a GPU ran out of memory: {GPU_ADVICE})")
+    assert failure_text(error, RUN, precision="bf16").endswith(
+        "(a GPU ran out of memory: fewer images per worker (a smaller --batch-size, or more "
+        "--workers with --batch-scaling global) needs less)")  # bf16 already
+    with pytest.raises(AssertionError):
+        failure_text(error, "elsewhere")
+
+
+def test_long_messages_that_differ_in_the_width_of_their_numbers_are_still_one():
+    """Real CUDA messages run over the line's 300 characters; each GPU's numbers
+    differ in width, so a cut before comparing would tell them apart."""
+    def oom(free: str) -> torch.OutOfMemoryError:
+        return torch.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+            f"79.19 GiB of which {free} GiB is free. Including non-PyTorch memory, this process "
+            f"has 76.06 GiB memory in use. Of the allocated memory 75.10 GiB is allocated by "
+            f"PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated. If reserved but "
+            f"unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments"
+            f":True to avoid fragmentation.")
+    text = failure_text(WorkerGroupError("", {0: oom("3.12"), 1: oom("13.50")}), RUN)
+    assert text.startswith("ranks 0, 1: OutOfMemoryError: CUDA out of memory.") and (
+        "3.12 GiB is free" in text and "13.50" not in text), text
+
+
+def test_the_line_that_says_memory_ran_out_is_chosen_else_the_last():
+    """CUDA's asynchronous error puts its advice after the line that matters."""
+    cuda_error = RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be "
+                              "asynchronously reported at some other API call.\n")
+    text = failure_text(WorkerGroupError("", {0: cuda_error}), RUN)
+    assert text.startswith("rank 0: RuntimeError: CUDA error: out of memory (a GPU ran out"), text
+    two = RuntimeError("DefaultCPUAllocator: can't allocate memory: 8 bytes\nthen "
+                       "can't allocate memory: 16 bytes")
+    assert failure_text(two).startswith("RuntimeError: DefaultCPUAllocator: can't allocate "
+                                        "memory: 8 bytes (a node ran out of memory")
+    plain = ValueError("while building the model\nconv1 expects 3 channels, got 1")
+    assert failure_text(plain) == "ValueError: conv1 expects 3 channels, got 1"
 
 
 def test_the_error_tune_hands_back_still_names_its_ranks():
@@ -82,7 +117,7 @@ def test_the_error_tune_hands_back_still_names_its_ranks():
     wrapped = RayTaskError("train", "Traceback (most recent call last):\n  ...\nsnippets",
                            cause).as_instanceof_cause()
     assert isinstance(wrapped, WorkerGroupError)
-    assert failure_text(wrapped, TRIAL).startswith(f"rank 0: OutOfMemoryError: CUDA out of")
+    assert failure_text(wrapped, TRIAL).startswith("rank 0: OutOfMemoryError: CUDA out of")
 
 
 def test_errors_without_workers_and_bad_texts_are_still_one_line():
@@ -100,8 +135,9 @@ def test_errors_without_workers_and_bad_texts_are_still_one_line():
             raise AttributeError("lost in unpickling")
 
     assert failure_text(WorkerGroupError("", {0: Unprintable()})) == "rank 0: Unprintable"
-    many = WorkerGroupError("", {rank: ValueError(f"{'x' * rank} " * 60) for rank in range(64)})
-    assert len(failure_text(many)) == TEXT_CHARS
+    many = WorkerGroupError("", {rank: ValueError("y" * rank + "x" * 400) for rank in range(64)})
+    text = failure_text(many)
+    assert len(text) == TEXT_CHARS and text.endswith("...") and text.count("; rank") == 3
 
 
 def test_the_cpu_allocators_own_refusal_is_read_as_out_of_memory():

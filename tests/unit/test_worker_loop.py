@@ -285,8 +285,12 @@ def test_a_test_batch_without_memory_is_scored_in_halves(fashion_mnist_small):
     whole = step.evaluate(model, images, labels, config, device=torch.device("cpu"))
     tight = _TightMemory(model, room=50)
     assert step.evaluate(tight, images, labels, config, device=torch.device("cpu")) == whole
-    # 128 fails, 64 fails, 32 fits: the rest of the 300 at 32 a batch.
+    # 128 fails, 64 fails, 32 fits: the rest of the 300 at 32 a batch, and so
+    # the model's next evaluation from the start.
     assert tight.batches == [128, 64, 32, 32, 32, 32, 32, 32, 32, 32, 32, 12]
+    tight.batches.clear()
+    assert step.evaluate(tight, images, labels, config, device=torch.device("cpu")) == whole
+    assert tight.batches == [32] * 9 + [12]
     with pytest.raises(torch.OutOfMemoryError):
         step.evaluate(_TightMemory(model, room=0), images, labels, config,
                       device=torch.device("cpu"))
