@@ -28,6 +28,7 @@ from orchestrator.training.timing import DeviceTimer
 # not fail at its test.
 EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
+# Per model, the test batch that fit once a larger one did not (`evaluate`).
 _EVAL_BATCH_SIZES: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
 # The dtype of the weights, the gradients and their sync, by precision: bf16
 # lowers only the forward pass (under autocast), the weights stay fp32.
