@@ -97,7 +97,8 @@ def memory_advice(device: str, where: str, batch_size_per_worker: int | None,
 
 
 def _text(error: BaseException | str) -> str:
-    """The error's text; an error whose own text fails (a bad unpickle) is its name."""
+    """The error's text; empty where its own `__str__` fails (a bad unpickle), so
+    that `error_line` names it by its type alone."""
     try:
         return str(error)
     except Exception:  # noqa: BLE001 - any error of a user's exception's __str__

@@ -42,8 +42,8 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         brief = "" if use_gpu else (
             f" On CPUs it is trained briefly, "
             f"{counted(largest['epochs_run'], 'epoch')} of "
-            f"{counted(largest['steps_per_epoch'], 'step')} of {int(largest['batch_size'])} per worker "
-            f"on a subset, so that its compute and sync are measured on this cluster: its "
+            f"{counted(largest['steps_per_epoch'], 'step')} of {int(largest['batch_size'])} "
+            f"per worker on a subset, so that its compute and sync are measured on this cluster: its "
             f"accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains 13.6's "
             f"recipe).{_few_steps_learning(largest)}")
         paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
