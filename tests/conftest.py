@@ -106,6 +106,7 @@ def pytest_configure(config):
 
 TESTS = Path(__file__).resolve().parent
 CI_STARTED_ENV_VAR = "CI_RUN_STARTED_UNIX_S"  # set by .ci/run
+SLOWEST = 5  # tests per layer named in the closing summary, with their seconds
 LAYERS = {"unit": None, "processes": pytest.mark.processes, "cluster": pytest.mark.cluster,
           "gpu": pytest.mark.gpu}
 NO_GPU = pytest.mark.skip(reason="tests/gpu needs a CUDA GPU; this machine has none that torch "
@@ -171,24 +172,33 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Each layer's seconds (setup, call and teardown of its tests), for CI's log."""
-    seconds, counts = {}, {}
+    """Each layer's seconds (setup, call and teardown of its tests) and its
+    `SLOWEST` tests, for CI's log: where a layer's time went, run by run."""
+    seconds, counts, per_test = {}, {}, {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             nodeid, when = getattr(report, "nodeid", ""), getattr(report, "when", None)
             parts = nodeid.split("/")
             if when is None or len(parts) < 3 or parts[0] != "tests" or parts[1] not in LAYERS:
                 continue  # a warning's report, or a test outside the layers
-            seconds[parts[1]] = seconds.get(parts[1], 0.0) + getattr(report, "duration", 0.0)
+            duration = getattr(report, "duration", 0.0)
+            seconds[parts[1]] = seconds.get(parts[1], 0.0) + duration
+            per_test[nodeid] = per_test.get(nodeid, 0.0) + duration
             if when == "call" or (when == "setup" and report.outcome != "passed"):
                 counts[parts[1]] = counts.get(parts[1], 0) + 1
     if seconds:
         terminalreporter.write_sep("-", "time per layer")
         for layer in LAYERS:
-            if layer in seconds:
-                terminalreporter.write_line(f"tests/{layer}: {seconds[layer]:.0f} s "
-                                            f"({seconds[layer] / 60:.1f} min), "
-                                            f"{counts.get(layer, 0)} tests")
+            if layer not in seconds:
+                continue
+            terminalreporter.write_line(f"tests/{layer}: {seconds[layer]:.0f} s "
+                                        f"({seconds[layer] / 60:.1f} min), "
+                                        f"{counts.get(layer, 0)} tests")
+            slowest = sorted(((duration, nodeid) for nodeid, duration in per_test.items()
+                              if nodeid.split("/")[1] == layer), reverse=True)[:SLOWEST]
+            for duration, nodeid in slowest:
+                if duration >= 1:
+                    terminalreporter.write_line(f"  {duration:6.1f} s  {nodeid}")
     started = os.environ.get(CI_STARTED_ENV_VAR)
     if started:
         elapsed = time.time() - float(started)

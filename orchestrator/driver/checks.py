@@ -1,4 +1,4 @@
-"""What a run or a sweep asks for, checked before Ray (or torch) is touched.
+"""What a run or a sweep asks for, checked before Ray (or torch) is imported.
 
 `run_request` and `sweep_request` check everything the command line and
 files decide: the options, the --out folder and a resumed sweep's stored
@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.driver import storage
 from orchestrator.config.cli import AUTO, config_options, flag, given_flags
 from orchestrator.config.grid import OPTION_FIELDS
-from orchestrator.driver.cluster import check_dashboard_host, requested_address
+from orchestrator.driver.cluster import check_dashboard_host, check_reachable, requested_address
 from orchestrator.config.dataset import FASHION_MNIST, DataFacts
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
@@ -78,8 +78,7 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
                         "--workers 2 or more")
     check_model(point.train)
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
-    if requested_address(args.address) is None:
-        check_dashboard_host(args.dashboard_host)
+    _check_address(args)
     if args.storage:
         storage.require_usable(args.storage)
     return point.train, gpu_from_cluster
@@ -184,8 +183,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
-    if requested_address(args.address) is None:
-        check_dashboard_host(args.dashboard_host)
+    _check_address(args)
     check_model(sweep.base, sweep.sync)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
                                 sweep_id=sweep_id)
@@ -276,6 +274,17 @@ def _sweep_from_file(path: str, data_dir: str | None) -> tuple[SweepConfig, bool
         raise UserError(f"{path}: expected an object of sweep options, "
                         f"got {type(values).__name__}")
     return _sweep_from(values, source=path, data_dir=data_dir)
+
+
+def _check_address(args: argparse.Namespace) -> None:
+    """The cluster the job would use: an embedded Ray's `--dashboard-host` must be
+    this machine's, an attached cluster's address must answer (a socket, in
+    milliseconds: before the data set loads and Ray is imported)."""
+    address = requested_address(args.address)
+    if address is None:
+        check_dashboard_host(args.dashboard_host)
+    else:
+        check_reachable(address)
 
 
 def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None) -> None:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import ray
-
 from orchestrator.driver import job_env
 from orchestrator.errors import UserError
 from orchestrator.records import counted
@@ -179,7 +177,10 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     """Attach to `address`, or start an embedded Ray when it is None. `user_code`:
     the user's modules for an attached cluster's nodes (an embedded Ray's workers
     import them from this folder, on their sys.path as the driver's)."""
-    # Imports Ray Train (seconds): only once the input has passed, not with this module.
+    # Imports Ray and Ray Train (seconds): only once the input has passed, not
+    # with this module, which the checks use.
+    import ray
+
     from orchestrator import ray_fastpath
     shipped = ()
     if address is None:
@@ -232,6 +233,8 @@ def _start_embedded(dashboard_host: str, num_cpus: int | None):
     So the probe and the dashboard's bind happen under one lock per machine
     (ray.init returns once the dashboard listens).
     """
+    import ray
+
     from orchestrator import ray_fastpath  # see connect
     with dashboard_port_lock():
         dashboard_port = free_local_port(preferred=DEFAULT_DASHBOARD_PORT)

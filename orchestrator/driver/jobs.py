@@ -1,16 +1,15 @@
 """The two jobs the scripts run: one training run, and a sweep with its report.
 
-Each takes the parsed command line, checks it whole (checks.py) before Ray
-Train, Tune, torch or pandas are imported, and only then connects and runs: a
-typo costs a second, not the 5 s those imports take on a 2-core machine.
+Each takes the parsed command line, checks it whole (checks.py) before Ray,
+torch or pandas are imported, and only then connects and runs: a typo or an
+address where no cluster answers costs a fifth of a second, not the 5 s those
+imports take on a 2-core machine.
 """
 
 import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import ray
 
 from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
@@ -41,6 +40,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
     config, gpu_from_cluster = checks.run_request(args)
     dataset = datasets.load(config.dataset, args.data_dir, train_limit=config.train_limit,
                             test_limit=config.test_limit)
+    import ray
     from ray.train import TrainingFailedError
     from ray.train.constants import DEFAULT_STORAGE_PATH
 
@@ -123,6 +123,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
     base = request.sweep.base
     dataset = datasets.load(base.dataset, args.data_dir, train_limit=base.train_limit,
                             test_limit=base.test_limit)
+    import ray
+
     from orchestrator.driver.tune_experiment import run_experiment
 
     cluster = _connect(args, base)

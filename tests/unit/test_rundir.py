@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -144,9 +145,12 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     claim_out_dir(out_dir, fitted.sweep, request.storage, request.sweep_id,
                   [cell.to_dict() for cell in fitted.left_out])
     _tune_began(request.storage, request.sweep_id)
-    # GPU workers: resumed against the GPU cluster's address (sweep_request connects to none).
-    resume = ["--out", str(out_dir), "--resume", "--address", "127.0.0.1:6379"]
-    resumed = checks.sweep_request(parser.parse_args(resume))
+    # GPU workers: resumed against the GPU cluster's address, which sweep_request
+    # only probes (a listening socket stands in for its GCS).
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        resume = ["--out", str(out_dir), "--resume",
+                  "--address", f"127.0.0.1:{listening.getsockname()[1]}"]
+        resumed = checks.sweep_request(parser.parse_args(resume))
     assert resumed.left_out == fitted.left_out and len(resumed.left_out) == 1
     refitted = plan.fit_to_cluster(resumed, one_gpu)
     assert refitted.left_out == fitted.left_out and refitted.sweep.workers == (1,)
@@ -154,8 +158,10 @@ def test_a_resumed_sweep_still_names_the_points_it_left_out(tmp_path):
     stored = json.loads((out_dir / SWEEP_FILE).read_text())
     stored["left_out"] = [{"num_workers": 2}]
     (out_dir / SWEEP_FILE).write_text(json.dumps(stored))
-    with pytest.raises(UserError, match="left_out is not a plan's"):
-        checks.sweep_request(parser.parse_args(resume))
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        resume[-1] = f"127.0.0.1:{listening.getsockname()[1]}"
+        with pytest.raises(UserError, match="left_out is not a plan's"):
+            checks.sweep_request(parser.parse_args(resume))
 
 
 def test_a_resumed_sweep_keeps_its_clusters_lines_and_older_files_have_none(tmp_path):
