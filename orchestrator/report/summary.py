@@ -25,9 +25,15 @@ BASELINE_KEYS = [key for key in SCALING_GROUP if key != "batch_scaling"]
 
 # The tuning playbook's method: within each cell of the studied parameters,
 # the learning rate is the nuisance parameter to optimise over.
-ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch_size"]
+# The number of epochs and the warm-up too: an accuracy after 2 epochs, or after
+# a warm-up, is not a replica of one after 8 without.
+ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch_size",
+                  "num_epochs", "warmup_epochs"]
 
-STRATEGY_CELL = ["model", *SPEEDUP_AXES, "num_workers"]
+# Strategies compared on equal work: the same threads, straggler, transport and
+# global batch (steps an epoch), differing in the lr and seed only.
+STRATEGY_CELL = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown",
+                 "transport", "num_workers", "global_batch_size"]
 
 
 def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,
@@ -62,6 +68,8 @@ def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd
                                            summary["trial_id"].map(best))
     nodes = trial_nodes(epochs)
     summary["nodes"] = [nodes.get(trial_id, "") for trial_id in summary["trial_id"]]
+    transports = trial_transports(epochs)
+    summary["transport"] = [transports.get(trial_id, "") for trial_id in summary["trial_id"]]
     sharing = shared_gpu_trials(epochs)
     summary["shared_gpu"] = summary["trial_id"].isin(sharing)
     summary["status"] = [_status(row) for row in summary.itertuples()]
@@ -122,6 +130,17 @@ def trial_nodes(epochs: pd.DataFrame) -> dict[str, str]:
                              for node in per_worker_values(values) or ())
         nodes[trial_id] = " ".join(seen)
     return nodes
+
+
+def trial_transports(epochs: pd.DataFrame) -> pd.Series:
+    """Each trial's transport of its sums (epochs.csv's `transport` in its last
+    epoch: "shared memory", "gloo", "nccl", "none" for one worker), by trial id;
+    empty for a trial run before it was recorded. One strategy may run over two
+    transports, which are not the same work."""
+    if "transport" not in epochs:
+        return pd.Series(dtype=object)
+    return (epochs.sort_values("epoch").groupby("trial_id")["transport"].last()
+            .fillna("").astype(str))
 
 
 def shared_gpu_trials(epochs: pd.DataFrame) -> set[str]:

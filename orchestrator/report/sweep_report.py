@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.records import (LeftOut, Status, book_line, counted, memory_format_text,
-                                  step_graph_text, write_atomically)
+                                  seconds_text, step_graph_text, write_atomically)
 from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
@@ -165,9 +165,11 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                   not_run: list[str] = (), time_split: list[dict] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              _at_once_line(epochs), "",
-             "The book's line for each trial (time per epoch is training only), and its memory "
-             "format: `auto` times a few steps in each on the workers' devices and takes the "
-             "faster (the workers' mean seconds a step).", ""]
+             "The book's line for each trial (time per epoch is training only, the mean "
+             "of every epoch as the book's `train` prints it), the report's window beside "
+             "it (`epoch_s`: the epochs after the first, which every table and answer "
+             "times), and its memory format: `auto` times a few steps in each on the "
+             "workers' devices and takes the faster (the workers' mean seconds a step).", ""]
     for row in summary.itertuples():
         history = epochs[epochs["trial_id"] == row.trial_id].sort_values("epoch")
         label = (f"`{row.trial_id}` {counted(row.num_workers, 'worker')}, batch {row.batch_size} "
@@ -182,6 +184,8 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                       f"{step_graph_text(history.iloc[-1])}")
         outcome = (book_line(history.to_dict("records")) if len(history)
                    else f"no epoch finished: {row.error}")
+        if len(history) > 1 and not pd.isna(row.epoch_s):
+            outcome += f" (epochs after the first: {seconds_text(row.epoch_s)} s each)"
         lines.append(f"- {label}: {outcome} [{row.status}]")
     lines += ["", *_time_split_section(time_split), *not_run, "## Scaling", "",
               "Every time, throughput, speedup and sync share comes from one window of each "
@@ -191,14 +195,18 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "same model, sync, split, precision, batch and lr, so that it is the ratio of "
               "the two epoch times; efficiency is speedup / workers; workers that shared "
               "a GPU took turns on it and give none. Each row is the mean over its `trials`, "
-              "replicas that differ only in the seed, its throughput and speedup those of "
-              "its mean `epoch_s`; `epoch_time_spread` is their slowest epoch time over "
-              "their fastest, minus 1.", "",
+              "which did the same work each epoch (its key columns, `transport` where "
+              "the gradients were summed among them) and may differ in the seed, the lr "
+              "(its warm-up, a linear rule's scaling) and the number of epochs; its "
+              "throughput and speedup are those of its mean `epoch_s`; "
+              "`epoch_time_spread` is their slowest epoch time over their fastest, "
+              "minus 1.", "",
               varying_table(scaling_table(summary), SCALING_KEYS), "",
               "## Strategies", "",
-              "Per sync strategy, split, precision and worker count: seconds per epoch, the "
-              "share of it spent in gradient sync, and the speedup, each the median over the "
-              "cell's trials.", "",
+              "Per sync strategy, split, precision and worker count, on equal work (the "
+              "same threads, straggler, transport and global batch): seconds per epoch, "
+              "the share of it spent in gradient sync, and the speedup, each the median "
+              "over the cell's trials (their lrs and seeds).", "",
               varying_table(strategy_table(summary), STRATEGY_CELL), "",
               "## Split per worker", "",
               "Each worker's examples per step (its share of the global batch) and its seconds "
@@ -207,8 +215,8 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "`epochs.csv` has every epoch.", "",
               varying_table(split_table(summary, epochs), SPLIT_KEYS), "",
               "## Learning rate per (workers, batch)", "",
-              "The best base lr of each cell by final test accuracy, the mean over its "
-              "`trials` (seeds), `acc_range` their range; `on_edge` flags a best "
+              "The best base lr of each cell (workers, batch, epochs and warm-up) by final "
+              "test accuracy, the mean over its `trials` (seeds), `acc_range` their range; `on_edge` flags a best "
               "value at the end of the range searched, where a wider range may do better.", "",
               varying_table(isolation_table(summary), ISOLATION_KEYS), ""]
     if target_acc is not None:

@@ -12,19 +12,21 @@ from orchestrator.report.summary import (ISOLATION_CELL, SCALING_GROUP, STRATEGY
 
 
 # What a row of each table is (its key columns); the other columns are measured.
-SCALING_KEYS = [*SCALING_GROUP, "num_workers", "global_batch_size"]
+# A scaling row's trials do the same work each epoch: they may differ in the seed,
+# the lr (its warm-up, a linear rule's scaling) and the number of epochs.
+SCALING_KEYS = [*SCALING_GROUP, "transport", "num_workers", "global_batch_size"]
 SPLIT_KEYS = ["sync", "split", "num_workers", "last_epoch"]
 ISOLATION_KEYS = [*ISOLATION_CELL, "lrs_searched"]
 
 
 def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Workers against time per epoch, throughput, speedup and efficiency: one row per
-    setup, each the mean over its replicas (trials that differ only in the seed), with
-    their count and the relative range of their epoch times."""
-    usable = summary[summary["status"] != Status.FAILED]
+    setup, each the mean over its trials (the same work each epoch: `SCALING_KEYS`),
+    with their count and the relative range of their epoch times."""
+    usable = _with_keys(summary[summary["status"] != Status.FAILED], SCALING_KEYS)
     if usable.empty:
         return pd.DataFrame(columns=[*SCALING_KEYS, "trials", "epoch_s"])
-    table = usable.groupby(SCALING_KEYS, sort=True).agg(
+    table = usable.groupby(SCALING_KEYS, sort=True, dropna=False).agg(
         trials=("trial_id", "count"), epoch_s=("epoch_s", "mean"),
         epoch_time_spread=("epoch_s", relative_range),
         samples_per_s=("samples_per_s", "mean"), sync_share=("sync_share", "mean"),
@@ -41,13 +43,14 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def strategy_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy, split, precision and worker count: seconds per epoch, sync share
-    and speedup, each the median over that cell's trials (other batches, lrs and seeds),
+    """Per strategy, split, precision and worker count, on equal work (`STRATEGY_CELL`:
+    the same threads, straggler, transport and global batch): seconds per epoch, sync
+    share and speedup, each the median over that cell's trials (other lrs and seeds),
     with the relative range of their epoch times."""
-    usable = summary[summary["status"] != Status.FAILED]
+    usable = _with_keys(summary[summary["status"] != Status.FAILED], STRATEGY_CELL)
     if usable.empty:
         return pd.DataFrame()
-    table = usable.groupby(STRATEGY_CELL, sort=True).agg(
+    table = usable.groupby(STRATEGY_CELL, sort=True, dropna=False).agg(
         trials=("trial_id", "count"), epoch_s=("epoch_s", "median"),
         epoch_time_spread=("epoch_s", relative_range),
         sync_share=("sync_share", "median"), speedup=("speedup", "median"))
@@ -86,7 +89,8 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
     accuracy over its replicas (seeds), their count and range, and whether the best
     sits on the edge of the range searched (then the range was too narrow)."""
     rows = []
-    for cell, group in summary.groupby(ISOLATION_CELL, sort=True):
+    summary = _with_keys(summary, ISOLATION_CELL)
+    for cell, group in summary.groupby(ISOLATION_CELL, sort=True, dropna=False):
         searched = sorted(group["base_lr"].unique())
         usable = group[group["status"].isin([Status.FINISHED, Status.STOPPED_EARLY, Status.REACHED_TARGET])].dropna(
             subset=["final_test_acc"])
@@ -136,6 +140,13 @@ def _cell(value) -> str:
             return ""
         return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
+
+
+def _with_keys(summary: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """`summary` with every key column: one a trials.csv of an earlier version lacks
+    is empty (a summary of today's code has them all)."""
+    missing = {key: "" for key in keys if key not in summary}
+    return summary.assign(**missing) if missing else summary
 
 
 def _range(values: pd.Series) -> float:

@@ -6,6 +6,8 @@ import re
 import pandas as pd
 
 from orchestrator.report.answers import sheet as answer_sheet
+from orchestrator.report.answers.exercise_13_6_1 import _parts_hedge
+from orchestrator.report.answers.wording import percent
 from test_answers import _epochs, _summary
 from test_scaling_model import calibration
 
@@ -155,3 +157,27 @@ def test_a_fastest_strategy_at_16_workers_is_named_only_beyond_the_noise():
     # scratch (another model's epoch) is no rival of LeNet's.
     assert _fastest(predicted, best, measured) == "ddp; bucketed within the time noise, 10%"
     assert _fastest(predicted, best, Noise(time_fraction=0.05, acc=0.01)) == "ddp"
+
+
+def test_13_6_1_says_how_the_models_parts_erred_where_communication_erred_more():
+    """A review: the epoch's median error (mostly compute here) was quoted as the
+    forecasts' bias, while the communication part, a larger share of a 16-worker
+    epoch on a slow link, erred far more."""
+    summary = _summary()
+    sheet = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
+                               use_gpu=False)
+    validation = sheet.scaling.validation
+    compute, comm = validation["compute_error"].median(), validation["comm_error"].median()
+    assert abs(comm) > abs(validation["error"].median())
+    section = re.split(r"^### ", sheet.answers, flags=re.MULTILINE)
+    (answer,) = [part for part in section if part.startswith("13.6.1")]
+    assert (f"Apart, its compute erred by a median {percent(compute)} and its communication by "
+            f"{percent(comm)} ({percent(validation['comm_error'].min())} to "
+            f"{percent(validation['comm_error'].max())}), so a forecast whose epoch is a share s "
+            f"communication (more of it with more workers or a slower link) is, if its link's "
+            f"model errs as this cluster's did, too {'fast' if comm < 0 else 'slow'} by about "
+            f"s x {percent(abs(comm))} beyond its compute's error.") in answer
+    # Where the parts erred no more than the whole, nothing is added.
+    calm = validation.assign(comm_error=validation["error"] / 2)
+    assert _parts_hedge(calm) == ""
+

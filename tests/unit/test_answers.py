@@ -265,6 +265,17 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
             "than synchronous SGD's 0.700 at the same lr, global batch 256 and epochs (1 "
             "worker, the same optimizer at any number; 1 seed): the stale gradient's price at "
             "that lr.") in section
+    # Below its own arm at the larger lr: the smaller lr did not help it.
+    assert ("Delayed at lr 0.1 was 0.081 lower than its own 0.731 at lr 0.2: the smaller lr "
+            "did not help it here, so this sweep does not show it needing one.") in section
+    # A gap within the noise is no price (a review found "within noise ...: the price").
+    close = (*half[:12], 0.695, *half[13:])
+    section = _sections(_render(_summary([*TRIALS, close])))["13.6.3"]
+    assert ("at lr 0.1 delayed reached 0.695 (1 seed), within noise (0.005 apart, noise 0.010 "
+            "assumed) of synchronous SGD's 0.700") in section
+    assert "1 seed): at that lr no price of staleness is told from the noise." in section
+    level = (*half[:12], 0.725, *half[13:])  # 0.006 below its own arm: within noise
+    assert "its own 0.731" not in _sections(_render(_summary([*TRIALS, level])))["13.6.3"]
     # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%.
     assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
             "1.39 s, 1 seed and 1 seed; this sweep estimates no noise of waiting "

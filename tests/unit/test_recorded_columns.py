@@ -104,3 +104,46 @@ def test_the_reports_scaling_table_speedups_are_the_ratios_of_its_epoch_times():
                     one["epoch_s"] / row["epoch_s"], rel=1e-9)
                 checked += 1
     assert checked
+
+
+def test_a_tables_row_pools_only_trials_of_the_same_work_and_the_same_cell():
+    """A review of docs/examples/exercises-2core (a full run) found rows called
+    replicas that were not: bucketed over shared memory averaged with bucketed
+    over gloo, the 2-thread and the straggler trials in their strategy's median,
+    and a 2-epoch accuracy averaged with 8-epoch seeds."""
+    from orchestrator.report.tables import isolation_table, scaling_table, strategy_table
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "exercises-2core"
+    epochs = pd.read_csv(example / "epochs.csv")
+    evaluations = (epochs[["trial_id", "epoch", "test_acc", "train_s", "wall_s"]]
+                   .assign(eval_s=epochs["eval_time_s"]))
+    trials = pd.read_csv(example / "trials.csv")[[*TRIAL_COLUMNS, "seed", "warmup_epochs"]]
+    summary = summarize_trials(trials, epochs, evaluations)
+    transports = dict(zip(summary["trial_id"], summary["transport"]))
+    assert transports["4b323_00011"] == "shared memory" and transports["4b323_00019"] == "gloo"
+
+    scaling = scaling_table(summary)
+    bucketed = scaling[(scaling["sync"] == "bucketed") & (scaling["num_workers"] == 2)]
+    assert sorted(bucketed["transport"]) == ["gloo", "shared memory"]
+    assert bucketed["trials"].tolist() == [1, 1]
+
+    strategies = strategy_table(summary)
+    scratch = strategies[(strategies["sync"] == "scratch") & (strategies["split"] == "even")]
+    one_worker = scratch[scratch["num_workers"] == 1].set_index("threads_per_worker")
+    assert 2 in one_worker.index and one_worker.loc[2, "trials"] == 1
+    straggled = scratch[(scratch["num_workers"] == 2) & (scratch["straggler_slowdown"] > 1)]
+    assert straggled["trials"].tolist() == [1]
+    cells = isolation_table(summary)
+    one_global = cells[(cells["num_workers"] == 1) & (cells["batch_scaling"] == "global")
+                       & (cells["model"] == "lenet")]
+    # The strategies part's 2-epoch trials and the lr part's 8-epoch seeds: two cells.
+    assert sorted(one_global["num_epochs"].unique()) == [2, 8]
+    lenet = summary[(summary["num_workers"] == 1) & (summary["batch_scaling"] == "global")
+                    & (summary["model"] == "lenet")]
+    for cell in one_global.itertuples():
+        same = lenet[(lenet["num_epochs"] == cell.num_epochs)
+                     & (lenet["warmup_epochs"] == cell.warmup_epochs)
+                     & (lenet["sync"] == cell.sync) & (lenet["split"] == cell.split)
+                     & (lenet["base_lr"] == cell.best_base_lr)]
+        assert cell.trials == len(same)
+        assert cell.best_final_test_acc == pytest.approx(same["final_test_acc"].mean())

@@ -103,3 +103,7 @@ def test_the_answer_states_resnets_bytes_the_book_check_and_labels_its_rows():
     assert f"({1000 * check['overhead_s_per_step']:.0f} ms a step beyond its compute" in text
     # 4096 examples a step: 15 steps an epoch, 150 updates in the book's 10 epochs.
     assert "the book's 10 epochs make 150 updates where batch 256 makes 2,350" in text
+    # Goyal et al.'s 90 epochs at batch 8192: 157 steps an epoch of 1,281,167 images (a
+    # review found "90 epochs of 5,000 steps or more", batch 256's count).
+    assert ("over 90 epochs: at batch 8192 about 14,000 updates (157 steps an epoch of "
+            "ImageNet's 1.28 M images), not 10 epochs' 150") in text

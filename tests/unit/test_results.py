@@ -165,7 +165,11 @@ def test_every_file_is_written_with_the_books_lines(tmp_path, summary):
     assert len(pd.read_csv(paths["trials.csv"])) == len(TRIALS)
     assert len(pd.read_csv(paths["epochs.csv"])) == sum(map(len, HISTORY.values()))
     report = paths["report.md"].read_text()
-    assert "test acc: 0.79, 5.3 sec/epoch on 2 workers [cpu] [finished]" in report
+    # The book's mean of every epoch (6, 5, 5 s), and the window every table times.
+    assert ("test acc: 0.79, 5.3 sec/epoch on 2 workers [cpu] (epochs after the first: "
+            "5.0 s each) [finished]") in report
+    # The diverged trial's one epoch is its window: nothing to set beside it.
+    assert "test acc: 0.10, 6.0 sec/epoch on 2 workers [cpu] [" in report
     assert "no epoch finished: WorkerGroupError: worker died [failed]" in report
     assert not list(tmp_path.glob(".*partial*"))
 

@@ -46,8 +46,20 @@ def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
     seeds (`cell`'s `seed_accs`) where both have two or more and every seed learned
     (a seed that did not learn is a failure the sentence names, not a spread);
     else by the sweep's noise."""
+    test, sizes = _cells_test(cell_row, other)
+    return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test, sizes)
+
+
+def cells_differ(cell_row: pd.Series, other: pd.Series, noise: Noise) -> int:
+    """What `compare_cells` says, as a sign: 1 where `cell_row`'s accuracy is the
+    higher beyond the noise (or significantly), -1 the lower, 0 not told apart."""
+    test, _ = _cells_test(cell_row, other)
+    gap = cell_row["final_test_acc"] - other["final_test_acc"]
+    told_apart = test.p < SIGNIFICANCE if test is not None else abs(gap) > noise.acc
+    return (1 if gap > 0 else -1) if told_apart else 0
+
+
+def _cells_test(cell_row: pd.Series, other: pd.Series) -> tuple[Welch | None, tuple[int, int]]:
     seeds = [list(row.get("seed_accs", ()) or ()) for row in (cell_row, other)]
     failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
-    test = None if failed else welch(*seeds)
-    return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test,
-                       (len(seeds[0]), len(seeds[1])))
+    return (None if failed else welch(*seeds)), (len(seeds[0]), len(seeds[1]))

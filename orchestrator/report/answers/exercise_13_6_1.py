@@ -20,6 +20,10 @@ from orchestrator.report.tables import markdown_table
 PREDICTED_WORKERS = 16  # the book's p2.16xlarge
 MODEL_NAMES = {"lenet": "LeNet", "resnet18": "ResNet-18"}
 BOOK_BATCH = 256  # 13.6's batch
+# Goyal et al. (2017): ResNet-50 on ImageNet (1,281,167 training images) for 90
+# epochs; at batch 8192 an epoch is 157 steps.
+GOYAL_EPOCHS = 90
+GOYAL_STEPS_PER_EPOCH = math.ceil(1_281_167 / 8192)
 
 
 def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
@@ -145,9 +149,12 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"epoch is {steps_large} steps, so the book's 10 epochs make {10 * steps_large} "
         f"updates where batch {BOOK_BATCH} makes {10 * steps_book:,}; Goyal et al. (2017) "
         f"kept batch 256's accuracy up to batch 8192 on ImageNet with the lr scaled linearly "
-        f"and a 5-epoch warm-up, over 90 epochs of 5,000 steps or more, not 10 epochs of "
-        f"{steps_large}: the speedups above are per epoch, and the epochs a large batch "
-        f"needs are the accuracy question below.",
+        f"and a 5-epoch warm-up, over 90 epochs: at batch 8192 about "
+        f"{_rounded(GOYAL_EPOCHS * GOYAL_STEPS_PER_EPOCH)} updates ({GOYAL_STEPS_PER_EPOCH} "
+        f"steps an epoch of ImageNet's 1.28 M images), not 10 epochs' {10 * steps_large}: "
+        f"the speedups "
+        f"above are per epoch, and the epochs a large batch needs are the accuracy question "
+        f"below.",
         f"Checked against the book ({resnet.BOOK_SOURCE}): from its 1-GPU epoch and "
         f"nn.DataParallel's bytes alone (over PCIe 3.0 at 12 GB/s, assumed: the book does "
         f"not say how its GPUs are joined), the model predicts "
@@ -157,6 +164,31 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"explain little of the gap; the rest is the overhead fitted above, so this figure "
         f"sets that overhead and cannot also check it."]
     return [markdown_table(table), " ".join(sentences)]
+
+
+def _rounded(count: int) -> str:
+    """A count to two significant digits, `14,000`: what a cited setup supports."""
+    return f"{int(float(f'{count:.2g}')):,}"
+
+
+def _parts_hedge(validation: pd.DataFrame) -> str:
+    """How the model's compute and communication parts erred apart (the report's
+    model section), where communication erred beyond the whole epoch's error: a
+    forecast in which communication is a larger share of the epoch (more workers,
+    a slower link) inherits more of that part's error than the trials' epochs
+    did. Empty where the parts were not validated apart."""
+    if not {"compute_error", "comm_error"} <= set(validation.columns):
+        return ""
+    compute, comm = (validation[column].dropna() for column in ("compute_error", "comm_error"))
+    if comm.empty or compute.empty or abs(comm.median()) <= abs(validation["error"].median()):
+        return ""
+    return (f" Apart, its compute erred by a median {percent(compute.median())} and its "
+            f"communication by {percent(comm.median())} ({percent(comm.min())} to "
+            f"{percent(comm.max())}), so a forecast whose epoch is a share s communication "
+            f"(more of it with more workers or a slower link) is, if its link's model errs "
+            f"as this cluster's did, too "
+            f"{'fast' if comm.median() < 0 else 'slow'} by about s x "
+            f"{percent(abs(comm.median()))} beyond its compute's error.")
 
 
 def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> str:
@@ -196,9 +228,8 @@ def _sixteen_workers(scaling, rule_found: str | None,
         validated += (
             f" It predicted {count} of them too {'fast' if too_fast else 'slow'} "
             f"(median error {percent(signed.median())}), so read its forecasts as "
-            f"{'optimistic' if too_fast else 'pessimistic'} by about that much "
-            f"(the report's model section gives its compute's and communication's errors "
-            f"apart).")
+            f"{'optimistic' if too_fast else 'pessimistic'} by about that much.")
+    validated += _parts_hedge(scaling.validation)
     own = scaling.predictions[scaling.predictions["link"].str.endswith("(measured)")]
     if not own.empty and own["num_workers"].max() < PREDICTED_WORKERS:
         validated += (f" On this cluster's own transports it predicts no further than the "

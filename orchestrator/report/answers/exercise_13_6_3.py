@@ -8,7 +8,7 @@ import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
-from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.compare import cells_differ, compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
@@ -116,6 +116,11 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     half = at_workers(smaller, k) if not smaller.empty else None
     if half is not None:
         sentences.append(_staleness_at(half, synchronous_at(summary, half), noise))
+        if not (none_learned(half) or none_learned(arm)) and cells_differ(half, arm, noise) < 0:
+            sentences.append(
+                f"Delayed at lr {half['lr']:g} was {compare_cells(half, arm, noise)} its own "
+                f"{arm['final_test_acc']:.3f} at lr {arm['lr']:g}: the smaller lr did not help "
+                f"it here, so this sweep does not show it needing one.")
     if bound is not None and not use_gpu:
         waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
@@ -170,13 +175,16 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
         return text + (f", where synchronous SGD at the same lr did not learn "
                        f"({synchronous['final_test_acc']:.3f}, {acc_seeds_text(synchronous)}): "
                        f"no price of staleness to read there.")
+    verdict = {-1: "the stale gradient's price at that lr",
+               0: "at that lr no price of staleness is told from the noise",
+               1: "at that lr delayed did better, no price of staleness"}[
+        cells_differ(half, synchronous, noise)]
     return text + (
         f", {compare_cells(half, synchronous, noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "
         f"{synchronous['global_batch_size']} and epochs "
         f"({counted(synchronous['num_workers'], 'worker')}, "
-        f"the same optimizer at any number; {acc_seeds_text(synchronous)}): the "
-        f"stale gradient's price at that lr.")
+        f"the same optimizer at any number; {acc_seeds_text(synchronous)}): {verdict}.")
 
 
 STALENESS = (
