@@ -3,11 +3,13 @@ strategies' epochs ranked within each transport, the bytes per step of the
 book's allreduce against a reduce-scatter and all-gather, and why aggregating
 different parameters on different workers is more efficient."""
 
+import math
+
 import pandas as pd
 
-from orchestrator.records import ROOT_FUNNEL, seconds_text
+from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
-from orchestrator.report.answers.compare import compare_times
+from orchestrator.report.answers.compare import compare_times, within_noise
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -49,15 +51,38 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
                          for k in sorted(set(workers))])
 
 
+def sharded_calls(wire: str, k: int, gradient_bytes: int | None, sums: list[dict]) -> str:
+    """Why sharded was slower than a ring allreduce through `wire` though it moves the
+    same bytes, from the calibration's timings of the two: at the size it timed
+    nearest a step's `gradient_bytes`, the reduce-scatter and all-gather pair
+    against one allreduce. Empty where the calibration timed not both."""
+    timed_at = {transport: {sample["bytes"]: sample["seconds"] for sample in sums
+                            if sample["transport"] == transport and sample["num_workers"] == k}
+                for transport in (wire, f"{wire} {SHARDED_PAIR}")}
+    sizes = set(timed_at[wire]) & set(timed_at[f"{wire} {SHARDED_PAIR}"])
+    if not sizes or not gradient_bytes:
+        return ""
+    size = min(sizes, key=lambda size: abs(math.log(size / gradient_bytes)))
+    pair, one = timed_at[f"{wire} {SHARDED_PAIR}"][size], timed_at[wire][size]
+    if pair <= one * 1.1:
+        return ""
+    return (f"Sharded's calls, not its bytes, made it slower: at {size / 1e6:.2g} MB (the "
+            f"size timed nearest its {gradient_bytes / 1e6:.2f} MB a step), the calibration "
+            f"timed {wire}'s reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
+            f"{1000 * one:.2g} ms for its allreduce of the same bytes, {pair / one:.1f}x "
+            f"(calibration.json): the same volume, in two calls of a slower implementation.")
+
+
 def _wire(transport: str) -> str:
     """The transport a strategy's bytes travel: the book's root funnel goes over its
     backend's sends and receives ("gloo root"), the same wire as that backend's ring."""
     return transport.removesuffix(f" {ROOT_FUNNEL}")
 
 
-def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
-                  gradient_bytes: int | None = None) -> list[str]:
-    """`gradient_bytes`: one step's gradients of the sweep's model (the calibration's)."""
+def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | None = None,
+                  sums: list[dict] = ()) -> list[str]:
+    """`gradient_bytes`: one step's gradients of the sweep's model (the calibration's);
+    `sums`: the calibration's timed sums (calibration.json's `allreduce`)."""
     # With the delayed arm's bucketed twin, which sums over the process group.
     overlap = part_trials(summary, "delayed")
     strategies = timed(pd.concat([part_trials(summary, "strategies"),
@@ -104,6 +129,11 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise,
             f"epoch was {fastest['sync']}'s: {seconds_text(fastest['epoch_s'])} s "
             f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
             f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
+        sharded = ranked[ranked["sync"] == "sharded"]
+        if (not sharded.empty and fastest["sync"] != "sharded"
+                and not within_noise(sharded["epoch_s"].iloc[0], fastest["epoch_s"], noise)):
+            sentences += [text for text in [sharded_calls(wire, k, gradient_bytes, sums)]
+                          if text]
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))

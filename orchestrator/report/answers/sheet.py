@@ -48,7 +48,8 @@ def build(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
     return AnswerSheet(scaling, _model_section(scaling, calibration),
                        render_answers(summary, epochs, scaling, data_note=data_note,
                                       use_gpu=use_gpu,
-                                      gradient_bytes=_lenet_gradient_bytes(calibration)))
+                                      gradient_bytes=_lenet_gradient_bytes(calibration),
+                                      sums=(calibration or {}).get("allreduce", [])))
 
 
 def _lenet_gradient_bytes(calibration: dict | None) -> int | None:
@@ -225,9 +226,11 @@ EXERCISES = [
 
 
 def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
-                   data_note: str, use_gpu: bool, gradient_bytes: int | None = None) -> str:
+                   data_note: str, use_gpu: bool, gradient_bytes: int | None = None,
+                   sums: list[dict] = ()) -> str:
     """The section in markdown. `scaling` is None or has the scaling model's
-    `validation`, `predictions` and `links`; `gradient_bytes`: LeNet's per step."""
+    `validation`, `predictions` and `links`; `gradient_bytes`: LeNet's per step;
+    `sums`: the calibration's timed sums (its `allreduce`)."""
     summary, trial_epochs = prepared(summary, epochs)
     noise = estimate_noise(summary, trial_epochs)
     if not any_model.is_book(summary):
@@ -243,7 +246,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
-               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes),
+               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes, sums),
                exercise_13_5_4.answer_13_5_4(summary, noise),
                exercise_13_6_1.answer_13_6_1(summary, scaling, use_gpu,
                                              linear_rule.rule_outcome(rule), noise),
