@@ -116,11 +116,21 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
     latest = measured.sort_values("final_train_loss").iloc[0]
     estimate = float(latest["noise_scale_last"])
     small, large = batches
-    more = examples_factor(large, estimate) / examples_factor(small, estimate)
-    others = (f"; the {len(measured)} measured trials that learned: median "
-              f"{measured['noise_scale_last'].median():.3g}, from "
-              f"{measured['noise_scale_last'].min():.3g} to "
-              f"{measured['noise_scale_last'].max():.3g}" if len(measured) > 1 else "")
+
+    def more(noise_scale: float) -> float:  # the larger batch's epochs over the smaller's
+        return examples_factor(large, noise_scale) / examples_factor(small, noise_scale)
+
+    # Trials that ran the same optimizer from the same seed (strategies that sum
+    # alike) measure one value: counted once.
+    values = measured["noise_scale_last"].drop_duplicates()
+    repeated = (f" ({len(values)} distinct: trials of one optimizer and seed measure one "
+                f"value)" if len(values) < len(measured) else "")
+    others = (f"; the {len(measured)} measured trials that learned{repeated}: median "
+              f"{values.median():.3g}, from {values.min():.3g} to {values.max():.3g}"
+              if len(values) > 1 else "")
+    spread = (f" ({_factor(more(values.max()))}x to {_factor(more(values.min()))}x over the "
+              f"measured values, {_factor(more(values.median()))}x at their median: which "
+              f"value is taken moves the figure within that)" if len(values) > 1 else "")
     return (f"How a larger batch trains, measured: the gradient noise scale (McCandlish et "
             f"al., 2018), read for free from each worker's shard gradient and their sum, is "
             f"B_simple = {estimate:.3g} examples in the last epoch of trial "
@@ -131,9 +141,15 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
             f"critical batch, within an order of magnitude: below it a larger batch saves steps almost one "
             f"for one, above it mostly spends examples. By their model, reaching a given loss "
             f"takes (1 + B/B_noise) times the fewest examples any batch could: "
-            f"{examples_factor(small, estimate):.2f}x at global batch {small}, "
-            f"{examples_factor(large, estimate):.2f}x at {large}, so about {more:.1f}x the "
-            f"epochs of batch {small} to reach this loss at {large}, the lr re-tuned for the "
+            f"{_factor(examples_factor(small, estimate))}x at global batch {small}, "
+            f"{_factor(examples_factor(large, estimate))}x at {large}, so about "
+            f"{_factor(more(estimate))}x the epochs of batch {small}{spread} to reach this loss at "
+            f"{large}, the lr re-tuned for the "
             f"batch as Goyal et al. (2017) do. A what-if from their model and these short "
             f"runs: the noise scale grows as the loss falls, so longer training pays less "
             f"for the larger batch than this.")
+
+
+def _factor(value: float) -> str:
+    """A ratio to two significant digits, as the estimate behind it supports: 2.0, 17."""
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
