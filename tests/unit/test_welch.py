@@ -12,7 +12,7 @@ from orchestrator.report.answers.exercise_13_5_2 import answer_13_5_2
 from orchestrator.report.answers.linear_rule import linear_rule, rule_verdict, verdict_text
 from orchestrator.report.answers.cells import cell
 from orchestrator.report.answers.noise import Noise, estimate_noise
-from orchestrator.report.answers.welch import _t_two_sided_p, welch
+from orchestrator.report.answers.welch import PooledT, Welch, _t_two_sided_p, pooled_t, welch
 from orchestrator.report.answers.wording import acc_seeds_text
 
 
@@ -75,7 +75,10 @@ def test_a_seed_that_did_not_learn_is_named_not_counted_as_accuracy_noise():
     assert "1 seed that did not learn" in noise.sentence()
     warm = cell(trials)
     assert warm["final_test_acc"] == pytest.approx((0.1 + 0.8128 + 0.8229) / 3)
-    assert acc_seeds_text(warm) == "mean of 3 seeds, 1 of which did not learn"
+    # The seeds that learned, apart: a review found an arm whose two learning seeds
+    # reached the sweep's best 2-worker accuracy reported only as a failed mean.
+    assert acc_seeds_text(warm) == ("mean of 3 seeds, 1 of which did not learn; the 2 that "
+                                    "learned: 0.818")
     assert acc_seeds_text(cell(trials.iloc[:1])) == "1 seed, which did not learn"
     assert acc_seeds_text(cell(trials.iloc[1:])) == "mean of 2 seeds"
     # A configuration whose seeds all learned: nothing left out, nothing said.
@@ -162,3 +165,34 @@ def test_the_best_lr_is_told_apart_by_welch_on_seeds_else_by_the_noise():
                      r"more seeds than the 3 these means have at most \(`--repeats 5`\)", text)
     assert tied and float(tied.group(1)) >= 0.05, text
     assert "a best not told apart from another lr (below)" in text
+
+
+def test_one_seed_against_several_is_tested_on_the_sweeps_pooled_spread():
+    """A review: the sweep's accuracy noise, the largest range of any one
+    configuration's seeds (0.062, one configuration's 0.753 beside 0.815 and
+    0.813; every other's at most 0.021), decided every comparison with a single
+    seed. Student's t against the pooled standard deviation uses every replicated
+    configuration's spread, on its degrees of freedom."""
+    test = pooled_t([0.80], [0.70, 0.72, 0.74], sd=0.01, dof=10)
+    assert test.t == pytest.approx(0.08 / (0.01 * math.sqrt(1 + 1 / 3)))
+    assert test.p < 0.001 and test.dof == 10
+    assert test.text((1, 3)) == ("t = 6.93 on the sweep's pooled seed spread, sd 0.010, "
+                                 "p = 4.1e-05, 1 and 3 seeds")
+    assert pooled_t([0.80], [0.79], sd=0.01, dof=10).p > 0.05
+    assert pooled_t([0.80], [0.70], sd=math.nan, dof=0) is None
+    # Two configurations of 2 and 3 seeds that learned: 3 degrees of freedom.
+    summary = pd.DataFrame([
+        {"trial_id": f"{name}{seed}", "seed": seed, "lr": lr, "final_test_acc": acc,
+         "status": "finished", "epoch_s": 1.0, "model": "lenet", "sync": "scratch",
+         "transport": "", "split": "even", "precision": "fp32", "threads_per_worker": 1,
+         "straggler_slowdown": 1.0, "num_workers": 1, "global_batch_size": 256,
+         "momentum": 0.0, "num_epochs": 2, "warmup_epochs": 0, "warmup_start_lr": 0.0}
+        for name, lr, accs in (("a", 0.1, (0.80, 0.82)), ("b", 0.2, (0.70, 0.71, 0.72)))
+        for seed, acc in enumerate(accs)])
+    noise = estimate_noise(summary)
+    assert noise.acc == pytest.approx(0.02) and noise.acc_dof == 3
+    assert noise.acc_sd == pytest.approx(math.sqrt((0.0002 + 0.0002) / 3))
+    assert isinstance(noise.seed_test([0.80], [0.70, 0.71]), PooledT)
+    assert isinstance(noise.seed_test([0.80, 0.81], [0.70, 0.71]), Welch)
+    assert "pooled over them, one seed's standard deviation is 0.012 (3 degrees of freedom)" \
+        in noise.sentence()

@@ -73,7 +73,10 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row["seeds"] = len(per_seed)
     row["seed_accs"] = (tuple(per_seed["final_test_acc"].dropna())
                         if "final_test_acc" in per_seed else ())
-    row["not_learned"] = int((~learned(trials).groupby(trials["seed"]).all()).sum())
+    seed_learned = learned(trials).groupby(trials["seed"]).all()
+    row["not_learned"] = int((~seed_learned).sum())
+    row["learned_acc"] = (per_seed["final_test_acc"][seed_learned].mean()
+                          if "final_test_acc" in per_seed and seed_learned.any() else math.nan)
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
         # printed beside the cell's and its baseline's epoch times is their ratio.

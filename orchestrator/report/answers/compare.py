@@ -5,7 +5,7 @@ difference within the noise is said to be so."""
 import pandas as pd
 
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
+from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch
 from orchestrator.report.answers.wording import percent
 
 
@@ -24,12 +24,12 @@ def within_noise(time_s: float, other_s: float, noise: Noise) -> bool:
     return max(time_s, other_s) / min(time_s, other_s) - 1 <= noise.time_fraction
 
 
-def compare_acc(acc: float, other_acc: float, noise: Noise, test: Welch | None = None,
-                sizes: tuple[int, int] = (0, 0)) -> str:
+def compare_acc(acc: float, other_acc: float, noise: Noise,
+                test: Welch | PooledT | None = None, sizes: tuple[int, int] = (0, 0)) -> str:
     """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...)
-    of"; with `test` (Welch's, on the two sides' `sizes` seeds) decided by it, not by
-    the sweep's noise (the largest range of any one configuration's seeds, which would
-    call a gap the seeds resolve noise)."""
+    of"; with `test` (`Noise.seed_test` of the two sides' `sizes` seeds) decided by it,
+    not by the sweep's noise (the largest range of any one configuration's seeds, which
+    would call a gap the seeds resolve noise)."""
     gap = acc - other_acc
     if test is not None:
         text = test.text(sizes)
@@ -42,24 +42,26 @@ def compare_acc(acc: float, other_acc: float, noise: Noise, test: Welch | None =
 
 
 def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
-    """`compare_acc` of two cells' final test accuracies, by Welch's test on their
-    seeds (`cell`'s `seed_accs`) where both have two or more and every seed learned
-    (a seed that did not learn is a failure the sentence names, not a spread);
-    else by the sweep's noise."""
-    test, sizes = _cells_test(cell_row, other)
+    """`compare_acc` of two cells' final test accuracies where every seed learned (a
+    seed that did not learn is a failure the sentence names, not a spread), by
+    `Noise.seed_test` on their seeds (`cell`'s `seed_accs`): Welch's t where both
+    have two or more, Student's t on the sweep's pooled seed spread where one has
+    one; else by the sweep's noise."""
+    test, sizes = _cells_test(cell_row, other, noise)
     return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test, sizes)
 
 
 def cells_differ(cell_row: pd.Series, other: pd.Series, noise: Noise) -> int:
     """What `compare_cells` says, as a sign: 1 where `cell_row`'s accuracy is the
     higher beyond the noise (or significantly), -1 the lower, 0 not told apart."""
-    test, _ = _cells_test(cell_row, other)
+    test, _ = _cells_test(cell_row, other, noise)
     gap = cell_row["final_test_acc"] - other["final_test_acc"]
     told_apart = test.p < SIGNIFICANCE if test is not None else abs(gap) > noise.acc
     return (1 if gap > 0 else -1) if told_apart else 0
 
 
-def _cells_test(cell_row: pd.Series, other: pd.Series) -> tuple[Welch | None, tuple[int, int]]:
+def _cells_test(cell_row: pd.Series, other: pd.Series, noise: Noise
+                ) -> tuple[Welch | PooledT | None, tuple[int, int]]:
     seeds = [list(row.get("seed_accs", ()) or ()) for row in (cell_row, other)]
     failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
-    return (None if failed else welch(*seeds)), (len(seeds[0]), len(seeds[1]))
+    return (None if failed else noise.seed_test(*seeds)), (len(seeds[0]), len(seeds[1]))

@@ -16,7 +16,7 @@ from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_t
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      RULE_TEXT_ONLY, rule_verdict, verdict_text)
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, Welch, welch
+from orchestrator.report.answers.welch import SIGNIFICANCE
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
@@ -78,8 +78,9 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
                      f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
                      f"called only "
-                     f"at p < {SIGNIFICANCE:g} by Welch's t test on the seeds where both have "
-                     f"two or more, else only beyond the sweep's accuracy noise: {pairs}.")
+                     f"at p < {SIGNIFICANCE:g} by a t test on the seeds (Welch's where both "
+                     f"have two or more, else against the sweep's pooled seed spread; without "
+                     f"replicas, beyond the sweep's accuracy noise): {pairs}.")
     epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
     if verdicts & {"no", "failed", "some failed"}:
@@ -100,8 +101,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
 def _rule_pair_versus(row, noise: Noise) -> str:
     """`compare_acc` of a linear_rule row's k workers with its 1 worker, by the row's
     Welch test where it has one."""
-    test = None if np.isnan(row.p) else Welch(row.welch_t, math.nan, row.p)
-    return compare_acc(row.acc_scaled, row.acc_1_worker, noise, test,
+    return compare_acc(row.acc_scaled, row.acc_1_worker, noise, row.test,
                        (int(row.seeds_scaled), int(row.seeds_1_worker)))
 
 
@@ -146,7 +146,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
     test = (None if held in DECIDED_BY_FAILURE
-            else welch(per_seed(arm, warm), per_seed(trials, one)))
+            else noise.seed_test(per_seed(arm, warm), per_seed(trials, one)))
     if test is not None:
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test,

@@ -121,7 +121,7 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 apart.append(f"{at} ({row[column]:.3f}: no seed of "
                              f"{len(seeds[column])} learned)")
                 continue
-            test = welch(seeds[best], seeds[column])
+            test = noise.seed_test(seeds[best], seeds[column])
             if test is not None:
                 figures = test.text((len(seeds[best]), len(seeds[column])))
                 if test.p < SIGNIFICANCE:

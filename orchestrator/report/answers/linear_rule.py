@@ -9,7 +9,7 @@ from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, welch
+from orchestrator.report.answers.welch import SIGNIFICANCE
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
@@ -31,14 +31,15 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             held = rule_verdict(gap, None, noise, one._asdict(), many._asdict())
             # A failure to learn is the verdict; a t test on chance accuracies says nothing.
             test = (None if held in DECIDED_BY_FAILURE else
-                    welch(*(per_seed(trials, cell_row) for cell_row in (many, one))))
+                    noise.seed_test(*(per_seed(trials, cell_row) for cell_row in (many, one))))
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
                          "seeds_1_worker": one.seeds, "scaled_lr": many.lr,
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
-                         "welch_t": test.t if test else np.nan,
+                         "t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
+                         "test": test,
                          "held": (held if held in DECIDED_BY_FAILURE
                                   else rule_verdict(gap, test, noise)),
                          # Named in the sentences, not the table's columns.
@@ -48,7 +49,7 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
 
 
 # linear_rule's columns that the sentences read and the table leaves out.
-RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled"]
+RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled", "test"]
 
 
 VERDICTS = {"yes": "held", "no": "did not hold",

@@ -8,14 +8,16 @@ as in the report and the scaling model), and each trial carries the `transport`
 its gradients were summed through.
 """
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
 
 from orchestrator.records import Status, counted
+from orchestrator.report.answers.welch import SIGNIFICANCE, pooled_t, welch
 from orchestrator.report.answers.wording import REPEATS_COMMAND, percent
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
-from orchestrator.report.summary import timed_epochs, with_speedup
+from orchestrator.report.summary import timed_epochs, trial_transports, with_speedup
 
 # Where the sweep holds no repeated work, or no configuration run with two seeds.
 ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
@@ -51,6 +53,17 @@ class Noise:
     acc_not_learned: int = 0
     """Replicas left out of the accuracy noise: seeds of a replicated configuration
     that did not learn (`noise_scale.learned`), a failure each answer names, not noise."""
+    acc_sd: float = math.nan
+    """One seed's standard deviation of final test accuracy, pooled over the
+    replicated configurations (their seeds that learned): what a comparison with
+    one seed on a side is tested against (welch.PooledT)."""
+    acc_dof: int = 0
+    """Its degrees of freedom: the seeds that learned, less one per configuration."""
+
+    def seed_test(self, a: list[float], b: list[float]):
+        """Two sides' seeds compared: Welch's t where both have two or more, else
+        Student's t on the pooled spread, else None (the range decides)."""
+        return welch(a, b) or pooled_t(a, b, self.acc_sd, self.acc_dof)
 
     def time_label(self) -> str:
         return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
@@ -77,7 +90,9 @@ class Noise:
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
                    f"to {self.acc:.3f} over its seeds "
                    f"({counted(configurations, 'configuration')} run "
-                   f"with up to {seeds} seeds).")
+                   f"with up to {seeds} seeds); pooled over them, one seed's standard "
+                   f"deviation is {self.acc_sd:.3f} ({counted(self.acc_dof, 'degree')} of "
+                   f"freedom).")
         elif self.acc_not_learned:
             acc = (f"Accuracy noise: no configuration has two or more seeds that learned, so "
                    f"it is assumed: {self.acc:.3f} (`{REPEATS_COMMAND}` replicates every "
@@ -95,10 +110,16 @@ class Noise:
                     f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
                     f"it: a run that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
-        return (f"{window} {time} {acc} A difference is a finding only beyond its noise; "
-                f"below it, it is reported as within noise. Each number says how many seeds "
-                f"(replicas) it is the mean of; a mean of several is steadier than one trial, "
-                f"so these thresholds, taken from single trials, are conservative.")
+        told = (f"A difference of times is a finding only beyond the time noise. Accuracies "
+                f"are told apart at p < {SIGNIFICANCE:g}: by Welch's t on their seeds where "
+                f"both sides have two or more, else by Student's t against the pooled "
+                f"standard deviation (which assumes every configuration's seeds spread "
+                f"alike); a difference not told apart is reported as within noise or not "
+                f"significantly different." if self.acc_dof else
+                "A difference is a finding only beyond its noise; below it, it is reported as "
+                "within noise.")
+        return (f"{window} {time} {acc} {told} Each number says how many seeds (replicas) it "
+                f"is the mean of.")
 
 
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
@@ -138,9 +159,8 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary = with_speedup(summary)
     if "warmup_start_lr" not in summary:  # a sweep from before it was recorded: from zero
         summary["warmup_start_lr"] = 0.0
-    transport = (runs.sort_values("epoch").groupby("trial_id")["transport"].last()
-                 if "transport" in runs else pd.Series(dtype=object))
-    summary["transport"] = summary["trial_id"].map(transport).fillna("")
+    transports = trial_transports(runs)
+    summary["transport"] = [transports.get(trial_id, "") for trial_id in summary["trial_id"]]
     return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
@@ -170,10 +190,15 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
     acc_groups = [group[group["learned"]] for group in replicated]
     acc_groups = [group for group in acc_groups if len(group) > 1]
+    acc_sd, acc_dof = math.nan, 0
     if acc_groups:
-        acc = max(group.max() - group.min() for group in
-                  (group["final_test_acc"] for group in acc_groups))
+        accuracies = [group["final_test_acc"] for group in acc_groups]
+        acc = max(values.max() - values.min() for values in accuracies)
         acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
+        acc_dof = sum(len(values) - 1 for values in accuracies)
+        acc_sd = math.sqrt(sum(((values - values.mean()) ** 2).sum() for values in accuracies)
+                           / acc_dof)
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
-    return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned)
+    return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
+                 acc_sd, acc_dof)

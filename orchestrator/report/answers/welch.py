@@ -23,6 +23,33 @@ class Welch:
         return f"Welch's t = {self.t:.2f}, p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds"
 
 
+@dataclass(frozen=True)
+class PooledT:
+    """Student's t test of two means against the sweep's pooled seed spread (`sd`,
+    one seed's standard deviation over every replicated configuration, on `dof`
+    degrees of freedom), where a side has one seed and Welch's test cannot run:
+    t = gap / (sd sqrt(1/n1 + 1/n2)), which assumes every configuration's seeds
+    spread alike."""
+
+    t: float
+    dof: float
+    p: float
+    sd: float
+
+    def text(self, sizes: tuple[int, int]) -> str:
+        return (f"t = {self.t:.2f} on the sweep's pooled seed spread, sd {self.sd:.3f}, "
+                f"p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds")
+
+
+def pooled_t(a: list[float], b: list[float], sd: float, dof: float) -> PooledT | None:
+    """`PooledT` of mean(a) - mean(b); None without a value on a side, or without a
+    pooled spread (no configuration ran with two seeds that learned)."""
+    if not a or not b or not dof or not sd > 0:
+        return None
+    t = (sum(a) / len(a) - sum(b) / len(b)) / (sd * math.sqrt(1 / len(a) + 1 / len(b)))
+    return PooledT(t, dof, _t_two_sided_p(t, dof), sd)
+
+
 def welch(a: list[float], b: list[float]) -> Welch | None:
     """Welch's t test of mean(a) - mean(b); None with fewer than 2 values on a side, or
     no spread on either (then no test is possible, and the means are the figures)."""

@@ -21,9 +21,14 @@ def seeds_text(count: int) -> str:
 
 
 def acc_seeds_text(row: pd.Series) -> str:
-    """`seeds_text` for an accuracy, naming the seeds that did not learn: "mean of 3
-    seeds, 1 of which did not learn" (or "1 seed, which did not learn")."""
-    return learned_seeds_text(row["seeds"], row.get("not_learned", 0))
+    """`seeds_text` for an accuracy, naming the seeds that did not learn and the mean of
+    those that did: "mean of 3 seeds, 1 of which did not learn; the 2 that learned:
+    0.825" (or "1 seed, which did not learn")."""
+    text = learned_seeds_text(row["seeds"], row.get("not_learned", 0))
+    failed, learned_acc = int(row.get("not_learned", 0) or 0), row.get("learned_acc")
+    if 0 < failed < int(row["seeds"]) and learned_acc is not None and not pd.isna(learned_acc):
+        text += f"; the {int(row['seeds']) - failed} that learned: {learned_acc:.3f}"
+    return text
 
 
 def learned_seeds_text(count: int, not_learned: int | None) -> str:
