@@ -33,7 +33,7 @@ ISOLATION_CELL = ["model", *SPEEDUP_AXES, "batch_scaling", "num_workers", "batch
 # Strategies compared on equal work: the same threads, straggler, transport and
 # global batch (steps an epoch), differing in the lr and seed only.
 STRATEGY_CELL = ["model", *SPEEDUP_AXES, "threads_per_worker", "straggler_slowdown",
-                 "transport", "num_workers", "global_batch_size"]
+                 "num_workers", "transport", "global_batch_size"]
 
 
 def summarize_trials(trials: pd.DataFrame, epochs: pd.DataFrame, evaluations: pd.DataFrame,

@@ -197,7 +197,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "a GPU took turns on it and give none. Each row is the mean over its `trials`, "
               "which did the same work each epoch (its key columns, `transport` where "
               "the gradients were summed among them) and may differ in the seed, the lr "
-              "(its warm-up, a linear rule's scaling) and the number of epochs; its "
+              "and its warm-up, and the number of epochs; its "
               "throughput and speedup are those of its mean `epoch_s`; "
               "`epoch_time_spread` is their slowest epoch time over their fastest, "
               "minus 1.", "",

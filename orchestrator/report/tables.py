@@ -13,8 +13,8 @@ from orchestrator.report.summary import (ISOLATION_CELL, SCALING_GROUP, STRATEGY
 
 # What a row of each table is (its key columns); the other columns are measured.
 # A scaling row's trials do the same work each epoch: they may differ in the seed,
-# the lr (its warm-up, a linear rule's scaling) and the number of epochs.
-SCALING_KEYS = [*SCALING_GROUP, "transport", "num_workers", "global_batch_size"]
+# the lr and its warm-up, and the number of epochs.
+SCALING_KEYS = [*SCALING_GROUP, "num_workers", "transport", "global_batch_size"]
 SPLIT_KEYS = ["sync", "split", "num_workers", "last_epoch"]
 ISOLATION_KEYS = [*ISOLATION_CELL, "lrs_searched"]
 
