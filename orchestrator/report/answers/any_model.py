@@ -17,7 +17,7 @@ from orchestrator.config.options import MODELS
 from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, timed, with_speedups
-from orchestrator.report.answers.compare import compare_acc, compare_times
+from orchestrator.report.answers.compare import compare_acc, compare_times, one_epoch
 from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
@@ -86,7 +86,8 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
              f"lr {first['lr']:g}")
     steps, paid = [], int(first["num_workers"])
     for before, after in zip(group.iloc[:-1].itertuples(), group.iloc[1:].itertuples()):
-        verdict = compare_times(after.epoch_s, before.epoch_s, noise)
+        verdict = compare_times(after.epoch_s, before.epoch_s, noise,
+                                one_epoch(after._asdict(), before._asdict()))
         steps.append(f"{after.num_workers} workers ({after.epoch_s:.3g} s/epoch, "
                      f"{seeds_text(after.seeds)}) are {verdict} {before.num_workers} "
                      f"({before.epoch_s:.3g} s)")
@@ -132,7 +133,7 @@ def _strategies(usable: pd.DataFrame, noise: Noise) -> list[str]:
     fastest = at_k.iloc[0]
     lines = [markdown_table(at_k[["sync", "transport", "epoch_s", "sync_share", "seeds"]]
                             .reset_index(drop=True))]
-    others = [f"{compare_times(fastest['epoch_s'], row.epoch_s, noise)} {row.sync} "
+    others = [f"{compare_times(fastest['epoch_s'], row.epoch_s, noise, one_epoch(fastest, row._asdict()))} {row.sync} "
               f"({row.epoch_s:.3g} s)" for row in at_k.iloc[1:].itertuples()]
     lines.append(f"At {k} workers {fastest['sync']} ({fastest['epoch_s']:.3g} s/epoch) is "
                  + "; ".join(others) + ". The exact strategies (all but delayed) compute "

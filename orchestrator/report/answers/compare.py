@@ -9,19 +9,30 @@ from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch
 from orchestrator.report.answers.wording import percent
 
 
-def compare_times(time_s: float, other_s: float, noise: Noise) -> str:
+def compare_times(time_s: float, other_s: float, noise: Noise,
+                  single_epoch: bool = False) -> str:
     """How `time_s` stands to `other_s`, to be followed by the other's name:
-    "1.87x faster than", or "within noise (2% apart, noise 3%) of"."""
-    if within_noise(time_s, other_s, noise):
+    "1.87x faster than", or "within noise (2% apart, noise 3%) of"; `single_epoch`:
+    a side was timed over one epoch (`one_epoch`), held against one epoch's noise."""
+    if within_noise(time_s, other_s, noise, single_epoch):
         apart = max(time_s, other_s) / min(time_s, other_s) - 1
-        return f"within noise ({percent(apart)} apart, noise {noise.time_label()}) of"
+        return (f"within noise ({percent(apart)} apart, noise "
+                f"{noise.time_label(single_epoch)}) of")
     if time_s < other_s:
         return f"{other_s / time_s:.2f}x faster than"
     return f"{time_s / other_s:.2f}x slower than"
 
 
-def within_noise(time_s: float, other_s: float, noise: Noise) -> bool:
-    return max(time_s, other_s) / min(time_s, other_s) - 1 <= noise.time_fraction
+def within_noise(time_s: float, other_s: float, noise: Noise,
+                 single_epoch: bool = False) -> bool:
+    return (max(time_s, other_s) / min(time_s, other_s) - 1
+            <= noise.time_for(single_epoch))
+
+
+def one_epoch(*rows) -> bool:
+    """Whether any of these trials or cells was timed over a single epoch (its
+    `timed_epoch_count`, which `noise.prepared` adds; unknown counts as several)."""
+    return any(row is not None and row.get("timed_epoch_count", 2) == 1 for row in rows)
 
 
 def compare_acc(acc: float, other_acc: float, noise: Noise,

@@ -10,7 +10,7 @@ import pandas as pd
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
-from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
@@ -72,12 +72,12 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
         sentences.append(
             f"At {k} workers the per-worker batch's epochs were "
-            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise)} the global batch's, "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise, one_epoch(wide, fixed))} the global batch's, "
             f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
             f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
             f"the lr).")
     if threads is not None:
-        against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise)} "
+        against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise, one_epoch(arm, threads))} "
                    f"it with {label} fixed (speedup "
                    f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
                    for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))

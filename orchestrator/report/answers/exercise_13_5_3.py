@@ -9,7 +9,7 @@ import pandas as pd
 
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
-from orchestrator.report.answers.compare import compare_times, within_noise
+from orchestrator.report.answers.compare import compare_times, one_epoch
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -18,6 +18,10 @@ from orchestrator.report.tables import markdown_table
 
 # Worker counts the bytes table of 13.5.3 shows, beside the sweep's own.
 BYTES_WORKERS = (2, 4, 8, 16)
+# Sharded's sync seconds over the fastest strategy's beyond which 13.5.3 says why, from
+# the calibration's timings (a sum's noise is not measured; this is a gap to explain,
+# not a finding claimed).
+SHARDED_SYNC_RATIO = 1.5
 ROOT_VS_RING_COMMAND = "python bench/root_vs_ring.py --workers 2,3,4 --rate 50mbit"
 WHY_SPLIT = (
     "Why aggregating different parameters on different workers is more efficient: in the "
@@ -51,11 +55,17 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
                          for k in sorted(set(workers))])
 
 
-def sharded_calls(wire: str, k: int, gradient_bytes: int | None, sums: list[dict]) -> str:
-    """Why sharded was slower than a ring allreduce through `wire` though it moves the
-    same bytes, from the calibration's timings of the two: at the size it timed
-    nearest a step's `gradient_bytes`, the reduce-scatter and all-gather pair
-    against one allreduce. Empty where the calibration timed not both."""
+def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
+                  gradient_bytes: int | None, sums: list[dict]) -> str:
+    """Why sharded spent more of its epoch in sync than the fastest strategy through
+    `wire` though it moves a ring's bytes, from the calibration's timings of the
+    two: at the size it timed nearest a step's `gradient_bytes`, the reduce-scatter
+    and all-gather pair against one allreduce. Empty where sharded's sync took less
+    than SHARDED_SYNC_RATIO times the fastest's, or the calibration timed not both."""
+    sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
+                                                                               fastest))
+    if not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync:
+        return ""
     timed_at = {transport: {sample["bytes"]: sample["seconds"] for sample in sums
                             if sample["transport"] == transport and sample["num_workers"] == k}
                 for transport in (wire, f"{wire} {SHARDED_PAIR}")}
@@ -66,7 +76,9 @@ def sharded_calls(wire: str, k: int, gradient_bytes: int | None, sums: list[dict
     pair, one = timed_at[f"{wire} {SHARDED_PAIR}"][size], timed_at[wire][size]
     if pair <= one * 1.1:
         return ""
-    return (f"Sharded's calls, not its bytes, made it slower: at {size / 1e6:.2g} MB (the "
+    return (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync "
+            f"against {fastest['sync']}'s {seconds_text(fastest_sync)} s: its calls, not its "
+            f"bytes. At {size / 1e6:.2g} MB (the "
             f"size timed nearest its {gradient_bytes / 1e6:.2f} MB a step), the calibration "
             f"timed {wire}'s reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
             f"{1000 * one:.2g} ms for its allreduce of the same bytes, {pair / one:.1f}x "
@@ -120,7 +132,7 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
         ranked = ranked.sort_values("epoch_s")
         fastest = ranked.iloc[0]
         others = ", ".join(
-            f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise)} "
+            f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise, one_epoch(fastest, row))} "
             f"{row['sync']} ({seconds_text(row['epoch_s'])} s, {seeds_text(row['seeds'])})"
             for _, row in ranked.iloc[1:].iterrows())
         others = f"; it was {others}" if others else ""
@@ -130,10 +142,9 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
             f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
             f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
         sharded = ranked[ranked["sync"] == "sharded"]
-        if (not sharded.empty and fastest["sync"] != "sharded"
-                and not within_noise(sharded["epoch_s"].iloc[0], fastest["epoch_s"], noise)):
-            sentences += [text for text in [sharded_calls(wire, k, gradient_bytes, sums)]
-                          if text]
+        if not sharded.empty and fastest["sync"] != "sharded":
+            sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,
+                                                          gradient_bytes, sums)] if text]
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))

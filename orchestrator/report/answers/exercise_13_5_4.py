@@ -6,7 +6,7 @@ import pandas as pd
 
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, cells, part_trials, timed
-from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import missing_part, one_worker_count, seeds_text
 from orchestrator.report.tables import markdown_table
@@ -31,7 +31,7 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         f"Evaluating the test set took {seconds_text(one['eval_s'], 2)} s on 1 worker "
         f"({seeds_text(one['seeds'])}) and {seconds_text(many['eval_s'], 2)} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
-        f"{compare_times(many['eval_s'], one['eval_s'], noise)} 1 "
+        f"{compare_times(many['eval_s'], one['eval_s'], noise, one_epoch(many, one))} 1 "
         f"(speedup {one['eval_s'] / many['eval_s']:.2f})." + _eval_against_threads(
             summary, many, k, noise),
         f"Each worker scores its shard of the test set and the counts of correct answers are "
@@ -53,7 +53,7 @@ def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise:
     return (f" Against the best single process (1 worker with "
             f"{int(threads['threads_per_worker'])} threads, "
             f"{seconds_text(threads['eval_s'], 2)} s, {seeds_text(threads['seeds'])}), {k} "
-            f"one-thread workers were {compare_times(many['eval_s'], threads['eval_s'], noise)} "
+            f"one-thread workers were {compare_times(many['eval_s'], threads['eval_s'], noise, one_epoch(many, threads))} "
             f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}): on CPU workers much of the "
             f"gain over 1 one-thread worker is the other cores', which one process's threads "
             f"use too.")

@@ -8,7 +8,8 @@ import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
-from orchestrator.report.answers.compare import cells_differ, compare_cells, compare_times
+from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_times,
+                                                   one_epoch)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
@@ -71,7 +72,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     waiting = [(name, at_workers(same_k[(same_k["sync"] == name)
                                         & (same_k["transport"] == arm["transport"])], k))
                for name in ("bucketed", "ddp")]
-    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise)} {name} "
+    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise, one_epoch(arm, row))} {name} "
                     f"({seconds_text(row['epoch_s'], 2)} s, {percent(row['sync_share'])} waiting; "
                     f"{seeds_text(row['seeds'])})" for name, row in waiting if row is not None]
     sentences.append(
@@ -84,13 +85,14 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     bound = next((row for name, row in waiting if name == "bucketed" and row is not None), None)
     if bound is not None:
         # The most any overlap can save is the time a step waits for its sums.
-        resolvable = bound["sync_share"] > noise.time_fraction
+        single = one_epoch(arm, bound)
+        resolvable = bound["sync_share"] > noise.time_for(single)
         sentences.append(
             f"The most any overlap can save is the synchronous step's wait for its sums, "
             f"{percent(bound['sync_share'])} of bucketed's epoch here, against a time noise of "
-            f"{noise.time_label()}: " + (
+            f"{noise.time_label(single)}: " + (
                 (f"only an overlap that hides more than "
-                 f"{percent(noise.time_fraction / bound['sync_share'])} of that wait could be "
+                 f"{percent(noise.time_for(single) / bound['sync_share'])} of that wait could be "
                  f"told from the noise.") if resolvable else
                 "this sweep cannot resolve a gain of that size, whatever the overlap does; "
                 "more replicas (`--repeats`) or a slower link would."))

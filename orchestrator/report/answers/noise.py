@@ -17,7 +17,8 @@ from orchestrator.records import Status, counted
 from orchestrator.report.answers.welch import SIGNIFICANCE, pooled_t, welch
 from orchestrator.report.answers.wording import REPEATS_COMMAND, percent
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
-from orchestrator.report.summary import timed_epochs, trial_transports, with_speedup
+from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
+                                         with_speedup)
 
 # Where the sweep holds no repeated work, or no configuration run with two seeds.
 ASSUMED_TIME_NOISE, ASSUMED_ACC_NOISE = 0.05, 0.01
@@ -58,6 +59,15 @@ class Noise:
     replicated configurations (their seeds that learned): what a comparison with
     one seed on a side is tested against (welch.PooledT)."""
     acc_dof: int = 0
+    epoch_fraction: float = math.nan
+    """The largest spread of one trial's single epochs (its epochs after the first,
+    slowest over fastest minus 1): the noise of a time measured over one epoch, the
+    window of a 2-epoch trial, which the spread of means of several epochs
+    (`time_fraction`) understates; NaN where no trial timed two epochs."""
+    epoch_trials: int = 0
+    """The trials `epoch_fraction` came from."""
+    single_epoch_windows: bool = False
+    """Whether some trial's window is one epoch (then `epoch_fraction` is said)."""
     """Its degrees of freedom: the seeds that learned, less one per configuration."""
 
     def seed_test(self, a: list[float], b: list[float]):
@@ -65,7 +75,16 @@ class Noise:
         Student's t on the pooled spread, else None (the range decides)."""
         return welch(a, b) or pooled_t(a, b, self.acc_sd, self.acc_dof)
 
-    def time_label(self) -> str:
+    def time_for(self, single_epoch: bool = False) -> float:
+        """The time noise a difference is held against: `time_fraction`, or where a
+        side was timed over one epoch, the larger of it and `epoch_fraction`."""
+        if single_epoch and not math.isnan(self.epoch_fraction):
+            return max(self.time_fraction, self.epoch_fraction)
+        return self.time_fraction
+
+    def time_label(self, single_epoch: bool = False) -> str:
+        if single_epoch and self.time_for(True) > self.time_fraction:
+            return f"{percent(self.epoch_fraction)}, one epoch's"
         return percent(self.time_fraction) + ("" if self.time_groups[0] else " assumed")
 
     def acc_label(self) -> str:
@@ -85,6 +104,11 @@ class Noise:
         else:
             time = (f"Time noise: this sweep repeats no work, so it is assumed: "
                     f"{percent(self.time_fraction)}.")
+        if self.single_epoch_windows and self.time_for(True) > self.time_fraction:
+            time += (f" A single epoch varies more than a mean of several: one trial's "
+                     f"epochs after the first varied by up to {percent(self.epoch_fraction)} "
+                     f"({counted(self.epoch_trials, 'trial')} timed two or more), and a time "
+                     f"measured over one epoch (a 2-epoch trial's window) is held against that.")
         configurations, seeds = self.acc_groups
         if configurations:
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
@@ -161,6 +185,11 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
         summary["warmup_start_lr"] = 0.0
     transports = trial_transports(runs)
     summary["transport"] = [transports.get(trial_id, "") for trial_id in summary["trial_id"]]
+    # Each trial's window in epochs, and how far its single epochs spread.
+    window = steady_epochs(runs).groupby("trial_id")["epoch_time_s"].agg(["count", "min", "max"])
+    summary["timed_epoch_count"] = summary["trial_id"].map(window["count"])
+    summary["epoch_spread"] = summary["trial_id"].map(
+        (window["max"] / window["min"] - 1).where(window["count"] > 1))
     return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
@@ -200,5 +229,10 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
                            / acc_dof)
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
+    spreads = (timed_trials["epoch_spread"].dropna() if "epoch_spread" in timed_trials
+               else pd.Series(dtype=float))
+    single = ("timed_epoch_count" in timed_trials
+              and bool((timed_trials["timed_epoch_count"] == 1).any()))
     return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
-                 acc_sd, acc_dof)
+                 acc_sd, acc_dof, float(spreads.max()) if len(spreads) else math.nan,
+                 len(spreads), single)
