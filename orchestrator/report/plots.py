@@ -82,11 +82,18 @@ def plot_speedup(summary: pd.DataFrame):
     trials that differ only in lr (which leaves throughput alone), their
     minimum to maximum as a band."""
     measured = summary.dropna(subset=["speedup"])
-    setups = _varied(summary, SETUP_AXES)
-    style = _Style(summary, setups or BATCH_AXES, BATCH_AXES)
+    # A line per transport too (one strategy over shared memory and over gloo is not
+    # the same work); the 1-worker trials, which sum nothing, start every line.
+    line_axes = [*SETUP_AXES, "transport"] if "transport" in summary else SETUP_AXES
+    ones, many = (measured[measured["num_workers"] == 1], measured[measured["num_workers"] > 1])
+    setups = _varied(many, line_axes) if not many.empty else _varied(summary, SETUP_AXES)
+    style = _Style(many if not many.empty else summary, setups or BATCH_AXES, BATCH_AXES)
     figure, axes = pyplot().subplots(figsize=(7.5, 4.5), layout="constrained")
-    for key, group in measured.groupby([*SETUP_AXES, *BATCH_AXES]):
-        values = dict(zip([*SETUP_AXES, *BATCH_AXES], key))
+    for key, group in (many if not many.empty else measured).groupby([*line_axes, *BATCH_AXES]):
+        values = dict(zip([*line_axes, *BATCH_AXES], key))
+        start = ones[(ones[[*SETUP_AXES, *BATCH_AXES]] == pd.Series(
+            {axis: values[axis] for axis in [*SETUP_AXES, *BATCH_AXES]})).all(axis=1)]
+        group = pd.concat([start, group]) if not many.empty else group
         spread = group.groupby("num_workers")["speedup"].agg(["median", "min", "max"])
         line, = axes.plot(spread.index, spread["median"], **style.of(values))
         axes.fill_between(spread.index, spread["min"], spread["max"], color=line.get_color(),
@@ -105,18 +112,22 @@ def plot_speedup(summary: pd.DataFrame):
 
 
 def plot_test_acc_vs_lr(summary: pd.DataFrame):
-    """Final test accuracy against the base lr: a line per worker count and batch,
-    a panel per setup."""
+    """Final test accuracy against the lr trained at: a line per worker count, batch,
+    epochs and warm-up (accuracies after 2 epochs, or after a warm-up, are not points
+    of one curve with 8 epochs without), each point the mean over its seeds; a panel
+    per setup."""
     style = _Style(summary, ["num_workers"], BATCH_AXES)
     figure, panels = _panels(summary, columns=None)
-    for key, group in summary.groupby(["num_workers", *BATCH_AXES, *SETUP_AXES]):
-        values = dict(zip(["num_workers", *BATCH_AXES, *SETUP_AXES], key))
-        group = group.sort_values("base_lr")
-        panels[_setup_key(summary, values), None].plot(group["base_lr"], group["final_test_acc"],
+    curve_axes = ["num_workers", *BATCH_AXES, *SETUP_AXES,
+                  *[axis for axis in ("num_epochs", "warmup_epochs") if axis in summary]]
+    for key, group in summary.groupby(curve_axes):
+        values = dict(zip(curve_axes, key))
+        points = group.groupby("lr")["final_test_acc"].mean()
+        panels[_setup_key(summary, values), None].plot(points.index, points.values,
                                                        **style.of(values))
-    lrs = sorted(summary["base_lr"].unique())
+    lrs = sorted(summary["lr"].unique())
     for axes in panels.values():
-        axes.set(xscale="log", xlabel="base learning rate", ylabel="final test acc")
+        axes.set(xscale="log", xlabel="learning rate", ylabel="final test acc")
         # The lrs searched as ticks: log-scale minor labels overlap.
         axes.set_xticks(lrs, labels=[f"{lr:g}" for lr in lrs])
         axes.minorticks_off()

@@ -215,8 +215,9 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "`epochs.csv` has every epoch.", "",
               varying_table(split_table(summary, epochs), SPLIT_KEYS), "",
               "## Learning rate per (workers, batch)", "",
-              "The best base lr of each cell (workers, batch, epochs and warm-up) by final "
-              "test accuracy, the mean over its `trials` (seeds), `acc_range` their range; `on_edge` flags a best "
+              "The best lr of each cell (workers, batch, epochs and warm-up) by final "
+              "test accuracy (`best_base_lr`: the grid's lr it was scaled from), the mean "
+              "over its `trials` (seeds, each counted once), `acc_range` their range; `on_edge` flags a best "
               "value at the end of the range searched, where a wider range may do better.", "",
               varying_table(isolation_table(summary), ISOLATION_KEYS), ""]
     if target_acc is not None:

@@ -85,13 +85,16 @@ def split_table(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
 
 
 def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """For each (workers, batch) cell, the best learning rate by the mean final test
-    accuracy over its replicas (seeds), their count and range, and whether the best
-    sits on the edge of the range searched (then the range was too narrow)."""
+    """For each (workers, batch, epochs, warm-up) cell, the best learning rate by the
+    mean final test accuracy over its replicas (seeds, each counted once), their
+    count and range, and whether the best sits on the edge of the lrs searched (then
+    the range was too narrow); `best_base_lr` is the grid's lr it was scaled from."""
     rows = []
     summary = _with_keys(summary, ISOLATION_CELL)
     for cell, group in summary.groupby(ISOLATION_CELL, sort=True, dropna=False):
-        searched = sorted(group["base_lr"].unique())
+        # By the lr trained at: the exercises' warm-up and delayed arms share a
+        # base lr across lrs (scaled or halved from it).
+        searched = sorted(group["lr"].unique())
         usable = group[group["status"].isin([Status.FINISHED, Status.STOPPED_EARLY, Status.REACHED_TARGET])].dropna(
             subset=["final_test_acc"])
         row = dict(zip(ISOLATION_CELL, cell))
@@ -100,14 +103,19 @@ def isolation_table(summary: pd.DataFrame) -> pd.DataFrame:
             row.update(best_base_lr=math.nan, best_lr=math.nan, best_final_test_acc=math.nan,
                        trials=0, acc_range=math.nan, on_edge="no usable trial")
         else:
-            per_lr = usable.groupby("base_lr").agg(
-                lr=("lr", "first"), acc=("final_test_acc", "mean"),
-                trials=("trial_id", "count"), acc_range=("final_test_acc", _range))
-            best_base_lr = per_lr["acc"].idxmax()
-            best = per_lr.loc[best_base_lr]
-            row.update(best_base_lr=best_base_lr, best_lr=best["lr"],
+            # Trials of one seed (strategies that sum alike) count once.
+            # (A trials.csv from before seeds were recorded: each trial its own.)
+            seed = "seed" if "seed" in usable else "trial_id"
+            seeds = usable.groupby(["lr", seed]).agg(
+                base_lr=("base_lr", "first"), acc=("final_test_acc", "mean")).reset_index()
+            per_lr = seeds.groupby("lr").agg(
+                base_lr=("base_lr", "first"), acc=("acc", "mean"),
+                trials=("acc", "count"), acc_range=("acc", _range))
+            best_lr = per_lr["acc"].idxmax()
+            best = per_lr.loc[best_lr]
+            row.update(best_base_lr=best["base_lr"], best_lr=best_lr,
                        best_final_test_acc=best["acc"], trials=int(best["trials"]),
-                       acc_range=best["acc_range"], on_edge=_edge_flag(best_base_lr, searched))
+                       acc_range=best["acc_range"], on_edge=_edge_flag(best_lr, searched))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -144,8 +152,8 @@ def _cell(value) -> str:
 
 def _with_keys(summary: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """`summary` with every key column: one a trials.csv of an earlier version lacks
-    is empty (a summary of today's code has them all)."""
-    missing = {key: "" for key in keys if key not in summary}
+    reads "not recorded" (a summary of today's code has them all)."""
+    missing = {key: "not recorded" for key in keys if key not in summary}
     return summary.assign(**missing) if missing else summary
 
 

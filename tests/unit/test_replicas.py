@@ -239,15 +239,20 @@ def test_each_warm_up_arm_is_held_against_its_own_lr_without_warm_up():
     cold_08 = summary[summary["trial_id"] == "l2-0.4"].iloc[0]
     rows.append({**cold_08, "trial_id": "l2-0.8", "lr": 0.8, "base_lr": 0.8,
                  "final_test_acc": 0.100})
-    section = _sections(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))["13.5.2"]
+    # Losses recorded: the 0.100 trial stayed on ln(10)'s plateau, a failure to name,
+    # not an accuracy to test (a review found a t of 315 against it).
+    trials = pd.concat([summary, pd.DataFrame(rows)], ignore_index=True).assign(
+        num_classes=10, final_train_loss=0.5)
+    trials.loc[trials["final_test_acc"] <= 0.1, "final_train_loss"] = 2.3
+    section = _sections(trials)["13.5.2"]
     # These arms recorded no start: a ramp from zero, which the answer says is not Goyal's.
     assert ("warm-up of the lr from zero to 0.4 (Goyal et al., 2017, start from the small "
             "batch's lr, 0.2: a ramp from zero spends the epoch at half the lr on average) at "
             "global batch 512") in section
     assert ("0.4: a ramp from zero spends the epoch at half the lr on average) at global "
             "batch 512 on 2 workers, the final test accuracy was 0.730 (1 seed), 0.630 higher "
-            "(t = 315.00 on the sweep's pooled seed spread, sd 0.001, p = 0.002, 1 and 1 seeds) "
-            "than 0.100 without warm-up (1 seed), and not significantly different (0.010 apart; "
+            "than 0.100 without warm-up (1 seed, which did not learn), and not significantly "
+            "different (0.010 apart; "
             "t = 5.00 on the sweep's pooled seed spread, sd 0.001, p = 0.13, 1 and 1 seeds) from "
             "1 worker's 0.720 at lr 0.4 (1 seed): with warm-up the linear scaling rule held at "
             "global batch 512 from 1 worker's lr 0.4.") in section

@@ -17,7 +17,7 @@ from orchestrator.config.options import MODELS
 from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, timed, with_speedups
-from orchestrator.report.answers.compare import compare_acc, compare_times, one_epoch
+from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
 from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
@@ -104,7 +104,7 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
                         f"learned ({'; '.join(failed)}; {best['final_test_acc']:.3f} and "
                         f"{first['final_test_acc']:.3f}).")
         else:
-            versus = compare_acc(best["final_test_acc"], first["final_test_acc"], noise)
+            versus = compare_cells(best, first, noise)
             accuracy = (f" Its final test accuracy is {versus} {int(first['num_workers'])} "
                         f"worker's ({best['final_test_acc']:.3f}, {acc_seeds_text(best)}, and "
                         f"{first['final_test_acc']:.3f}, {acc_seeds_text(first)}).")

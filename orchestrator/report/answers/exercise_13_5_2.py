@@ -145,7 +145,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
-    test = (None if held in DECIDED_BY_FAILURE
+    test = (None if held in DECIDED_BY_FAILURE or warm["not_learned"] or one["not_learned"]
             else noise.seed_test(per_seed(arm, warm), per_seed(trials, one)))
     if test is not None:
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)

@@ -57,32 +57,52 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
 
 def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
                   gradient_bytes: int | None, sums: list[dict]) -> str:
-    """Why sharded spent more of its epoch in sync than the fastest strategy through
-    `wire` though it moves a ring's bytes, from the calibration's timings of the
-    two: at the size it timed nearest a step's `gradient_bytes`, the reduce-scatter
-    and all-gather pair against one allreduce. Empty where sharded's sync took less
-    than SHARDED_SYNC_RATIO times the fastest's, or the calibration timed not both."""
+    """How much of sharded's longer sync than the fastest strategy's through `wire`
+    (it moves a ring's bytes) the calibration's timings explain: its reduce-scatter
+    and all-gather pair against one allreduce of a step's `gradient_bytes`
+    (interpolated between the sizes it timed), times the steps of an epoch. Empty
+    where sharded's sync took less than SHARDED_SYNC_RATIO times the fastest's, or
+    the calibration timed not both around that size."""
     sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
                                                                                fastest))
-    if not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync:
+    if not gradient_bytes or not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync:
         return ""
-    timed_at = {transport: {sample["bytes"]: sample["seconds"] for sample in sums
-                            if sample["transport"] == transport and sample["num_workers"] == k}
-                for transport in (wire, f"{wire} {SHARDED_PAIR}")}
-    sizes = set(timed_at[wire]) & set(timed_at[f"{wire} {SHARDED_PAIR}"])
-    if not sizes or not gradient_bytes:
+    timed_at = [{sample["bytes"]: sample["seconds"] for sample in sums
+                 if sample["transport"] == transport and sample["num_workers"] == k}
+                for transport in (f"{wire} {SHARDED_PAIR}", wire)]
+    at_size = [_interpolated(timings, gradient_bytes) for timings in timed_at]
+    if None in at_size:
         return ""
-    size = min(sizes, key=lambda size: abs(math.log(size / gradient_bytes)))
-    pair, one = timed_at[f"{wire} {SHARDED_PAIR}"][size], timed_at[wire][size]
-    if pair <= one * 1.1:
-        return ""
-    return (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync "
-            f"against {fastest['sync']}'s {seconds_text(fastest_sync)} s: its calls, not its "
-            f"bytes. At {size / 1e6:.2g} MB (the "
-            f"size timed nearest its {gradient_bytes / 1e6:.2f} MB a step), the calibration "
-            f"timed {wire}'s reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
-            f"{1000 * one:.2g} ms for its allreduce of the same bytes, {pair / one:.1f}x "
-            f"(calibration.json): the same volume, in two calls of a slower implementation.")
+    (pair, one), steps = at_size, int(sharded["steps_per_epoch"])
+    extra_s, gap_s = (pair - one) * steps, sharded_sync - fastest_sync
+    spent = (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync "
+             f"against {fastest['sync']}'s {seconds_text(fastest_sync)} s")
+    if extra_s <= 0:
+        return (f"{spent}; the calibration timed {wire}'s reduce-scatter and all-gather no "
+                f"slower than its allreduce of the same bytes, so its timings do not explain "
+                f"the gap.")
+    return (f"{spent}. At its "
+            f"{gradient_bytes / 1e6:.2f} MB a step the calibration timed {wire}'s "
+            f"reduce-scatter and all-gather at {1000 * pair:.2g} ms against {1000 * one:.2g} ms "
+            f"for its allreduce of the same bytes (calibration.json, between the sizes it "
+            f"timed): the same volume in two calls of a slower implementation, "
+            f"{seconds_text(extra_s)} s more over an epoch's {steps} steps, "
+            f"{percent(min(extra_s / gap_s, 1.0))} of the {seconds_text(gap_s)} s gap"
+            + ("; these timings do not explain the rest." if extra_s < 0.9 * gap_s else "."))
+
+
+def _interpolated(timings: dict[int, float], size: float) -> float | None:
+    """Seconds at `size` bytes, linear in bytes between the two sizes timed around it
+    (a sum's time is a latency plus bytes over a bandwidth); None outside them."""
+    below = [timed for timed in timings if timed <= size]
+    above = [timed for timed in timings if timed >= size]
+    if not below or not above:
+        return None
+    low, high = max(below), min(above)
+    if low == high:
+        return timings[low]
+    share = (size - low) / (high - low)
+    return timings[low] + share * (timings[high] - timings[low])
 
 
 def _wire(transport: str) -> str:

@@ -121,6 +121,15 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 apart.append(f"{at} ({row[column]:.3f}: no seed of "
                              f"{len(seeds[column])} learned)")
                 continue
+            failed = [_failed_seeds_at(means, here[name]) for name in (best, column)]
+            if any(failed):
+                # Some seeds did not learn: a failure to name, not a spread to test.
+                close.append(f"{column} ({row[column]:.3f}; not tested: "
+                             + ", ".join(f"{count} of {name}'s seeds did not learn"
+                                         for name, count in zip((best, column), failed) if count)
+                             + ")")
+                tied.append(column)
+                continue
             test = noise.seed_test(seeds[best], seeds[column])
             if test is not None:
                 figures = test.text((len(seeds[best]), len(seeds[column])))
@@ -154,6 +163,14 @@ def _none_learned_at(means: pd.DataFrame, key: "_Cell") -> bool:
                  & (means["global_batch_size"] == key.global_batch_size)
                  & np.isclose(means["lr"], key.lr)]
     return not rows.empty and none_learned(rows.iloc[0])
+
+
+def _failed_seeds_at(means: pd.DataFrame, key: "_Cell") -> int:
+    """How many seeds of the cell `key` did not learn (`cells`' rows in `means`)."""
+    rows = means[(means["num_workers"] == key.num_workers)
+                 & (means["global_batch_size"] == key.global_batch_size)
+                 & np.isclose(means["lr"], key.lr)]
+    return 0 if rows.empty else int(rows.iloc[0].get("not_learned", 0) or 0)
 
 
 class _Cell(NamedTuple):

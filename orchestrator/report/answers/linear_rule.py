@@ -9,7 +9,7 @@ from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE
+from orchestrator.report.answers.welch import SIGNIFICANCE, Welch
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
@@ -30,8 +30,10 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             gap = many.final_test_acc - one.final_test_acc
             held = rule_verdict(gap, None, noise, one._asdict(), many._asdict())
             # A failure to learn is the verdict; a t test on chance accuracies says nothing.
-            test = (None if held in DECIDED_BY_FAILURE else
-                    noise.seed_test(*(per_seed(trials, cell_row) for cell_row in (many, one))))
+            # A t test on seeds some of which did not learn says nothing either.
+            test = (None if held in DECIDED_BY_FAILURE or one.not_learned or many.not_learned
+                    else noise.seed_test(*(per_seed(trials, cell_row)
+                                           for cell_row in (many, one))))
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
@@ -39,6 +41,9 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
+                         # Which t: Welch's on both sides' seeds, or on the pooled spread.
+                         "t_test": ("" if test is None else
+                                    "Welch" if isinstance(test, Welch) else "pooled"),
                          "test": test,
                          "held": (held if held in DECIDED_BY_FAILURE
                                   else rule_verdict(gap, test, noise)),
@@ -81,8 +86,7 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
         return "inconclusive"
     if many is not None and none_learned(many):
         return "failed"
-    if (many is not None and int(many["not_learned"])
-            and (one is None or not int(one["not_learned"]))):
+    if many is not None and int(many["not_learned"]):
         return "some failed"  # a seed that diverged is the rule failing there, not a spread
     if gap >= 0:
         return "yes"
