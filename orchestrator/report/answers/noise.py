@@ -59,6 +59,7 @@ class Noise:
     replicated configurations (their seeds that learned): what a comparison with
     one seed on a side is tested against (welch.PooledT)."""
     acc_dof: int = 0
+    """Its degrees of freedom: the seeds that learned, less one per configuration."""
     epoch_fraction: float = math.nan
     """The largest spread of one trial's single epochs (its epochs after the first,
     slowest over fastest minus 1): the noise of a time measured over one epoch, the
@@ -68,7 +69,6 @@ class Noise:
     """The trials `epoch_fraction` came from."""
     single_epoch_windows: bool = False
     """Whether some trial's window is one epoch (then `epoch_fraction` is said)."""
-    """Its degrees of freedom: the seeds that learned, less one per configuration."""
 
     def seed_test(self, a: list[float], b: list[float]):
         """Two sides' seeds compared: Welch's t where both have two or more, else
