@@ -133,8 +133,8 @@ def _strategies(usable: pd.DataFrame, noise: Noise) -> list[str]:
     fastest = at_k.iloc[0]
     lines = [markdown_table(at_k[["sync", "transport", "epoch_s", "sync_share", "seeds"]]
                             .reset_index(drop=True))]
-    others = [f"{compare_times(fastest['epoch_s'], row.epoch_s, noise, one_epoch(fastest, row._asdict()))} {row.sync} "
-              f"({row.epoch_s:.3g} s)" for row in at_k.iloc[1:].itertuples()]
+    others = [f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise, one_epoch(fastest, row))}"
+              f" {row['sync']} ({row['epoch_s']:.3g} s)" for _, row in at_k.iloc[1:].iterrows()]
     lines.append(f"At {k} workers {fastest['sync']} ({fastest['epoch_s']:.3g} s/epoch) is "
                  + "; ".join(others) + ". The exact strategies (all but delayed) compute "
                  "the same update (tested), so they differ in time only; over different "

@@ -42,14 +42,18 @@ def compare_acc(acc: float, other_acc: float, noise: Noise,
     not by the sweep's noise (the largest range of any one configuration's seeds, which
     would call a gap the seeds resolve noise)."""
     gap = acc - other_acc
+    figures = f" ({test.text(sizes)})" if test is not None else ""
+    if told_apart(gap, noise, test):
+        return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'}{figures} than"
     if test is not None:
-        text = test.text(sizes)
-        if test.p < SIGNIFICANCE:
-            return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} ({text}) than"
-        return f"not significantly different ({abs(gap):.3f} apart; {text}) from"
-    if abs(gap) <= noise.acc:
-        return f"within noise ({abs(gap):.3f} apart, noise {noise.acc_label()}) of"
-    return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'} than"
+        return f"not significantly different ({abs(gap):.3f} apart; {test.text(sizes)}) from"
+    return f"within noise ({abs(gap):.3f} apart, noise {noise.acc_label()}) of"
+
+
+def told_apart(gap: float, noise: Noise, test: Welch | PooledT | None = None) -> bool:
+    """Whether an accuracy gap is a finding: by `test` at p < SIGNIFICANCE where there
+    is one, else beyond the sweep's accuracy noise."""
+    return test.p < SIGNIFICANCE if test is not None else abs(gap) > noise.acc
 
 
 def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
@@ -67,8 +71,7 @@ def cells_differ(cell_row: pd.Series, other: pd.Series, noise: Noise) -> int:
     higher beyond the noise (or significantly), -1 the lower, 0 not told apart."""
     test, _ = _cells_test(cell_row, other, noise)
     gap = cell_row["final_test_acc"] - other["final_test_acc"]
-    told_apart = test.p < SIGNIFICANCE if test is not None else abs(gap) > noise.acc
-    return (1 if gap > 0 else -1) if told_apart else 0
+    return (1 if gap > 0 else -1) if told_apart(gap, noise, test) else 0
 
 
 def _cells_test(cell_row: pd.Series, other: pd.Series, noise: Noise

@@ -72,13 +72,17 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
         sentences.append(
             f"At {k} workers the per-worker batch's epochs were "
-            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise, one_epoch(wide, fixed))} the global batch's, "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise, one_epoch(wide, fixed))} "
+            f"the global batch's, "
             f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
             f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
             f"the lr).")
     if threads is not None:
-        against = [f"{compare_times(arm['epoch_s'], threads['epoch_s'], noise, one_epoch(arm, threads))} "
-                   f"it with {label} fixed (speedup "
+        def versus(arm) -> str:  # the threads trial's one epoch, or the arm's, sets the noise
+            return compare_times(arm["epoch_s"], threads["epoch_s"], noise,
+                                 one_epoch(arm, threads))
+
+        against = [f"{versus(arm)} it with {label} fixed (speedup "
                    f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
                    for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))
                    if arm is not None]

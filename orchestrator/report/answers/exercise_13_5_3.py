@@ -3,8 +3,6 @@ strategies' epochs ranked within each transport, the bytes per step of the
 book's allreduce against a reduce-scatter and all-gather, and why aggregating
 different parameters on different workers is more efficient."""
 
-import math
-
 import pandas as pd
 
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text

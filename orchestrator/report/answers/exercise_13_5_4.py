@@ -53,7 +53,8 @@ def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise:
     return (f" Against the best single process (1 worker with "
             f"{int(threads['threads_per_worker'])} threads, "
             f"{seconds_text(threads['eval_s'], 2)} s, {seeds_text(threads['seeds'])}), {k} "
-            f"one-thread workers were {compare_times(many['eval_s'], threads['eval_s'], noise, one_epoch(many, threads))} "
+            f"one-thread workers were "
+            f"{compare_times(many['eval_s'], threads['eval_s'], noise, one_epoch(many, threads))} "
             f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}): on CPU workers much of the "
             f"gain over 1 one-thread worker is the other cores', which one process's threads "
             f"use too.")

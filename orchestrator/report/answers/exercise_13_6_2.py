@@ -68,13 +68,14 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                          f"proportional split's {seconds_text(proportional_s)} s is "
                          f"{compare_times(proportional_s, ideal_s, noise, single)} that.")
     if alone is not None:
-        alone_s = alone["epoch_s"]
+        alone_s, beside = alone["epoch_s"], single or one_epoch(alone)
         sentences.append(
             f"Is the slow device worth having at all? The fast worker alone took "
             f"{seconds_text(alone_s)} s "
             f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
-            f"even split with the straggler was {compare_times(even_s, alone_s, noise, single or one_epoch(alone))} it, "
-            f"the proportional split {compare_times(proportional_s, alone_s, noise, single or one_epoch(alone))} it.")
+            f"even split with the straggler was {compare_times(even_s, alone_s, noise, beside)} "
+            f"it, the proportional split {compare_times(proportional_s, alone_s, noise, beside)} "
+            f"it.")
     sentences.append(
         f"The straggler is emulated: the last worker stays busy on its core until its "
         f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "

@@ -72,7 +72,8 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     waiting = [(name, at_workers(same_k[(same_k["sync"] == name)
                                         & (same_k["transport"] == arm["transport"])], k))
                for name in ("bucketed", "ddp")]
-    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise, one_epoch(arm, row))} {name} "
+    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise, one_epoch(arm, row))} "
+                    f"{name} "
                     f"({seconds_text(row['epoch_s'], 2)} s, {percent(row['sync_share'])} waiting; "
                     f"{seeds_text(row['seeds'])})" for name, row in waiting if row is not None]
     sentences.append(

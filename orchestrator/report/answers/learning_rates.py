@@ -11,7 +11,7 @@ import pandas as pd
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned, part_trials
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, welch
+from orchestrator.report.answers.compare import told_apart
 from orchestrator.report.answers.wording import seeds_text
 
 
@@ -95,8 +95,9 @@ def best_lr_moved(table: pd.DataFrame, summary: pd.DataFrame, ties: dict) -> lis
 def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFrame,
                   noise: Noise) -> tuple[dict, list[str], int]:
     """Per worker count, the lrs not told apart from the best: as the linear rule's
-    pairs are, by Welch's t on the seeds where both lrs have two or more (apart at
-    p < SIGNIFICANCE), else by the sweep's accuracy noise. Returns the ties (a
+    pairs are, by `Noise.seed_test` on their seeds (`compare.told_apart`), else by
+    the sweep's accuracy noise; an lr with a seed that did not learn is not tested,
+    and said so. Returns the ties (a
     clause per worker count, by worker count), the lrs told apart (a clause each)
     and the most seeds behind any of the tied means."""
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
@@ -133,13 +134,13 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
             test = noise.seed_test(seeds[best], seeds[column])
             if test is not None:
                 figures = test.text((len(seeds[best]), len(seeds[column])))
-                if test.p < SIGNIFICANCE:
+                if told_apart(row[best] - row[column], noise, test):
                     apart.append(f"{at} ({row[column]:.3f}; {figures})")
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
                     tied.append(column)
             else:
-                within = row[best] - row[column] <= noise.acc
+                within = not told_apart(row[best] - row[column], noise)
                 text = (f"{row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
                         f"{'within' if within else 'beyond'} the accuracy noise, "
                         f"{noise.acc_label()}")
@@ -158,19 +159,23 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
 
 
 def _none_learned_at(means: pd.DataFrame, key: "_Cell") -> bool:
-    """Whether no seed of the cell `key` learned (`cells`' rows in `means`)."""
-    rows = means[(means["num_workers"] == key.num_workers)
-                 & (means["global_batch_size"] == key.global_batch_size)
-                 & np.isclose(means["lr"], key.lr)]
-    return not rows.empty and none_learned(rows.iloc[0])
+    """Whether no seed of the cell `key` learned."""
+    row = _cell_at(means, key)
+    return row is not None and none_learned(row)
 
 
 def _failed_seeds_at(means: pd.DataFrame, key: "_Cell") -> int:
-    """How many seeds of the cell `key` did not learn (`cells`' rows in `means`)."""
+    """How many seeds of the cell `key` did not learn."""
+    row = _cell_at(means, key)
+    return 0 if row is None else int(row.get("not_learned", 0) or 0)
+
+
+def _cell_at(means: pd.DataFrame, key: "_Cell") -> pd.Series | None:
+    """The cell `key` among `cells`' rows in `means`; None where it did not run."""
     rows = means[(means["num_workers"] == key.num_workers)
                  & (means["global_batch_size"] == key.global_batch_size)
                  & np.isclose(means["lr"], key.lr)]
-    return 0 if rows.empty else int(rows.iloc[0].get("not_learned", 0) or 0)
+    return None if rows.empty else rows.iloc[0]
 
 
 class _Cell(NamedTuple):

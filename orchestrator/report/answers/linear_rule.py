@@ -7,6 +7,7 @@ import pandas as pd
 
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
+from orchestrator.report.answers.compare import told_apart
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import SIGNIFICANCE, Welch
@@ -90,9 +91,7 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
         return "some failed"  # a seed that diverged is the rule failing there, not a spread
     if gap >= 0:
         return "yes"
-    if test is not None:
-        return "no" if test.p < SIGNIFICANCE else "within noise"
-    return "no" if gap < -noise.acc else "within noise"
+    return "no" if told_apart(gap, noise, test) else "within noise"
 
 
 # How each verdict reads in a summary of the pairs, in this order.
