@@ -3,7 +3,9 @@ one cell, with how many seeds stand behind it, its throughput and its speedup:
 what the answers read their numbers from."""
 
 import math
+import warnings
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status
@@ -18,12 +20,12 @@ def part_trials(summary: pd.DataFrame, part: str) -> pd.DataFrame:
     """The trials made for `part` by the exercises study, failed ones left out; in a
     sweep whose trials carry no part (a plain grid, the quickstart), those whose
     configuration is the part's."""
-    usable = summary[summary["status"] != Status.FAILED]
+    usable = summary["status"] != Status.FAILED
     # trials.csv read back holds no part as NaN (a float column when no trial has one)
-    parts = usable["part"].astype(object).fillna("")
-    if (parts != "").any():
-        return usable[parts == part]
-    return _matching(usable, part)
+    parts = summary["part"].astype(object).fillna("")
+    if (parts[usable] != "").any():
+        return summary[usable & (parts == part)]  # one selection: each costs every column
+    return _matching(summary[usable], part)
 
 
 def _matching(trials: pd.DataFrame, part: str) -> pd.DataFrame:
@@ -66,17 +68,28 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     of one seed averaged first), `seeds` their count; None for no trials."""
     if trials.empty:
         return None
+    # The answers build thousands of cells; pandas' groupby and a Series written key by
+    # key cost ten times the arithmetic, so the means are numpy's (as groupby: NaN
+    # skipped, seeds in order, a trial without a seed in none).
     measures = [column for column in MEASURES if column in trials]
-    per_seed = trials.groupby("seed")[measures].mean()
-    row = trials.iloc[0].copy()
-    row[measures] = per_seed.mean()
-    row["seeds"] = len(per_seed)
-    row["seed_accs"] = (tuple(per_seed["final_test_acc"].dropna())
-                        if "final_test_acc" in per_seed else ())
-    seed_learned = learned(trials).groupby(trials["seed"]).all()
-    row["not_learned"] = int((~seed_learned).sum())
-    row["learned_acc"] = (per_seed["final_test_acc"][seed_learned].mean()
-                          if "final_test_acc" in per_seed and seed_learned.any() else math.nan)
+    seed = trials["seed"].to_numpy()
+    has_seed = ~pd.isna(seed)
+    seeds, which = np.unique(seed[has_seed], return_inverse=True)
+    per_seed = _group_means(trials[measures].to_numpy(dtype=float)[has_seed], which, len(seeds))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a measure no seed has: NaN
+        means = np.nanmean(per_seed, axis=0) if len(seeds) else np.full(len(measures), math.nan)
+    row = trials.iloc[0].to_dict()
+    row.update(zip(measures, means.tolist()))
+    row["seeds"] = len(seeds)
+    accs = (per_seed[:, measures.index("final_test_acc")] if "final_test_acc" in measures
+            else None)
+    row["seed_accs"] = tuple(accs[~np.isnan(accs)].tolist()) if accs is not None else ()
+    failed = np.zeros(len(seeds), dtype=bool)
+    np.logical_or.at(failed, which, ~learned(trials).to_numpy(dtype=bool)[has_seed])
+    row["not_learned"] = int(failed.sum())
+    row["learned_acc"] = (_nanmean(accs[~failed]) if accs is not None and (~failed).any()
+                          else math.nan)
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):
         # The cell's own throughput and speedup, from its mean epoch: a speedup
         # printed beside the cell's and its baseline's epoch times is their ratio.
@@ -84,7 +97,25 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
         if not pd.isna(row["speedup"]):
             row["speedup"] = row["samples_per_s"] / row["baseline_rate"]
             row["efficiency"] = row["speedup"] / row["num_workers"]
-    return row
+    return pd.Series(row, name=trials.index[0])
+
+
+def _group_means(values: np.ndarray, which: np.ndarray, groups: int) -> np.ndarray:
+    """Each group's column means of `values` (rows of group `which`), NaN skipped; NaN
+    where a group has no number in a column."""
+    known = ~np.isnan(values)
+    sums = np.zeros((groups, values.shape[1]))
+    counts = np.zeros((groups, values.shape[1]))
+    np.add.at(sums, which, np.where(known, values, 0.0))
+    np.add.at(counts, which, known)
+    with np.errstate(invalid="ignore"):
+        return sums / counts
+
+
+def _nanmean(values: np.ndarray) -> float:
+    """The mean of the numbers in `values`; NaN where there are none."""
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else math.nan
 
 
 def cells(trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
