@@ -127,7 +127,8 @@ def cells(trials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def rate(row: pd.Series) -> float:
-    """A trial's or a cell's throughput in the timing window: its epoch's examples over `epoch_s`."""
+    """A trial's or a cell's throughput in the timing window: its epoch's examples
+    over `epoch_s`."""
     return row["steps_per_epoch"] * row["global_batch_size"] / row["epoch_s"]
 
 

@@ -2,6 +2,8 @@
 cells' accuracies, each put as a phrase to be followed by the other's name; a
 difference within the noise is said to be so."""
 
+import math
+
 import pandas as pd
 
 from orchestrator.report.answers.noise import Noise
@@ -27,6 +29,31 @@ def within_noise(time_s: float, other_s: float, noise: Noise,
                  single_epoch: bool = False) -> bool:
     return (max(time_s, other_s) / min(time_s, other_s) - 1
             <= noise.time_for(single_epoch))
+
+
+def compare_sync(sync_s: float, other_s: float, noise: Noise,
+                 single_epoch: bool = False) -> str:
+    """As `compare_times`, for the seconds of an epoch spent in gradient sync, held
+    against their own noise (`Noise.sync_for`): "2.4x as long as", "45% shorter
+    than", "within noise (142% apart, noise 159%, one epoch's) of"; where the sweep
+    measured no sync noise, the ratio and that it is not held against any."""
+    if sync_within_noise(sync_s, other_s, noise, single_epoch):
+        apart = max(sync_s, other_s) / min(sync_s, other_s) - 1
+        return f"within noise ({percent(apart)} apart, noise {noise.sync_label(single_epoch)}) of"
+    fraction = noise.sync_for(single_epoch)
+    unmeasured = " (sync noise not measured: no repeated work)" if math.isnan(fraction) else ""
+    if sync_s >= other_s:
+        return f"{sync_s / other_s:.2g}x as long{unmeasured} as"
+    return f"{percent(1 - sync_s / other_s)} shorter{unmeasured} than"
+
+
+def sync_within_noise(sync_s: float, other_s: float, noise: Noise,
+                      single_epoch: bool = False) -> bool:
+    """Whether two epochs' sync seconds are within the sync noise (False where the
+    sweep measured none: then `compare_sync` says so)."""
+    fraction = noise.sync_for(single_epoch)
+    return (not math.isnan(fraction)
+            and max(sync_s, other_s) / min(sync_s, other_s) - 1 <= fraction)
 
 
 def one_epoch(*rows) -> bool:

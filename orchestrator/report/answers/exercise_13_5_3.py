@@ -7,7 +7,8 @@ import pandas as pd
 
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
-from orchestrator.report.answers.compare import compare_times, one_epoch
+from orchestrator.report.answers.compare import (compare_sync, compare_times, one_epoch,
+                                                 sync_within_noise)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -54,11 +55,12 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
 
 
 def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
-                  gradient_bytes: int | None, sums: list[dict]) -> str:
+                  gradient_bytes: int | None, sums: list[dict], noise: Noise) -> str:
     """How much of sharded's longer sync than the fastest strategy's through `wire`
     (it moves a ring's bytes) the calibration's timings explain: its reduce-scatter
     and all-gather pair against one allreduce of a step's `gradient_bytes`
-    (interpolated between the sizes it timed), times the steps of an epoch. Empty
+    (interpolated between the sizes it timed), times the steps of an epoch; where the
+    two syncs are within the sync noise, only what the calibration would add. Empty
     where sharded's sync took less than SHARDED_SYNC_RATIO times the fastest's, or
     the calibration timed not both around that size."""
     sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
@@ -73,17 +75,24 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
         return ""
     (pair, one), steps = at_size, int(sharded["steps_per_epoch"])
     extra_s, gap_s = (pair - one) * steps, sharded_sync - fastest_sync
-    spent = (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync "
-             f"against {fastest['sync']}'s {seconds_text(fastest_sync)} s")
+    single = one_epoch(sharded, fastest)
+    spent = (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync, "
+             f"{compare_sync(sharded_sync, fastest_sync, noise, single)} {fastest['sync']}'s "
+             f"{seconds_text(fastest_sync)} s")
+    calibrated = (f"At its {gradient_bytes / 1e6:.2f} MB a step the calibration timed {wire}'s "
+                  f"reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
+                  f"{1000 * one:.2g} ms for its allreduce of the same bytes (calibration.json, "
+                  f"between the sizes it timed)")
+    if sync_within_noise(sharded_sync, fastest_sync, noise, single):
+        return (f"{spent}: this sweep does not tell the two syncs apart. {calibrated}"
+                + (f": the same volume in two calls of a slower implementation would add "
+                   f"{seconds_text(extra_s)} s over an epoch's {steps} steps."
+                   if extra_s > 0 else "."))
     if extra_s <= 0:
         return (f"{spent}; the calibration timed {wire}'s reduce-scatter and all-gather no "
                 f"slower than its allreduce of the same bytes, so its timings do not explain "
                 f"the gap.")
-    return (f"{spent}. At its "
-            f"{gradient_bytes / 1e6:.2f} MB a step the calibration timed {wire}'s "
-            f"reduce-scatter and all-gather at {1000 * pair:.2g} ms against {1000 * one:.2g} ms "
-            f"for its allreduce of the same bytes (calibration.json, between the sizes it "
-            f"timed): the same volume in two calls of a slower implementation, "
+    return (f"{spent}. {calibrated}: the same volume in two calls of a slower implementation, "
             f"{seconds_text(extra_s)} s more over an epoch's {steps} steps, "
             f"{percent(min(extra_s / gap_s, 1.0))} of the {seconds_text(gap_s)} s gap"
             + ("; these timings do not explain the rest." if extra_s < 0.9 * gap_s else "."))
@@ -162,7 +171,7 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
         sharded = ranked[ranked["sync"] == "sharded"]
         if not sharded.empty and fastest["sync"] != "sharded":
             sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,
-                                                          gradient_bytes, sums)] if text]
+                                                          gradient_bytes, sums, noise)] if text]
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))

@@ -69,6 +69,15 @@ class Noise:
     """The trials `epoch_fraction` came from."""
     single_epoch_windows: bool = False
     """Whether some trial's window is one epoch (then `epoch_fraction` is said)."""
+    sync_fraction: float = math.nan
+    """As `time_fraction`, for the seconds of an epoch spent in gradient sync (`sync_s`),
+    over the groups of identical work at two or more workers; NaN where the sweep
+    repeats no such work."""
+    sync_groups: tuple[int, int] = (0, 0)
+    """(groups, trials) `sync_fraction` came from."""
+    sync_epoch_fraction: float = math.nan
+    """As `epoch_fraction`, for one trial's single epochs' sync seconds (at two or more
+    workers); NaN where no such trial timed two epochs."""
 
     def seed_test(self, a: list[float], b: list[float]):
         """Two sides' seeds compared: Welch's t where both have two or more, else
@@ -81,6 +90,18 @@ class Noise:
         if single_epoch and not math.isnan(self.epoch_fraction):
             return max(self.time_fraction, self.epoch_fraction)
         return self.time_fraction
+
+    def sync_for(self, single_epoch: bool = False) -> float:
+        """As `time_for`, for sync seconds: NaN where the sweep measured no sync noise."""
+        measured = [self.sync_fraction, *([self.sync_epoch_fraction] if single_epoch else [])]
+        measured = [fraction for fraction in measured if not math.isnan(fraction)]
+        return max(measured) if measured else math.nan
+
+    def sync_label(self, single_epoch: bool = False) -> str:
+        if single_epoch and not math.isnan(self.sync_epoch_fraction) and not (
+                self.sync_epoch_fraction <= self.sync_fraction):
+            return f"{percent(self.sync_epoch_fraction)}, one epoch's"
+        return percent(self.sync_fraction)
 
     def time_label(self, single_epoch: bool = False) -> str:
         if single_epoch and self.time_for(True) > self.time_fraction:
@@ -109,6 +130,8 @@ class Noise:
                      f"epochs after the first varied by up to {percent(self.epoch_fraction)} "
                      f"({counted(self.epoch_trials, 'trial')} timed two or more), and a time "
                      f"measured over one epoch (a 2-epoch trial's window) is held against that.")
+        if self.sync_groups[0] or not math.isnan(self.sync_epoch_fraction):
+            time += " " + self.sync_sentence()
         configurations, seeds = self.acc_groups
         if configurations:
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
@@ -130,9 +153,9 @@ class Noise:
             acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
                     f"uniform guess's, ln(classes), or test accuracy above chance's by no "
                     f"more than half of it, at most {LEARNED_ACC_MARGIN:g}: stuck on the "
-                    f"initial plateau or "
-                    f"diverged) {'is' if self.acc_not_learned == 1 else 'are'} left out of "
-                    f"it: a run that does not learn is a failure, which the answers name where they "
+                    f"initial plateau or diverged) "
+                    f"{'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
+                    f"that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
         told = (f"A difference of times is a finding only beyond the time noise. Accuracies "
                 f"are told apart at p < {SIGNIFICANCE:g}: by Welch's t on their seeds where "
@@ -144,6 +167,22 @@ class Noise:
                 "within noise.")
         return (f"{window} {time} {acc} {told} Each number says how many seeds (replicas) it "
                 f"is the mean of.")
+
+
+    def sync_sentence(self) -> str:
+        """What the seconds spent in gradient sync varied by: sync waits on the slowest
+        worker and on the link, and varies more than the epoch it is part of."""
+        parts = []
+        groups, trials = self.sync_groups
+        if groups:
+            parts.append(f"up to {percent(self.sync_fraction)} from one trial to another "
+                         f"doing identical work ({counted(groups, 'group')} of {trials} trials "
+                         f"at two or more workers)")
+        if not math.isnan(self.sync_epoch_fraction):
+            parts.append(f"up to {percent(self.sync_epoch_fraction)} from one epoch to "
+                         f"another of one trial")
+        return (f"The seconds an epoch spent in gradient sync varied more: "
+                f"{' and '.join(parts)}; a difference of sync times is held against that.")
 
 
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
@@ -190,6 +229,11 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary["timed_epoch_count"] = summary["trial_id"].map(window["count"])
     summary["epoch_spread"] = summary["trial_id"].map(
         (window["max"] / window["min"] - 1).where(window["count"] > 1))
+    summary["sync_s"] = summary["sync_share"] * summary["epoch_s"]
+    # Sync seconds' spread over single epochs: where there was a sum (two workers or more).
+    syncs = steady_epochs(runs).groupby("trial_id")["sync_time_s"].agg(["count", "min", "max"])
+    summary["sync_spread"] = summary["trial_id"].map(
+        (syncs["max"] / syncs["min"] - 1).where((syncs["count"] > 1) & (syncs["min"] > 0)))
     return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
@@ -233,6 +277,21 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
                else pd.Series(dtype=float))
     single = ("timed_epoch_count" in timed_trials
               and bool((timed_trials["timed_epoch_count"] == 1).any()))
+    sync_fraction, sync_from, sync_epoch = _sync_noise(same_work)
     return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
                  acc_sd, acc_dof, float(spreads.max()) if len(spreads) else math.nan,
-                 len(spreads), single)
+                 len(spreads), single, sync_fraction, sync_from, sync_epoch)
+
+
+def _sync_noise(same_work: pd.DataFrame) -> tuple[float, tuple[int, int], float]:
+    """From timed trials: the largest spread of `sync_s` in a group of identical work at
+    two or more workers, with (groups, trials); the largest spread of one trial's
+    single epochs' sync seconds. NaN where there is none to measure."""
+    if "sync_s" not in same_work:  # a summary not `prepared`
+        return math.nan, (0, 0), math.nan
+    synced = same_work[(same_work["num_workers"] > 1) & (same_work["sync_s"] > 0)]
+    groups = [group["sync_s"] for _, group in synced.groupby(WORK_KEYS) if len(group) > 1]
+    fraction = max((group.max() / group.min() - 1 for group in groups), default=math.nan)
+    spreads = synced["sync_spread"].dropna() if "sync_spread" in synced else synced[:0]
+    return (fraction, (len(groups), sum(len(group) for group in groups)),
+            float(spreads.max()) if len(spreads) else math.nan)
