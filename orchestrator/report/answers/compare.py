@@ -2,7 +2,6 @@
 cells' accuracies, each put as a phrase to be followed by the other's name; a
 difference within the noise is said to be so."""
 
-import math
 
 import pandas as pd
 
@@ -31,29 +30,29 @@ def within_noise(time_s: float, other_s: float, noise: Noise,
             <= noise.time_for(single_epoch))
 
 
-def compare_sync(sync_s: float, other_s: float, noise: Noise,
-                 single_epoch: bool = False) -> str:
-    """As `compare_times`, for the seconds of an epoch spent in gradient sync, held
-    against their own noise (`Noise.sync_for`): "2.4x as long as", "45% shorter
-    than", "within noise (142% apart, noise 159%, one epoch's) of"; where the sweep
-    measured no sync noise, the ratio and that it is not held against any."""
-    if sync_within_noise(sync_s, other_s, noise, single_epoch):
-        apart = max(sync_s, other_s) / min(sync_s, other_s) - 1
-        return f"within noise ({percent(apart)} apart, noise {noise.sync_label(single_epoch)}) of"
-    fraction = noise.sync_for(single_epoch)
-    unmeasured = " (sync noise not measured: no repeated work)" if math.isnan(fraction) else ""
+def compare_sync(sync_s: float, other_s: float, noise: Noise) -> str:
+    """As `compare_times`, for two epochs' seconds in gradient sync, told apart by
+    `Noise.sync_test`: "2.5x as long (t = 3.17 on their logs, p = 0.0019) as", "55%
+    shorter (...) than", "not significantly different (149% apart; t = ..., p = ...)
+    from"; where the sweep measured no sync spread, the ratio and that it was not tested."""
+    test = noise.sync_test(sync_s, other_s)
+    if test is None:
+        figures = " (not tested: the sweep measured no spread of sync times)"
+    else:
+        figures = f" (t = {test[0]:.2f} on their logs, p = {test[1]:.2g})"
+        if not test[1] < SIGNIFICANCE:
+            apart = max(sync_s, other_s) / min(sync_s, other_s) - 1
+            return (f"not significantly different ({percent(apart)} apart; "
+                    f"{figures.strip(' ()')}) from")
     if sync_s >= other_s:
-        return f"{sync_s / other_s:.2g}x as long{unmeasured} as"
-    return f"{percent(1 - sync_s / other_s)} shorter{unmeasured} than"
+        return f"{sync_s / other_s:.2g}x as long{figures} as"
+    return f"{percent(1 - sync_s / other_s)} shorter{figures} than"
 
 
-def sync_within_noise(sync_s: float, other_s: float, noise: Noise,
-                      single_epoch: bool = False) -> bool:
-    """Whether two epochs' sync seconds are within the sync noise (False where the
-    sweep measured none: then `compare_sync` says so)."""
-    fraction = noise.sync_for(single_epoch)
-    return (not math.isnan(fraction)
-            and max(sync_s, other_s) / min(sync_s, other_s) - 1 <= fraction)
+def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise) -> bool:
+    """Whether `Noise.sync_test` ran and did not tell two sync times apart."""
+    test = noise.sync_test(sync_s, other_s)
+    return test is not None and not test[1] < SIGNIFICANCE
 
 
 def one_epoch(*rows) -> bool:

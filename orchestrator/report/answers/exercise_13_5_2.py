@@ -14,9 +14,10 @@ from orchestrator.report.answers.compare import compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
-                                                     RULE_TEXT_ONLY, rule_verdict, verdict_text)
+                                                     RULE_TEXT_ONLY, resolution_text,
+                                                     rule_verdict, verdict_text)
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE
+from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, seeds_to_resolve
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
@@ -39,14 +40,20 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"mean over its seeds: {table['seeds'].iloc[0]} per lr at 1 worker, "
                  f"{table['seeds'].iloc[-1]} at {table['num_workers'].iloc[-1]}), each "
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
-    ties, apart, most_seeds = best_lr_ties(table, lr_columns, summary, noise)
+    ties, apart, most_seeds, widest = best_lr_ties(table, lr_columns, summary, noise)
     sentences += best_lr_moved(table, summary, ties)
     if apart:
         sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
     if ties:
-        sentences.append(f"Not resolved: {'; '.join(ties.values())}; more seeds than the "
-                         f"{most_seeds} these means have at most (`--repeats "
-                         f"{max(most_seeds + 2, 3)}`) would tell them apart, if anything does.")
+        needed = (seeds_to_resolve(widest, noise.acc_sd, noise.acc_dof)
+                  if widest and noise.acc_dof else None)
+        more = (f"at {POWER:.0%} power about {needed} seeds a side (`--repeats {needed}`) "
+                f"would tell the widest of these gaps, {widest:.3f}, apart on the sweep's "
+                f"pooled seed spread (sd {noise.acc_sd:.3f}), and more the narrower ones"
+                if needed else
+                f"more seeds than the {most_seeds} these means have at most would tell them "
+                f"apart, if anything does")
+        sentences.append(f"Not resolved: {'; '.join(ties.values())}; {more}.")
     def owner(count) -> str:
         """"1 worker's", "2 workers'"."""
         text = counted(count, "worker")
@@ -73,7 +80,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
         f"({learned_seeds_text(row.seeds_scaled, row.not_learned_scaled)}), "
         f"{_rule_pair_versus(row, noise)} it: the rule "
-        f"{verdict_text(row.held, not np.isnan(row.p))}"
+        f"{verdict_text(row.held, not np.isnan(row.p), _resolution(row, noise))}"
         for row in rule.itertuples())
     sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
                      f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
@@ -103,6 +110,12 @@ def _rule_pair_versus(row, noise: Noise) -> str:
     Welch test where it has one."""
     return compare_acc(row.acc_scaled, row.acc_1_worker, noise, row.test,
                        (int(row.seeds_scaled), int(row.seeds_1_worker)))
+
+
+def _resolution(pair, noise: Noise) -> str:
+    """`resolution_text` of a linear rule pair (a row of `linear_rule`)."""
+    return resolution_text(pair.acc_scaled - pair.acc_1_worker,
+                           (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise)
 
 
 def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -149,10 +162,12 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
             else noise.seed_test(per_seed(arm, warm), per_seed(trials, one)))
     if test is not None:
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
-    versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test,
-                         (int(warm["seeds"]), int(one["seeds"])))
+    sizes = (int(warm["seeds"]), int(one["seeds"]))
+    versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes)
+    resolution = resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise)
     return sentence + (
         f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
         f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "
-        f"{verdict_text(held, test is not None)} at global batch {batch} from 1 worker's lr "
+        f"{verdict_text(held, test is not None, resolution)} at global batch {batch} from "
+        f"1 worker's lr "
         f"{lr / k:g}.")

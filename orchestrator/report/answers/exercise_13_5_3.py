@@ -8,7 +8,7 @@ import pandas as pd
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
 from orchestrator.report.answers.compare import (compare_sync, compare_times, one_epoch,
-                                                 sync_within_noise)
+                                                 syncs_not_told_apart)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -35,8 +35,10 @@ WHY_SPLIT = (
     "them apart is how many calls a step makes (scratch one per tensor, bucketed and ddp a few "
     "buffers, ddp overlapped with backward). Sharded's keeping only its 1/k of the update and "
     "optimizer state (ZeRO-1, Rajbhandari et al., 2020) saves memory and 1/k of the update's "
-    "arithmetic, not bytes: its reduce-scatter and all-gather move what a ring allreduce "
-    "moves; with the book's plain SGD (momentum 0) there is no optimizer state to shard, so "
+    "arithmetic, not bytes: a ring's reduce-scatter and all-gather move what a ring allreduce "
+    "moves, and gloo's move more (its reduce-scatter writes the whole gradient where a ring's "
+    "writes (k-1)/k of it: `bench/sync_strategies.py` in docs/BENCHMARKS.md); with the book's "
+    "plain SGD (momentum 0) there is no optimizer state to shard, so "
     "here it saves only the update's arithmetic. Sharded's memory is measured in "
     "docs/BENCHMARKS.md.")
 
@@ -60,7 +62,7 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
     (it moves a ring's bytes) the calibration's timings explain: its reduce-scatter
     and all-gather pair against one allreduce of a step's `gradient_bytes`
     (interpolated between the sizes it timed), times the steps of an epoch; where the
-    two syncs are within the sync noise, only what the calibration would add. Empty
+    two syncs are not told apart (`Noise.sync_test`), only what the calibration would add. Empty
     where sharded's sync took less than SHARDED_SYNC_RATIO times the fastest's, or
     the calibration timed not both around that size."""
     sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
@@ -75,24 +77,23 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
         return ""
     (pair, one), steps = at_size, int(sharded["steps_per_epoch"])
     extra_s, gap_s = (pair - one) * steps, sharded_sync - fastest_sync
-    single = one_epoch(sharded, fastest)
     spent = (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync, "
-             f"{compare_sync(sharded_sync, fastest_sync, noise, single)} {fastest['sync']}'s "
+             f"{compare_sync(sharded_sync, fastest_sync, noise)} {fastest['sync']}'s "
              f"{seconds_text(fastest_sync)} s")
     calibrated = (f"At its {gradient_bytes / 1e6:.2f} MB a step the calibration timed {wire}'s "
                   f"reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
                   f"{1000 * one:.2g} ms for its allreduce of the same bytes (calibration.json, "
                   f"between the sizes it timed)")
-    if sync_within_noise(sharded_sync, fastest_sync, noise, single):
+    if syncs_not_told_apart(sharded_sync, fastest_sync, noise):
         return (f"{spent}: this sweep does not tell the two syncs apart. {calibrated}"
-                + (f": the same volume in two calls of a slower implementation would add "
+                + (f": two calls where an allreduce makes one, each slower, would add "
                    f"{seconds_text(extra_s)} s over an epoch's {steps} steps."
                    if extra_s > 0 else "."))
     if extra_s <= 0:
         return (f"{spent}; the calibration timed {wire}'s reduce-scatter and all-gather no "
                 f"slower than its allreduce of the same bytes, so its timings do not explain "
                 f"the gap.")
-    return (f"{spent}. {calibrated}: the same volume in two calls of a slower implementation, "
+    return (f"{spent}. {calibrated}: two calls where an allreduce makes one, each slower, "
             f"{seconds_text(extra_s)} s more over an epoch's {steps} steps, "
             f"{percent(min(extra_s / gap_s, 1.0))} of the {seconds_text(gap_s)} s gap"
             + ("; these timings do not explain the rest." if extra_s < 0.9 * gap_s else "."))

@@ -91,10 +91,19 @@ def _few_steps_learning(row: pd.Series) -> str:
     if pd.isna(loss) or pd.isna(classes):
         return ""
     chance = math.log(classes)
-    moved = ("below" if loss < chance else "not below")
+    mark = noise_scale.LEARNED_LOSS_FRACTION * chance  # what `noise_scale.learned` asks of a run
+    if loss < mark:
+        moved = (f"{loss:.2f}, was below chance's (ln {int(classes)} = {chance:.2f}, a "
+                 f"uniform guess)")
+    elif loss < chance:
+        moved = (f"{loss:.3f}, was below chance's (ln {int(classes)} = {chance:.2f}, a "
+                 f"uniform guess) but not below {noise_scale.LEARNED_LOSS_FRACTION:.0%} of it "
+                 f"({mark:.3f}), the mark of a run that learned")
+    else:
+        moved = (f"{loss:.2f}, was not below chance's (ln {int(classes)} = {chance:.2f}, a "
+                 f"uniform guess)")
     updates = int(row["epochs_run"] * row["steps_per_epoch"])
-    return (f" Its last epoch's training loss, {loss:.2f}, was {moved} chance's "
-            f"(ln {int(classes)} = {chance:.2f}, a uniform guess). Its test accuracy says "
+    return (f" Its last epoch's training loss, {moved}. Its test accuracy says "
             f"little after {counted(updates, 'step')}: it is scored in eval mode, with BatchNorm's "
             f"running statistics, which after {counted(updates, 'update')} at momentum "
             f"{BN_MOMENTUM:g} "
@@ -262,7 +271,10 @@ def _sixteen_workers(scaling, rule_found: str | None,
     tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
         "The prediction covers time only. Keeping the global batch, 16 workers run the same "
-        "optimizer as one device, but a small shard computes less efficiently per example "
+        "optimizer as one device (for a model with BatchNorm, such as ResNet-18, only with "
+        "its statistics synchronised, `--sync-batchnorm` on GPU workers: otherwise each "
+        "worker normalises its shard with that shard's own mean and variance), but a small "
+        "shard computes less efficiently per example "
         "than the 1-worker rate the model keeps, so that speedup is a ceiling; keeping the "
         f"batch per worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr "
         f"must be re-tuned: {tuned}. `scaling_model.png` draws the curves.")

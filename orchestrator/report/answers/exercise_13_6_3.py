@@ -3,15 +3,13 @@ dropping the wait would do, and the delayed strategy's overlap of two steps
 measured in time beside the strategies that wait for their sums, and in
 accuracy beside the synchronous optimizer, with the stale gradient's price."""
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
-                                                 compare_times, one_epoch, sync_within_noise)
+                                                 compare_times, one_epoch, syncs_not_told_apart)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
@@ -129,20 +127,20 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     if bound is not None and not use_gpu:
         waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
-        single = one_epoch(arm, bound)
         both = (f"{seconds_text(waits[0], 2)} s of waiting per epoch against "
                 f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
                 f"{seeds_text(bound['seeds'])}")
-        if waits[0] > 0 and waits[1] > 0 and sync_within_noise(*waits, noise, single):
+        test = noise.sync_test(*waits) if waits[0] > 0 and waits[1] > 0 else None
+        if test is not None and syncs_not_told_apart(*waits, noise):
             sentences.append(
-                f"Delayed's wait was {compare_sync(*waits, noise, single)} bucketed's ({both}): "
-                f"this sweep does not resolve how much of it the overlap hid.")
+                f"Delayed's wait was {compare_sync(*waits, noise)} bucketed's ({both}): this "
+                f"sweep does not resolve how much of it the overlap hid.")
         else:
+            figures = (f"; t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
+                       if test is not None else "; this sweep estimates no noise of waiting "
+                       "times")
             measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's "
-                        f"wait here ({both}"
-                        + (f"; beyond the sync noise, {noise.sync_label(single)})"
-                           if not math.isnan(noise.sync_for(single)) else
-                           "; this sweep estimates no noise of waiting times)"))
+                        f"wait here ({both}{figures})")
             sentences.append(
                 f"{measured[0].upper()}{measured[1:]}"
                 + (": on CPU workers a sum in flight has no core of its own where the workers' "

@@ -98,11 +98,12 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
     pairs are, by `Noise.seed_test` on their seeds (`compare.told_apart`), else by
     the sweep's accuracy noise; an lr with a seed that did not learn is not tested,
     and said so. Returns the ties (a
-    clause per worker count, by worker count), the lrs told apart (a clause each)
-    and the most seeds behind any of the tied means."""
+    clause per worker count, by worker count), the lrs told apart (a clause each),
+    the most seeds behind any of the tied means and the widest gap a t test left
+    tied (0 where none)."""
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     means = cells(trials, ["num_workers", "global_batch_size", "lr"])
-    ties, apart, most_seeds = {}, [], 1
+    ties, apart, most_seeds, widest = {}, [], 1, 0.0
     for _, row in table.iterrows():
         best = f"lr {row['best_lr']:g}"
         if _none_learned_at(means, _Cell(row["num_workers"], row["global_batch_size"],
@@ -139,6 +140,7 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
                     tied.append(column)
+                    widest = max(widest, abs(row[best] - row[column]))
             else:
                 within = not told_apart(row[best] - row[column], noise)
                 text = (f"{row[column]:.3f}, {seeds_text(len(seeds[column]))}: "
@@ -155,7 +157,7 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 f"at {counted(row['num_workers'], 'worker')} the best, {best} "
                 f"({row[best]:.3f}), is not "
                 f"told apart from {', '.join(close)}")
-    return ties, apart, most_seeds
+    return ties, apart, most_seeds, widest
 
 
 def _none_learned_at(means: pd.DataFrame, key: "_Cell") -> bool:

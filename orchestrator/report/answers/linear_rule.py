@@ -10,7 +10,8 @@ from orchestrator.report.answers.cells import cells, none_learned
 from orchestrator.report.answers.compare import told_apart
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, Welch
+from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, Welch,
+                                               detectable_gap, seeds_to_resolve)
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
@@ -67,12 +68,30 @@ VERDICTS = {"yes": "held", "no": "did not hold",
                             "to hold the rule to)"}
 
 
-def verdict_text(held: str, decided_by_test: bool) -> str:
+def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
     """VERDICTS[held]; a lower accuracy that Welch's test did not call is "not
-    significantly" lower, which may still be beyond the single-trial noise."""
+    significantly" lower, which may still be beyond the single-trial noise, followed by
+    `resolution` (`resolution_text`: what these seeds could have told apart)."""
     if held == "within noise" and decided_by_test:
-        return f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g})"
+        return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
+                f"{resolution})")
     return VERDICTS[held]
+
+
+def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise) -> str:
+    """For a drop a t test did not call: the smallest drop seeds of `sizes` would
+    call at POWER, and the seeds a side that would call this one, on the sweep's
+    pooled seed spread (a test with three seeds a side calls only large drops, and
+    "not refuted" says nothing of smaller ones); empty without a pooled spread."""
+    if not noise.acc_dof:
+        return ""
+    smallest = detectable_gap(noise.acc_sd, sizes, noise.acc_dof)
+    needed = seeds_to_resolve(gap, noise.acc_sd, noise.acc_dof)
+    return (f"; at {POWER:.0%} power these seeds tell apart only a drop of {smallest:.3f} or "
+            f"more on the sweep's pooled seed spread, sd {noise.acc_sd:.3f}, and "
+            + (f"about {needed} seeds a side would tell this {abs(gap):.3f} apart"
+               if needed else f"no practical number of seeds (over {MOST_SEEDS} a side) "
+               f"would tell this {abs(gap):.3f} apart"))
 
 
 def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,

@@ -11,10 +11,11 @@ its gradients were summed through.
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted
-from orchestrator.report.answers.welch import SIGNIFICANCE, pooled_t, welch
+from orchestrator.report.answers.welch import SIGNIFICANCE, pooled_t, t_two_sided_p, welch
 from orchestrator.report.answers.wording import REPEATS_COMMAND, percent
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
@@ -69,15 +70,14 @@ class Noise:
     """The trials `epoch_fraction` came from."""
     single_epoch_windows: bool = False
     """Whether some trial's window is one epoch (then `epoch_fraction` is said)."""
-    sync_fraction: float = math.nan
-    """As `time_fraction`, for the seconds of an epoch spent in gradient sync (`sync_s`),
-    over the groups of identical work at two or more workers; NaN where the sweep
-    repeats no such work."""
-    sync_groups: tuple[int, int] = (0, 0)
-    """(groups, trials) `sync_fraction` came from."""
-    sync_epoch_fraction: float = math.nan
-    """As `epoch_fraction`, for one trial's single epochs' sync seconds (at two or more
-    workers); NaN where no such trial timed two epochs."""
+    sync_sd: float = math.nan
+    """The standard deviation of the natural log of one epoch's seconds in gradient
+    sync about the mean of its identical work (at two or more workers, every epoch
+    after the first), pooled over the sweep; NaN where it has too few epochs."""
+    sync_dof: int = 0
+    """Its degrees of freedom: those epochs, less one per group of identical work."""
+    sync_from: tuple[int, int] = (0, 0)
+    """(epochs, groups of identical work) `sync_sd` came from."""
 
     def seed_test(self, a: list[float], b: list[float]):
         """Two sides' seeds compared: Welch's t where both have two or more, else
@@ -91,17 +91,15 @@ class Noise:
             return max(self.time_fraction, self.epoch_fraction)
         return self.time_fraction
 
-    def sync_for(self, single_epoch: bool = False) -> float:
-        """As `time_for`, for sync seconds: NaN where the sweep measured no sync noise."""
-        measured = [self.sync_fraction, *([self.sync_epoch_fraction] if single_epoch else [])]
-        measured = [fraction for fraction in measured if not math.isnan(fraction)]
-        return max(measured) if measured else math.nan
-
-    def sync_label(self, single_epoch: bool = False) -> str:
-        if single_epoch and not math.isnan(self.sync_epoch_fraction) and not (
-                self.sync_epoch_fraction <= self.sync_fraction):
-            return f"{percent(self.sync_epoch_fraction)}, one epoch's"
-        return percent(self.sync_fraction)
+    def sync_test(self, sync_s: float, other_s: float) -> tuple[float, float] | None:
+        """Student's t of two epochs' seconds in gradient sync, on their logs, each side
+        held to one epoch's spread (`sync_sd`) however many epochs it averages (a mean
+        of several spreads less: conservative), and its two-sided p; None where the
+        sweep measured no such spread."""
+        if not self.sync_dof:
+            return None
+        t = math.log(sync_s / other_s) / (self.sync_sd * math.sqrt(2))
+        return t, t_two_sided_p(t, self.sync_dof)
 
     def time_label(self, single_epoch: bool = False) -> str:
         if single_epoch and self.time_for(True) > self.time_fraction:
@@ -130,7 +128,7 @@ class Noise:
                      f"epochs after the first varied by up to {percent(self.epoch_fraction)} "
                      f"({counted(self.epoch_trials, 'trial')} timed two or more), and a time "
                      f"measured over one epoch (a 2-epoch trial's window) is held against that.")
-        if self.sync_groups[0] or not math.isnan(self.sync_epoch_fraction):
+        if self.sync_dof:
             time += " " + self.sync_sentence()
         configurations, seeds = self.acc_groups
         if configurations:
@@ -170,19 +168,17 @@ class Noise:
 
 
     def sync_sentence(self) -> str:
-        """What the seconds spent in gradient sync varied by: sync waits on the slowest
+        """What the seconds spent in gradient sync varied by: a sum waits on the slowest
         worker and on the link, and varies more than the epoch it is part of."""
-        parts = []
-        groups, trials = self.sync_groups
-        if groups:
-            parts.append(f"up to {percent(self.sync_fraction)} from one trial to another "
-                         f"doing identical work ({counted(groups, 'group')} of {trials} trials "
-                         f"at two or more workers)")
-        if not math.isnan(self.sync_epoch_fraction):
-            parts.append(f"up to {percent(self.sync_epoch_fraction)} from one epoch to "
-                         f"another of one trial")
-        return (f"The seconds an epoch spent in gradient sync varied more: "
-                f"{' and '.join(parts)}; a difference of sync times is held against that.")
+        epochs, groups = self.sync_from
+        return (f"The seconds an epoch spent in gradient sync varied more: one epoch's, about "
+                f"the mean of its identical work, had a standard deviation of "
+                f"{self.sync_sd:.2f} in natural log (a factor of "
+                f"{math.exp(self.sync_sd):.2f}; {epochs} epochs of "
+                f"{counted(groups, 'group')} at two or more workers, {self.sync_dof} degrees "
+                f"of freedom). Two sync times are told apart at p < {SIGNIFICANCE:g} by "
+                f"Student's t on their logs, each side held to one epoch's spread however "
+                f"many epochs it averages (conservative for a mean of several).")
 
 
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
@@ -230,10 +226,12 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary["epoch_spread"] = summary["trial_id"].map(
         (window["max"] / window["min"] - 1).where(window["count"] > 1))
     summary["sync_s"] = summary["sync_share"] * summary["epoch_s"]
-    # Sync seconds' spread over single epochs: where there was a sum (two workers or more).
-    syncs = steady_epochs(runs).groupby("trial_id")["sync_time_s"].agg(["count", "min", "max"])
-    summary["sync_spread"] = summary["trial_id"].map(
-        (syncs["max"] / syncs["min"] - 1).where((syncs["count"] > 1) & (syncs["min"] > 0)))
+    # Each trial's single epochs' sync seconds, in log, where there was a sum.
+    synced = steady_epochs(runs)
+    synced = synced[synced["sync_time_s"] > 0]
+    logs = np.log(synced["sync_time_s"].to_numpy(dtype=float))
+    by_trial = pd.Series(logs, index=synced.index).groupby(synced["trial_id"]).agg(tuple)
+    summary["sync_logs"] = [by_trial.get(trial_id, ()) for trial_id in summary["trial_id"]]
     return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
@@ -277,21 +275,25 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
                else pd.Series(dtype=float))
     single = ("timed_epoch_count" in timed_trials
               and bool((timed_trials["timed_epoch_count"] == 1).any()))
-    sync_fraction, sync_from, sync_epoch = _sync_noise(same_work)
+    sync_sd, sync_dof, sync_from = _sync_noise(same_work)
     return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
                  acc_sd, acc_dof, float(spreads.max()) if len(spreads) else math.nan,
-                 len(spreads), single, sync_fraction, sync_from, sync_epoch)
+                 len(spreads), single, sync_sd, sync_dof, sync_from)
 
 
-def _sync_noise(same_work: pd.DataFrame) -> tuple[float, tuple[int, int], float]:
-    """From timed trials: the largest spread of `sync_s` in a group of identical work at
-    two or more workers, with (groups, trials); the largest spread of one trial's
-    single epochs' sync seconds. NaN where there is none to measure."""
-    if "sync_s" not in same_work:  # a summary not `prepared`
-        return math.nan, (0, 0), math.nan
-    synced = same_work[(same_work["num_workers"] > 1) & (same_work["sync_s"] > 0)]
-    groups = [group["sync_s"] for _, group in synced.groupby(WORK_KEYS) if len(group) > 1]
-    fraction = max((group.max() / group.min() - 1 for group in groups), default=math.nan)
-    spreads = synced["sync_spread"].dropna() if "sync_spread" in synced else synced[:0]
-    return (fraction, (len(groups), sum(len(group) for group in groups)),
-            float(spreads.max()) if len(spreads) else math.nan)
+def _sync_noise(same_work: pd.DataFrame) -> tuple[float, int, tuple[int, int]]:
+    """From timed trials: the pooled standard deviation of the log of one epoch's sync
+    seconds about its group of identical work's mean (at two or more workers), its
+    degrees of freedom, and (epochs, groups) it came from; NaN and 0 where no group
+    has two epochs, or none spread."""
+    if "sync_logs" not in same_work:  # a summary not `prepared`
+        return math.nan, 0, (0, 0)
+    synced = same_work[same_work["num_workers"] > 1]
+    groups = [np.concatenate([np.asarray(logs, dtype=float) for logs in group["sync_logs"]])
+              for _, group in synced.groupby(WORK_KEYS)]
+    groups = [logs for logs in groups if len(logs)]
+    dof = sum(len(logs) - 1 for logs in groups)
+    squares = sum(float(((logs - logs.mean()) ** 2).sum()) for logs in groups)
+    if not dof or not squares > 0:  # nothing repeated, or a spread no real run has
+        return math.nan, 0, (0, 0)
+    return math.sqrt(squares / dof), dof, (sum(len(logs) for logs in groups), len(groups))

@@ -47,7 +47,7 @@ def pooled_t(a: list[float], b: list[float], sd: float, dof: float) -> PooledT |
     if not a or not b or not dof or not sd > 0:
         return None
     t = (sum(a) / len(a) - sum(b) / len(b)) / (sd * math.sqrt(1 / len(a) + 1 / len(b)))
-    return PooledT(t, dof, _t_two_sided_p(t, dof), sd)
+    return PooledT(t, dof, t_two_sided_p(t, dof), sd)
 
 
 def welch(a: list[float], b: list[float]) -> Welch | None:
@@ -63,10 +63,47 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
         return None
     t = (mean_a - mean_b) / math.sqrt(se_a + se_b)
     dof = (se_a + se_b) ** 2 / (se_a ** 2 / (len(a) - 1) + se_b ** 2 / (len(b) - 1))
-    return Welch(t, dof, _t_two_sided_p(t, dof))
+    return Welch(t, dof, t_two_sided_p(t, dof))
 
 
-def _t_two_sided_p(t: float, dof: float) -> float:
+# The chance a test should have of calling a real gap of the size it is asked about.
+POWER = 0.8
+# Beyond this many seeds a side, a gap is called too small to resolve in practice.
+MOST_SEEDS = 100
+
+
+def detectable_gap(sd: float, sizes: tuple[int, int], dof: float) -> float:
+    """The smallest gap of two means of `sizes` seeds that a two-sided t test at
+    SIGNIFICANCE calls with probability POWER, seeds spread by `sd` (known on `dof`
+    degrees of freedom): (t_{1-a/2} + t_{power}) sd sqrt(1/n1 + 1/n2), the usual
+    approximation (Cohen, 1988, 'Statistical Power Analysis', ch. 2)."""
+    spread = sd * math.sqrt(1 / sizes[0] + 1 / sizes[1])
+    return (t_quantile(SIGNIFICANCE, dof) + t_quantile(2 * (1 - POWER), dof)) * spread
+
+
+def seeds_to_resolve(gap: float, sd: float, dof: float) -> int | None:
+    """The fewest seeds a side whose means a t test would tell `gap` apart with at
+    POWER (`detectable_gap`, the pool's degrees of freedom kept: conservative); None
+    beyond MOST_SEEDS."""
+    for seeds in range(2, MOST_SEEDS + 1):
+        if detectable_gap(sd, (seeds, seeds), dof) <= abs(gap):
+            return seeds
+    return None
+
+
+def t_quantile(p_two_sided: float, dof: float) -> float:
+    """The t > 0 with `t_two_sided_p(t, dof)` = `p_two_sided`, by bisection."""
+    low, high = 0.0, 1e4
+    for _ in range(200):
+        middle = (low + high) / 2
+        if t_two_sided_p(middle, dof) > p_two_sided:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def t_two_sided_p(t: float, dof: float) -> float:
     """P(|T| >= |t|) for Student's t with `dof` degrees of freedom: the regularized
     incomplete beta I_x(dof/2, 1/2) at x = dof / (dof + t^2)."""
     return _incomplete_beta(dof / (dof + t * t), dof / 2, 0.5)
