@@ -193,3 +193,7 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "these seeds tell apart only a drop of 0.037 or more on the sweep's pooled seed "
             "spread, sd 0.015, and about 12 seeds a side would tell this 0.019 "
             "apart)") in sheet.answers
+    # A failure to learn is a count: 0 of 3 seeds at lr 0.8 against 3 of 3 at 0.4.
+    assert ("the rule did not hold (no seed there learned, where 1 worker's did; 0 of 3 seeds "
+            "learned against 3 of 3, Fisher's exact p = 0.1: how often it fails, these seeds "
+            "do not settle)") in sheet.answers

@@ -106,7 +106,9 @@ def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
     rule = linear_rule(summary, noise)
     assert rule["held"].tolist() == ["failed"]
     text = " ".join(answer_13_5_2(summary, rule, noise))
-    assert ("the rule did not hold (no seed there learned, where 1 worker's did)") in text
+    assert ("the rule did not hold (no seed there learned, where 1 worker's did; 0 of 1 seed "
+            "learned against 1 of 1, Fisher's exact p = 1: how often it fails, these seeds do "
+            "not settle)") in text
     assert ("lr 0.4 on 1 worker reached 0.853 (1 seed), lr 0.8 on 2 workers (global batch "
             "512) 0.100 (1 seed, which did not learn)") in text
     assert "not_learned" not in text  # the table keeps its columns
@@ -231,3 +233,24 @@ def test_the_gap_seeds_can_tell_apart_and_the_seeds_a_gap_needs():
     assert detectable_gap(0.0151, (needed, needed), 17) <= 0.019 < detectable_gap(
         0.0151, (needed - 1, needed - 1), 17)
     assert seeds_to_resolve(0.0005, 0.0151, 17) is None  # over 100 a side
+
+
+def test_a_failure_to_learn_is_counted_and_a_drop_not_called_says_what_could_be():
+    """A review: "did not hold" from 0 of 3 seeds learning against 3 of 3 is a count
+    (Fisher's exact p = 0.10), and a Welch's test that did not call a drop the pooled
+    spread says 3 seeds should see is the two sides' own spread, not too few seeds."""
+    from orchestrator.report.answers.linear_rule import failure_text, resolution_text
+    from orchestrator.report.answers.welch import fisher_exact
+    assert fisher_exact((0, 3), (3, 3)) == pytest.approx(0.1)
+    assert fisher_exact((2, 3), (0, 3)) == pytest.approx(0.4)
+    assert fisher_exact((1, 10), (9, 10)) == pytest.approx(0.0010933, rel=1e-4)  # R's
+    assert failure_text((0, 3), (3, 3)) == (
+        "; 0 of 3 seeds learned against 3 of 3, Fisher's exact p = 0.1: how often it fails, "
+        "these seeds do not settle")
+    assert failure_text((0, 10), (10, 10)).endswith("p = 1.1e-05")
+    pooled = Noise(time_fraction=0.05, acc=0.06, acc_sd=0.0151, acc_dof=17)
+    assert resolution_text(-0.019, (3, 3), pooled).endswith(
+        "and about 12 seeds a side would tell this 0.019 apart")
+    assert resolution_text(-0.038, (3, 3), pooled).endswith(
+        "but the two sides' own seeds spread more, and Welch's test holds each side to its own")
+    assert resolution_text(-0.019, (3, 3), Noise(time_fraction=0.05, acc=0.06)) == ""

@@ -14,8 +14,9 @@ from orchestrator.report.answers.compare import compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
-                                                     RULE_TEXT_ONLY, resolution_text,
-                                                     rule_verdict, verdict_text)
+                                                     RULE_TEXT_ONLY, failure_text,
+                                                     resolution_text, rule_verdict,
+                                                     verdict_text)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, seeds_to_resolve
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
@@ -113,7 +114,12 @@ def _rule_pair_versus(row, noise: Noise) -> str:
 
 
 def _resolution(pair, noise: Noise) -> str:
-    """`resolution_text` of a linear rule pair (a row of `linear_rule`)."""
+    """`resolution_text` of a linear rule pair (a row of `linear_rule`), or where seeds
+    that did not learn decided it, `failure_text`."""
+    if pair.held in ("failed", "some failed"):
+        return failure_text(*((int(seeds) - int(failed), int(seeds)) for seeds, failed in (
+            (pair.seeds_scaled, pair.not_learned_scaled),
+            (pair.seeds_1_worker, pair.not_learned_1_worker))))
     return resolution_text(pair.acc_scaled - pair.acc_1_worker,
                            (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise)
 
@@ -164,7 +170,10 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     sizes = (int(warm["seeds"]), int(one["seeds"]))
     versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes)
-    resolution = resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise)
+    resolution = (failure_text(*((int(cell_row["seeds"]) - int(cell_row["not_learned"]),
+                                  int(cell_row["seeds"])) for cell_row in (warm, one)))
+                  if held in ("failed", "some failed") else
+                  resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise))
     return sentence + (
         f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
         f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "

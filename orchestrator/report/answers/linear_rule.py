@@ -11,7 +11,7 @@ from orchestrator.report.answers.compare import told_apart
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, Welch,
-                                               detectable_gap, seeds_to_resolve)
+                                               detectable_gap, fisher_exact, seeds_to_resolve)
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
@@ -71,11 +71,24 @@ VERDICTS = {"yes": "held", "no": "did not hold",
 def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
     """VERDICTS[held]; a lower accuracy that Welch's test did not call is "not
     significantly" lower, which may still be beyond the single-trial noise, followed by
-    `resolution` (`resolution_text`: what these seeds could have told apart)."""
+    `resolution` (`resolution_text`: what these seeds could have told apart); a failure
+    to learn, followed by its counts (`failure_text`)."""
     if held == "within noise" and decided_by_test:
         return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
                 f"{resolution})")
+    if held in ("failed", "some failed") and resolution:
+        return VERDICTS[held].removesuffix(")") + resolution + ")"
     return VERDICTS[held]
+
+
+def failure_text(learned: tuple[int, int], one_learned: tuple[int, int]) -> str:
+    """For a pair decided by seeds that did not learn: the two counts, (seeds that
+    learned, seeds run) at k workers and at 1, and Fisher's exact test of them (three
+    seeds a side can show a failure, not pin down how often it happens)."""
+    p = fisher_exact(learned, one_learned)
+    return (f"; {learned[0]} of {counted(learned[1], 'seed')} learned against {one_learned[0]} of "
+            f"{one_learned[1]}, Fisher's exact p = {p:.2g}"
+            + ("" if p < SIGNIFICANCE else ": how often it fails, these seeds do not settle"))
 
 
 def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise) -> str:
@@ -87,6 +100,13 @@ def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise) -> str:
         return ""
     smallest = detectable_gap(noise.acc_sd, sizes, noise.acc_dof)
     needed = seeds_to_resolve(gap, noise.acc_sd, noise.acc_dof)
+    if needed is not None and needed <= min(sizes):
+        # The pool says these seeds suffice: Welch's test held the two sides to their
+        # own seeds, which spread more than the pool.
+        return (f"; on the sweep's pooled seed spread, sd {noise.acc_sd:.3f}, these seeds "
+                f"would tell apart a drop of {smallest:.3f} or more at {POWER:.0%} power, "
+                f"but the two sides' own seeds spread more, and Welch's test holds each side "
+                f"to its own")
     return (f"; at {POWER:.0%} power these seeds tell apart only a drop of {smallest:.3f} or "
             f"more on the sweep's pooled seed spread, sd {noise.acc_sd:.3f}, and "
             + (f"about {needed} seeds a side would tell this {abs(gap):.3f} apart"

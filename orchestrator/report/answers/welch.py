@@ -91,6 +91,21 @@ def seeds_to_resolve(gap: float, sd: float, dof: float) -> int | None:
     return None
 
 
+def fisher_exact(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """Fisher's exact test, two-sided, of two counts `a` and `b`, each (successes,
+    trials), say seeds that learned of seeds run: the probability, with the margins
+    fixed, of a table no likelier than the one seen (Fisher, 1935)."""
+    (hits_a, runs_a), (hits_b, runs_b) = a, b
+    hits, runs = hits_a + hits_b, runs_a + runs_b
+
+    def likelihood(x: int) -> float:  # hypergeometric: x of the hits in a
+        return math.comb(runs_a, x) * math.comb(runs_b, hits - x) / math.comb(runs, hits)
+
+    seen = likelihood(hits_a)
+    tables = range(max(0, hits - runs_b), min(hits, runs_a) + 1)
+    return min(1.0, sum(likelihood(x) for x in tables if likelihood(x) <= seen * (1 + 1e-9)))
+
+
 def t_quantile(p_two_sided: float, dof: float) -> float:
     """The t > 0 with `t_two_sided_p(t, dof)` = `p_two_sided`, by bisection."""
     low, high = 0.0, 1e4
