@@ -398,3 +398,23 @@ def test_13_5_3_says_why_sharded_was_slower_from_the_calibrations_own_timings():
     assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, even, noise).endswith(
         "no slower than its allreduce of the same bytes, so its timings do not explain the gap.")
     assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, [], noise) == ""
+
+
+def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
+    """A review: the exercise asks for a more efficient allreduce, and the answer never
+    held the one it built (sharded) against the book's (root)."""
+    from orchestrator.report.answers.exercise_13_5_3 import _against_root
+
+    ranked = pd.DataFrame([{"sync": "sharded", "epoch_s": 10.2, "seeds": 1},
+                           {"sync": "root", "epoch_s": 11.0, "seeds": 3}])
+    noise = Noise(time_fraction=0.10, acc=0.01, time_groups=(2, 6))
+    assert _against_root(ranked, 2, noise) == (
+        "The exercise's aggregation on different workers (sharded) was within noise (7.8% "
+        "apart, noise 10%) of the book's allreduce (root, 11.0 s, mean of 3 seeds): at 2 "
+        "workers both move a step's gradients once each way (the table above), so "
+        "aggregating on different workers can save bytes only from 3 workers on.")
+    slow_root = ranked.assign(epoch_s=[10.2, 14.0])
+    assert _against_root(slow_root, 4, noise) == (
+        "The exercise's aggregation on different workers (sharded) was 1.37x faster than the "
+        "book's allreduce (root, 14.0 s, mean of 3 seeds).")
+    assert _against_root(ranked[ranked["sync"] == "root"], 2, noise) == ""

@@ -99,6 +99,23 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
             + ("; these timings do not explain the rest." if extra_s < 0.9 * gap_s else "."))
 
 
+def _against_root(ranked: pd.DataFrame, k: int, noise: Noise) -> str:
+    """The exercise's own question, put to one wire's cells at `k` workers: was its
+    aggregation on different workers (sharded) faster than the book's allreduce
+    (root)? Empty where one of them did not run."""
+    sharded, root = (ranked[ranked["sync"] == sync] for sync in ("sharded", "root"))
+    if sharded.empty or root.empty:
+        return ""
+    mine, book = sharded.iloc[0], root.iloc[0]
+    versus = compare_times(mine["epoch_s"], book["epoch_s"], noise, one_epoch(mine, book))
+    why = (": at 2 workers both move a step's gradients once each way (the table above), so "
+           "aggregating on different workers can save bytes only from 3 workers on" if k == 2
+           else "")
+    return (f"The exercise's aggregation on different workers (sharded) was {versus} the "
+            f"book's allreduce (root, {seconds_text(book['epoch_s'])} s, "
+            f"{seeds_text(book['seeds'])}){why}.")
+
+
 def _interpolated(timings: dict[int, float], size: float) -> float | None:
     """Seconds at `size` bytes, linear in bytes between the two sizes timed around it
     (a sum's time is a latency plus bytes over a bandwidth); None outside them."""
@@ -173,6 +190,7 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
         if not sharded.empty and fastest["sync"] != "sharded":
             sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,
                                                           gradient_bytes, sums, noise)] if text]
+        sentences += [text for text in [_against_root(ranked, k, noise)] if text]
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))
