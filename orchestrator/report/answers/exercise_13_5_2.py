@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, part_trials
 from orchestrator.report.answers.compare import compare_acc, compare_cells
@@ -16,9 +17,10 @@ from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_t
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      RULE_TEXT_ONLY, failure_text,
                                                      resolution_text, rule_verdict,
-                                                     verdict_text)
+                                                     seeds_needed, verdict_text)
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, seeds_to_resolve
+from orchestrator.report.noise_scale import learned
+from orchestrator.report.answers.welch import POWER, SIGNIFICANCE
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
@@ -46,12 +48,11 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     if apart:
         sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
     if ties:
-        needed = (seeds_to_resolve(widest, noise.acc_sd, noise.acc_dof)
-                  if widest and noise.acc_dof else None)
-        more = (f"at {POWER:.0%} power about {needed} seeds a side (`--repeats {needed}`) "
-                f"would tell the widest of these gaps, {widest:.3f}, apart on the sweep's "
-                f"pooled seed spread (sd {noise.acc_sd:.3f}), and more the narrower ones"
-                if needed else
+        needed = seeds_needed(widest[0], widest[2], noise, widest[1]) if widest else None
+        more = (f"at {POWER:.0%} power about {needed[0]} seeds a side (`--repeats "
+                f"{needed[0]}`) would tell the widest of these gaps, {widest[0]:.3f}, apart on "
+                f"{needed[3]} (sd {needed[1]:.3f}), and more the narrower ones"
+                if needed and needed[0] else
                 f"more seeds than the {most_seeds} these means have at most would tell them "
                 f"apart, if anything does")
         sentences.append(f"Not resolved: {'; '.join(ties.values())}; {more}.")
@@ -98,6 +99,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
             f"Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
             f"accuracy scales with the number of workers depends on re-tuning the lr (and "
             f"the epochs) for each global batch.")
+        sentences += [text for text in [_stuck_at_chance(summary, rule)] if text]
     elif verdicts <= {"inconclusive"}:
         sentences.append("No pair could test the rule: 1 worker learned at none of its lrs.")
     else:
@@ -113,6 +115,38 @@ def _rule_pair_versus(row, noise: Noise) -> str:
                        (int(row.seeds_scaled), int(row.seeds_1_worker)))
 
 
+# A final training loss this close to ln C (relatively) is a uniform guess's.
+CHANCE_LOSS_MARGIN = 0.02
+
+
+def _stuck_at_chance(summary: pd.DataFrame, rule: pd.DataFrame) -> str:
+    """Where the rule failed because seeds did not learn, and every such seed ended at
+    a uniform guess's loss (within CHANCE_LOSS_MARGIN of ln C) or diverged: an lr past
+    what the first steps tolerate, not a shortage of updates. Empty otherwise."""
+    trials = lr_trials(summary)
+    if "final_train_loss" not in trials:
+        return ""
+    lrs = []
+    for pair in rule[rule["held"].isin(["failed", "some failed"])].itertuples():
+        at = trials[(trials["num_workers"] == pair.num_workers)
+                    & (trials["global_batch_size"] == pair.global_batch_size)
+                    & np.isclose(trials["lr"], pair.scaled_lr)]
+        failed = at[~learned(at)]
+        loss = failed["final_train_loss"].astype(float)
+        classes = (failed["num_classes"] if "num_classes" in failed
+                   else pd.Series(DataFacts().num_classes, index=failed.index))
+        flat = ~np.isfinite(loss) | (loss >= (1 - CHANCE_LOSS_MARGIN) * np.log(classes))
+        if len(failed) and flat.all():
+            lrs.append(f"lr {pair.scaled_lr:g} on {counted(pair.num_workers, 'worker')}")
+    if not lrs:
+        return ""
+    return (f"At {', '.join(lrs)} every seed that did not learn ended at a "
+            f"uniform guess's training loss (ln C for C classes) or diverged, its output no "
+            f"longer depending on its input: a sign that the scaled lr was past what early "
+            f"training tolerates, rather than short of updates, which is what a warm-up of the "
+            f"lr addresses (Goyal et al., 2017).")
+
+
 def _resolution(pair, noise: Noise) -> str:
     """`resolution_text` of a linear rule pair (a row of `linear_rule`), or where seeds
     that did not learn decided it, `failure_text`."""
@@ -121,7 +155,7 @@ def _resolution(pair, noise: Noise) -> str:
             (pair.seeds_scaled, pair.not_learned_scaled),
             (pair.seeds_1_worker, pair.not_learned_1_worker))))
     return resolution_text(pair.acc_scaled - pair.acc_1_worker,
-                           (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise)
+                           (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
 
 def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -173,7 +207,8 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     resolution = (failure_text(*((int(cell_row["seeds"]) - int(cell_row["not_learned"]),
                                   int(cell_row["seeds"])) for cell_row in (warm, one)))
                   if held in ("failed", "some failed") else
-                  resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise))
+                  resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise,
+                                  test))
     return sentence + (
         f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
         f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "

@@ -100,10 +100,10 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
     and said so. Returns the ties (a
     clause per worker count, by worker count), the lrs told apart (a clause each),
     the most seeds behind any of the tied means and the widest gap a t test left
-    tied (0 where none)."""
+    tied, with the test and the two sides' seed counts (None where none)."""
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
     means = cells(trials, ["num_workers", "global_batch_size", "lr"])
-    ties, apart, most_seeds, widest = {}, [], 1, 0.0
+    ties, apart, most_seeds, widest = {}, [], 1, None
     for _, row in table.iterrows():
         best = f"lr {row['best_lr']:g}"
         if _none_learned_at(means, _Cell(row["num_workers"], row["global_batch_size"],
@@ -140,7 +140,9 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
                     tied.append(column)
-                    widest = max(widest, abs(row[best] - row[column]))
+                    gap = abs(row[best] - row[column])
+                    if widest is None or gap > widest[0]:
+                        widest = (gap, test, (len(seeds[best]), len(seeds[column])))
             else:
                 within = not told_apart(row[best] - row[column], noise)
                 text = (f"{row[column]:.3f}, {seeds_text(len(seeds[column]))}: "

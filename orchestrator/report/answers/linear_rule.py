@@ -91,27 +91,36 @@ def failure_text(learned: tuple[int, int], one_learned: tuple[int, int]) -> str:
             + ("" if p < SIGNIFICANCE else ": how often it fails, these seeds do not settle"))
 
 
-def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise) -> str:
+def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None) -> str:
     """For a drop a t test did not call: the smallest drop seeds of `sizes` would
-    call at POWER, and the seeds a side that would call this one, on the sweep's
-    pooled seed spread (a test with three seeds a side calls only large drops, and
-    "not refuted" says nothing of smaller ones); empty without a pooled spread."""
-    if not noise.acc_dof:
+    call at POWER, and the seeds a side that would call this one (`seeds_needed`: a
+    test with three seeds a side calls only large drops, and "not refuted" says
+    nothing of smaller ones); empty where no spread is known."""
+    needed = seeds_needed(gap, sizes, noise, test)
+    if needed is None:
         return ""
-    smallest = detectable_gap(noise.acc_sd, sizes, noise.acc_dof)
-    needed = seeds_to_resolve(gap, noise.acc_sd, noise.acc_dof)
-    if needed is not None and needed <= min(sizes):
-        # The pool says these seeds suffice: Welch's test held the two sides to their
-        # own seeds, which spread more than the pool.
-        return (f"; on the sweep's pooled seed spread, sd {noise.acc_sd:.3f}, these seeds "
-                f"would tell apart a drop of {smallest:.3f} or more at {POWER:.0%} power, "
-                f"but the two sides' own seeds spread more, and Welch's test holds each side "
-                f"to its own")
+    seeds, sd, dof, whose = needed
+    smallest = detectable_gap(sd, sizes, dof)
     return (f"; at {POWER:.0%} power these seeds tell apart only a drop of {smallest:.3f} or "
-            f"more on the sweep's pooled seed spread, sd {noise.acc_sd:.3f}, and "
-            + (f"about {needed} seeds a side would tell this {abs(gap):.3f} apart"
-               if needed else f"no practical number of seeds (over {MOST_SEEDS} a side) "
+            f"more on {whose}, sd {sd:.3f}, and "
+            + (f"about {seeds} seeds a side would tell this {abs(gap):.3f} apart"
+               if seeds else f"no practical number of seeds (over {MOST_SEEDS} a side) "
                f"would tell this {abs(gap):.3f} apart"))
+
+
+def seeds_needed(gap: float, sizes: tuple[int, int], noise: Noise, test=None):
+    """(seeds a side that would tell `gap` apart at POWER, more than `sizes` have, or
+    None beyond MOST_SEEDS; the sd, degrees of freedom and whose spread they are
+    reckoned on), for the test that ran: Welch's on the two sides' own spread (its
+    degrees of freedom now, 2n - 2 with n seeds a side), Student's on the sweep's
+    pooled seed spread; None where neither spread is known."""
+    if isinstance(test, Welch) and test.sd > 0:
+        return (seeds_to_resolve(gap, test.sd, fewest=max(sizes) + 1), test.sd, test.dof,
+                "the two sides' own seed spread")
+    if noise.acc_dof:
+        return (seeds_to_resolve(gap, noise.acc_sd, noise.acc_dof, fewest=max(sizes) + 1),
+                noise.acc_sd, noise.acc_dof, "the sweep's pooled seed spread")
+    return None
 
 
 def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,

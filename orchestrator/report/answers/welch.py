@@ -13,11 +13,13 @@ SIGNIFICANCE = 0.05
 @dataclass(frozen=True)
 class Welch:
     """Welch's t test of two samples' means (unequal variances): t, its degrees of
-    freedom (Welch-Satterthwaite) and the two-sided p-value."""
+    freedom (Welch-Satterthwaite) and the two-sided p-value; `sd`, the two samples'
+    own spread, sqrt((var_a + var_b) / 2), which its power is reckoned from."""
 
     t: float
     dof: float
     p: float
+    sd: float = math.nan
 
     def text(self, sizes: tuple[int, int]) -> str:
         return f"Welch's t = {self.t:.2f}, p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds"
@@ -63,7 +65,7 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
         return None
     t = (mean_a - mean_b) / math.sqrt(se_a + se_b)
     dof = (se_a + se_b) ** 2 / (se_a ** 2 / (len(a) - 1) + se_b ** 2 / (len(b) - 1))
-    return Welch(t, dof, t_two_sided_p(t, dof))
+    return Welch(t, dof, t_two_sided_p(t, dof), math.sqrt((var_a + var_b) / 2))
 
 
 # The chance a test should have of calling a real gap of the size it is asked about.
@@ -81,12 +83,14 @@ def detectable_gap(sd: float, sizes: tuple[int, int], dof: float) -> float:
     return (t_quantile(SIGNIFICANCE, dof) + t_quantile(2 * (1 - POWER), dof)) * spread
 
 
-def seeds_to_resolve(gap: float, sd: float, dof: float) -> int | None:
-    """The fewest seeds a side whose means a t test would tell `gap` apart with at
-    POWER (`detectable_gap`, the pool's degrees of freedom kept: conservative); None
+def seeds_to_resolve(gap: float, sd: float, dof: float | None = None,
+                     fewest: int = 2) -> int | None:
+    """The fewest seeds a side, from `fewest`, whose means a t test would tell `gap`
+    apart with at POWER (`detectable_gap`): on `dof` degrees of freedom (a pool's,
+    kept as it is: conservative), or where None on the two sides' own, 2n - 2; None
     beyond MOST_SEEDS."""
-    for seeds in range(2, MOST_SEEDS + 1):
-        if detectable_gap(sd, (seeds, seeds), dof) <= abs(gap):
+    for seeds in range(max(fewest, 2), MOST_SEEDS + 1):
+        if detectable_gap(sd, (seeds, seeds), dof or 2 * seeds - 2) <= abs(gap):
             return seeds
     return None
 
