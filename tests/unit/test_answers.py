@@ -398,6 +398,10 @@ def test_13_5_3_says_why_sharded_was_slower_from_the_calibrations_own_timings():
     assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, even, noise).endswith(
         "no slower than its allreduce of the same bytes, so its timings do not explain the gap.")
     assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, [], noise) == ""
+    # A fastest strategy with no sync seconds recorded: no ratio to take.
+    idle = pd.Series({**ddp, "sync_share": 0.0})
+    assert sharded_calls(sharded, idle, "gloo", 2, 800_000, sums, noise) == ""
+    assert noise.sync_test(1.6, 0.0) is None and noise.sync_test(0.0, 0.66) is None
 
 
 def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():

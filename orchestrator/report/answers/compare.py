@@ -2,7 +2,6 @@
 cells' accuracies, each put as a phrase to be followed by the other's name; a
 difference within the noise is said to be so."""
 
-
 import pandas as pd
 
 from orchestrator.report.answers.noise import Noise

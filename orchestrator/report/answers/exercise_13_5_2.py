@@ -19,11 +19,11 @@ from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOME
                                                      resolution_text, rule_verdict,
                                                      seeds_needed, verdict_text)
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.noise_scale import learned
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
+from orchestrator.report.noise_scale import learned
 from orchestrator.report.tables import markdown_table
 
 

@@ -62,12 +62,14 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
     (it moves a ring's bytes) the calibration's timings explain: its reduce-scatter
     and all-gather pair against one allreduce of a step's `gradient_bytes`
     (interpolated between the sizes it timed), times the steps of an epoch; where the
-    two syncs are not told apart (`Noise.sync_test`), only what the calibration would add. Empty
-    where sharded's sync took less than SHARDED_SYNC_RATIO times the fastest's, or
-    the calibration timed not both around that size."""
+    two syncs are not told apart (`Noise.sync_test`), only what the calibration would
+    add. Empty where sharded's sync took less than SHARDED_SYNC_RATIO times the
+    fastest's (or the fastest's none), or the calibration timed not both around that
+    size."""
     sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
                                                                                fastest))
-    if not gradient_bytes or not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync:
+    if (not gradient_bytes or not fastest_sync > 0
+            or not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync):
         return ""
     timed_at = [{sample["bytes"]: sample["seconds"] for sample in sums
                  if sample["transport"] == transport and sample["num_workers"] == k}

@@ -95,8 +95,8 @@ class Noise:
         """Student's t of two epochs' seconds in gradient sync, on their logs, each side
         held to one epoch's spread (`sync_sd`) however many epochs it averages (a mean
         of several spreads less: conservative), and its two-sided p; None where the
-        sweep measured no such spread."""
-        if not self.sync_dof:
+        sweep measured no such spread, or a side has no sync seconds."""
+        if not self.sync_dof or not (sync_s > 0 and other_s > 0):
             return None
         t = math.log(sync_s / other_s) / (self.sync_sd * math.sqrt(2))
         return t, t_two_sided_p(t, self.sync_dof)
@@ -165,7 +165,6 @@ class Noise:
                 "within noise.")
         return (f"{window} {time} {acc} {told} Each number says how many seeds (replicas) it "
                 f"is the mean of.")
-
 
     def sync_sentence(self) -> str:
         """What the seconds spent in gradient sync varied by: a sum waits on the slowest
