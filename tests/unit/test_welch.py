@@ -96,13 +96,19 @@ def test_a_drop_welch_does_not_call_is_said_not_significant_not_within_noise():
     assert verdict_text("no", decided_by_test=True) == "did not hold"
 
 
-def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
-    # The full run's lr 0.8 at batch 512: one seed, accuracy 0.100, never off the plateau.
+def _failed_pair(loss_at_2: float) -> pd.DataFrame:
+    """A linear-rule pair: lr 0.4 on 1 worker learned (0.853), lr 0.8 on 2 workers
+    did not (accuracy 0.100, final train loss `loss_at_2`); one seed each."""
     one = _replicas([0.853], [0.40]).assign(num_workers=1, global_batch_size=256, lr=0.4,
                                             warmup_epochs=0)
-    two = _replicas([0.100], [2.29]).assign(lr=0.8, warmup_epochs=0, trial_id="t9")
-    summary = pd.concat([one, two], ignore_index=True).assign(part="batch-lr",
-                                                              batch_size_per_worker=256)
+    two = _replicas([0.100], [loss_at_2]).assign(lr=0.8, warmup_epochs=0, trial_id="t9")
+    return pd.concat([one, two], ignore_index=True).assign(part="batch-lr",
+                                                           batch_size_per_worker=256)
+
+
+def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
+    # The full run's lr 0.8 at batch 512: one seed, accuracy 0.100, never off the plateau.
+    summary = _failed_pair(2.29)
     noise = Noise(time_fraction=0.2, acc=0.03)
     rule = linear_rule(summary, noise)
     assert rule["held"].tolist() == ["failed"]
@@ -271,11 +277,7 @@ def test_a_rule_that_failed_at_a_uniform_guesss_loss_is_put_down_to_the_lr_not_t
     """A second review: every seed at lr 0.8 on 2 workers ended at train loss 2.303 =
     ln 10, accuracy 0.100: the output stopped depending on the input, an lr past what
     early training tolerates, which the sheet had put down to 1/k of the updates."""
-    one = _replicas([0.853], [0.40]).assign(num_workers=1, global_batch_size=256, lr=0.4,
-                                            warmup_epochs=0)
-    two = _replicas([0.100], [2.3031]).assign(lr=0.8, warmup_epochs=0, trial_id="t9")
-    summary = pd.concat([one, two], ignore_index=True).assign(part="batch-lr",
-                                                              batch_size_per_worker=256)
+    summary = _failed_pair(2.3031)
     noise = Noise(time_fraction=0.2, acc=0.03)
     text = " ".join(answer_13_5_2(summary, linear_rule(summary, noise), noise))
     assert ("At lr 0.8 on 2 workers every seed that did not learn ended at a uniform guess's "
