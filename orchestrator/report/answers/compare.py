@@ -38,11 +38,11 @@ def compare_sync(sync_s: float, other_s: float, noise: Noise) -> str:
     if test is None:
         figures = " (not tested: the sweep measured no spread of sync times)"
     else:
-        figures = f" (t = {test[0]:.2f} on their logs, p = {test[1]:.2g})"
+        figures = f"t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
         if not test[1] < SIGNIFICANCE:
             apart = max(sync_s, other_s) / min(sync_s, other_s) - 1
-            return (f"not significantly different ({percent(apart)} apart; "
-                    f"{figures.strip(' ()')}) from")
+            return f"not significantly different ({percent(apart)} apart; {figures}) from"
+        figures = f" ({figures})"
     if sync_s >= other_s:
         return f"{sync_s / other_s:.2g}x as long{figures} as"
     return f"{percent(1 - sync_s / other_s)} shorter{figures} than"

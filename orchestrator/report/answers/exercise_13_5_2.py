@@ -15,9 +15,10 @@ from orchestrator.report.answers.compare import compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
-                                                     RULE_TEXT_ONLY, failure_text,
-                                                     resolution_text, rule_verdict,
-                                                     seeds_needed, verdict_text)
+                                                     FAILED, RULE_TEXT_ONLY, failure_text,
+                                                     learned_of, resolution_text,
+                                                     rule_verdict, seeds_needed,
+                                                     verdict_text)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
@@ -92,7 +93,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                      f"replicas, beyond the sweep's accuracy noise): {pairs}.")
     epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
-    if verdicts & {"no", "failed", "some failed"}:
+    if verdicts & {"no", *FAILED}:
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
             f"{counted(epochs, 'epoch')}, and the larger lr is meant to make up for them, which "
@@ -127,7 +128,7 @@ def _stuck_at_chance(summary: pd.DataFrame, rule: pd.DataFrame) -> str:
     if "final_train_loss" not in trials:
         return ""
     lrs = []
-    for pair in rule[rule["held"].isin(["failed", "some failed"])].itertuples():
+    for pair in rule[rule["held"].isin(FAILED)].itertuples():
         at = trials[(trials["num_workers"] == pair.num_workers)
                     & (trials["global_batch_size"] == pair.global_batch_size)
                     & np.isclose(trials["lr"], pair.scaled_lr)]
@@ -150,10 +151,9 @@ def _stuck_at_chance(summary: pd.DataFrame, rule: pd.DataFrame) -> str:
 def _resolution(pair, noise: Noise) -> str:
     """`resolution_text` of a linear rule pair (a row of `linear_rule`), or where seeds
     that did not learn decided it, `failure_text`."""
-    if pair.held in ("failed", "some failed"):
-        return failure_text(*((int(seeds) - int(failed), int(seeds)) for seeds, failed in (
-            (pair.seeds_scaled, pair.not_learned_scaled),
-            (pair.seeds_1_worker, pair.not_learned_1_worker))))
+    if pair.held in FAILED:
+        return failure_text(learned_of(pair.seeds_scaled, pair.not_learned_scaled),
+                            learned_of(pair.seeds_1_worker, pair.not_learned_1_worker))
     return resolution_text(pair.acc_scaled - pair.acc_1_worker,
                            (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
@@ -204,9 +204,9 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     sizes = (int(warm["seeds"]), int(one["seeds"]))
     versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes)
-    resolution = (failure_text(*((int(cell_row["seeds"]) - int(cell_row["not_learned"]),
-                                  int(cell_row["seeds"])) for cell_row in (warm, one)))
-                  if held in ("failed", "some failed") else
+    resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
+                                 for cell_row in (warm, one)))
+                  if held in FAILED else
                   resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise,
                                   test))
     return sentence + (

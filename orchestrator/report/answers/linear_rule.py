@@ -76,9 +76,14 @@ def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
     if held == "within noise" and decided_by_test:
         return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
                 f"{resolution})")
-    if held in ("failed", "some failed") and resolution:
+    if held in FAILED and resolution:
         return VERDICTS[held].removesuffix(")") + resolution + ")"
     return VERDICTS[held]
+
+
+def learned_of(seeds, not_learned) -> tuple[int, int]:
+    """(seeds that learned, seeds run), from a cell's `seeds` and `not_learned`."""
+    return int(seeds) - int(not_learned), int(seeds)
 
 
 def failure_text(learned: tuple[int, int], one_learned: tuple[int, int]) -> str:
@@ -148,6 +153,8 @@ OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hol
              "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
 # The verdicts no t test can change: a failure to learn decides them.
 DECIDED_BY_FAILURE = ("failed", "some failed", "inconclusive")
+# Those where k workers' seeds did not learn: the counts are the finding.
+FAILED = ("failed", "some failed")
 
 
 def rule_outcome(rule: pd.DataFrame) -> str:

@@ -220,14 +220,13 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     transports = trial_transports(runs)
     summary["transport"] = [transports.get(trial_id, "") for trial_id in summary["trial_id"]]
     # Each trial's window in epochs, and how far its single epochs spread.
-    window = steady_epochs(runs).groupby("trial_id")["epoch_time_s"].agg(["count", "min", "max"])
+    steady = steady_epochs(runs)
+    window = steady.groupby("trial_id")["epoch_time_s"].agg(["count", "min", "max"])
     summary["timed_epoch_count"] = summary["trial_id"].map(window["count"])
     summary["epoch_spread"] = summary["trial_id"].map(
         (window["max"] / window["min"] - 1).where(window["count"] > 1))
-    summary["sync_s"] = summary["sync_share"] * summary["epoch_s"]
     # Each trial's single epochs' sync seconds, in log, where there was a sum.
-    synced = steady_epochs(runs)
-    synced = synced[synced["sync_time_s"] > 0]
+    synced = steady[steady["sync_time_s"] > 0]
     logs = np.log(synced["sync_time_s"].to_numpy(dtype=float))
     by_trial = pd.Series(logs, index=synced.index).groupby(synced["trial_id"]).agg(tuple)
     summary["sync_logs"] = [by_trial.get(trial_id, ()) for trial_id in summary["trial_id"]]

@@ -2,6 +2,7 @@
 replicas whether a difference of accuracies is a finding, and the level it is
 called at."""
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -110,8 +111,10 @@ def fisher_exact(a: tuple[int, int], b: tuple[int, int]) -> float:
     return min(1.0, sum(likelihood(x) for x in tables if likelihood(x) <= seen * (1 + 1e-9)))
 
 
+@functools.cache
 def t_quantile(p_two_sided: float, dof: float) -> float:
-    """The t > 0 with `t_two_sided_p(t, dof)` = `p_two_sided`, by bisection."""
+    """The t > 0 with `t_two_sided_p(t, dof)` = `p_two_sided`, by bisection; kept, as
+    `seeds_to_resolve` asks the same few quantiles for every seed count it tries."""
     low, high = 0.0, 1e4
     for _ in range(200):
         middle = (low + high) / 2
