@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.noise import LogSpread, Noise
 from orchestrator.report.answers.sheet import EXERCISES, render_answers
 from orchestrator.report.answers.wording import EXERCISES_COMMAND, GPU_COMMAND
 
@@ -182,19 +182,22 @@ def test_a_scaled_lr_that_loses_accuracy_fails_the_rule():
     assert "at global batch 512 it held at lr 0.2 and did not hold at lr 0.4" in sections["13.6.1"]
 
 
-def test_a_difference_under_the_noise_is_within_noise():
+def test_epoch_times_are_told_apart_by_t_on_the_spread_of_trials():
     text = _render()
     # The 1-worker trials at batch 256 (lrs change the steps, not the work), scratch's
-    # and bucketed's (at one worker the same code, no sync): 16.9-17.4 s.
-    assert ("varied by up to 3.0% in epoch time (the slowest over the fastest, as every "
-            "\"apart\" below), over 2 groups of 8 trials") in text
+    # and bucketed's (at one worker the same code, no sync): 16.9-17.4 s, and the 2-worker
+    # scratch trials at batch 512: two groups, the spread of their trials about each mean.
+    assert ("a trial's epoch time had a standard deviation about its group's mean of 0.012 in "
+            "natural log (a factor of 1.012; 2 groups of 8 trials, 6 degrees of freedom)") in text
+    assert "gaps under 4.1% cannot be told apart" in text
     sections = _sections(text)
-    assert "1.33x faster than even" in sections["13.6.2"]
+    assert "1.33x faster (t = -17.06, p = 2.6e-06) than even" in sections["13.6.2"]
     # The "is it worth it?" baseline: the fast worker alone, its epochs after the first
     # as everywhere (g1's 17.0 s).
     assert ("The fast worker alone took 17.0 s per epoch (1 seed; the whole global batch, no "
-            "sum): the even split with the straggler was 1.13x faster than it, the proportional "
-            "split 1.50x faster than it.") in sections["13.6.2"]
+            "sum): the even split with the straggler was 1.13x faster (t = -7.54, p = 0.00028) "
+            "than it, the proportional split 1.50x faster (t = -24.60, p = 3e-07) than it."
+            ) in sections["13.6.2"]
     assert "stays busy on its core until its forward and backward have taken 2x" in (
         sections["13.6.2"])
     assert "Worth it here" in sections["13.6.2"]
@@ -243,7 +246,8 @@ def test_13_6_3_runs_two_overlapped_steps_and_compares_like_for_like():
     assert "one-step-delayed SGD" in section and "Pipe-SGD, Li et al. 2018" in section
     # Time beside bucketed over the same transport, not bucketed over shared memory.
     assert ("At 2 workers through gloo, delayed took 9.30 s per epoch (1 seed), 2.0% of it "
-            "waiting for sums: 1.06x faster than bucketed (9.90 s, 14% waiting; 1 seed).") in section
+            "waiting for sums: 1.06x faster (t = -3.77, p = 0.0093) than bucketed (9.90 s, 14% "
+            "waiting; 1 seed).") in section
     # Accuracy beside the synchronous optimizer with the same lr, batch, epochs and seed.
     assert ("After 3 epochs its final test accuracy was 0.731 (1 seed), 0.013 lower than the "
             "synchronous optimizer's 0.744 (scratch, the same lr 0.2, global batch 256 and "
@@ -258,8 +262,9 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
     # The arm is the book's lr (0.2); the half-lr trial is staleness's price.
     assert "delayed took 9.30 s per epoch (1 seed)" in section
     assert ("The most any overlap can save is the synchronous step's wait for its sums, 14% of "
-            "bucketed's epoch here, against a time noise of 3.0%: only an overlap that hides "
-            "more than 21% of that wait could be told from the noise.") in section
+            "bucketed's epoch here, against the smallest gap in epoch time this sweep tells "
+            "apart, 4.1%: only an overlap that hides more than 30% of that wait could be told "
+            "from the noise.") in section
     assert "converges only for lr c < 1: about half the step size" in section
     # Staleness's price at the smaller lr: beside synchronous SGD at that lr (l1-0.1).
     assert ("Measured at a smaller lr: at lr 0.1 delayed reached 0.650 (1 seed), 0.050 lower "
@@ -277,14 +282,22 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
     assert "1 seed): at that lr no price of staleness is told from the noise." in section
     level = (*half[:12], 0.725, *half[13:])  # 0.006 below its own arm: within noise
     assert "its own 0.731" not in _sections(_render(_summary([*TRIALS, level])))["13.6.3"]
-    # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%.
-    # Told apart by the sync spread: the l2 trials' waits (identical work) differ by 1-2%.
+    # Its overlap: 9.3 s at 2% waiting against bucketed's 9.9 s at 14%. The l2 trials'
+    # waits (identical work) differ by 1-2%: 3 trials, 2 degrees of freedom, too few to
+    # test (their 6 epochs are not 6 replicas).
     assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
-            "1.39 s, 1 seed and 1 seed; t = -241.77 on their logs, p = 9.5e-27).") in section
+            "1.39 s, 1 seed and 1 seed; not tested: too few trials at two or more workers "
+            "repeat work, fewer than 3 degrees of freedom).") in section
+    # A fourth such trial: 3 degrees of freedom, and the sync spread tells them apart.
+    replica = ("l2-0.2r", *TRIALS[6][1:10], 9.15, 0.11, 0.701, 0.6)
+    section = _sections(_render(_summary([*TRIALS, replica, half])))["13.6.3"]
+    assert ("The overlap hid 87% of bucketed's wait here (0.19 s of waiting per epoch against "
+            "1.39 s, 1 seed and 1 seed; t = -27.73 on their logs, p = 0.0001).") in section
     # A wait not told apart from bucketed's: how much the overlap hid is not resolved.
-    waited = [(*row[:11], 0.148, *row[12:]) if row[0] == "dl2" else row for row in TRIALS]
-    assert ("Delayed's wait was not significantly different (0.7% apart; t = -0.81 on their "
-            "logs, p = 0.43) from bucketed's (1.38 s of waiting per epoch against 1.39 s, 1 seed "
+    waited = [(*row[:11], 0.148, *row[12:]) if row[0] == "dl2" else row
+              for row in [*TRIALS, replica]]
+    assert ("Delayed's wait was not significantly different (0.7% apart; t = -0.10 on their "
+            "logs, p = 0.93) from bucketed's (1.38 s of waiting per epoch against 1.39 s, 1 seed "
             "and 1 seed): this sweep does not resolve how much of it the overlap "
             "hid.") in _sections(_render(_summary(waited)))["13.6.3"]
     # A sum shorter than the noise: the sweep says it cannot resolve the gain.
@@ -337,8 +350,8 @@ def test_13_5_3_states_each_workers_bytes_and_ranks_root_with_its_backends_ring(
     # The book's funnel travels gloo's wire: ranked with gloo's ring, not apart.
     # Speedup against bucketed's own 1-worker trial (b1, 16.9 s).
     assert ("At 2 workers through gloo, the shortest epoch was bucketed's: 9.9 s (1 seed), "
-            f"14% of it in gradient sync, speedup {16.9 / 9.9:.2f}; it was 1.11x faster than "
-            "root (11.0 s, 1 seed).") in section
+            f"14% of it in gradient sync, speedup {16.9 / 9.9:.2f}; it was 1.11x faster (t = "
+            "-6.84, p = 0.00025) than root (11.0 s, 1 seed).") in section
     assert "ZeRO-1" in section and "saves memory and 1/k of the update's arithmetic, not bytes" in section
 
 
@@ -364,9 +377,9 @@ def test_13_5_3_says_why_sharded_was_slower_from_the_calibrations_own_timings():
     sharded = pd.Series({"sync": "sharded", "sync_share": 0.16, "epoch_s": 10.2,
                          "steps_per_epoch": 234})
     ddp = pd.Series({"sync": "ddp", "sync_share": 0.07, "epoch_s": 9.38})
-    # One epoch's sync seconds spread by 0.2 in log (20 degrees of freedom); a spread
+    # A trial's sync seconds spread by 0.2 in log (20 degrees of freedom); a spread
     # of 0.5 leaves 1.6 s against 0.66 s (a log ratio of 0.91) not told apart.
-    noise = Noise(time_fraction=0.05, acc=0.01, sync_sd=0.2, sync_dof=20, sync_from=(24, 4))
+    noise = Noise(time_fraction=0.05, acc=0.01, sync_spread=LogSpread(0.2, 20, 24, 4))
     # At 0.8 MB, between the sizes timed: the pair 1.32 ms, the allreduce 0.60 ms.
     calibrated = ("At its 0.80 MB a step the calibration timed gloo's reduce-scatter and "
                   "all-gather at 1.3 ms against 0.6 ms for its allreduce of the same bytes "
@@ -378,16 +391,20 @@ def test_13_5_3_says_why_sharded_was_slower_from_the_calibrations_own_timings():
         f"these timings do not explain the rest.")
     # Not told apart: the calibration says what it would add, not what share of a gap
     # it explains (a review found a gap inside the sync noise explained).
-    wide = Noise(time_fraction=0.05, acc=0.01, sync_sd=0.5, sync_dof=20, sync_from=(24, 4))
+    wide = Noise(time_fraction=0.05, acc=0.01, sync_spread=LogSpread(0.5, 20, 24, 4))
     assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, sums, wide) == (
         f"Sharded spent 1.6 s of its epoch in gradient sync, not significantly different (149% "
         f"apart; t = 1.29 on their logs, p = 0.21) from ddp's 0.66 s: this sweep does not "
         f"tell the two syncs apart. {calibrated}: two calls where an allreduce makes one, each "
         f"slower, would add 0.17 s over an epoch's 234 steps.")
-    # No sync spread measured: the ratio, and that it was not tested.
-    assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, sums, Noise(0.05, 0.01)).startswith(
-        "Sharded spent 1.6 s of its epoch in gradient sync, 2.5x as long (not tested: the "
-        "sweep measured no spread of sync times) as ddp's 0.66 s.")
+    # No sync spread measured, or one of too few trials: the ratio, and that it was not
+    # tested.
+    few = Noise(time_fraction=0.05, acc=0.01, sync_spread=LogSpread(0.2, 2, 3, 1))
+    for untested in (Noise(0.05, 0.01), few):
+        assert sharded_calls(sharded, ddp, "gloo", 2, 800_000, sums, untested).startswith(
+            "Sharded spent 1.6 s of its epoch in gradient sync, 2.5x as long (not tested: too "
+            "few trials at two or more workers repeat work, fewer than 3 degrees of freedom) as "
+            "ddp's 0.66 s.")
     # A sync no longer than 1.5 times the other's, other worker counts, a size outside
     # those timed, or no timings: nothing to say; a pair no slower: not explained.
     close = pd.Series({**sharded, "sync_share": 0.09})
@@ -422,3 +439,17 @@ def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
         "The exercise's aggregation on different workers (sharded) was 1.37x faster than the "
         "book's allreduce (root, 14.0 s, mean of 3 seeds).")
     assert _against_root(ranked[ranked["sync"] == "root"], 2, noise) == ""
+    # Told apart at 2 workers, where the bytes are the same: the gap is the calls.
+    tested = Noise(time_fraction=0.10, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
+    assert _against_root(ranked, 2, tested) == (
+        "The exercise's aggregation on different workers (sharded) was 1.08x faster (t = "
+        "-2.67, p = 0.012) than the book's allreduce (root, 11.0 s, mean of 3 seeds): at 2 "
+        "workers both move a step's gradients once each way (the table above), so "
+        "aggregating on different workers can save bytes only from 3 workers on; the gap is "
+        "not bytes but calls: root sends and receives each parameter tensor on its own, "
+        "blocking (the book's loop), where sharded makes two collectives a step over one flat "
+        "buffer.")
+    close = ranked.assign(epoch_s=[10.7, 11.0])
+    assert "not significantly different (2.8% apart; t = -0.98, p = 0.34) from" in (
+        _against_root(close, 2, tested))
+    assert "calls" not in _against_root(close, 2, tested)

@@ -69,12 +69,15 @@ def test_time_noise_is_the_spread_of_identical_work_across_the_sweep():
     # The 1-worker trials at batch 256 (lrs differ, the work does not): one 10% slower.
     summary.loc[summary["trial_id"] == "l1-0.4", "mean_epoch_time_s"] = 18.7
     sections = _sections(summary)
-    # 18.7 / 16.9 - 1, the slowest over the fastest; bucketed's 1-worker trial (16.9 s)
-    # is scratch's work: at one worker neither sums anything.
-    assert ("varied by up to 11% in epoch time (the slowest over the fastest, as every "
-            "\"apart\" below), over 2 groups of 8 trials") in sections["noise"]
-    # ddp and scratch at 2 workers, 8.5% apart, are now within noise.
-    assert "within noise (8.5% apart, noise 11%) of scratch (10.2 s" in sections["13.5.3"]
+    # Each trial's log epoch time about its group's mean, pooled; bucketed's 1-worker
+    # trial (16.9 s) is scratch's work: at one worker neither sums anything.
+    assert ("a trial's epoch time had a standard deviation about its group's mean of 0.034 in "
+            "natural log (a factor of 1.034; 2 groups of 8 trials, 6 degrees of freedom)"
+            ) in sections["noise"]
+    assert "gaps under 12% cannot be told apart" in sections["noise"]
+    # ddp and scratch at 2 workers, 8.5% apart, are now not told apart.
+    assert ("not significantly different (8.5% apart; t = -1.71, p = 0.14) from scratch (10.2 s"
+            in sections["13.5.3"])
 
 
 def test_epoch_times_count_every_epoch_but_the_first():
@@ -89,7 +92,8 @@ def test_epoch_times_count_every_epoch_but_the_first():
     assert ("Epoch times are each trial's mean over its epochs after the first (epoch 2 of "
             "the 2-epoch trials and epochs 2 to 3 of the 3-epoch trials)") in sections["noise"]
     # No first epoch counts; g2's third does: (10.2 + 11.2) / 2 s.
-    assert "1.14x faster than scratch (10.7 s, 1 seed)" in sections["13.5.3"]
+    assert "1.14x faster (t = -4.21, p = 0.0056) than scratch (10.7 s, 1 seed)" in (
+        sections["13.5.3"])
 
 
 def test_strategies_of_different_transports_are_not_ranked_against_each_other():
@@ -100,8 +104,9 @@ def test_strategies_of_different_transports_are_not_ranked_against_each_other():
     sections = _sections(summary, epochs)
     # The delayed arm's bucketed twin sums over gloo: ranked with gloo's strategies.
     assert ("At 2 workers through gloo, the shortest epoch was ddp's: 9.4 s (1 seed), 5.0% of "
-            "it in gradient sync, speedup 1.82; it was 1.05x faster than bucketed (9.9 s, "
-            "1 seed), 1.06x faster than sharded (10.0 s, 1 seed).") in sections["13.5.3"]
+            "it in gradient sync, speedup 1.82; it was 1.05x faster (t = -3.12, p = 0.021) "
+            "than bucketed (9.9 s, 1 seed), 1.06x faster (t = -3.73, p = 0.0098) than sharded "
+            "(10.0 s, 1 seed).") in sections["13.5.3"]
     assert ("At 2 workers through shared memory, the shortest epoch was bucketed's: 9.6 s "
             "(1 seed)") in sections["13.5.3"]
     assert "ddp" not in sections["13.5.3"].split("through shared memory")[1].split(".")[0]
@@ -110,8 +115,9 @@ def test_strategies_of_different_transports_are_not_ranked_against_each_other():
             ) in sections["13.5.3"]
     # Delayed beside those summing through its own transport only.
     assert ("delayed took 9.30 s per epoch (1 seed), 2.0% of it waiting for sums: 1.06x "
-            "faster than bucketed (9.90 s, 14% waiting; 1 seed); within noise (1.1% apart, "
-            "noise 3.0%) of ddp (9.40 s, 5.0% waiting; 1 seed).") in sections["13.6.3"]
+            "faster (t = -3.77, p = 0.0093) than bucketed (9.90 s, 14% waiting; 1 seed); not "
+            "significantly different (1.1% apart; t = -0.64, p = 0.54) from ddp (9.40 s, 5.0% "
+            "waiting; 1 seed).") in sections["13.6.3"]
 
 
 def test_every_number_says_how_many_seeds_stand_behind_it():

@@ -17,7 +17,8 @@ from orchestrator.config.options import MODELS
 from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, timed, with_speedups
-from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
+from orchestrator.report.answers.compare import (compare_cells, compare_times, one_epoch,
+                                                 times_differ)
 from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
@@ -91,7 +92,9 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
         steps.append(f"{after.num_workers} workers ({after.epoch_s:.3g} s/epoch, "
                      f"{seeds_text(after.seeds)}) are {verdict} {before.num_workers} "
                      f"({before.epoch_s:.3g} s)")
-        if paid == before.num_workers and verdict.endswith("faster than"):
+        if paid == before.num_workers and times_differ(
+                after.epoch_s, before.epoch_s, noise,
+                one_epoch(after._asdict(), before._asdict())) < 0:
             paid = after.num_workers
     best = group.set_index("num_workers").loc[paid]
     accuracy = ""
@@ -113,8 +116,8 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
                   f"{percent(best['sync_share'])} of each epoch in gradient sync")
     if best["efficiency"] > 1:
         efficiency += (" (above 1: each worker's smaller shard ran faster per example, in "
-                       "its caches, or the times carry their noise, "
-                       f"{noise.time_label()} in this sweep)")
+                       f"its caches, or the times carry their noise: "
+                       f"{noise.time_noise_phrase()})")
     if paid == first["num_workers"]:
         return (f"With {label}: " + "; ".join(steps) + ". More workers did not pay beyond "
                 "the noise here.")

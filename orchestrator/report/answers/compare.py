@@ -4,53 +4,80 @@ difference within the noise is said to be so."""
 
 import pandas as pd
 
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.noise import UNTESTED_SYNC, LogSpread, Noise
 from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch
 from orchestrator.report.answers.wording import percent
 
 
-def compare_times(time_s: float, other_s: float, noise: Noise,
-                  single_epoch: bool = False) -> str:
-    """How `time_s` stands to `other_s`, to be followed by the other's name:
-    "1.87x faster than", or "within noise (2% apart, noise 3%) of"; `single_epoch`:
-    a side was timed over one epoch (`one_epoch`), held against one epoch's noise."""
-    if within_noise(time_s, other_s, noise, single_epoch):
-        apart = max(time_s, other_s) / min(time_s, other_s) - 1
-        return (f"within noise ({percent(apart)} apart, noise "
-                f"{noise.time_label(single_epoch)}) of")
+def compare_times(time_s: float, other_s: float, noise: Noise, single_epoch: bool = False,
+                  spread: LogSpread | None = None) -> str:
+    """How `time_s` stands to `other_s`, to be followed by the other's name: "1.87x
+    faster (t = -5.10, p = 1.2e-05) than", or "not significantly different (2% apart;
+    t = ..., p = ...) from", told apart by Student's t on their logs against `spread`
+    (the sweep's epoch-time spread unless given, `LogSpread.test`); where the sweep
+    measured no spread, by the range: "1.87x faster than" or "within noise (2% apart,
+    noise 3%) of". `single_epoch`: a side was timed over one epoch (`one_epoch`)."""
+    test = (spread or noise.time_spread).test(time_s, other_s, single_epoch)
+    if test is None:
+        if within_noise(time_s, other_s, noise, single_epoch):
+            return (f"within noise ({percent(_apart(time_s, other_s))} apart, noise "
+                    f"{noise.time_label(single_epoch)}) of")
+        figures = ""
+    else:
+        figures = f" (t = {test[0]:.2f}, p = {test[1]:.2g})"
+        if not test[1] < SIGNIFICANCE:
+            return (f"not significantly different ({percent(_apart(time_s, other_s))} apart"
+                    f"; {figures[2:-1]}) from")
     if time_s < other_s:
-        return f"{other_s / time_s:.2f}x faster than"
-    return f"{time_s / other_s:.2f}x slower than"
+        return f"{other_s / time_s:.2f}x faster{figures} than"
+    return f"{time_s / other_s:.2f}x slower{figures} than"
+
+
+def times_differ(time_s: float, other_s: float, noise: Noise,
+                 single_epoch: bool = False) -> int:
+    """What `compare_times` says, as a sign: -1 where `time_s` is the shorter beyond the
+    noise (significantly, where the sweep has a test), 1 the longer, 0 not told apart."""
+    test = noise.time_spread.test(time_s, other_s, single_epoch)
+    apart = (test[1] < SIGNIFICANCE if test is not None
+             else not within_noise(time_s, other_s, noise, single_epoch))
+    return (-1 if time_s < other_s else 1) if apart else 0
 
 
 def within_noise(time_s: float, other_s: float, noise: Noise,
                  single_epoch: bool = False) -> bool:
-    return (max(time_s, other_s) / min(time_s, other_s) - 1
-            <= noise.time_for(single_epoch))
+    """Whether two epoch times are within the range noise (`Noise.time_for`), the rule
+    where the sweep has no test of times."""
+    return _apart(time_s, other_s) <= noise.time_for(single_epoch)
 
 
-def compare_sync(sync_s: float, other_s: float, noise: Noise) -> str:
+def _apart(time_s: float, other_s: float) -> float:
+    return max(time_s, other_s) / min(time_s, other_s) - 1
+
+
+def compare_sync(sync_s: float, other_s: float, noise: Noise,
+                 single_epoch: bool = False) -> str:
     """As `compare_times`, for two epochs' seconds in gradient sync, told apart by
     `Noise.sync_test`: "2.5x as long (t = 3.17 on their logs, p = 0.0019) as", "55%
     shorter (...) than", "not significantly different (149% apart; t = ..., p = ...)
     from"; where the sweep measured no sync spread, the ratio and that it was not tested."""
-    test = noise.sync_test(sync_s, other_s)
+    test = noise.sync_test(sync_s, other_s, single_epoch)
     if test is None:
-        figures = " (not tested: the sweep measured no spread of sync times)"
+        figures = f" (not tested: {UNTESTED_SYNC})"
     else:
         figures = f"t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
         if not test[1] < SIGNIFICANCE:
-            apart = max(sync_s, other_s) / min(sync_s, other_s) - 1
-            return f"not significantly different ({percent(apart)} apart; {figures}) from"
+            return (f"not significantly different ({percent(_apart(sync_s, other_s))} apart; "
+                    f"{figures}) from")
         figures = f" ({figures})"
     if sync_s >= other_s:
         return f"{sync_s / other_s:.2g}x as long{figures} as"
     return f"{percent(1 - sync_s / other_s)} shorter{figures} than"
 
 
-def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise) -> bool:
+def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise,
+                         single_epoch: bool = False) -> bool:
     """Whether `Noise.sync_test` ran and did not tell two sync times apart."""
-    test = noise.sync_test(sync_s, other_s)
+    test = noise.sync_test(sync_s, other_s, single_epoch)
     return test is not None and not test[1] < SIGNIFICANCE
 
 

@@ -27,11 +27,13 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [*paragraphs, one_worker_count(trials)]
     k = int(trials["num_workers"].max())
     many = at_workers(trials, k)
+    versus = compare_times(many["eval_s"], one["eval_s"], noise, one_epoch(many, one),
+                           noise.eval_spread)
     sentences = [
         f"Evaluating the test set took {seconds_text(one['eval_s'], 2)} s on 1 worker "
         f"({seeds_text(one['seeds'])}) and {seconds_text(many['eval_s'], 2)} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
-        f"{compare_times(many['eval_s'], one['eval_s'], noise, one_epoch(many, one))} 1 "
+        f"{versus} 1 "
         f"(speedup {one['eval_s'] / many['eval_s']:.2f})." + _eval_against_threads(
             summary, many, k, noise),
         f"Each worker scores its shard of the test set and the counts of correct answers are "
@@ -50,11 +52,13 @@ def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise:
     threads = cell(timed(part_trials(summary, "threads")).dropna(subset=["eval_s"]))
     if threads is None:
         return ""
+    versus = compare_times(many["eval_s"], threads["eval_s"], noise, one_epoch(many, threads),
+                           noise.eval_spread)
     return (f" Against the best single process (1 worker with "
             f"{int(threads['threads_per_worker'])} threads, "
             f"{seconds_text(threads['eval_s'], 2)} s, {seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were "
-            f"{compare_times(many['eval_s'], threads['eval_s'], noise, one_epoch(many, threads))} "
+            f"{versus} "
             f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}): on CPU workers much of the "
             f"gain over 1 one-thread worker is the other cores', which one process's threads "
             f"use too.")

@@ -47,9 +47,9 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
             f" On CPUs it is trained briefly, "
             f"{counted(largest['epochs_run'], 'epoch')} of "
             f"{counted(largest['steps_per_epoch'], 'step')} of {int(largest['batch_size'])} "
-            f"per worker on a subset, so that its compute and sync are measured on this cluster: its "
-            f"accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains 13.6's "
-            f"recipe).{_few_steps_learning(largest)}")
+            f"per worker on a subset, so that its compute and sync are measured on this "
+            f"cluster: its accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains "
+            f"13.6's recipe).{_few_steps_learning(largest)}")
         paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
                                             "steps_per_epoch", "examples_per_epoch", "epoch_s",
                                             "sync_share", "speedup", "final_test_acc",
@@ -209,11 +209,11 @@ def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> s
                        & (predicted["batch_scaling"] == best["batch_scaling"])
                        & (predicted["model"] == best["model"])
                        & (predicted["sync"] != best["sync"])]
-    margin = noise.time_fraction if noise is not None else 0.0
+    margin = noise.time_resolution() if noise is not None else 0.0
     tied = sorted(set(rivals[rivals["epoch_s"] <= best["epoch_s"] * (1 + margin)]["sync"]))
     if not tied:
         return best["sync"]
-    return f"{best['sync']}; {', '.join(tied)} within the time noise, {noise.time_label()}"
+    return f"{best['sync']}; {', '.join(tied)} within {noise.time_noise_phrase()}"
 
 
 def _sixteen_workers(scaling, rule_found: str | None,

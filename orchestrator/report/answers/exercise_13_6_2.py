@@ -7,7 +7,7 @@ import pandas as pd
 
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, part_trials, timed
-from orchestrator.report.answers.compare import compare_times, one_epoch, within_noise
+from orchestrator.report.answers.compare import compare_times, one_epoch, times_differ
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import missing_part, seeds_text
 from orchestrator.report.summary import per_worker_text, per_worker_values
@@ -80,7 +80,7 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         f"The straggler is emulated: the last worker stays busy on its core until its "
         f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
         f"compute (a sleep would hand its core to the other worker).")
-    worth = proportional_s < even_s and not within_noise(proportional_s, even_s, noise, single)
+    worth = times_differ(proportional_s, even_s, noise, single) < 0
     sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
                       "Not worth it here: the gain is not beyond the noise. ") + (
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "

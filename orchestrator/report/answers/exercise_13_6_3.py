@@ -10,7 +10,7 @@ from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
                                                  compare_times, one_epoch, syncs_not_told_apart)
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -87,13 +87,14 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     if bound is not None:
         # The most any overlap can save is the time a step waits for its sums.
         single = one_epoch(arm, bound)
-        resolvable = bound["sync_share"] > noise.time_for(single)
+        resolution = noise.time_resolution(single)
+        resolvable = bound["sync_share"] > resolution
         sentences.append(
             f"The most any overlap can save is the synchronous step's wait for its sums, "
-            f"{percent(bound['sync_share'])} of bucketed's epoch here, against a time noise of "
-            f"{noise.time_label(single)}: " + (
+            f"{percent(bound['sync_share'])} of bucketed's epoch here, against "
+            f"{noise.time_noise_phrase(single)}: " + (
                 (f"only an overlap that hides more than "
-                 f"{percent(noise.time_for(single) / bound['sync_share'])} of that wait could be "
+                 f"{percent(resolution / bound['sync_share'])} of that wait could be "
                  f"told from the noise.") if resolvable else
                 "this sweep cannot resolve a gain of that size, whatever the overlap does; "
                 "more replicas (`--repeats`) or a slower link would."))
@@ -130,15 +131,15 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         both = (f"{seconds_text(waits[0], 2)} s of waiting per epoch against "
                 f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
                 f"{seeds_text(bound['seeds'])}")
-        test = noise.sync_test(*waits) if waits[0] > 0 and waits[1] > 0 else None
-        if test is not None and syncs_not_told_apart(*waits, noise):
+        single = one_epoch(arm, bound)
+        test = noise.sync_test(*waits, single) if waits[0] > 0 and waits[1] > 0 else None
+        if test is not None and syncs_not_told_apart(*waits, noise, single):
             sentences.append(
-                f"Delayed's wait was {compare_sync(*waits, noise)} bucketed's ({both}): this "
-                f"sweep does not resolve how much of it the overlap hid.")
+                f"Delayed's wait was {compare_sync(*waits, noise, single)} bucketed's ({both}): "
+                f"this sweep does not resolve how much of it the overlap hid.")
         else:
             figures = (f"; t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
-                       if test is not None else "; this sweep estimates no noise of waiting "
-                       "times")
+                       if test is not None else f"; not tested: {UNTESTED_SYNC}")
             measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's "
                         f"wait here ({both}{figures})")
             sentences.append(

@@ -1,6 +1,7 @@
 """The sweep's noise, which every answer holds a difference against: one timing
 window for every trial (`prepared`), the spread of repeated identical work in time
-and of seeds in accuracy (`estimate_noise`), and the sentence that says both.
+(`LogSpread`: a trial's about its group's, an epoch's about its trial's) and of
+seeds in accuracy (`estimate_noise`), and the sentence that says both.
 
 Like for like: every epoch time an answer compares is `epoch_s`, each trial's mean
 over its epochs after the first (the warm-up epoch left out of every trial alike,
@@ -15,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted
-from orchestrator.report.answers.welch import SIGNIFICANCE, pooled_t, t_two_sided_p, welch
+from orchestrator.report.answers.welch import (SIGNIFICANCE, pooled_t, t_quantile, t_two_sided_p,
+                                              welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, percent
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
@@ -35,14 +37,107 @@ CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr
 # no sync (GradientSync.synchronize returns at once): their 1-worker trials are
 # the same work, and what separates their times is noise.
 IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
+# The fewest degrees of freedom a spread of times is tested on: with 1 or 2 (two or
+# three trials of repeated work) Student's t at p < 0.05 needs t > 12.7 or 4.3, and a
+# spread from so few trials is itself a guess; the range decides there instead.
+MIN_TEST_DOF = 3
+# Why two sync times were not tested.
+UNTESTED_SYNC = (f"too few trials at two or more workers repeat work, fewer than "
+                 f"{MIN_TEST_DOF} degrees of freedom")
+
+
+@dataclass(frozen=True)
+class LogSpread:
+    """How a time measured each epoch (an epoch's seconds, its seconds in gradient sync,
+    its test set's scoring) varies, in natural log, estimated from the sweep's repeated
+    identical work: `sd`, a trial's mean over its window about the mean of the trials
+    of its identical work (between trials: what two trials' comparison faces, a
+    placement or the machine's pace in that minute as well as the epochs' own jitter),
+    and `epoch_sd`, one epoch about its trial's mean (within a trial). Two times are
+    told apart by Student's t on their logs with the between-trial degrees of
+    freedom; the epochs of one trial are not independent replicas, the trials are."""
+
+    sd: float = math.nan
+    dof: int = 0
+    """Trials of repeated identical work, less one per group of it; under MIN_TEST_DOF,
+    no test (`tests`)."""
+    trials: int = 0
+    groups: int = 0
+    epoch_sd: float = math.nan
+    epoch_dof: int = 0
+    """Epochs of trials that timed two or more, less one per trial."""
+
+    @property
+    def tests(self) -> bool:
+        """Whether its degrees of freedom carry a t test (MIN_TEST_DOF)."""
+        return self.dof >= MIN_TEST_DOF
+
+    def side_sd(self, single_epoch: bool = False) -> float:
+        """One side's spread: one trial's (however many seeds it averages; a mean of
+        several spreads less: conservative), or where it was timed over one epoch,
+        one trial's and one epoch's together (which counts the epoch's jitter twice,
+        once within the trial's: conservative again)."""
+        if single_epoch and self.epoch_dof:
+            return math.hypot(self.sd, self.epoch_sd)
+        return self.sd
+
+    def test(self, time_s: float, other_s: float,
+             single_epoch: bool = False) -> tuple[float, float] | None:
+        """Student's t of two times on their logs, each side held to `side_sd`, and its
+        two-sided p; None where the sweep measured no such spread, or a side is not a
+        positive time."""
+        if not self.tests or not (time_s > 0 and other_s > 0):
+            return None
+        t = math.log(time_s / other_s) / (self.side_sd(single_epoch) * math.sqrt(2))
+        return t, t_two_sided_p(t, self.dof)
+
+    def resolution(self, single_epoch: bool = False) -> float:
+        """The smallest gap (the longer over the shorter, less 1) `test` tells apart at
+        p < SIGNIFICANCE; NaN without a spread."""
+        if not self.dof:
+            return math.nan
+        return math.expm1(t_quantile(SIGNIFICANCE, self.dof) * self.side_sd(single_epoch)
+                          * math.sqrt(2))
+
+    def figures(self) -> str:
+        """Where the spread came from, for a sentence: "0.021 in natural log (a factor
+        of 1.02) about ..., 4 groups of 34 trials, 30 degrees of freedom"."""
+        return (f"{self.sd:.3f} in natural log (a factor of {math.exp(self.sd):.3f}; "
+                f"{counted(self.groups, 'group')} of {self.trials} trials, "
+                f"{counted(self.dof, 'degree')} of freedom)")
+
+
+def log_spread(groups: list, epoch_logs: list | None = None) -> LogSpread:
+    """The `LogSpread` of `groups` of trials' times (each an array of seconds, one a
+    trial, the trials of one group doing identical work) and of `epoch_logs` (each a
+    trial's single epochs' seconds, in log); no test where no group repeats or none
+    spreads (a spread no real run has)."""
+    sd, dof = _pooled([np.log(np.asarray(times, dtype=float)) for times in groups])
+    repeated = [times for times in groups if len(times) > 1]
+    epoch_sd, epoch_dof = _pooled([np.asarray(logs, dtype=float) for logs in epoch_logs or ()])
+    if not dof:
+        return LogSpread(epoch_sd=epoch_sd, epoch_dof=epoch_dof)
+    return LogSpread(sd, dof, sum(len(times) for times in repeated), len(repeated),
+                     epoch_sd, epoch_dof)
+
+
+def _pooled(samples: list) -> tuple[float, int]:
+    """The pooled standard deviation of `samples` about each one's mean and its degrees
+    of freedom; (NaN, 0) where none has two values, or none spreads."""
+    samples = [values for values in samples if len(values) > 1]
+    dof = sum(len(values) - 1 for values in samples)
+    squares = sum(float(((values - values.mean()) ** 2).sum()) for values in samples)
+    if not dof or not squares > 0:
+        return math.nan, 0
+    return math.sqrt(squares / dof), dof
 
 
 @dataclass(frozen=True)
 class Noise:
     time_fraction: float
-    """The largest spread of `epoch_s`, slowest over fastest minus 1 (the scale of every
-    "apart" that `compare_times` holds against it), of any group of
-    trials doing identical work."""
+    """The largest spread of `epoch_s`, slowest over fastest minus 1, of any group of
+    trials doing identical work: what `compare_times` holds a gap against where
+    `time_spread` carries no test (too few trials repeat work)."""
     acc: float
     """The largest range of final test accuracy over the seeds of one configuration."""
     time_groups: tuple[int, int] = (0, 0)
@@ -70,14 +165,14 @@ class Noise:
     """The trials `epoch_fraction` came from."""
     single_epoch_windows: bool = False
     """Whether some trial's window is one epoch (then `epoch_fraction` is said)."""
-    sync_sd: float = math.nan
-    """The standard deviation of the natural log of one epoch's seconds in gradient
-    sync about the mean of its identical work (at two or more workers, every epoch
-    after the first), pooled over the sweep; NaN where it has too few epochs."""
-    sync_dof: int = 0
-    """Its degrees of freedom: those epochs, less one per group of identical work."""
-    sync_from: tuple[int, int] = (0, 0)
-    """(epochs, groups of identical work) `sync_sd` came from."""
+    time_spread: LogSpread = LogSpread()
+    """The spread of `epoch_s` that `compare.compare_times` tests two epoch times
+    against; no test (its dof 0) where the sweep repeats no work, and then the range
+    (`time_for`) decides."""
+    sync_spread: LogSpread = LogSpread()
+    """The spread of an epoch's seconds in gradient sync (at two or more workers)."""
+    eval_spread: LogSpread = LogSpread()
+    """The spread of `eval_s`, an epoch's seconds scoring the test set."""
 
     def seed_test(self, a: list[float], b: list[float]):
         """Two sides' seeds compared: Welch's t where both have two or more, else
@@ -85,21 +180,34 @@ class Noise:
         return welch(a, b) or pooled_t(a, b, self.acc_sd, self.acc_dof)
 
     def time_for(self, single_epoch: bool = False) -> float:
-        """The time noise a difference is held against: `time_fraction`, or where a
-        side was timed over one epoch, the larger of it and `epoch_fraction`."""
+        """The range a difference is held against where no test runs: `time_fraction`,
+        or where a side was timed over one epoch, the larger of it and `epoch_fraction`."""
         if single_epoch and not math.isnan(self.epoch_fraction):
             return max(self.time_fraction, self.epoch_fraction)
         return self.time_fraction
 
-    def sync_test(self, sync_s: float, other_s: float) -> tuple[float, float] | None:
-        """Student's t of two epochs' seconds in gradient sync, on their logs, each side
-        held to one epoch's spread (`sync_sd`) however many epochs it averages (a mean
-        of several spreads less: conservative), and its two-sided p; None where the
-        sweep measured no such spread, or a side has no sync seconds."""
-        if not self.sync_dof or not (sync_s > 0 and other_s > 0):
-            return None
-        t = math.log(sync_s / other_s) / (self.sync_sd * math.sqrt(2))
-        return t, t_two_sided_p(t, self.sync_dof)
+    def sync_test(self, sync_s: float, other_s: float,
+                  single_epoch: bool = False) -> tuple[float, float] | None:
+        """Student's t of two epochs' seconds in gradient sync on their logs, and its
+        two-sided p (`LogSpread.test`); None where the sweep measured no such spread,
+        or a side has no sync seconds."""
+        return self.sync_spread.test(sync_s, other_s, single_epoch)
+
+    def time_resolution(self, single_epoch: bool = False) -> float:
+        """The smallest gap of epoch times (the slower over the faster, less 1) told
+        apart: the test's (`LogSpread.resolution`), else the range's (`time_for`)."""
+        if self.time_spread.tests:
+            return self.time_spread.resolution(single_epoch)
+        return self.time_for(single_epoch)
+
+    def time_noise_phrase(self, single_epoch: bool = False) -> str:
+        """The time noise, for a sentence: "the smallest gap in epoch time this sweep
+        tells apart, 6.1%", or "a time noise of 10%" where the range decides."""
+        if self.time_spread.tests:
+            where = " (a side timed over one epoch)" if single_epoch else ""
+            return (f"the smallest gap in epoch time this sweep tells apart{where}, "
+                    f"{percent(self.time_resolution(single_epoch))}")
+        return f"a time noise of {self.time_label(single_epoch)}"
 
     def time_label(self, single_epoch: bool = False) -> str:
         if single_epoch and self.time_for(True) > self.time_fraction:
@@ -111,24 +219,8 @@ class Noise:
 
     def sentence(self) -> str:
         window = window_sentence(self.trial_epochs)
-        groups, trials = self.time_groups
-        if groups:
-            time = (f"Time noise: identical work (trials that differ only in the seed or the "
-                    f"lr, which change the weights, not the work of an epoch, or at one worker "
-                    f"only in the sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which "
-                    f"sum nothing there) varied by up to "
-                    f"{percent(self.time_fraction)} in epoch time (the slowest over the "
-                    f"fastest, as every \"apart\" below), over {counted(groups, 'group')} of "
-                    f"{trials} trials across the sweep.")
-        else:
-            time = (f"Time noise: this sweep repeats no work, so it is assumed: "
-                    f"{percent(self.time_fraction)}.")
-        if self.single_epoch_windows and self.time_for(True) > self.time_fraction:
-            time += (f" A single epoch varies more than a mean of several: one trial's "
-                     f"epochs after the first varied by up to {percent(self.epoch_fraction)} "
-                     f"({counted(self.epoch_trials, 'trial')} timed two or more), and a time "
-                     f"measured over one epoch (a 2-epoch trial's window) is held against that.")
-        if self.sync_dof:
+        time = self.time_sentence()
+        if self.sync_spread.tests:
             time += " " + self.sync_sentence()
         configurations, seeds = self.acc_groups
         if configurations:
@@ -155,29 +247,79 @@ class Noise:
                     f"{'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
                     f"that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
-        told = (f"A difference of times is a finding only beyond the time noise. Accuracies "
+        times = ("" if self.time_spread.tests else
+                 "A difference of times is a finding only beyond the time noise. ")
+        told = (f"{times}Accuracies "
                 f"are told apart at p < {SIGNIFICANCE:g}: by Welch's t on their seeds where "
                 f"both sides have two or more, else by Student's t against the pooled "
                 f"standard deviation (which assumes every configuration's seeds spread "
                 f"alike); a difference not told apart is reported as within noise or not "
                 f"significantly different." if self.acc_dof else
-                "A difference is a finding only beyond its noise; below it, it is reported as "
-                "within noise.")
+                f"A{'n accuracy' if self.time_spread.tests else ''} difference is a finding only "
+                f"beyond its noise; below it, it is reported as within noise.")
         return (f"{window} {time} {acc} {told} Each number says how many seeds (replicas) it "
                 f"is the mean of.")
+
+    def time_sentence(self) -> str:
+        """How epoch times vary and how two are told apart: by Student's t on their logs
+        where the sweep repeats work, else by the range (assumed where it repeats none)."""
+        same = (f"identical work (trials that differ only in the seed or the lr, which "
+                f"change the weights, not the work of an epoch, or at one worker only in the "
+                f"sync strategy among {', '.join(IDLE_AT_ONE_WORKER)}, which sum nothing "
+                f"there)")
+        spread = self.time_spread
+        if spread.tests:
+            epoch = (f", and one epoch's about its trial's mean "
+                     f"{spread.epoch_sd:.3f} ({counted(spread.epoch_dof, 'degree')} of "
+                     f"freedom)" if spread.epoch_dof else "")
+            single = (f" ({percent(spread.resolution(True))} where a side was timed over one "
+                      f"epoch, a 2-epoch trial's window, held to one trial's and one epoch's "
+                      f"spread together)" if self.single_epoch_windows and spread.epoch_dof
+                      else "")
+            scoring = ""
+            if self.eval_spread.tests:
+                scoring = (f" The seconds of scoring the test set after an epoch are told "
+                           f"apart alike, against their own spread: a trial's standard "
+                           f"deviation of {self.eval_spread.figures()}.")
+            return (f"Time noise: over {same}, a trial's epoch time had a standard deviation "
+                    f"about its group's mean of {spread.figures()}{epoch}. Two times are told "
+                    f"apart at p < {SIGNIFICANCE:g} by Student's t on their logs, each side "
+                    f"held to one trial's spread however many seeds it averages (conservative "
+                    f"for a mean of several), with the degrees of freedom of trials, not of "
+                    f"epochs (one trial's epochs share its placement and minute): gaps under "
+                    f"{percent(spread.resolution())}{single} cannot be told apart, and are "
+                    f"reported as not significantly different.{scoring}")
+        groups, trials = self.time_groups
+        if groups:
+            time = (f"Time noise: {same} varied by up to "
+                    f"{percent(self.time_fraction)} in epoch time (the slowest over the "
+                    f"fastest, as every \"apart\" below), over {counted(groups, 'group')} of "
+                    f"{trials} trials across the sweep.")
+        else:
+            time = (f"Time noise: this sweep repeats no work, so it is assumed: "
+                    f"{percent(self.time_fraction)}.")
+        if self.single_epoch_windows and self.time_for(True) > self.time_fraction:
+            time += (f" A single epoch varies more than a mean of several: one trial's "
+                     f"epochs after the first varied by up to {percent(self.epoch_fraction)} "
+                     f"({counted(self.epoch_trials, 'trial')} timed two or more), and a time "
+                     f"measured over one epoch (a 2-epoch trial's window) is held against that.")
+        if spread.dof:
+            time += (f" Too few trials repeat work for a t test of times "
+                     f"({counted(spread.dof, 'degree')} of freedom, fewer than {MIN_TEST_DOF}: "
+                     f"it would tell apart only gaps over {percent(spread.resolution())}), so "
+                     f"the range decides (`{REPEATS_COMMAND}` repeats every point).")
+        return time
 
     def sync_sentence(self) -> str:
         """What the seconds spent in gradient sync varied by: a sum waits on the slowest
         worker and on the link, and varies more than the epoch it is part of."""
-        epochs, groups = self.sync_from
-        return (f"The seconds an epoch spent in gradient sync varied more: one epoch's, about "
-                f"the mean of its identical work, had a standard deviation of "
-                f"{self.sync_sd:.2f} in natural log (a factor of "
-                f"{math.exp(self.sync_sd):.2f}; {epochs} epochs of "
-                f"{counted(groups, 'group')} at two or more workers, {self.sync_dof} degrees "
-                f"of freedom). Two sync times are told apart at p < {SIGNIFICANCE:g} by "
-                f"Student's t on their logs, each side held to one epoch's spread however "
-                f"many epochs it averages (conservative for a mean of several).")
+        spread = self.sync_spread
+        epoch = (f", and one epoch's about its trial's mean {spread.epoch_sd:.2f}"
+                 if spread.epoch_dof else "")
+        return (f"The seconds an epoch spent in gradient sync varied more: a trial's mean "
+                f"(at two or more workers) had a standard deviation about its group's of "
+                f"{spread.figures()}{epoch}. Two sync times are told apart alike, by "
+                f"Student's t on their logs, each side held to one trial's spread.")
 
 
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
@@ -225,11 +367,11 @@ def prepared(summary: pd.DataFrame, epochs: pd.DataFrame) -> tuple[pd.DataFrame,
     summary["timed_epoch_count"] = summary["trial_id"].map(window["count"])
     summary["epoch_spread"] = summary["trial_id"].map(
         (window["max"] / window["min"] - 1).where(window["count"] > 1))
-    # Each trial's single epochs' sync seconds, in log, where there was a sum.
-    synced = steady[steady["sync_time_s"] > 0]
-    logs = np.log(synced["sync_time_s"].to_numpy(dtype=float))
-    by_trial = pd.Series(logs, index=synced.index).groupby(synced["trial_id"]).agg(tuple)
-    summary["sync_logs"] = [by_trial.get(trial_id, ()) for trial_id in summary["trial_id"]]
+    # Each trial's single epochs' seconds, in log: training, in sync where there was a
+    # sum, and scoring the test set where it was scored (the spread within a trial).
+    for column, seconds in (("epoch_logs", "epoch_time_s"), ("sync_logs", "sync_time_s"),
+                            ("eval_logs", "eval_time_s")):
+        summary[column] = _logs_by_trial(steady, seconds, summary["trial_id"])
     return summary, tuple(sorted({int(last) for _, last in timed["epochs_timed"]}))
 
 
@@ -273,25 +415,37 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
                else pd.Series(dtype=float))
     single = ("timed_epoch_count" in timed_trials
               and bool((timed_trials["timed_epoch_count"] == 1).any()))
-    sync_sd, sync_dof, sync_from = _sync_noise(same_work)
     return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
                  acc_sd, acc_dof, float(spreads.max()) if len(spreads) else math.nan,
-                 len(spreads), single, sync_sd, sync_dof, sync_from)
+                 len(spreads), single, *_spreads(same_work))
 
 
-def _sync_noise(same_work: pd.DataFrame) -> tuple[float, int, tuple[int, int]]:
-    """From timed trials: the pooled standard deviation of the log of one epoch's sync
-    seconds about its group of identical work's mean (at two or more workers), its
-    degrees of freedom, and (epochs, groups) it came from; NaN and 0 where no group
-    has two epochs, or none spread."""
-    if "sync_logs" not in same_work:  # a summary not `prepared`
-        return math.nan, 0, (0, 0)
-    synced = same_work[same_work["num_workers"] > 1]
-    groups = [np.concatenate([np.asarray(logs, dtype=float) for logs in group["sync_logs"]])
-              for _, group in synced.groupby(WORK_KEYS)]
-    groups = [logs for logs in groups if len(logs)]
-    dof = sum(len(logs) - 1 for logs in groups)
-    squares = sum(float(((logs - logs.mean()) ** 2).sum()) for logs in groups)
-    if not dof or not squares > 0:  # nothing repeated, or a spread no real run has
-        return math.nan, 0, (0, 0)
-    return math.sqrt(squares / dof), dof, (sum(len(logs) for logs in groups), len(groups))
+def _logs_by_trial(steady: pd.DataFrame, seconds: str, trial_ids: pd.Series) -> list[tuple]:
+    """Each of `trial_ids`' single epochs' positive `seconds`, in log (none where the
+    column was not recorded)."""
+    if seconds not in steady:
+        return [()] * len(trial_ids)
+    kept = steady[steady[seconds] > 0]
+    logs = pd.Series(np.log(kept[seconds].to_numpy(dtype=float)), index=kept.index)
+    by_trial = logs.groupby(kept["trial_id"]).agg(tuple)
+    return [by_trial.get(trial_id, ()) for trial_id in trial_ids]
+
+
+def _spreads(same_work: pd.DataFrame) -> tuple[LogSpread, LogSpread, LogSpread]:
+    """From timed trials (their `sync` made one where a strategy sums nothing): the
+    `LogSpread` of epoch time, of seconds in sync (at two or more workers) and of
+    scoring time, each from the groups of identical work; none from a summary that
+    was not `prepared`."""
+    if "epoch_logs" not in same_work:
+        return LogSpread(), LogSpread(), LogSpread()
+    synced = same_work[same_work["num_workers"] > 1].assign(
+        sync_s=lambda trials: trials["sync_share"] * trials["epoch_s"])
+    spreads = []
+    for trials, seconds, logs in ((same_work, "epoch_s", "epoch_logs"),
+                                  (synced, "sync_s", "sync_logs"),
+                                  (same_work, "eval_s", "eval_logs")):
+        trials = trials[trials[seconds] > 0]
+        groups = [group[seconds].to_numpy(dtype=float)
+                  for _, group in trials.groupby(WORK_KEYS)]
+        spreads.append(log_spread(groups, list(trials[logs])))
+    return tuple(spreads)
