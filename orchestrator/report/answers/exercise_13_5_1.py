@@ -10,7 +10,8 @@ import pandas as pd
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
-from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
+from orchestrator.report.answers.compare import (compare_cells, compare_sync, compare_times,
+                                                 one_epoch, syncs_not_told_apart)
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
@@ -77,6 +78,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
             f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
             f"the lr).")
+        sentences.append(_fewer_sums(wide, fixed, noise))
     if threads is not None:
         def versus(arm) -> str:  # the threads trial's one epoch, or the arm's, sets the noise
             return compare_times(arm["epoch_s"], threads["epoch_s"], noise,
@@ -93,3 +95,27 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"one-thread workers were {', and '.join(against)}.")
     return [*paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
+
+
+def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:
+    """The per-worker batch's saving in gradient sync: a sum's cost is the gradient's
+    bytes whatever the batch, and its epoch makes fewer steps, so fewer sums; tested
+    as sync times are (`compare_sync`). Empty where an arm has no sync seconds."""
+    wide_sync, fixed_sync = (arm["sync_share"] * arm["epoch_s"] for arm in (wide, fixed))
+    if not (wide_sync > 0 and fixed_sync > 0):
+        return ""
+    single = one_epoch(wide, fixed)
+    steps = int(wide["steps_per_epoch"]), int(fixed["steps_per_epoch"])
+    each = [1000 * sync_s / count for sync_s, count in zip((wide_sync, fixed_sync), steps)]
+    sums = (f"it sums the gradients once a step, {steps[0]} times an epoch against "
+            f"{steps[1]}, the same bytes each time whatever the batch ({each[0]:.2g} ms a sum "
+            f"against {each[1]:.2g} ms: a sum's time also holds the wait for the slower "
+            f"worker's step)")
+    told = ("." if
+            syncs_not_told_apart(wide_sync, fixed_sync, noise, single) else
+            ". With more workers or a slower link, where sums take more of the epoch, the "
+            "per-worker batch saves more.")
+    return (f"Its epoch spent {seconds_text(wide_sync, 2)} s in gradient sync "
+            f"({seeds_text(wide['seeds'])}), "
+            f"{compare_sync(wide_sync, fixed_sync, noise, single)} the global batch's "
+            f"{seconds_text(fixed_sync, 2)} s ({seeds_text(fixed['seeds'])}): {sums}{told}")
