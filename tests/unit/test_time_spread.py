@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from orchestrator.report.answers.compare import compare_times, times_differ
-from orchestrator.report.answers.noise import (MIN_TEST_DOF, LogSpread, Noise, estimate_noise,
-                                               log_spread, prepared)
-from orchestrator.report.answers.welch import t_two_sided_p
+from orchestrator.report.answers.noise import (MIN_TEST_DOF, LogSpread, Noise, Side,
+                                               estimate_noise, log_spread, matched, prepared,
+                                               seeds_label)
+from orchestrator.report.answers.welch import holm, t_quantile, t_two_sided_p
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import test_answers  # noqa: E402  (its hand-made exercises sweep)
@@ -41,21 +42,83 @@ def test_the_spread_is_pooled_over_groups_of_trials_and_counts_trials_not_epochs
     assert log_spread([np.array([3.0, 3.0])]).dof == 0
 
 
-def test_two_times_are_tested_on_their_logs_each_side_one_trials_spread():
+def test_two_times_are_tested_on_their_logs_each_side_its_own_variance():
     spread = LogSpread(sd=0.02, dof=30, trials=34, groups=4, epoch_sd=0.015, epoch_dof=192)
-    t, p = spread.test(9.4, 10.2)
+    t, p = spread.test(9.4, 10.2)[:2]
     assert t == pytest.approx(math.log(9.4 / 10.2) / (0.02 * math.sqrt(2)))
     assert p == pytest.approx(t_two_sided_p(t, 30))
-    # A side timed over one epoch: one trial's and one epoch's spread together.
-    t_single, _ = spread.test(9.4, 10.2, single_epoch=True)
+    # Two sides timed over one epoch: one trial's and one epoch's spread together.
+    t_single = spread.test(9.4, 10.2, True).t
     assert t_single == pytest.approx(math.log(9.4 / 10.2) / (math.hypot(0.02, 0.015)
                                                               * math.sqrt(2)))
+    # A mean of 3 seeds (no seeds known to match) against one trial timed over one
+    # epoch: a third of a trial's variance against a trial's and an epoch's (a review
+    # found each side held to one trial's spread, which flipped a verdict).
+    sides = (Side(3, False), Side(1, True))
+    error = math.sqrt(0.02 ** 2 / 3 + 0.02 ** 2 + 0.015 ** 2)
+    assert spread.test(9.4, 10.2, sides).t == pytest.approx(math.log(9.4 / 10.2) / error)
     # The resolution is the gap at which the test's p is the level.
-    for single in (False, True):
-        gap = spread.resolution(single)
-        assert spread.test(1 + gap, 1.0, single)[1] == pytest.approx(0.05, rel=1e-6)
-    assert spread.resolution(True) > spread.resolution()
+    for pair in (False, True, sides):
+        gap = spread.resolution(pair)
+        assert spread.test(1 + gap, 1.0, pair).p == pytest.approx(0.05, rel=1e-6)
+    assert spread.resolution(True) > spread.resolution() > spread.resolution((Side(3), Side(3)))
     assert spread.test(0.0, 1.0) is None and spread.test(1.0, math.nan) is None
+
+
+def test_sides_that_share_seeds_are_compared_seed_for_seed_without_the_seeds_drift():
+    """A review: the sweep runs its seeds one after the other and the machine slowed,
+    so a 1-seed arm (seed 0) against a 3-seed mean carried the drift as a bias."""
+    # Two groups of identical work, seeds 0, 1, 2, each later seed 3% slower.
+    groups = [np.array([10.0, 10.3, 10.31]), np.array([5.0, 5.16, 5.14])]
+    spread = log_spread(groups, group_seeds=[np.array([0, 1, 2])] * 2)
+    assert spread.dof == 4 and spread.blocked_dof == 2  # 6 trials, 2 groups, 2 shifts
+    assert spread.blocked_sd < spread.sd
+    assert [seed for seed, _ in spread.seed_shifts] == [1.0, 2.0]
+    assert all(shift == pytest.approx(0.03, abs=0.005) for _, shift in spread.seed_shifts)
+    # With 3 degrees of freedom left, matched sides are tested on the blocked spread.
+    wide = LogSpread(0.02, 30, 34, 4, 0.015, 192, blocked_sd=0.0135, blocked_dof=28)
+    three = Side(3, False, ((0.0, 9.0), (1.0, 9.3), (2.0, 9.3)))
+    one = Side(1, True, ((0.0, 9.5),))
+    test = wide.test(9.2, 9.5, (three, one))
+    assert (test.seeds, test.subset) == ((0.0,), True)
+    assert (test.time_s, test.other_s) == (9.0, 9.5)  # seed 0 against seed 0
+    error = math.sqrt(2 * 0.0135 ** 2 + 0.015 ** 2)
+    assert test.t == pytest.approx(math.log(9.0 / 9.5) / error)
+    assert test.p == pytest.approx(t_two_sided_p(test.t, 28))
+    assert matched((three, one)) == ((Side(1, False, ((0.0, 9.0),)), one), (0.0,))
+    # No seed in common: the means, on the spread between trials.
+    other = Side(1, False, ((5.0, 9.5),))
+    assert wide.test(9.2, 9.5, (three, other)).seeds == ()
+    noise = Noise(time_fraction=0.1, acc=0.01, time_spread=wide)
+    assert compare_times(9.2, 9.5, noise, (three, one)).startswith(
+        "1.06x faster (seed 0 on both sides, 9 s against 9.5 s; t = ")
+    assert "seed 0 on both sides" in noise.time_noise_phrase((three, one))
+    assert seeds_label((0.0, 1.0, 2.0)) == "seeds 0, 1 and 2"
+
+
+def test_a_ranking_is_one_family_told_apart_by_holms_adjustment():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+    noise = Noise(time_fraction=0.10, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
+    alone = noise.time_spread.test(9.4, 10.0).p
+    assert alone < 0.05
+    # Alone significant; second of three after Holm's step-down (0.03 x 2 = 0.06), not.
+    family = [alone, 0.001, 0.03]
+    assert compare_times(9.4, 10.0, noise, family=family) == (
+        "not significantly different (6.4% apart; t = -2.19, p = 0.037; Holm over 3 "
+        "comparisons, p = 0.06) from")
+    assert compare_times(9.4, 10.0, noise, family=[alone, 0.01, 0.02]) == (
+        "1.06x faster (t = -2.19, p = 0.037; Holm over 3 comparisons, p = 0.04) than")
+
+
+def test_the_interval_of_a_ratio_holds_it_at_the_level():
+    test = LogSpread(0.095, 19, 22, 3).test(1.6, 0.66)
+    low, high = test.ratio_interval()
+    assert low < 1.6 / 0.66 < high
+    # The interval's ends are the ratios the test would call at p = 0.05.
+    for end in (low, high):
+        assert math.log(1.6 / 0.66 / end) / test.error == pytest.approx(
+            t_quantile(0.05, 19) * (1 if end == low else -1))
 
 
 def test_too_few_repeated_trials_leave_the_range_to_decide():
@@ -86,7 +149,7 @@ def test_compare_times_says_t_and_p_and_not_significantly_different_below_the_re
     assert compare_times(9.4, 10.2, noise, spread=scoring).startswith(
         "not significantly different (8.5% apart")
     assert noise.time_noise_phrase() == (
-        "the smallest gap in epoch time this sweep tells apart, 5.9%")
+        "the smallest gap in epoch time this sweep tells apart between two trials, 5.9%")
 
 
 def test_the_sweeps_spreads_come_from_trials_and_their_epochs():
@@ -113,6 +176,9 @@ def test_the_sweeps_spreads_come_from_trials_and_their_epochs():
     assert spread.epoch_sd == pytest.approx(statistics.stdev(np.log([0.99, 1.0])), rel=1e-6)
     # Sync: the l2 trials at two workers, 3 of them, 2 degrees of freedom: too few.
     assert (noise.sync_spread.trials, noise.sync_spread.dof) == (3, 2)
+    assert noise.sync_spread.sources == ("scratch",)  # the sentence names whose it is
+    # Every trial is seed 0: no seed shift to take out.
+    assert spread.blocked_dof == 0 and spread.seed_shifts == ()
     assert not noise.sync_spread.tests
     assert noise.sync_test(1.0, 2.0) is None
 
@@ -133,7 +199,8 @@ def test_13_5_1_says_what_the_per_worker_batch_saves_in_sync():
     fixed = pd.Series({"sync_share": 0.59 / 9.1, "epoch_s": 9.1, "steps_per_epoch": 234,
                        "seeds": 3})
     noise = Noise(time_fraction=0.06, acc=0.01, sync_spread=LogSpread(0.095, 19, 22, 3))
-    t = math.log(0.42 / 0.59) / (0.095 * math.sqrt(2))
+    # Each side a mean of 3 seeds (no seeds given to match): a third of a trial's variance.
+    t = math.log(0.42 / 0.59) / (0.095 * math.sqrt(2 / 3))
     assert _fewer_sums(wide, fixed, noise) == (
         f"Its epoch spent 0.42 s in gradient sync (mean of 3 seeds), 29% shorter (t = {t:.2f} on "
         f"their logs, p = {t_two_sided_p(t, 19):.2g}) than the global batch's 0.59 s (mean of 3 "

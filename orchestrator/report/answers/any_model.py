@@ -17,9 +17,8 @@ from orchestrator.config.options import MODELS
 from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, timed, with_speedups
-from orchestrator.report.answers.compare import (compare_cells, compare_times, one_epoch,
-                                                 times_differ)
-from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
+from orchestrator.report.answers.compare import compare_cells, compare_times, times_differ
+from orchestrator.report.answers.noise import CONFIG_KEYS, Noise, sides_of
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
 
@@ -88,13 +87,13 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     steps, paid = [], int(first["num_workers"])
     for before, after in zip(group.iloc[:-1].itertuples(), group.iloc[1:].itertuples()):
         verdict = compare_times(after.epoch_s, before.epoch_s, noise,
-                                one_epoch(after._asdict(), before._asdict()))
+                                sides_of(after._asdict(), before._asdict()))
         steps.append(f"{after.num_workers} workers ({after.epoch_s:.3g} s/epoch, "
                      f"{seeds_text(after.seeds)}) are {verdict} {before.num_workers} "
                      f"({before.epoch_s:.3g} s)")
         if paid == before.num_workers and times_differ(
                 after.epoch_s, before.epoch_s, noise,
-                one_epoch(after._asdict(), before._asdict())) < 0:
+                sides_of(after._asdict(), before._asdict())) < 0:
             paid = after.num_workers
     best = group.set_index("num_workers").loc[paid]
     accuracy = ""
@@ -136,7 +135,7 @@ def _strategies(usable: pd.DataFrame, noise: Noise) -> list[str]:
     fastest = at_k.iloc[0]
     lines = [markdown_table(at_k[["sync", "transport", "epoch_s", "sync_share", "seeds"]]
                             .reset_index(drop=True))]
-    others = [f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise, one_epoch(fastest, row))}"
+    others = [f"{compare_times(fastest['epoch_s'], row['epoch_s'], noise, sides_of(fastest, row))}"
               f" {row['sync']} ({row['epoch_s']:.3g} s)" for _, row in at_k.iloc[1:].iterrows()]
     lines.append(f"At {k} workers {fastest['sync']} ({fastest['epoch_s']:.3g} s/epoch) is "
                  + "; ".join(others) + ". The exact strategies (all but delayed) compute "

@@ -82,6 +82,13 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].to_dict()
     row.update(zip(measures, means.tolist()))
     row["seeds"] = len(seeds)
+    # Each seed's times, for comparisons made seed for seed (`noise.matched`).
+    row["seed_ids"] = tuple(seeds.tolist())
+    row["by_seed"] = {column: tuple(per_seed[:, measures.index(column)].tolist())
+                      for column in ("epoch_s", "eval_s") if column in measures}
+    if {"epoch_s", "sync_share"} <= set(measures):
+        row["by_seed"]["sync_s"] = tuple((per_seed[:, measures.index("epoch_s")]
+                                          * per_seed[:, measures.index("sync_share")]).tolist())
     accs = (per_seed[:, measures.index("final_test_acc")] if "final_test_acc" in measures
             else None)
     row["seed_accs"] = tuple(accs[~np.isnan(accs)].tolist()) if accs is not None else ()

@@ -4,50 +4,68 @@ difference within the noise is said to be so."""
 
 import pandas as pd
 
-from orchestrator.report.answers.noise import UNTESTED_SYNC, LogSpread, Noise
-from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch
+from orchestrator.report.answers.noise import (UNTESTED_SYNC, LogSpread, Noise, Sides,
+                                               any_single, seeds_label)
+from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch, holm, p_text
 from orchestrator.report.answers.wording import percent
 
 
-def compare_times(time_s: float, other_s: float, noise: Noise, single_epoch: bool = False,
-                  spread: LogSpread | None = None) -> str:
+def compare_times(time_s: float, other_s: float, noise: Noise, sides: Sides | bool = False,
+                  spread: LogSpread | None = None, family: list[float] | None = None) -> str:
     """How `time_s` stands to `other_s`, to be followed by the other's name: "1.87x
     faster (t = -5.10, p = 1.2e-05) than", or "not significantly different (2% apart;
     t = ..., p = ...) from", told apart by Student's t on their logs against `spread`
     (the sweep's epoch-time spread unless given, `LogSpread.test`); where the sweep
     measured no spread, by the range: "1.87x faster than" or "within noise (2% apart,
-    noise 3%) of". `single_epoch`: a side was timed over one epoch (`one_epoch`)."""
-    test = (spread or noise.time_spread).test(time_s, other_s, single_epoch)
+    noise 3%) of". `sides`: the two sides (`noise.sides_of` two rows: each one's seeds and
+    whether it was timed over one epoch), or a bool for two 1-trial sides. `family`: the
+    p-values of every comparison made beside this one (its own among them), which
+    decide by Holm's adjustment of them (`family_p`)."""
+    test = (spread or noise.time_spread).test(time_s, other_s, sides)
     if test is None:
-        if within_noise(time_s, other_s, noise, single_epoch):
+        if within_noise(time_s, other_s, noise, sides):
             return (f"within noise ({percent(_apart(time_s, other_s))} apart, noise "
-                    f"{noise.time_label(single_epoch)}) of")
+                    f"{noise.time_label(any_single(sides))}) of")
         figures = ""
     else:
-        figures = f" (t = {test[0]:.2f}, p = {test[1]:.2g})"
-        if not test[1] < SIGNIFICANCE:
+        figures, p = f"t = {test.t:.2f}, {p_text(test.p)}", family_p(test.p, family)
+        if family and len(family) > 1:
+            figures += f"; Holm over {len(family)} comparisons, {p_text(p)}"
+        if test.subset:  # compared on the seeds both sides ran: say which, and their times
+            time_s, other_s = test.time_s, test.other_s
+            figures = (f"{seeds_label(test.seeds)} on both sides, {time_s:.3g} s against "
+                       f"{other_s:.3g} s; {figures}")
+        if not p < SIGNIFICANCE:
             return (f"not significantly different ({percent(_apart(time_s, other_s))} apart"
-                    f"; {figures[2:-1]}) from")
+                    f"; {figures}) from")
+        figures = f" ({figures})"
     if time_s < other_s:
         return f"{other_s / time_s:.2f}x faster{figures} than"
     return f"{time_s / other_s:.2f}x slower{figures} than"
 
 
+def family_p(p: float, family: list[float] | None) -> float:
+    """`p` adjusted by Holm's method within `family` (which holds it); `p` alone."""
+    if not family or len(family) < 2:
+        return p
+    return holm(family)[family.index(p)]
+
+
 def times_differ(time_s: float, other_s: float, noise: Noise,
-                 single_epoch: bool = False) -> int:
+                 sides: Sides | bool = False) -> int:
     """What `compare_times` says, as a sign: -1 where `time_s` is the shorter beyond the
     noise (significantly, where the sweep has a test), 1 the longer, 0 not told apart."""
-    test = noise.time_spread.test(time_s, other_s, single_epoch)
+    test = noise.time_spread.test(time_s, other_s, sides)
     apart = (test[1] < SIGNIFICANCE if test is not None
-             else not within_noise(time_s, other_s, noise, single_epoch))
+             else not within_noise(time_s, other_s, noise, sides))
     return (-1 if time_s < other_s else 1) if apart else 0
 
 
 def within_noise(time_s: float, other_s: float, noise: Noise,
-                 single_epoch: bool = False) -> bool:
+                 sides: Sides | bool = False) -> bool:
     """Whether two epoch times are within the range noise (`Noise.time_for`), the rule
     where the sweep has no test of times."""
-    return _apart(time_s, other_s) <= noise.time_for(single_epoch)
+    return _apart(time_s, other_s) <= noise.time_for(any_single(sides))
 
 
 def _apart(time_s: float, other_s: float) -> float:
@@ -55,16 +73,20 @@ def _apart(time_s: float, other_s: float) -> float:
 
 
 def compare_sync(sync_s: float, other_s: float, noise: Noise,
-                 single_epoch: bool = False) -> str:
+                 sides: Sides | bool = False) -> str:
     """As `compare_times`, for two epochs' seconds in gradient sync, told apart by
     `Noise.sync_test`: "2.5x as long (t = 3.17 on their logs, p = 0.0019) as", "55%
     shorter (...) than", "not significantly different (149% apart; t = ..., p = ...)
     from"; where the sweep measured no sync spread, the ratio and that it was not tested."""
-    test = noise.sync_test(sync_s, other_s, single_epoch)
+    test = noise.sync_test(sync_s, other_s, sides)
     if test is None:
         figures = f" (not tested: {UNTESTED_SYNC})"
     else:
-        figures = f"t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
+        figures = f"t = {test.t:.2f} on their logs, {p_text(test.p)}"
+        if test.subset:
+            sync_s, other_s = test.time_s, test.other_s
+            figures = (f"{seeds_label(test.seeds)} on both sides, {sync_s:.2g} s against "
+                       f"{other_s:.2g} s; {figures}")
         if not test[1] < SIGNIFICANCE:
             return (f"not significantly different ({percent(_apart(sync_s, other_s))} apart; "
                     f"{figures}) from")
@@ -75,16 +97,10 @@ def compare_sync(sync_s: float, other_s: float, noise: Noise,
 
 
 def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise,
-                         single_epoch: bool = False) -> bool:
+                         sides: Sides | bool = False) -> bool:
     """Whether `Noise.sync_test` ran and did not tell two sync times apart."""
-    test = noise.sync_test(sync_s, other_s, single_epoch)
+    test = noise.sync_test(sync_s, other_s, sides)
     return test is not None and not test[1] < SIGNIFICANCE
-
-
-def one_epoch(*rows) -> bool:
-    """Whether any of these trials or cells was timed over a single epoch (its
-    `timed_epoch_count`, which `noise.prepared` adds; unknown counts as several)."""
-    return any(row is not None and row.get("timed_epoch_count", 2) == 1 for row in rows)
 
 
 def compare_acc(acc: float, other_acc: float, noise: Noise,

@@ -11,9 +11,9 @@ from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
 from orchestrator.report.answers.compare import (compare_cells, compare_sync, compare_times,
-                                                 one_epoch, syncs_not_told_apart)
+                                                 syncs_not_told_apart)
 from orchestrator.report.answers.learning_rates import lr_trials
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.noise import Noise, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
                                                  one_worker_count, seeds_text)
 from orchestrator.report.tables import markdown_table
@@ -73,7 +73,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{fixed['final_test_acc']:.3f} ({acc_seeds_text(fixed)}): {updates}")
         sentences.append(
             f"At {k} workers the per-worker batch's epochs were "
-            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise, one_epoch(wide, fixed))} "
+            f"{compare_times(wide['epoch_s'], fixed['epoch_s'], noise, sides_of(wide, fixed))} "
             f"the global batch's, "
             f"and {accuracy}; a global batch of {wide['global_batch_size']} makes fewer, "
             f"larger steps per epoch, so the same epochs make fewer updates (13.5.2 re-tunes "
@@ -82,7 +82,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
     if threads is not None:
         def versus(arm) -> str:  # the threads trial's one epoch, or the arm's, sets the noise
             return compare_times(arm["epoch_s"], threads["epoch_s"], noise,
-                                 one_epoch(arm, threads))
+                                 sides_of(arm, threads))
 
         against = [f"{versus(arm)} it with {label} fixed (speedup "
                    f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
@@ -104,7 +104,7 @@ def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:
     wide_sync, fixed_sync = (arm["sync_share"] * arm["epoch_s"] for arm in (wide, fixed))
     if not (wide_sync > 0 and fixed_sync > 0):
         return ""
-    single = one_epoch(wide, fixed)
+    pair = sides_of(wide, fixed, "sync_s")
     steps = int(wide["steps_per_epoch"]), int(fixed["steps_per_epoch"])
     each = [1000 * sync_s / count for sync_s, count in zip((wide_sync, fixed_sync), steps)]
     sums = (f"it sums the gradients once a step, {steps[0]} times an epoch against "
@@ -112,10 +112,10 @@ def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:
             f"against {each[1]:.2g} ms: a sum's time also holds the wait for the slower "
             f"worker's step)")
     told = ("." if
-            syncs_not_told_apart(wide_sync, fixed_sync, noise, single) else
+            syncs_not_told_apart(wide_sync, fixed_sync, noise, pair) else
             ". With more workers or a slower link, where sums take more of the epoch, the "
             "per-worker batch saves more.")
     return (f"Its epoch spent {seconds_text(wide_sync, 2)} s in gradient sync "
             f"({seeds_text(wide['seeds'])}), "
-            f"{compare_sync(wide_sync, fixed_sync, noise, single)} the global batch's "
+            f"{compare_sync(wide_sync, fixed_sync, noise, pair)} the global batch's "
             f"{seconds_text(fixed_sync, 2)} s ({seeds_text(fixed['seeds'])}): {sums}{told}")

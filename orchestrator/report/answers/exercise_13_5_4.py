@@ -6,8 +6,8 @@ import pandas as pd
 
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, cells, part_trials, timed
-from orchestrator.report.answers.compare import compare_cells, compare_times, one_epoch
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.compare import compare_cells, compare_times
+from orchestrator.report.answers.noise import Noise, sides_of
 from orchestrator.report.answers.wording import missing_part, one_worker_count, seeds_text
 from orchestrator.report.tables import markdown_table
 
@@ -27,7 +27,7 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [*paragraphs, one_worker_count(trials)]
     k = int(trials["num_workers"].max())
     many = at_workers(trials, k)
-    versus = compare_times(many["eval_s"], one["eval_s"], noise, one_epoch(many, one),
+    versus = compare_times(many["eval_s"], one["eval_s"], noise, sides_of(many, one, "eval_s"),
                            noise.eval_spread)
     sentences = [
         f"Evaluating the test set took {seconds_text(one['eval_s'], 2)} s on 1 worker "
@@ -52,7 +52,8 @@ def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise:
     threads = cell(timed(part_trials(summary, "threads")).dropna(subset=["eval_s"]))
     if threads is None:
         return ""
-    versus = compare_times(many["eval_s"], threads["eval_s"], noise, one_epoch(many, threads),
+    versus = compare_times(many["eval_s"], threads["eval_s"], noise,
+                           sides_of(many, threads, "eval_s"),
                            noise.eval_spread)
     return (f" Against the best single process (1 worker with "
             f"{int(threads['threads_per_worker'])} threads, "

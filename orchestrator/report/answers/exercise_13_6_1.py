@@ -200,20 +200,28 @@ def _parts_hedge(validation: pd.DataFrame) -> str:
             f"{percent(abs(comm.median()))} beyond its compute's error.")
 
 
-def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None) -> str:
+def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None,
+             model_error: float = math.nan) -> str:
     """The strategy predicted fastest for `best`'s model on its link (the shortest
-    predicted epoch), or the tie where others come within the time noise of it: each
-    strategy's forecast starts from its own 1-worker trial, whose measured epoch
-    carries that noise."""
+    predicted epoch), or the tie where others come within the forecasts' error of it:
+    the scaling model's median |error| on the epochs it reproduced (`model_error`),
+    where it validated any, else the time noise (each strategy's forecast starts from
+    its own 1-worker trial, whose measured epoch carries it)."""
     rivals = predicted[(predicted["link"] == best["link"])
                        & (predicted["batch_scaling"] == best["batch_scaling"])
                        & (predicted["model"] == best["model"])
                        & (predicted["sync"] != best["sync"])]
-    margin = noise.time_resolution() if noise is not None else 0.0
+    if not math.isnan(model_error):
+        margin, within = model_error, (f"{percent(model_error)}, the model's median error "
+                                       f"on the epochs it reproduced")
+    elif noise is not None:
+        margin, within = noise.time_resolution(), noise.time_noise_phrase()
+    else:
+        margin, within = 0.0, ""
     tied = sorted(set(rivals[rivals["epoch_s"] <= best["epoch_s"] * (1 + margin)]["sync"]))
     if not tied:
         return best["sync"]
-    return f"{best['sync']}; {', '.join(tied)} within {noise.time_noise_phrase()}"
+    return f"{best['sync']}; {', '.join(tied)} within {within}"
 
 
 def _sixteen_workers(scaling, rule_found: str | None,
@@ -223,6 +231,7 @@ def _sixteen_workers(scaling, rule_found: str | None,
                 f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
                 f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
     errors = scaling.validation["error"].abs()
+    model_error = float(errors.median()) if len(errors) else math.nan
     held_out = scaling.validation[scaling.validation["held_out"].astype(bool)]
     growth = (f"; the {len(held_out)} at a worker count its calibration did not run at within "
               f"{percent(held_out['error'].abs().max())}" if len(held_out) else
@@ -262,7 +271,8 @@ def _sixteen_workers(scaling, rule_found: str | None,
                else f"with {batch // PREDICTED_WORKERS} examples per worker (global batch "
                     f"{batch}, 13.6's way)")
         per_link = "; ".join(f"{row['speedup']:.1f} (efficiency {row['efficiency']:.2f}, "
-                             f"{_fastest(predicted, row, noise)}) over {row['link']}"
+                             f"{_fastest(predicted, row, noise, model_error)}) over "
+                             f"{row['link']}"
                              for _, row in rows.iterrows())
         sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "
                          f"{how}, with the compute per example measured on this cluster's "

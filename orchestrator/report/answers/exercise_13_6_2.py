@@ -7,8 +7,8 @@ import pandas as pd
 
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, part_trials, timed
-from orchestrator.report.answers.compare import compare_times, one_epoch, times_differ
-from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.compare import compare_times, times_differ
+from orchestrator.report.answers.noise import Noise, Side, sides_of
 from orchestrator.report.answers.wording import missing_part, seeds_text
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
@@ -45,7 +45,10 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         table.loc[len(table)] = ["ideal for the even trial's measured speeds", ideal_s, 1, "",
                                  ""]
     even_s, proportional_s = even["epoch_s"], proportional["epoch_s"]
-    single = one_epoch(even, proportional)
+    pair = sides_of(proportional, even)
+    # The ideal is reckoned from the even trial's speeds: its side is that trial's count,
+    # with no seeds of its own to match.
+    derived = tuple(Side(side.trials, side.single_epoch) for side in pair)
     shares = _joined(proportional_last, "worker_shares", "g")
     sentences = [
         f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "
@@ -54,7 +57,7 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         f"global batch of {proportional['global_batch_size']} took {seconds_text(even_s)} s per "
         f"epoch "
         f"and the proportional split {seconds_text(proportional_s)} s: proportional was "
-        f"{compare_times(proportional_s, even_s, noise, single)} even"
+        f"{compare_times(proportional_s, even_s, noise, pair)} even"
         + (f"; without the straggler the same {k} workers took {seconds_text(plain['epoch_s'])} s "
            f"({seeds_text(plain['seeds'])})." if plain is not None else ".")]
     if shares:
@@ -66,21 +69,22 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                          f"{seconds_text(ideal_s)} s ({even_s / ideal_s:.2f}x faster than "
                          f"even); the "
                          f"proportional split's {seconds_text(proportional_s)} s is "
-                         f"{compare_times(proportional_s, ideal_s, noise, single)} that.")
+                         f"{compare_times(proportional_s, ideal_s, noise, derived)} that.")
     if alone is not None:
-        alone_s, beside = alone["epoch_s"], single or one_epoch(alone)
+        alone_s = alone["epoch_s"]
+        with_straggler = [compare_times(arm["epoch_s"], alone_s, noise, sides_of(arm, alone))
+                          for arm in (even, proportional)]
         sentences.append(
             f"Is the slow device worth having at all? The fast worker alone took "
             f"{seconds_text(alone_s)} s "
             f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
-            f"even split with the straggler was {compare_times(even_s, alone_s, noise, beside)} "
-            f"it, the proportional split {compare_times(proportional_s, alone_s, noise, beside)} "
-            f"it.")
+            f"even split with the straggler was {with_straggler[0]} it, the proportional "
+            f"split {with_straggler[1]} it.")
     sentences.append(
         f"The straggler is emulated: the last worker stays busy on its core until its "
         f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
         f"compute (a sleep would hand its core to the other worker).")
-    worth = times_differ(proportional_s, even_s, noise, single) < 0
+    worth = times_differ(proportional_s, even_s, noise, pair) < 0
     sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
                       "Not worth it here: the gain is not beyond the noise. ") + (
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "

@@ -9,8 +9,9 @@ import pandas as pd
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
-                                                 compare_times, one_epoch, syncs_not_told_apart)
-from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise
+                                                 compare_times, syncs_not_told_apart)
+from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, seeds_label, sides_of
+from orchestrator.report.answers.welch import p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  missing_part, one_worker_count, percent,
                                                  seeds_text)
@@ -72,7 +73,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     waiting = [(name, at_workers(same_k[(same_k["sync"] == name)
                                         & (same_k["transport"] == arm["transport"])], k))
                for name in ("bucketed", "ddp")]
-    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise, one_epoch(arm, row))} "
+    timed_beside = [f"{compare_times(arm['epoch_s'], row['epoch_s'], noise, sides_of(arm, row))} "
                     f"{name} "
                     f"({seconds_text(row['epoch_s'], 2)} s, {percent(row['sync_share'])} waiting; "
                     f"{seeds_text(row['seeds'])})" for name, row in waiting if row is not None]
@@ -86,13 +87,13 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     bound = next((row for name, row in waiting if name == "bucketed" and row is not None), None)
     if bound is not None:
         # The most any overlap can save is the time a step waits for its sums.
-        single = one_epoch(arm, bound)
-        resolution = noise.time_resolution(single)
+        pair = sides_of(arm, bound)
+        resolution = noise.time_resolution(pair)
         resolvable = bound["sync_share"] > resolution
         sentences.append(
             f"The most any overlap can save is the synchronous step's wait for its sums, "
             f"{percent(bound['sync_share'])} of bucketed's epoch here, against "
-            f"{noise.time_noise_phrase(single)}: " + (
+            f"{noise.time_noise_phrase(pair)}: " + (
                 (f"only an overlap that hides more than "
                  f"{percent(resolution / bound['sync_share'])} of that wait could be "
                  f"told from the noise.") if resolvable else
@@ -131,15 +132,19 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         both = (f"{seconds_text(waits[0], 2)} s of waiting per epoch against "
                 f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
                 f"{seeds_text(bound['seeds'])}")
-        single = one_epoch(arm, bound)
-        test = noise.sync_test(*waits, single) if waits[0] > 0 and waits[1] > 0 else None
-        if test is not None and syncs_not_told_apart(*waits, noise, single):
+        pair = sides_of(arm, bound, "sync_s")
+        test = noise.sync_test(*waits, pair) if waits[0] > 0 and waits[1] > 0 else None
+        if test is not None and syncs_not_told_apart(*waits, noise, pair):
             sentences.append(
-                f"Delayed's wait was {compare_sync(*waits, noise, single)} bucketed's ({both}): "
+                f"Delayed's wait was {compare_sync(*waits, noise, pair)} bucketed's ({both}): "
                 f"this sweep does not resolve how much of it the overlap hid.")
         else:
-            figures = (f"; t = {test[0]:.2f} on their logs, p = {test[1]:.2g}"
-                       if test is not None else f"; not tested: {UNTESTED_SYNC}")
+            figures = (f"; {seeds_label(test.seeds)} on both sides, {test.time_s:.2g} s against "
+                       f"{test.other_s:.2g} s" if test is not None and test.subset else "")
+            figures += (f"; t = {test.t:.2f} on their logs, {p_text(test.p)}"
+                        if test is not None else f"; not tested: {UNTESTED_SYNC}")
+            if test is not None and test.subset:  # what it hid seed for seed
+                hidden = max(1 - test.time_s / test.other_s, 0.0)
             measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's "
                         f"wait here ({both}{figures})")
             sentences.append(

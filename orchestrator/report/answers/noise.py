@@ -11,6 +11,7 @@ its gradients were summed through.
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,15 +48,119 @@ UNTESTED_SYNC = (f"too few trials at two or more workers repeat work, fewer than
 
 
 @dataclass(frozen=True)
+class Side:
+    """One side of a comparison of times: how many trials (seeds) its time averages,
+    whether each was timed over one epoch (a 2-epoch trial's window), and the time of
+    each of its seeds, (seed, seconds), where known (`of`)."""
+
+    trials: int = 1
+    single_epoch: bool = False
+    by_seed: tuple[tuple[float, float], ...] = ()
+
+    @classmethod
+    def of(cls, row, column: str = "epoch_s") -> "Side":
+        """A trial's or a cell's side for its `column`: its `seeds` (1 where not
+        counted), whether it timed one epoch (`timed_epoch_count`, which `prepared`
+        adds; unknown: several), and its seeds' `column` (a cell's `by_seed`, a
+        trial's own seed)."""
+        seeds = row.get("seeds", 1)
+        return cls(int(seeds) if seeds and not pd.isna(seeds) else 1,
+                   row.get("timed_epoch_count", 2) == 1, _by_seed(row, column))
+
+
+def _by_seed(row, column: str) -> tuple[tuple[float, float], ...]:
+    by_seed, seed_ids = row.get("by_seed"), row.get("seed_ids")
+    if isinstance(by_seed, dict) and column in by_seed and seed_ids is not None:
+        pairs = zip(seed_ids, by_seed[column])
+    else:
+        seed, value = row.get("seed"), row.get(column)
+        pairs = [] if seed is None or value is None or pd.isna(seed) else [(seed, value)]
+    return tuple((float(seed), float(value)) for seed, value in pairs if value > 0)
+
+
+Sides = tuple[Side, Side]
+
+
+def sides_of(row, other, column: str = "epoch_s") -> Sides:
+    """The two sides of a comparison of `row`'s `column` with `other`'s ("sync_s": the
+    seconds in sync, `sync_share` of `epoch_s`)."""
+    return Side.of(row, column), Side.of(other, column)
+
+
+def as_sides(sides: Sides | bool) -> Sides:
+    """`sides`, or for a bool two 1-trial sides timed over one epoch or not."""
+    if isinstance(sides, (bool, np.bool_)):
+        return Side(1, bool(sides)), Side(1, bool(sides))
+    return sides
+
+
+def matched(sides: Sides | bool) -> tuple[Sides, tuple[float, ...]]:
+    """The two sides restricted to the seeds they share, and those seeds; the sides
+    unchanged and () where they share none (or their seeds are unknown). The sweep
+    runs its seeds one after the other, so a seed is also a stretch of the machine's
+    time: compared seed for seed, a drift of its pace cancels."""
+    first, second = as_sides(sides)
+    shared = sorted(set(dict(first.by_seed)) & set(dict(second.by_seed)))
+    if not shared:
+        return (first, second), ()
+    return tuple(Side(len(shared), side.single_epoch,
+                      tuple(pair for pair in side.by_seed if pair[0] in shared))
+                 for side in (first, second)), tuple(shared)
+
+
+def any_single(sides: Sides | bool) -> bool:
+    """Whether a side was timed over one epoch."""
+    return any(side.single_epoch for side in as_sides(sides))
+
+
+def describe_side(side: Side) -> str:
+    """"a trial", "a mean of 3 seeds", "a trial timed over one epoch", ..."""
+    what = "a trial" if side.trials == 1 else f"a mean of {side.trials} seeds"
+    return what + (" timed over one epoch" if side.single_epoch else "")
+
+
+def seeds_label(seeds: tuple[float, ...]) -> str:
+    """"seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"."""
+    names = [f"{seed:g}" for seed in seeds]
+    if len(names) == 1:
+        return f"seed {names[0]}"
+    return f"seeds {', '.join(names[:-1])} and {names[-1]}"
+
+
+class TimeTest(NamedTuple):
+    """Student's t of two times on their logs and its two-sided p; the two times it
+    compared (each side's mean over `seeds`, the seeds the sides share, where they
+    share some) and whether those are fewer than a side's own (`subset`)."""
+
+    t: float
+    p: float
+    time_s: float
+    other_s: float
+    seeds: tuple[float, ...] = ()
+    subset: bool = False
+    error: float = math.nan
+    """The standard error of the log ratio."""
+    dof: int = 0
+
+    def ratio_interval(self) -> tuple[float, float]:
+        """The 95% (1 - SIGNIFICANCE) confidence interval of `time_s` / `other_s`."""
+        half = t_quantile(SIGNIFICANCE, self.dof) * self.error
+        ratio = math.log(self.time_s / self.other_s)
+        return math.exp(ratio - half), math.exp(ratio + half)
+
+
+@dataclass(frozen=True)
 class LogSpread:
     """How a time measured each epoch (an epoch's seconds, its seconds in gradient sync,
     its test set's scoring) varies, in natural log, estimated from the sweep's repeated
     identical work: `sd`, a trial's mean over its window about the mean of the trials
     of its identical work (between trials: what two trials' comparison faces, a
     placement or the machine's pace in that minute as well as the epochs' own jitter),
-    and `epoch_sd`, one epoch about its trial's mean (within a trial). Two times are
-    told apart by Student's t on their logs with the between-trial degrees of
-    freedom; the epochs of one trial are not independent replicas, the trials are."""
+    `blocked_sd`, the same once each seed's shift is taken out (the sweep runs its
+    seeds one after the other: two sides compared seed for seed face only this), and
+    `epoch_sd`, one epoch about its trial's mean (within a trial). Two times are told
+    apart by Student's t on their logs with the between-trial degrees of freedom; the
+    epochs of one trial are not independent replicas, the trials are."""
 
     sd: float = math.nan
     dof: int = 0
@@ -66,38 +171,65 @@ class LogSpread:
     epoch_sd: float = math.nan
     epoch_dof: int = 0
     """Epochs of trials that timed two or more, less one per trial."""
+    blocked_sd: float = math.nan
+    blocked_dof: int = 0
+    """Those trials less one per group and one per seed beyond the first; 0: no seed
+    shift estimated (one seed, or too few trials), and `sd` holds for matched sides."""
+    seed_shifts: tuple[tuple[float, float], ...] = ()
+    """(seed, its trials' shift in log from the first seed's), where estimated."""
+    sources: tuple[str, ...] = ()
+    """The names of the groups it came from (their sync strategies), where given."""
 
     @property
     def tests(self) -> bool:
         """Whether its degrees of freedom carry a t test (MIN_TEST_DOF)."""
         return self.dof >= MIN_TEST_DOF
 
-    def side_sd(self, single_epoch: bool = False) -> float:
-        """One side's spread: one trial's (however many seeds it averages; a mean of
-        several spreads less: conservative), or where it was timed over one epoch,
-        one trial's and one epoch's together (which counts the epoch's jitter twice,
-        once within the trial's: conservative again)."""
-        if single_epoch and self.epoch_dof:
-            return math.hypot(self.sd, self.epoch_sd)
-        return self.sd
+    def _spread(self, blocked: bool) -> tuple[float, int]:
+        if blocked and self.blocked_dof >= MIN_TEST_DOF:
+            return self.blocked_sd, self.blocked_dof
+        return self.sd, self.dof
+
+    def side_variance(self, side: Side, sd: float | None = None) -> float:
+        """The variance, in log, of one side's time: a trial's over the trials it
+        averages (its seeds), and where it was timed over one epoch, one trial's and
+        one epoch's together (which counts the epoch's jitter twice, once within the
+        trial's: conservative)."""
+        variance = (self.sd if sd is None else sd) ** 2
+        if side.single_epoch and self.epoch_dof:
+            variance += self.epoch_sd ** 2
+        return variance / max(side.trials, 1)
 
     def test(self, time_s: float, other_s: float,
-             single_epoch: bool = False) -> tuple[float, float] | None:
-        """Student's t of two times on their logs, each side held to `side_sd`, and its
-        two-sided p; None where the sweep measured no such spread, or a side is not a
-        positive time."""
+             sides: Sides | bool = False) -> TimeTest | None:
+        """Student's t of two times on their logs, each side's variance its own
+        (`side_variance`), and its two-sided p; where the sides share seeds (`matched`),
+        of their means over those seeds against the spread left once each seed's
+        shift is out. None where the sweep measured no such spread, or a side is not
+        a positive time. `sides`: the two sides (`sides_of`), or a bool for two
+        1-trial sides, timed over one epoch or not."""
         if not self.tests or not (time_s > 0 and other_s > 0):
             return None
-        t = math.log(time_s / other_s) / (self.side_sd(single_epoch) * math.sqrt(2))
-        return t, t_two_sided_p(t, self.dof)
+        (first, second), seeds = matched(sides)
+        subset = bool(seeds) and any(len(side.by_seed) > len(seeds)
+                                     for side in as_sides(sides))
+        if seeds:
+            time_s, other_s = (float(np.mean([value for _, value in side.by_seed]))
+                               for side in (first, second))
+        sd, dof = self._spread(bool(seeds))
+        error = math.sqrt(self.side_variance(first, sd) + self.side_variance(second, sd))
+        t = math.log(time_s / other_s) / error
+        return TimeTest(t, t_two_sided_p(t, dof), time_s, other_s, seeds, subset, error, dof)
 
-    def resolution(self, single_epoch: bool = False) -> float:
+    def resolution(self, sides: Sides | bool = False) -> float:
         """The smallest gap (the longer over the shorter, less 1) `test` tells apart at
-        p < SIGNIFICANCE; NaN without a spread."""
+        p < SIGNIFICANCE between such `sides`; NaN without a spread."""
         if not self.dof:
             return math.nan
-        return math.expm1(t_quantile(SIGNIFICANCE, self.dof) * self.side_sd(single_epoch)
-                          * math.sqrt(2))
+        (first, second), seeds = matched(sides)
+        sd, dof = self._spread(bool(seeds))
+        error = math.sqrt(self.side_variance(first, sd) + self.side_variance(second, sd))
+        return math.expm1(t_quantile(SIGNIFICANCE, dof) * error)
 
     def figures(self) -> str:
         """Where the spread came from, for a sentence: "0.021 in natural log (a factor
@@ -107,18 +239,48 @@ class LogSpread:
                 f"{counted(self.dof, 'degree')} of freedom)")
 
 
-def log_spread(groups: list, epoch_logs: list | None = None) -> LogSpread:
+def log_spread(groups: list, epoch_logs: list | None = None,
+               group_seeds: list | None = None, names: list | None = None) -> LogSpread:
     """The `LogSpread` of `groups` of trials' times (each an array of seconds, one a
-    trial, the trials of one group doing identical work) and of `epoch_logs` (each a
-    trial's single epochs' seconds, in log); no test where no group repeats or none
-    spreads (a spread no real run has)."""
+    trial, the trials of one group doing identical work; `group_seeds`, their seeds
+    alike; `names`, what each group is) and of `epoch_logs` (each a trial's single
+    epochs' seconds, in log); no
+    test where no group repeats or none spreads (a spread no real run has)."""
     sd, dof = _pooled([np.log(np.asarray(times, dtype=float)) for times in groups])
-    repeated = [times for times in groups if len(times) > 1]
+    repeated = [index for index, times in enumerate(groups) if len(times) > 1]
     epoch_sd, epoch_dof = _pooled([np.asarray(logs, dtype=float) for logs in epoch_logs or ()])
     if not dof:
         return LogSpread(epoch_sd=epoch_sd, epoch_dof=epoch_dof)
-    return LogSpread(sd, dof, sum(len(times) for times in repeated), len(repeated),
-                     epoch_sd, epoch_dof)
+    blocked = (_blocked([np.log(np.asarray(groups[index], dtype=float)) for index in repeated],
+                        [np.asarray(group_seeds[index], dtype=float) for index in repeated])
+               if group_seeds is not None else (math.nan, 0, ()))
+    sources = tuple(sorted({names[index] for index in repeated})) if names else ()
+    return LogSpread(sd, dof, sum(len(groups[index]) for index in repeated), len(repeated),
+                     epoch_sd, epoch_dof, *blocked, sources)
+
+
+def _blocked(logs: list, seeds: list) -> tuple[float, int, tuple]:
+    """Least squares of the trials' log times on their group and their seed (a shift
+    per seed beyond the first, shared by every group): the residual standard
+    deviation, its degrees of freedom and each seed's shift; (NaN, 0, ()) where the
+    trials hold one seed, or leave no degree of freedom."""
+    values, seed_of = np.concatenate(logs), np.concatenate(seeds)
+    known = ~np.isnan(seed_of)
+    distinct = np.unique(seed_of[known])
+    if len(distinct) < 2 or not known.all():
+        return math.nan, 0, ()
+    group_of = np.concatenate([np.full(len(group), index) for index, group in enumerate(logs)])
+    design = np.column_stack([group_of == index for index in range(len(logs))]
+                             + [seed_of == seed for seed in distinct[1:]]).astype(float)
+    coefficients, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
+    residuals = values - design @ coefficients
+    dof = len(values) - int(rank)
+    squares = float((residuals ** 2).sum())
+    if dof < 1 or not squares > 0:
+        return math.nan, 0, ()
+    shifts = tuple((float(seed), float(shift))
+                   for seed, shift in zip(distinct[1:], coefficients[len(logs):]))
+    return math.sqrt(squares / dof), dof, shifts
 
 
 def _pooled(samples: list) -> tuple[float, int]:
@@ -187,27 +349,33 @@ class Noise:
         return self.time_fraction
 
     def sync_test(self, sync_s: float, other_s: float,
-                  single_epoch: bool = False) -> tuple[float, float] | None:
+                  sides: Sides | bool = False) -> tuple[float, float] | None:
         """Student's t of two epochs' seconds in gradient sync on their logs, and its
         two-sided p (`LogSpread.test`); None where the sweep measured no such spread,
         or a side has no sync seconds."""
-        return self.sync_spread.test(sync_s, other_s, single_epoch)
+        return self.sync_spread.test(sync_s, other_s, sides)
 
-    def time_resolution(self, single_epoch: bool = False) -> float:
+    def time_resolution(self, sides: Sides | bool = False) -> float:
         """The smallest gap of epoch times (the slower over the faster, less 1) told
-        apart: the test's (`LogSpread.resolution`), else the range's (`time_for`)."""
+        apart between such `sides`: the test's (`LogSpread.resolution`), else the
+        range's (`time_for`)."""
         if self.time_spread.tests:
-            return self.time_spread.resolution(single_epoch)
-        return self.time_for(single_epoch)
+            return self.time_spread.resolution(sides)
+        return self.time_for(any_single(sides))
 
-    def time_noise_phrase(self, single_epoch: bool = False) -> str:
+    def time_noise_phrase(self, sides: Sides | bool = False) -> str:
         """The time noise, for a sentence: "the smallest gap in epoch time this sweep
-        tells apart, 6.1%", or "a time noise of 10%" where the range decides."""
+        tells apart between two trials, 6.1%" (or between the `sides` described), or
+        "a time noise of 10%" where the range decides."""
         if self.time_spread.tests:
-            where = " (a side timed over one epoch)" if single_epoch else ""
-            return (f"the smallest gap in epoch time this sweep tells apart{where}, "
-                    f"{percent(self.time_resolution(single_epoch))}")
-        return f"a time noise of {self.time_label(single_epoch)}"
+            compared, seeds = matched(sides)
+            first, second = (describe_side(side) for side in compared)
+            both = "two trials" if first == second == "a trial" else f"{first} and {second}"
+            if seeds:
+                both += f", {seeds_label(seeds)} on both sides"
+            return (f"the smallest gap in epoch time this sweep tells apart between {both}, "
+                    f"{percent(self.time_resolution(sides))}")
+        return f"a time noise of {self.time_label(any_single(sides))}"
 
     def time_label(self, single_epoch: bool = False) -> str:
         if single_epoch and self.time_for(True) > self.time_fraction:
@@ -272,8 +440,8 @@ class Noise:
             epoch = (f", and one epoch's about its trial's mean "
                      f"{spread.epoch_sd:.3f} ({counted(spread.epoch_dof, 'degree')} of "
                      f"freedom)" if spread.epoch_dof else "")
-            single = (f" ({percent(spread.resolution(True))} where a side was timed over one "
-                      f"epoch, a 2-epoch trial's window, held to one trial's and one epoch's "
+            single = (f" ({percent(spread.resolution(True))} where both were timed over one "
+                      f"epoch, a 2-epoch trial's window, each held to a trial's and an epoch's "
                       f"spread together)" if self.single_epoch_windows and spread.epoch_dof
                       else "")
             scoring = ""
@@ -282,11 +450,12 @@ class Noise:
                            f"apart alike, against their own spread: a trial's standard "
                            f"deviation of {self.eval_spread.figures()}.")
             return (f"Time noise: over {same}, a trial's epoch time had a standard deviation "
-                    f"about its group's mean of {spread.figures()}{epoch}. Two times are told "
-                    f"apart at p < {SIGNIFICANCE:g} by Student's t on their logs, each side "
-                    f"held to one trial's spread however many seeds it averages (conservative "
-                    f"for a mean of several), with the degrees of freedom of trials, not of "
-                    f"epochs (one trial's epochs share its placement and minute): gaps under "
+                    f"about its group's mean of {spread.figures()}{epoch}."
+                    f"{seed_drift(spread)} Two times are told "
+                    f"apart at p < {SIGNIFICANCE:g} by Student's t on their logs, each side's "
+                    f"variance a trial's over the seeds it averages, with the degrees of "
+                    f"freedom of trials, not of epochs (one trial's epochs share its placement "
+                    f"and minute): between two trials of different seeds, gaps under "
                     f"{percent(spread.resolution())}{single} cannot be told apart, and are "
                     f"reported as not significantly different.{scoring}")
         groups, trials = self.time_groups
@@ -318,8 +487,38 @@ class Noise:
                  if spread.epoch_dof else "")
         return (f"The seconds an epoch spent in gradient sync varied more: a trial's mean "
                 f"(at two or more workers) had a standard deviation about its group's of "
-                f"{spread.figures()}{epoch}. Two sync times are told apart alike, by "
-                f"Student's t on their logs, each side held to one trial's spread.")
+                f"{spread.figures()}{epoch}.{_borrowed(spread)} Two sync times are told "
+                f"apart alike, by "
+                f"Student's t on their logs (and seed for seed where the sides share seeds).")
+
+
+def _borrowed(spread: LogSpread) -> str:
+    """Which strategies' repeated syncs the spread came from: every other strategy's
+    sync is held to it, an assumption the sentence states."""
+    if not spread.sources:
+        return ""
+    return (f" It comes from repeated trials of {', '.join(spread.sources)} only; the sync "
+            f"times of every other strategy are held to it, assuming their sums spread "
+            f"alike.")
+
+
+def seed_drift(spread: LogSpread) -> str:
+    """How each seed's trials stood to the first seed's (the sweep runs its seeds one
+    after the other), and how sides that share seeds are compared; empty where no
+    seed shift was estimated."""
+    if spread.blocked_dof < MIN_TEST_DOF:
+        return ""
+    shifts = [f"seed {seed:g}'s {percent(abs(math.expm1(shift)))} "
+              f"{'slower' if shift > 0 else 'faster'}" for seed, shift in spread.seed_shifts]
+    listed = shifts[0] if len(shifts) == 1 else ", ".join(shifts[:-1]) + " and " + shifts[-1]
+    one_seed = Side(1, False, ((0.0, 1.0),))
+    return (f" The sweep runs its seeds one after the other, and the same work ran "
+            f"{listed} than the first seed's (the machine's pace drifts over a sweep): two "
+            f"sides that ran seeds in common are compared seed for seed, on those seeds "
+            f"only, against the spread left once each seed's shift is out, "
+            f"{spread.blocked_sd:.3f} ({counted(spread.blocked_dof, 'degree')} of freedom; "
+            f"gaps from {percent(spread.resolution((one_seed, one_seed)))} told apart between "
+            f"two such trials).")
 
 
 def window_sentence(trial_epochs: tuple[int, ...]) -> str:
@@ -445,7 +644,10 @@ def _spreads(same_work: pd.DataFrame) -> tuple[LogSpread, LogSpread, LogSpread]:
                                   (synced, "sync_s", "sync_logs"),
                                   (same_work, "eval_s", "eval_logs")):
         trials = trials[trials[seconds] > 0]
-        groups = [group[seconds].to_numpy(dtype=float)
-                  for _, group in trials.groupby(WORK_KEYS)]
-        spreads.append(log_spread(groups, list(trials[logs])))
+        grouped = [group for _, group in trials.groupby(WORK_KEYS)]
+        seeds = ([group["seed"].to_numpy(dtype=float) for group in grouped]
+                 if "seed" in trials else None)
+        spreads.append(log_spread([group[seconds].to_numpy(dtype=float) for group in grouped],
+                                  list(trials[logs]), seeds,
+                                  [str(group["sync"].iloc[0]) for group in grouped]))
     return tuple(spreads)

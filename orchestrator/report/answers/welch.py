@@ -23,7 +23,7 @@ class Welch:
     sd: float = math.nan
 
     def text(self, sizes: tuple[int, int]) -> str:
-        return f"Welch's t = {self.t:.2f}, p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds"
+        return f"Welch's t = {self.t:.2f}, {p_text(self.p)}, {sizes[0]} and {sizes[1]} seeds"
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class PooledT:
 
     def text(self, sizes: tuple[int, int]) -> str:
         return (f"t = {self.t:.2f} on the sweep's pooled seed spread, sd {self.sd:.3f}, "
-                f"p = {self.p:.2g}, {sizes[0]} and {sizes[1]} seeds")
+                f"{p_text(self.p)}, {sizes[0]} and {sizes[1]} seeds")
 
 
 def pooled_t(a: list[float], b: list[float], sd: float, dof: float) -> PooledT | None:
@@ -109,6 +109,26 @@ def fisher_exact(a: tuple[int, int], b: tuple[int, int]) -> float:
     seen = likelihood(hits_a)
     tables = range(max(0, hits - runs_b), min(hits, runs_a) + 1)
     return min(1.0, sum(likelihood(x) for x in tables if likelihood(x) <= seen * (1 + 1e-9)))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (Holm, 1979), in their order:
+    the i-th smallest times (m - i), never below an adjusted one before it, at most 1."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    adjusted, highest = [1.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        highest = max(highest, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = highest
+    return adjusted
+
+
+def p_text(p: float) -> str:
+    """A p-value as the sheet prints it: "p = 0.0071", or "p < 1e-06" below that (the
+    tail of a t distribution fitted on a few dozen trials says no more)."""
+    return f"p = {p:.2g}" if p >= SMALLEST_P else f"p < {SMALLEST_P:g}"
+
+
+SMALLEST_P = 1e-6
 
 
 @functools.cache
