@@ -179,6 +179,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "common are compared seed for seed, on those seeds only, against the spread left "
             "once each seed's shift is out, 0.013 (28 degrees of freedom; gaps from 4.0% told "
             "apart between two such trials)") in sheet.answers
+    # Scoring times against their own spread, its cut-off printed (a review: 13.5.4's
+    # "not significantly different (14% apart)" read as against the 6.1% of epochs).
+    assert ("a trial's standard deviation of 0.030 in natural log (a factor of 1.030; 4 groups "
+            "of 34 trials, 30 degrees of freedom): gaps under 9.0% between two trials of "
+            "different seeds cannot be told apart") in sheet.answers
     # 13.5.1: half the sums an epoch with the per-worker batch, told apart in sync time.
     assert ("Its epoch spent 0.42 s in gradient sync (mean of 3 seeds), 29% shorter (t = -5.57 "
             "on their logs, p = 3.4e-05) than the global batch's 0.59 s (mean of 3 seeds)"

@@ -448,7 +448,9 @@ class Noise:
             if self.eval_spread.tests:
                 scoring = (f" The seconds of scoring the test set after an epoch are told "
                            f"apart alike, against their own spread: a trial's standard "
-                           f"deviation of {self.eval_spread.figures()}.")
+                           f"deviation of {self.eval_spread.figures()}: gaps under "
+                           f"{percent(self.eval_spread.resolution())} between two trials of "
+                           f"different seeds cannot be told apart.")
             return (f"Time noise: over {same}, a trial's epoch time had a standard deviation "
                     f"about its group's mean of {spread.figures()}{epoch}."
                     f"{seed_drift(spread)} Two times are told "
