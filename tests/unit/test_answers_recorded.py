@@ -250,4 +250,4 @@ def test_what_was_tried_is_said_per_model_and_evaluation_beside_the_threads(reco
     assert ("Against the best single process (1 worker with 2 threads, 0.11 s, 1 seed), 2 "
             "one-thread workers were not significantly different (18% apart; seed 0 on both "
             "sides, 0.0924 s against 0.109 s; t = -1.04, p = 0.31) from it (speedup "
-            "1.03)") in _section(sheet, "13.5.4")
+            "1.03 of the means, every seed)") in _section(sheet, "13.5.4")

@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator.report.answers.compare import compare_times, times_differ
 from orchestrator.report.answers.noise import (MIN_TEST_DOF, LogSpread, Noise, Side,
-                                               estimate_noise, log_spread, matched, prepared,
-                                               seeds_label)
+                                               drift_adjusted, estimate_noise, log_spread,
+                                               matched, of_means, prepared, seeds_label,
+                                               sides_of)
 from orchestrator.report.answers.welch import holm, t_quantile, t_two_sided_p
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -212,3 +213,23 @@ def test_13_5_1_says_what_the_per_worker_batch_saves_in_sync():
     assert _fewer_sums(wide, fixed, wide_spread).endswith("wait for the slower worker's step).")
     assert "not significantly different (40% apart" in _fewer_sums(wide, fixed, wide_spread)
     assert _fewer_sums(pd.Series({**wide, "sync_share": 0.0}), fixed, noise) == ""
+
+
+def test_a_ranking_takes_each_seeds_drift_out_and_a_ratio_of_means_says_so():
+    spread = LogSpread(0.02, 30, 34, 4, blocked_sd=0.0135, blocked_dof=28,
+                       seed_shifts=((1.0, math.log(1.03)), (2.0, math.log(1.03))))
+    # Scratch: seed 0 at 8.76 s, seeds 1 and 2 3% slower, as the sweep drifted; its mean
+    # (9.06 s) ranks it behind bucketed's seed 0 (8.84 s), its drift-free times ahead.
+    scratch = pd.Series({"epoch_s": 9.06, "seeds": 3, "seed_ids": (0, 1, 2),
+                         "by_seed": {"epoch_s": (8.76, 9.02, 9.03)}})
+    bucketed = pd.Series({"epoch_s": 8.84, "seeds": 1, "seed_ids": (0,),
+                          "by_seed": {"epoch_s": (8.84,)}})
+    adjusted, shifted = drift_adjusted(scratch, spread)
+    assert shifted and adjusted == pytest.approx(
+        math.exp(np.mean(np.log([8.76, 9.02 / 1.03, 9.03 / 1.03]))))
+    assert adjusted < drift_adjusted(bucketed, spread)[0]
+    assert drift_adjusted(bucketed, spread) == (pytest.approx(8.84), False)
+    assert drift_adjusted(scratch, LogSpread(0.02, 30, 34, 4)) == (9.06, False)
+    # A ratio of the means beside a comparison made on seed 0 only says it is the means'.
+    assert of_means(sides_of(scratch, bucketed)) == " of the means, every seed"
+    assert of_means(sides_of(bucketed, bucketed)) == ""

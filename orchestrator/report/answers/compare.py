@@ -52,11 +52,11 @@ def family_p(p: float, family: list[float] | None) -> float:
 
 
 def times_differ(time_s: float, other_s: float, noise: Noise,
-                 sides: Sides | bool = False) -> int:
+                 sides: Sides | bool = False, family: list[float] | None = None) -> int:
     """What `compare_times` says, as a sign: -1 where `time_s` is the shorter beyond the
     noise (significantly, where the sweep has a test), 1 the longer, 0 not told apart."""
     test = noise.time_spread.test(time_s, other_s, sides)
-    apart = (test[1] < SIGNIFICANCE if test is not None
+    apart = (family_p(test.p, family) < SIGNIFICANCE if test is not None
              else not within_noise(time_s, other_s, noise, sides))
     return (-1 if time_s < other_s else 1) if apart else 0
 

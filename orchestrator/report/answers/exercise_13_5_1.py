@@ -13,7 +13,7 @@ from orchestrator.report.answers.cells import (at_workers, cell, cells, none_lea
 from orchestrator.report.answers.compare import (compare_cells, compare_sync, compare_times,
                                                  syncs_not_told_apart)
 from orchestrator.report.answers.learning_rates import lr_trials
-from orchestrator.report.answers.noise import Noise, sides_of
+from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
                                                  one_worker_count, seeds_text)
 from orchestrator.report.tables import markdown_table
@@ -85,7 +85,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
                                  sides_of(arm, threads))
 
         against = [f"{versus(arm)} it with {label} fixed (speedup "
-                   f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput)"
+                   f"{arm['samples_per_s'] / threads['samples_per_s']:.2f} in throughput"
+                   f"{of_means(sides_of(arm, threads))})"
                    for label, arm in (("the per-worker batch", wide), ("the global batch", fixed))
                    if arm is not None]
         sentences.append(

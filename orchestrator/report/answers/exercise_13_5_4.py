@@ -7,7 +7,7 @@ import pandas as pd
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, cells, part_trials, timed
 from orchestrator.report.answers.compare import compare_cells, compare_times
-from orchestrator.report.answers.noise import Noise, sides_of
+from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import missing_part, one_worker_count, seeds_text
 from orchestrator.report.tables import markdown_table
 
@@ -60,6 +60,7 @@ def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise:
             f"{seconds_text(threads['eval_s'], 2)} s, {seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were "
             f"{versus} "
-            f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}): on CPU workers much of the "
+            f"it (speedup {threads['eval_s'] / many['eval_s']:.2f}"
+            f"{of_means(sides_of(many, threads, 'eval_s'))}): on CPU workers much of the "
             f"gain over 1 one-thread worker is the other cores', which one process's threads "
             f"use too.")

@@ -200,20 +200,33 @@ def _parts_hedge(validation: pd.DataFrame) -> str:
             f"{percent(abs(comm.median()))} beyond its compute's error.")
 
 
+def _rank_errors(validation: pd.DataFrame) -> dict:
+    """Per model, how far apart the scaling model's errors on different strategies
+    were (the largest strategy's median error less the smallest's, over the epochs it
+    reproduced): a bias shared by every strategy cancels when they are ranked, the
+    spread between them does not. Models with one strategy validated are left out."""
+    if validation.empty or not {"model", "sync", "error"} <= set(validation.columns):
+        return {}
+    medians = validation.groupby(["model", "sync"])["error"].median()
+    return {model: float(errors.max() - errors.min())
+            for model, errors in medians.groupby(level="model") if len(errors) > 1}
+
+
 def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None,
-             model_error: float = math.nan) -> str:
+             model_error: float | None = None) -> str:
     """The strategy predicted fastest for `best`'s model on its link (the shortest
     predicted epoch), or the tie where others come within the forecasts' error of it:
-    the scaling model's median |error| on the epochs it reproduced (`model_error`),
-    where it validated any, else the time noise (each strategy's forecast starts from
-    its own 1-worker trial, whose measured epoch carries it)."""
+    how far apart the scaling model's errors on different strategies were
+    (`model_error`, `_rank_errors`), where it validated two or more, else the time
+    noise (each strategy's forecast starts from its own 1-worker trial, whose measured
+    epoch carries it)."""
     rivals = predicted[(predicted["link"] == best["link"])
                        & (predicted["batch_scaling"] == best["batch_scaling"])
                        & (predicted["model"] == best["model"])
                        & (predicted["sync"] != best["sync"])]
-    if not math.isnan(model_error):
-        margin, within = model_error, (f"{percent(model_error)}, the model's median error "
-                                       f"on the epochs it reproduced")
+    if model_error is not None and not math.isnan(model_error):
+        margin, within = model_error, (f"{percent(model_error)}, how far apart the model's "
+                                       f"median errors on different strategies were")
     elif noise is not None:
         margin, within = noise.time_resolution(), noise.time_noise_phrase()
     else:
@@ -231,7 +244,7 @@ def _sixteen_workers(scaling, rule_found: str | None,
                 f"{PREDICTED_WORKERS} workers: it is fitted to measured epoch times at two "
                 f"worker counts or more, which `{EXERCISES_COMMAND}` provides."]
     errors = scaling.validation["error"].abs()
-    model_error = float(errors.median()) if len(errors) else math.nan
+    rank_errors = _rank_errors(scaling.validation)
     held_out = scaling.validation[scaling.validation["held_out"].astype(bool)]
     growth = (f"; the {len(held_out)} at a worker count its calibration did not run at within "
               f"{percent(held_out['error'].abs().max())}" if len(held_out) else
@@ -271,7 +284,7 @@ def _sixteen_workers(scaling, rule_found: str | None,
                else f"with {batch // PREDICTED_WORKERS} examples per worker (global batch "
                     f"{batch}, 13.6's way)")
         per_link = "; ".join(f"{row['speedup']:.1f} (efficiency {row['efficiency']:.2f}, "
-                             f"{_fastest(predicted, row, noise, model_error)}) over "
+                             f"{_fastest(predicted, row, noise, rank_errors.get(model))}) over "
                              f"{row['link']}"
                              for _, row in rows.iterrows())
         sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "

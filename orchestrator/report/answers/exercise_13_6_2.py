@@ -46,9 +46,11 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
                                  ""]
     even_s, proportional_s = even["epoch_s"], proportional["epoch_s"]
     pair = sides_of(proportional, even)
-    # The ideal is reckoned from the even trial's speeds: its side is that trial's count,
-    # with no seeds of its own to match.
-    derived = tuple(Side(side.trials, side.single_epoch) for side in pair)
+    # The ideal is reckoned from the even trial's speeds: its side is that trial's, its
+    # seeds the even trial's (matched seed for seed as the even trial would be).
+    derived = ((pair[0], Side(pair[1].trials, pair[1].single_epoch,
+                              tuple((seed, ideal_s) for seed, _ in pair[1].by_seed)))
+               if ideal_s is not None else pair)
     shares = _joined(proportional_last, "worker_shares", "g")
     sentences = [
         f"With the last of {k} workers slowed {slowdown:g}x (one trial each, seed "

@@ -95,8 +95,9 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
             f"{percent(bound['sync_share'])} of bucketed's epoch here, against "
             f"{noise.time_noise_phrase(pair)}: " + (
                 (f"only an overlap that hides more than "
-                 f"{percent(resolution / bound['sync_share'])} of that wait could be "
-                 f"told from the noise.") if resolvable else
+                 f"{percent(resolution / bound['sync_share'])} of that wait could show in "
+                 f"the epoch time (the wait itself is measured, and tested, below).")
+                if resolvable else
                 "this sweep cannot resolve a gain of that size, whatever the overlap does; "
                 "more replicas (`--repeats`) or a slower link would."))
     # Accuracy: beside the synchronous optimizer with everything else equal.

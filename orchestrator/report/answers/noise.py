@@ -108,6 +108,28 @@ def matched(sides: Sides | bool) -> tuple[Sides, tuple[float, ...]]:
                  for side in (first, second)), tuple(shared)
 
 
+def drift_adjusted(row, spread: "LogSpread", column: str = "epoch_s") -> tuple[float, bool]:
+    """`row`'s `column` with each seed's fitted shift (`LogSpread.seed_shifts`) taken
+    out: the geometric mean over its seeds of each seed's time over its shift, for
+    ranking cells of different seeds alike; and whether any shift was taken out.
+    The row's own `column` where it has no seeds' times or the sweep no shifts."""
+    shifts = dict(spread.seed_shifts)
+    by_seed = Side.of(row, column).by_seed
+    if not shifts or not by_seed:
+        return row[column], False
+    logs = [math.log(value) - shifts.get(seed, 0.0) for seed, value in by_seed]
+    return math.exp(sum(logs) / len(logs)), any(seed in shifts for seed, _ in by_seed)
+
+
+def of_means(sides: Sides | bool) -> str:
+    """For a ratio printed beside a comparison made seed for seed on fewer seeds than
+    a side ran (`matched`): " of the means, every seed", which says it is not the
+    compared times'; else empty."""
+    _, seeds = matched(sides)
+    fewer = seeds and any(len(side.by_seed) > len(seeds) for side in as_sides(sides))
+    return " of the means, every seed" if fewer else ""
+
+
 def any_single(sides: Sides | bool) -> bool:
     """Whether a side was timed over one epoch."""
     return any(side.single_epoch for side in as_sides(sides))
