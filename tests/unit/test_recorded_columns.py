@@ -165,7 +165,7 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # range, 10% for one epoch, called sharded's epoch gap noise while its sync gap,
     # larger, was significant): one trial's spread, and one epoch's within a trial.
     assert ("a trial's epoch time had a standard deviation about its group's mean of 0.020 in "
-            "natural log (a factor of 1.021; 4 groups of 34 trials, 30 degrees of freedom), "
+            "natural log (a factor of 1.021; 34 trials in 4 groups, 30 degrees of freedom), "
             "and one epoch's about its trial's mean 0.015 (192 degrees of freedom)"
             ) in sheet.answers
     assert ("between two trials of different seeds, gaps under 6.1% (7.7% where both were timed "
@@ -176,13 +176,14 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # seeds in common are compared seed for seed, on the spread left without it.
     assert ("the same work ran seed 1's 3.1% slower and seed 2's 3.1% slower than the first "
             "seed's (the machine's pace drifts over a sweep): two sides that ran seeds in "
-            "common are compared seed for seed, on those seeds only, against the spread left "
-            "once each seed's shift is out, 0.013 (28 degrees of freedom; gaps from 4.0% told "
-            "apart between two such trials)") in sheet.answers
+            "common are compared seed for seed, on those seeds only (a seed standing in for the "
+            "stretch of the sweep its trials ran in), against the spread left once each seed's "
+            "shift is out, 0.013 (28 degrees of freedom; gaps from 4.0% told apart between two "
+            "such trials)") in sheet.answers
     # Scoring times against their own spread, its cut-off printed (a review: 13.5.4's
     # "not significantly different (14% apart)" read as against the 6.1% of epochs).
-    assert ("a trial's standard deviation of 0.030 in natural log (a factor of 1.030; 4 groups "
-            "of 34 trials, 30 degrees of freedom): gaps under 9.0% between two trials of "
+    assert ("a trial's standard deviation of 0.030 in natural log (a factor of 1.030; 34 trials "
+            "in 4 groups, 30 degrees of freedom): gaps under 9.0% between two trials of "
             "different seeds cannot be told apart") in sheet.answers
     # 13.5.1: half the sums an epoch with the per-worker batch, told apart in sync time.
     assert ("Its epoch spent 0.42 s in gradient sync (mean of 3 seeds), 29% shorter (t = -5.57 "
@@ -205,9 +206,9 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # that counted one trial's epochs as independent).
     assert ("The seconds an epoch spent in gradient sync varied more: a trial's mean (at two "
             "or more workers) had a standard deviation about its group's of 0.095 in natural "
-            "log (a factor of 1.099; 3 groups of 22 trials, 19 degrees of freedom), and one "
+            "log (a factor of 1.099; 22 trials in 3 groups, 19 degrees of freedom), and one "
             "epoch's about its trial's mean 0.20. It comes from repeated trials of delayed, "
-            "scratch only; the sync times of every other strategy are held to it, assuming "
+            "scratch only; the sync times of any other strategy are held to it, assuming "
             "their sums spread alike.") in sheet.answers
     assert ("Sharded spent 1.6 s of its epoch in gradient sync, 2.5x as long (t = 3.08 on their "
             "logs, p = 0.0068) as ddp's 0.66 s. At its 0.52 MB a step the calibration timed "
@@ -218,9 +219,15 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "measured ratio whose 95% interval is 1.33 to 4.66: these timings do not explain all "
             "of it.") in section
     # 13.6.3: delayed's wait (8-epoch means) against bucketed's one timed epoch.
-    assert ("The overlap hid 60% of bucketed's wait here (0.32 s of waiting per epoch against "
+    assert ("The overlap hid 60% seed for seed (54% by the means) of bucketed's wait here (0.32 "
+            "s of waiting per epoch against "
             "0.71 s, mean of 3 seeds and 1 seed; seed 0 on both sides, 0.28 s against 0.71 s; "
             "t = -4.10 on their logs, p = 0.00075)") in sheet.answers
+    # A warm-up that scored below the same lr without it is said not to have helped, and
+    # a count that is every point says so (a review).
+    assert "0.813 without warm-up (mean of 3 seeds): warm-up did not help at this lr" in (
+        sheet.answers)
+    assert "It predicted all 24 of them too fast" in sheet.answers
     # "Not refuted" says what these seeds could have told apart (a review: a t test on
     # three seeds a side calls only large drops).
     # Reckoned for the test that ran, Welch's on the two sides' own seeds (a second

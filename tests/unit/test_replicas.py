@@ -72,7 +72,7 @@ def test_time_noise_is_the_spread_of_identical_work_across_the_sweep():
     # Each trial's log epoch time about its group's mean, pooled; bucketed's 1-worker
     # trial (16.9 s) is scratch's work: at one worker neither sums anything.
     assert ("a trial's epoch time had a standard deviation about its group's mean of 0.034 in "
-            "natural log (a factor of 1.034; 2 groups of 8 trials, 6 degrees of freedom)"
+            "natural log (a factor of 1.034; 8 trials in 2 groups, 6 degrees of freedom)"
             ) in sections["noise"]
     assert "gaps under 12% cannot be told apart" in sections["noise"]
     # ddp and scratch at 2 workers, 8.5% apart, are now not told apart.

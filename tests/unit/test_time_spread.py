@@ -233,3 +233,35 @@ def test_a_ranking_takes_each_seeds_drift_out_and_a_ratio_of_means_says_so():
     # A ratio of the means beside a comparison made on seed 0 only says it is the means'.
     assert of_means(sides_of(scratch, bucketed)) == " of the means, every seed"
     assert of_means(sides_of(bucketed, bucketed)) == ""
+
+
+def test_edge_cases_a_code_review_found():
+    spread = LogSpread(0.02, 30, 34, 4)
+    # A pair tested either way round gets the very same p: a ranking's family finds it.
+    assert spread.test(10.2, 11.0).p == spread.test(11.0, 10.2).p
+    noise = Noise(time_fraction=0.1, acc=0.01, time_spread=spread)
+    family = [spread.test(11.0, 10.2).p, 0.5]
+    assert "Holm over 2 comparisons" in compare_times(10.2, 11.0, noise, family=family)
+    # A seed run in one group only: its shift is that group's, not estimated.
+    confounded = log_spread([np.array([10.0, 10.5, 9.9, 10.2]), np.array([5.0, 5.1, 4.9])],
+                            group_seeds=[np.array([1, 1, 1, 1]), np.array([0, 0, 0])])
+    assert confounded.dof == 5 and confounded.blocked_dof == 0
+    assert confounded.seed_shifts == ()
+    # Shifts on too few degrees of freedom are not taken out of a ranking.
+    thin = LogSpread(0.02, 30, 34, 4, blocked_sd=0.001, blocked_dof=1,
+                     seed_shifts=((1.0, 0.1),))
+    row = pd.Series({"epoch_s": 9.0, "seeds": 2, "seed_ids": (0, 1),
+                     "by_seed": {"epoch_s": (8.5, 9.5)}})
+    assert drift_adjusted(row, thin) == (9.0, False)
+    # times_differ signs the times the test compared: seed 0 against seed 0 here, where
+    # the means point the other way.
+    wide = LogSpread(0.02, 30, 34, 4, blocked_sd=0.005, blocked_dof=28)
+    slow_later = (Side(3, False, ((0.0, 9.0), (1.0, 9.9), (2.0, 9.9))),
+                  Side(1, False, ((0.0, 9.5),)))
+    tested = Noise(time_fraction=0.1, acc=0.01, time_spread=wide)
+    assert times_differ(9.6, 9.5, tested, slow_later) == -1
+    assert compare_times(9.6, 9.5, tested, slow_later).startswith("1.06x faster (seed 0")
+    # A seed with no time is in no side's mean.
+    nan_seed = pd.Series({"epoch_s": 9.0, "seeds": 2, "seed_ids": (0, 1),
+                          "by_seed": {"epoch_s": (9.0, math.nan)}})
+    assert Side.of(nan_seed).trials == 1

@@ -2,6 +2,8 @@
 cells' accuracies, each put as a phrase to be followed by the other's name; a
 difference within the noise is said to be so."""
 
+import math
+
 import pandas as pd
 
 from orchestrator.report.answers.noise import (UNTESTED_SYNC, LogSpread, Noise, Sides,
@@ -48,7 +50,10 @@ def family_p(p: float, family: list[float] | None) -> float:
     """`p` adjusted by Holm's method within `family` (which holds it); `p` alone."""
     if not family or len(family) < 2:
         return p
-    return holm(family)[family.index(p)]
+    # Its own p, computed alike for either order of the pair (`LogSpread.test`); were it
+    # missing, the family with it added (a larger family: the conservative side).
+    index = next((i for i, other in enumerate(family) if math.isclose(other, p)), None)
+    return holm(family)[index] if index is not None else holm([*family, p])[-1]
 
 
 def times_differ(time_s: float, other_s: float, noise: Noise,
@@ -56,9 +61,12 @@ def times_differ(time_s: float, other_s: float, noise: Noise,
     """What `compare_times` says, as a sign: -1 where `time_s` is the shorter beyond the
     noise (significantly, where the sweep has a test), 1 the longer, 0 not told apart."""
     test = noise.time_spread.test(time_s, other_s, sides)
-    apart = (family_p(test.p, family) < SIGNIFICANCE if test is not None
-             else not within_noise(time_s, other_s, noise, sides))
-    return (-1 if time_s < other_s else 1) if apart else 0
+    if test is None:
+        return (-1 if time_s < other_s else 1) if not within_noise(time_s, other_s, noise,
+                                                                      sides) else 0
+    # The times the test compared (seed for seed, where the sides share seeds).
+    shorter = test.time_s < test.other_s
+    return (-1 if shorter else 1) if family_p(test.p, family) < SIGNIFICANCE else 0
 
 
 def within_noise(time_s: float, other_s: float, noise: Noise,
@@ -87,7 +95,7 @@ def compare_sync(sync_s: float, other_s: float, noise: Noise,
             sync_s, other_s = test.time_s, test.other_s
             figures = (f"{seeds_label(test.seeds)} on both sides, {sync_s:.2g} s against "
                        f"{other_s:.2g} s; {figures}")
-        if not test[1] < SIGNIFICANCE:
+        if not test.p < SIGNIFICANCE:
             return (f"not significantly different ({percent(_apart(sync_s, other_s))} apart; "
                     f"{figures}) from")
         figures = f" ({figures})"
@@ -100,7 +108,7 @@ def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise,
                          sides: Sides | bool = False) -> bool:
     """Whether `Noise.sync_test` ran and did not tell two sync times apart."""
     test = noise.sync_test(sync_s, other_s, sides)
-    return test is not None and not test[1] < SIGNIFICANCE
+    return test is not None and not test.p < SIGNIFICANCE
 
 
 def compare_acc(acc: float, other_acc: float, noise: Noise,

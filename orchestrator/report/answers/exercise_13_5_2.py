@@ -195,6 +195,9 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     if cold is not None:
         sentence += (f", {compare_cells(warm, cold, noise)} "
                      f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
+        if (warm["final_test_acc"] < cold["final_test_acc"] and not int(warm["not_learned"])
+                and not int(cold["not_learned"])):
+            sentence += ": warm-up did not help at this lr"
     if one is None:
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)

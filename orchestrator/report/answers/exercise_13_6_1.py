@@ -257,7 +257,8 @@ def _sixteen_workers(scaling, rule_found: str | None,
         too_fast = signed.median() < 0
         count = int((signed < 0).sum() if too_fast else (signed > 0).sum())
         validated += (
-            f" It predicted {count} of them too {'fast' if too_fast else 'slow'} "
+            f" It predicted {'all ' if count == len(signed) else ''}{count} of them too "
+            f"{'fast' if too_fast else 'slow'} "
             f"(median error {percent(signed.median())}), so read its forecasts as "
             f"{'optimistic' if too_fast else 'pessimistic'} by about that much.")
     validated += _parts_hedge(scaling.validation)

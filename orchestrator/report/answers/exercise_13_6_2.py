@@ -113,7 +113,7 @@ def _against_ideal(time_s: float, ideal_s: float, noise: Noise, sides) -> str:
     if test is None:
         return f"{compare_times(time_s, ideal_s, noise, sides)} that"
     low, high = (ratio - 1 for ratio in test.ratio_interval())
-    gap = time_s / ideal_s - 1
+    gap = test.time_s / test.other_s - 1  # the times the interval is of
     return (f"{percent(abs(gap))} {'above' if gap >= 0 else 'below'} that (95% interval: "
             f"{_signed(low)} to {_signed(high)})")
 

@@ -144,9 +144,12 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
                        f"{test.other_s:.2g} s" if test is not None and test.subset else "")
             figures += (f"; t = {test.t:.2f} on their logs, {p_text(test.p)}"
                         if test is not None else f"; not tested: {UNTESTED_SYNC}")
-            if test is not None and test.subset:  # what it hid seed for seed
+            hid = percent(hidden) if hidden else "none"
+            if test is not None and test.subset:  # what it hid seed for seed, and by the means
                 hidden = max(1 - test.time_s / test.other_s, 0.0)
-            measured = (f"the overlap hid {percent(hidden) if hidden else 'none'} of bucketed's "
+                hid = (f"{percent(hidden) if hidden else 'none'} seed for seed ({hid} by the "
+                       f"means)")
+            measured = (f"the overlap hid {hid} of bucketed's "
                         f"wait here ({both}{figures})")
             sentences.append(
                 f"{measured[0].upper()}{measured[1:]}"
@@ -195,7 +198,8 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
                        f"({synchronous['final_test_acc']:.3f}, {acc_seeds_text(synchronous)}): "
                        f"no price of staleness to read there.")
     verdict = {-1: "the stale gradient's price at that lr",
-               0: "at that lr no price of staleness is told from the noise",
+               0: "at that lr these seeds do not tell a price of staleness apart, which does "
+                  "not show there is none",
                1: "at that lr delayed did better, no price of staleness"}[
         cells_differ(half, synchronous, noise)]
     return text + (

@@ -63,9 +63,11 @@ class Side:
         counted), whether it timed one epoch (`timed_epoch_count`, which `prepared`
         adds; unknown: several), and its seeds' `column` (a cell's `by_seed`, a
         trial's own seed)."""
-        seeds = row.get("seeds", 1)
-        return cls(int(seeds) if seeds and not pd.isna(seeds) else 1,
-                   row.get("timed_epoch_count", 2) == 1, _by_seed(row, column))
+        seeds, by_seed = row.get("seeds", 1), _by_seed(row, column)
+        counted_seeds = int(seeds) if seeds and not pd.isna(seeds) else 1
+        # A seed with no time in `column` (NaN) is in no side's mean: not counted.
+        return cls(len(by_seed) if by_seed else counted_seeds,
+                   row.get("timed_epoch_count", 2) == 1, by_seed)
 
 
 def _by_seed(row, column: str) -> tuple[tuple[float, float], ...]:
@@ -112,8 +114,9 @@ def drift_adjusted(row, spread: "LogSpread", column: str = "epoch_s") -> tuple[f
     """`row`'s `column` with each seed's fitted shift (`LogSpread.seed_shifts`) taken
     out: the geometric mean over its seeds of each seed's time over its shift, for
     ranking cells of different seeds alike; and whether any shift was taken out.
-    The row's own `column` where it has no seeds' times or the sweep no shifts."""
-    shifts = dict(spread.seed_shifts)
+    The row's own `column` where it has no seeds' times or the sweep no shifts it
+    tests on (under MIN_TEST_DOF degrees of freedom left, as `seed_drift` says none)."""
+    shifts = dict(spread.seed_shifts) if spread.blocked_dof >= MIN_TEST_DOF else {}
     by_seed = Side.of(row, column).by_seed
     if not shifts or not by_seed:
         return row[column], False
@@ -240,8 +243,12 @@ class LogSpread:
                                for side in (first, second))
         sd, dof = self._spread(bool(seeds))
         error = math.sqrt(self.side_variance(first, sd) + self.side_variance(second, sd))
-        t = math.log(time_s / other_s) / error
-        return TimeTest(t, t_two_sided_p(t, dof), time_s, other_s, seeds, subset, error, dof)
+        # The gap from the longer to the shorter, so that a pair tested either way round
+        # gets the very same p (a ranking's family is looked up by it).
+        gap = math.log(max(time_s, other_s)) - math.log(min(time_s, other_s))
+        t = (gap if time_s >= other_s else -gap) / error
+        return TimeTest(t, t_two_sided_p(gap / error, dof), time_s, other_s, seeds, subset,
+                        error, dof)
 
     def resolution(self, sides: Sides | bool = False) -> float:
         """The smallest gap (the longer over the shorter, less 1) `test` tells apart at
@@ -254,10 +261,10 @@ class LogSpread:
         return math.expm1(t_quantile(SIGNIFICANCE, dof) * error)
 
     def figures(self) -> str:
-        """Where the spread came from, for a sentence: "0.021 in natural log (a factor
-        of 1.02) about ..., 4 groups of 34 trials, 30 degrees of freedom"."""
+        """The spread and where it came from, for a sentence: "0.020 in natural log (a
+        factor of 1.021; 34 trials in 4 groups, 30 degrees of freedom)"."""
         return (f"{self.sd:.3f} in natural log (a factor of {math.exp(self.sd):.3f}; "
-                f"{counted(self.groups, 'group')} of {self.trials} trials, "
+                f"{self.trials} trials in {counted(self.groups, 'group')}, "
                 f"{counted(self.dof, 'degree')} of freedom)")
 
 
@@ -285,7 +292,8 @@ def _blocked(logs: list, seeds: list) -> tuple[float, int, tuple]:
     """Least squares of the trials' log times on their group and their seed (a shift
     per seed beyond the first, shared by every group): the residual standard
     deviation, its degrees of freedom and each seed's shift; (NaN, 0, ()) where the
-    trials hold one seed, or leave no degree of freedom."""
+    trials hold one seed, a trial has none, a seed's shift cannot be told from a
+    group's (it ran in one group only), or no degree of freedom is left."""
     values, seed_of = np.concatenate(logs), np.concatenate(seeds)
     known = ~np.isnan(seed_of)
     distinct = np.unique(seed_of[known])
@@ -295,6 +303,8 @@ def _blocked(logs: list, seeds: list) -> tuple[float, int, tuple]:
     design = np.column_stack([group_of == index for index in range(len(logs))]
                              + [seed_of == seed for seed in distinct[1:]]).astype(float)
     coefficients, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
+    if rank < design.shape[1]:  # a seed run in one group only: its shift is that group's
+        return math.nan, 0, ()
     residuals = values - design @ coefficients
     dof = len(values) - int(rank)
     squares = float((residuals ** 2).sum())
@@ -371,7 +381,7 @@ class Noise:
         return self.time_fraction
 
     def sync_test(self, sync_s: float, other_s: float,
-                  sides: Sides | bool = False) -> tuple[float, float] | None:
+                  sides: Sides | bool = False) -> TimeTest | None:
         """Student's t of two epochs' seconds in gradient sync on their logs, and its
         two-sided p (`LogSpread.test`); None where the sweep measured no such spread,
         or a side has no sync seconds."""
@@ -522,7 +532,7 @@ def _borrowed(spread: LogSpread) -> str:
     if not spread.sources:
         return ""
     return (f" It comes from repeated trials of {', '.join(spread.sources)} only; the sync "
-            f"times of every other strategy are held to it, assuming their sums spread "
+            f"times of any other strategy are held to it, assuming their sums spread "
             f"alike.")
 
 
@@ -539,7 +549,8 @@ def seed_drift(spread: LogSpread) -> str:
     return (f" The sweep runs its seeds one after the other, and the same work ran "
             f"{listed} than the first seed's (the machine's pace drifts over a sweep): two "
             f"sides that ran seeds in common are compared seed for seed, on those seeds "
-            f"only, against the spread left once each seed's shift is out, "
+            f"only (a seed standing in for the stretch of the sweep its trials ran in), "
+            f"against the spread left once each seed's shift is out, "
             f"{spread.blocked_sd:.3f} ({counted(spread.blocked_dof, 'degree')} of freedom; "
             f"gaps from {percent(spread.resolution((one_seed, one_seed)))} told apart between "
             f"two such trials).")
