@@ -12,6 +12,7 @@ import pytest
 from orchestrator.records import EPOCH_COLUMNS
 from orchestrator.report import write_sweep_report
 from orchestrator.report.answers import sheet as answer_sheet
+from orchestrator.report.answers.sheet import METHOD
 from orchestrator.report.summary import summarize_trials
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick"
@@ -161,6 +162,17 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
                                pd.read_csv(example / "epochs.csv"),
                                json.loads((example / "calibration.json").read_text()),
                                data_note="", use_gpu=False)
+    # Above the answers, a table of the spreads each test holds a gap to; how they are
+    # estimated and tested, after the answers (a review: 600 words of method before the
+    # first answer).
+    lead = sheet.answers.split("### 13.5.1")[0]
+    assert ("| epoch time, a trial about its identical work's mean | 0.020 | 30 | 34 trials in 4 "
+            "groups | 6.1% between two trials (7.7% both timed over one epoch) |") in lead
+    assert ("| seconds in sync, a trial about its identical work's mean | 0.095 | 19 | 22 trials "
+            "in 3 groups | 32% between two trials |") in lead
+    assert "Time noise:" not in lead
+    assert sheet.answers.index("### 13.6.3") < sheet.answers.index(METHOD) < sheet.answers.index(
+        "Time noise:")
     # Epoch times are told apart by t on the spread of trials (a review: the largest
     # range, 10% for one epoch, called sharded's epoch gap noise while its sync gap,
     # larger, was significant): one trial's spread, and one epoch's within a trial.

@@ -17,7 +17,7 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.config.presets import PRESETS, quick
 from orchestrator.driver import checks
 from orchestrator.report.answers.wording import EXERCISES_COMMAND
-from orchestrator.report.answers.sheet import render_answers
+from orchestrator.report.answers.sheet import METHOD, render_answers
 from orchestrator.report.summary import summarize_trials
 from orchestrator.report.tables import isolation_table, scaling_table
 
@@ -28,8 +28,10 @@ import test_answers  # noqa: E402  (its hand-made exercises sweep)
 def _sections(summary: pd.DataFrame, epochs: pd.DataFrame | None = None) -> dict[str, str]:
     text = render_answers(summary, test_answers._epochs(summary) if epochs is None else epochs,
                           None, data_note="", use_gpu=False)
+    # The noise: the table above the answers and the Method section after them.
+    text, method = text.split(METHOD)
     parts = re.split(r"^### (\d+\.\d+\.\d+) ", text, flags=re.MULTILINE)
-    return {"noise": parts[0], **dict(zip(parts[1::2], parts[2::2]))}
+    return {"noise": parts[0] + method, **dict(zip(parts[1::2], parts[2::2]))}
 
 
 def _with_replicas(accuracies: dict[str, list[float]]) -> pd.DataFrame:

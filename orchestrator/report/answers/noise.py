@@ -417,7 +417,10 @@ class Noise:
     def acc_label(self) -> str:
         return f"{self.acc:.3f}" + ("" if self.acc_groups[0] else " assumed")
 
-    def sentence(self) -> str:
+    def sentence(self, method: bool = False) -> str:
+        """How the noise is estimated and how differences are told apart, as one
+        paragraph; `method`: for the sheet's closing Method section, whose lead above
+        the answers already says the timing window and the replica counts."""
         window = window_sentence(self.trial_epochs)
         time = self.time_sentence()
         if self.sync_spread.tests:
@@ -457,6 +460,8 @@ class Noise:
                 f"significantly different." if self.acc_dof else
                 f"A{'n accuracy' if self.time_spread.tests else ''} difference is a finding only "
                 f"beyond its noise; below it, it is reported as within noise.")
+        if method:
+            return f"{time} {acc} {told}"
         return (f"{window} {time} {acc} {told} Each number says how many seeds (replicas) it "
                 f"is the mean of.")
 
@@ -512,6 +517,50 @@ class Noise:
                      f"it would tell apart only gaps over {percent(spread.resolution())}), so "
                      f"the range decides (`{REPEATS_COMMAND}` repeats every point).")
         return time
+
+    def table_rows(self) -> list[dict]:
+        """The spreads every comparison below is tested against, one row each: what
+        varied, its standard deviation, its degrees of freedom, what it came from, and
+        the smallest gap its test tells apart (`summary`)."""
+        one = Side(1, False, ((0.0, 1.0),))
+        rows = []
+        time, sync, scoring = self.time_spread, self.sync_spread, self.eval_spread
+        if time.tests:
+            both_single = (f" ({percent(time.resolution(True))} both timed over one epoch)"
+                           if self.single_epoch_windows and time.epoch_dof else "")
+            rows.append(("epoch time, a trial about its identical work's mean", f"{time.sd:.3f}",
+                         time.dof, f"{time.trials} trials in {counted(time.groups, 'group')}",
+                         f"{percent(time.resolution())} between two trials{both_single}"))
+            if time.blocked_dof >= MIN_TEST_DOF:
+                rows.append(("epoch time, seed for seed (each seed's shift out)",
+                             f"{time.blocked_sd:.3f}", time.blocked_dof, "the same trials",
+                             f"{percent(time.resolution((one, one)))} between two trials of "
+                             f"one seed"))
+            if time.epoch_dof:
+                rows.append(("epoch time, one epoch about its trial's mean",
+                             f"{time.epoch_sd:.3f}", time.epoch_dof,
+                             "trials that timed two epochs or more", "(within the rows above)"))
+        else:
+            rows.append(("epoch time, the largest range of identical work", "", "",
+                         counted(self.time_groups[0], "group") if self.time_groups[0]
+                         else "assumed", percent(self.time_for(self.single_epoch_windows))))
+        if scoring.tests:
+            rows.append(("scoring time, a trial about its identical work's mean",
+                         f"{scoring.sd:.3f}", scoring.dof,
+                         f"{scoring.trials} trials in {counted(scoring.groups, 'group')}",
+                         f"{percent(scoring.resolution())} between two trials"))
+        if sync.tests:
+            rows.append(("seconds in sync, a trial about its identical work's mean",
+                         f"{sync.sd:.3f}", sync.dof,
+                         f"{sync.trials} trials in {counted(sync.groups, 'group')}",
+                         f"{percent(sync.resolution())} between two trials"))
+        if self.acc_dof:
+            rows.append(("final test accuracy, one seed about its configuration's mean",
+                         f"{self.acc_sd:.3f} (not log)", self.acc_dof,
+                         counted(self.acc_groups[0], "configuration"),
+                         "by Welch's or Student's t on the seeds (each answer)"))
+        return [dict(zip(("what varied", "sd (natural log)", "degrees of freedom", "from",
+                          "smallest gap told apart at p < 0.05"), row)) for row in rows]
 
     def sync_sentence(self) -> str:
         """What the seconds spent in gradient sync varied by: a sum waits on the slowest

@@ -23,7 +23,7 @@ import pandas as pd
 from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13_5_2,
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
-from orchestrator.report.answers.noise import estimate_noise, prepared
+from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
@@ -237,12 +237,12 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
         lines = ["## Answers", "", any_model.intro(summary), ""]
         if data_note:
             lines += [f"Trained on data subsets ({data_note}).", ""]
-        lines += [noise.sentence(), ""]
+        lines += _noise_lead(noise)
         for title, paragraphs in any_model.answers(summary, scaling, noise):
             lines += [f"### {title}", ""]
             for paragraph in paragraphs:
                 lines += [paragraph, ""]
-        return "\n".join(lines)
+        return "\n".join(lines + _method(noise))
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
@@ -256,9 +256,27 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     if data_note:
         lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
                   f"book's.", ""]
-    lines += [noise.sentence(), ""]
+    lines += _noise_lead(noise)
     for (number, title, question), paragraphs in zip(EXERCISES, answers):
         lines += [f"### {number} {title}", "", f"> {question}", ""]
         for paragraph in paragraphs:
             lines += [paragraph, ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _method(noise))
+
+
+# The heading of the closing section that says how the noise is estimated and tested.
+METHOD = "### Method: the noise and the tests"
+
+
+def _noise_lead(noise) -> list[str]:
+    """Above the answers: which epochs every time counts, and the table of spreads
+    every comparison is tested against; how, under METHOD at the end."""
+    lead = (f"{window_sentence(noise.trial_epochs)} Every comparison below is tested against "
+            f"the spread of the sweep's repeated work (the table; how they are estimated and "
+            f"tested is under Method, at the end), and every number says how many seeds "
+            f"(replicas) it is the mean of.")
+    return [lead, "", markdown_table(pd.DataFrame(noise.table_rows())), ""]
+
+
+def _method(noise) -> list[str]:
+    return [METHOD, "", noise.sentence(method=True), ""]
