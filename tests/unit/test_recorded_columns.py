@@ -240,6 +240,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     assert "0.813 without warm-up (mean of 3 seeds): warm-up did not help at this lr" in (
         sheet.answers)
     assert "It predicted all 24 of them too fast" in sheet.answers
+    # 13.6.1's forecasts as one table, the ties in a column and their margin said once
+    # (a review: one paragraph of 900 words, one phrase six times).
+    assert ("| what-if: this cluster's lenet compute, 10 Gb/s Ethernet's bandwidth | global | "
+            "ddp | 256 | 1.67 | 0.552 | 8.97 | 0.56 | bucketed, sharded |") in sheet.answers
+    assert sheet.answers.count("how far apart the model's median errors") == 1
     # "Not refuted" says what these seeds could have told apart (a review: a t test on
     # three seeds a side calls only large drops).
     # Reckoned for the test that ran, Welch's on the two sides' own seeds (a second

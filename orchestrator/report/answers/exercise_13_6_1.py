@@ -215,11 +215,20 @@ def _rank_errors(validation: pd.DataFrame) -> dict:
 def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None,
              model_error: float | None = None) -> str:
     """The strategy predicted fastest for `best`'s model on its link (the shortest
-    predicted epoch), or the tie where others come within the forecasts' error of it:
-    how far apart the scaling model's errors on different strategies were
-    (`model_error`, `_rank_errors`), where it validated two or more, else the time
-    noise (each strategy's forecast starts from its own 1-worker trial, whose measured
-    epoch carries it)."""
+    predicted epoch), or the tie where others come within the forecasts' error of it
+    (`_ties`)."""
+    tied, within = _ties(predicted, best, noise, model_error)
+    return f"{best['sync']}; {', '.join(tied)} within {within}" if tied else best["sync"]
+
+
+def _ties(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None,
+          model_error: float | None = None) -> tuple[list[str], str]:
+    """The strategies whose forecast for `best`'s model, link and batch comes within
+    the forecasts' error of `best`'s, the shortest, and that error as a phrase: how
+    far apart the scaling model's errors on different strategies were (`model_error`,
+    `_rank_errors`), where it validated two or more, else the time noise (each
+    strategy's forecast starts from its own 1-worker trial, whose measured epoch
+    carries it)."""
     rivals = predicted[(predicted["link"] == best["link"])
                        & (predicted["batch_scaling"] == best["batch_scaling"])
                        & (predicted["model"] == best["model"])
@@ -231,10 +240,7 @@ def _fastest(predicted: pd.DataFrame, best: pd.Series, noise: Noise | None,
         margin, within = noise.time_resolution(), noise.time_noise_phrase()
     else:
         margin, within = 0.0, ""
-    tied = sorted(set(rivals[rivals["epoch_s"] <= best["epoch_s"] * (1 + margin)]["sync"]))
-    if not tied:
-        return best["sync"]
-    return f"{best['sync']}; {', '.join(tied)} within {within}"
+    return sorted(set(rivals[rivals["epoch_s"] <= best["epoch_s"] * (1 + margin)]["sync"])), within
 
 
 def _sixteen_workers(scaling, rule_found: str | None,
@@ -278,20 +284,21 @@ def _sixteen_workers(scaling, rule_found: str | None,
                                                     sort=False).head(1)
     best = best.sort_values(["model", "batch_scaling", "speedup"])
     sentences = [validated]
-    for (model, scaling_name), rows in best.groupby(["model", "batch_scaling"], sort=False):
-        batch = int(rows["global_batch_size"].iloc[0])
-        how = (f"with the global batch kept at {batch} (a shard of "
-               f"{batch // PREDICTED_WORKERS} examples per worker)" if scaling_name == "global"
-               else f"with {batch // PREDICTED_WORKERS} examples per worker (global batch "
-                    f"{batch}, 13.6's way)")
-        per_link = "; ".join(f"{row['speedup']:.1f} (efficiency {row['efficiency']:.2f}, "
-                             f"{_fastest(predicted, row, noise, rank_errors.get(model))}) over "
-                             f"{row['link']}"
-                             for _, row in rows.iterrows())
-        sentences.append(f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, "
-                         f"{how}, with the compute per example measured on this cluster's "
-                         f"workers (a what-if: none of these ran), it predicts a speedup of "
-                         f"{per_link}, each over that strategy's own 1-worker epoch.")
+    ties = [_ties(predicted, row, noise, rank_errors.get(row["model"]))
+            for _, row in best.iterrows()]
+    best = best.assign(tied_within_error=[", ".join(tied) for tied, _ in ties])
+    for model, rows in best.groupby("model", sort=False):
+        within = next(phrase for (_, phrase), row_model in zip(ties, best["model"])
+                      if row_model == model)
+        sentences.append(
+            f"For {MODEL_NAMES.get(model, model)} at {PREDICTED_WORKERS} workers, with the "
+            f"compute per example measured on this cluster's workers (a what-if: none of these "
+            f"ran), it predicts speedups of {rows['speedup'].min():.1f} to "
+            f"{rows['speedup'].max():.1f} (efficiency {rows['efficiency'].min():.2f} to "
+            f"{rows['efficiency'].max():.2f}) over the links and ways of scaling the batch in "
+            f"the table, each over the fastest strategy's own 1-worker epoch"
+            + (f"; tied_within_error names the other strategies whose forecast comes as close "
+               f"to the fastest's as the forecasts' error: within {within}." if within else "."))
     tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
         "The prediction covers time only. Keeping the global batch, 16 workers run the same "
@@ -310,6 +317,6 @@ def _sixteen_workers(scaling, rule_found: str | None,
                             for own, link, model in zip(measured, best["link"],
                                                         best["model"])])
     return [markdown_table(best[["row", "batch_scaling", "sync", "global_batch_size",
-                                 "epoch_s", "comm_s", "speedup",
-                                 "efficiency"]].reset_index(drop=True)),
+                                 "epoch_s", "comm_s", "speedup", "efficiency",
+                                 "tied_within_error"]].reset_index(drop=True)),
             " ".join(sentences)]
