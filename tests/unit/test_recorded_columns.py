@@ -245,6 +245,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     assert ("| what-if: this cluster's lenet compute, 10 Gb/s Ethernet's bandwidth | global | "
             "ddp | 256 | 1.67 | 0.552 | 8.97 | 0.56 | bucketed, sharded |") in sheet.answers
     assert sheet.answers.count("how far apart the model's median errors") == 1
+    # 13.6.2: what a helper half as fast can give, and where the rest went (a review).
+    assert ("the proportional split reached 1.20x; the rest went to its sums (0.95 s an epoch) "
+            "and to the fast worker itself, which beside the straggler computed its half of the "
+            "even split's batch in 8.39 s an epoch, 15% or more longer than half its epoch "
+            "alone (7.29 s), the two workers sharing one node.") in sheet.answers
     # "Not refuted" says what these seeds could have told apart (a review: a t test on
     # three seeds a side calls only large drops).
     # Reckoned for the test that ran, Welch's on the two sides' own seeds (a second

@@ -82,6 +82,8 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
             f"per epoch ({seeds_text(alone['seeds'])}; the whole global batch, no sum): the "
             f"even split with the straggler was {with_straggler[0]} it, the proportional "
             f"split {with_straggler[1]} it.")
+        if int(k) == 2:
+            sentences.append(_helper_bound(alone, proportional, even_last, slowdown, noise))
     sentences.append(
         f"The straggler is emulated: the last worker stays busy on its core until its "
         f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
@@ -95,6 +97,36 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         "device's share of the work, small when the CPU is much slower, and its cost is "
         "re-timing every device and re-splitting the batch."))
     return [markdown_table(table), " ".join(sentences)]
+
+
+def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Series | None,
+                  slowdown: float, noise: Noise) -> str:
+    """What a helper 1/`slowdown` as fast can give the fast worker at most (its speed
+    added, were the split and the sum free), what the proportional split reached
+    (seed for seed where the two share seeds, as compared above), and what took the
+    rest: the sums, and the fast worker's own compute beside the straggler against
+    half its epoch alone (an upper bound of its compute alone: at least that slower)."""
+    test = noise.time_spread.test(proportional["epoch_s"], alone["epoch_s"],
+                                  sides_of(proportional, alone))
+    times = ((test.time_s, test.other_s) if test is not None
+             else (proportional["epoch_s"], alone["epoch_s"]))
+    best, reached = 1 + 1 / slowdown, times[1] / times[0]
+    text = (f"A helper {slowdown:g}x slower adds at most 1/{slowdown:g} of the fast worker's "
+            f"speed: at best an epoch {best:.2f}x faster than the fast worker alone, were the "
+            f"split and the sum free; the proportional split reached {reached:.2f}x")
+    if reached >= best:
+        return text + ": all of it."
+    sync_s = proportional["sync_share"] * proportional["epoch_s"]
+    rest = [f"its sums ({seconds_text(sync_s, 2)} s an epoch)"] if sync_s > 0 else []
+    compute = (per_worker_values(even_last.get("worker_compute_s"))
+               if even_last is not None else None)
+    if compute is not None and len(compute) == 2 and compute[0] > times[1] / 2:
+        half = times[1] / 2
+        rest.append(f"the fast worker itself, which beside the straggler computed its half of "
+                    f"the even split's batch in {compute[0]:.2f} s an epoch, "
+                    f"{percent(compute[0] / half - 1)} or more longer than half its epoch "
+                    f"alone ({seconds_text(half, 2)} s), the two workers sharing one node")
+    return text + (f"; the rest went to {' and to '.join(rest)}." if rest else ".")
 
 
 def _last_epoch(epochs: pd.DataFrame, trial_id: str, up_to: float = float("inf")
