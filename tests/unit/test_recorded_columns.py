@@ -171,6 +171,8 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     assert ("| seconds in sync, a trial about its identical work's mean | 0.095 | 19 | 22 trials "
             "in 3 groups | 32% between two trials |") in lead
     assert "Time noise:" not in lead
+    # What tests/cluster/test_dashboard.py reads in a sweep's report.
+    assert "Each number says how many seeds (replicas) it is the mean of." in lead
     assert sheet.answers.index("### 13.6.3") < sheet.answers.index(METHOD) < sheet.answers.index(
         "Time noise:")
     # Epoch times are told apart by t on the spread of trials (a review: the largest

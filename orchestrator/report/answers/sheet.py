@@ -273,8 +273,8 @@ def _noise_lead(noise) -> list[str]:
     every comparison is tested against; how, under METHOD at the end."""
     lead = (f"{window_sentence(noise.trial_epochs)} Every comparison below is tested against "
             f"the spread of the sweep's repeated work (the table; how they are estimated and "
-            f"tested is under Method, at the end), and every number says how many seeds "
-            f"(replicas) it is the mean of.")
+            f"tested is under Method, at the end). Each number says how many seeds (replicas) "
+            f"it is the mean of.")
     return [lead, "", markdown_table(pd.DataFrame(noise.table_rows())), ""]
 
 
