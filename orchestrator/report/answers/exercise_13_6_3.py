@@ -96,7 +96,8 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
             f"{noise.time_noise_phrase(pair)}: " + (
                 (f"only an overlap that hides more than "
                  f"{percent(resolution / bound['sync_share'])} of that wait could show in "
-                 f"the epoch time (the wait itself is measured, and tested, below).")
+                 f"the epoch time" + ("." if use_gpu else
+                                      " (the wait itself is measured, and tested, below)."))
                 if resolvable else
                 "this sweep cannot resolve a gain of that size, whatever the overlap does; "
                 "more replicas (`--repeats`) or a slower link would."))
