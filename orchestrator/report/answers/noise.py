@@ -81,6 +81,8 @@ def _by_seed(row, column: str) -> tuple[tuple[float, float], ...]:
 
 
 Sides = tuple[Side, Side]
+# Two trials of one seed: the sides of the smallest gap told apart seed for seed.
+ONE_SEED_EACH = (Side(1, False, ((0.0, 1.0),)), Side(1, False, ((0.0, 1.0),)))
 
 
 def sides_of(row, other, column: str = "epoch_s") -> Sides:
@@ -128,9 +130,12 @@ def of_means(sides: Sides | bool) -> str:
     """For a ratio printed beside a comparison made seed for seed on fewer seeds than
     a side ran (`matched`): " of the means, every seed", which says it is not the
     compared times'; else empty."""
-    _, seeds = matched(sides)
-    fewer = seeds and any(len(side.by_seed) > len(seeds) for side in as_sides(sides))
-    return " of the means, every seed" if fewer else ""
+    return " of the means, every seed" if fewer_seeds(sides, matched(sides)[1]) else ""
+
+
+def fewer_seeds(sides: Sides | bool, seeds: tuple[float, ...]) -> bool:
+    """Whether the shared `seeds` (`matched`) are fewer than a side ran."""
+    return bool(seeds) and any(len(side.by_seed) > len(seeds) for side in as_sides(sides))
 
 
 def any_single(sides: Sides | bool) -> bool:
@@ -235,30 +240,33 @@ class LogSpread:
         1-trial sides, timed over one epoch or not."""
         if not self.tests or not (time_s > 0 and other_s > 0):
             return None
-        (first, second), seeds = matched(sides)
-        subset = bool(seeds) and any(len(side.by_seed) > len(seeds)
-                                     for side in as_sides(sides))
+        compared, seeds, error, dof = self._compared(sides)
         if seeds:
             time_s, other_s = (float(np.mean([value for _, value in side.by_seed]))
-                               for side in (first, second))
-        sd, dof = self._spread(bool(seeds))
-        error = math.sqrt(self.side_variance(first, sd) + self.side_variance(second, sd))
+                               for side in compared)
         # The gap from the longer to the shorter, so that a pair tested either way round
         # gets the very same p (a ranking's family is looked up by it).
         gap = math.log(max(time_s, other_s)) - math.log(min(time_s, other_s))
         t = (gap if time_s >= other_s else -gap) / error
-        return TimeTest(t, t_two_sided_p(gap / error, dof), time_s, other_s, seeds, subset,
-                        error, dof)
+        return TimeTest(t, t_two_sided_p(gap / error, dof), time_s, other_s, seeds,
+                        fewer_seeds(sides, seeds), error, dof)
 
     def resolution(self, sides: Sides | bool = False) -> float:
         """The smallest gap (the longer over the shorter, less 1) `test` tells apart at
         p < SIGNIFICANCE between such `sides`; NaN without a spread."""
         if not self.dof:
             return math.nan
-        (first, second), seeds = matched(sides)
-        sd, dof = self._spread(bool(seeds))
-        error = math.sqrt(self.side_variance(first, sd) + self.side_variance(second, sd))
+        _, _, error, dof = self._compared(sides)
         return math.expm1(t_quantile(SIGNIFICANCE, dof) * error)
+
+    def _compared(self, sides: Sides | bool) -> tuple[Sides, tuple[float, ...], float, int]:
+        """The sides as compared (`matched`), the seeds they share, and the standard
+        error of the difference of their log times with its degrees of freedom: on the
+        spread left once each seed's shift is out where they share seeds."""
+        compared, seeds = matched(sides)
+        sd, dof = self._spread(bool(seeds))
+        return compared, seeds, math.sqrt(sum(self.side_variance(side, sd)
+                                              for side in compared)), dof
 
     def figures(self) -> str:
         """The spread and where it came from, for a sentence: "0.020 in natural log (a
@@ -522,7 +530,6 @@ class Noise:
         """The spreads every comparison below is tested against, one row each: what
         varied, its standard deviation, its degrees of freedom, what it came from, and
         the smallest gap its test tells apart (`summary`)."""
-        one = Side(1, False, ((0.0, 1.0),))
         rows = []
         time, sync, scoring = self.time_spread, self.sync_spread, self.eval_spread
         if time.tests:
@@ -534,7 +541,7 @@ class Noise:
             if time.blocked_dof >= MIN_TEST_DOF:
                 rows.append(("epoch time, seed for seed (each seed's shift out)",
                              f"{time.blocked_sd:.3f}", time.blocked_dof, "the same trials",
-                             f"{percent(time.resolution((one, one)))} between two trials of "
+                             f"{percent(time.resolution(ONE_SEED_EACH))} between two trials of "
                              f"one seed"))
             if time.epoch_dof:
                 rows.append(("epoch time, one epoch about its trial's mean",
@@ -594,14 +601,13 @@ def seed_drift(spread: LogSpread) -> str:
     shifts = [f"seed {seed:g}'s {percent(abs(math.expm1(shift)))} "
               f"{'slower' if shift > 0 else 'faster'}" for seed, shift in spread.seed_shifts]
     listed = shifts[0] if len(shifts) == 1 else ", ".join(shifts[:-1]) + " and " + shifts[-1]
-    one_seed = Side(1, False, ((0.0, 1.0),))
     return (f" The sweep runs its seeds one after the other, and the same work ran "
             f"{listed} than the first seed's (the machine's pace drifts over a sweep): two "
             f"sides that ran seeds in common are compared seed for seed, on those seeds "
             f"only (a seed standing in for the stretch of the sweep its trials ran in), "
             f"against the spread left once each seed's shift is out, "
             f"{spread.blocked_sd:.3f} ({counted(spread.blocked_dof, 'degree')} of freedom; "
-            f"gaps from {percent(spread.resolution((one_seed, one_seed)))} told apart between "
+            f"gaps from {percent(spread.resolution(ONE_SEED_EACH))} told apart between "
             f"two such trials).")
 
 
