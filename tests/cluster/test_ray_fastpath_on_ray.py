@@ -56,8 +56,8 @@ def test_the_stock_path_fits_in_an_actor_with_rays_controller_actor(tmp_path):
 
 def test_a_sweep_on_the_stock_path_finishes_also_when_asha_stops_trials(tmp_path):
     """Through Ray's TuneReportCallback every epoch until Tune stops the trial reaches
-    Tune, and its logger callbacks (--tracking) with it, as on the fast path (tests/cluster/test_tracking.py:
-    every tracker, on the fast path)."""
+    Tune, and its logger callbacks (--tracking) with it, as on the fast path
+    (tests/cluster/test_tracking.py: every tracker, on the fast path)."""
     # lr 0.2 learns (see test_sweep_trial_actors); ASHA ends it at its last rung
     # (epoch 2) while its stock fit is still shutting down, and stops or
     # finishes 0.001. A stock trial's process is not reused: the next trial
