@@ -41,6 +41,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
         trial_rows.append({
             "trial_id": trial_id, "part": point.part, "seed": train.seed, "model": train.model,
             "dataset": train.dataset, "num_classes": train.num_classes,
+            "train_size": train.train_size,  # the data set's, whatever the trial's subset
             "sync": train.sync,
             "split": train.split, "precision": train.precision,
             "threads_per_worker": train.threads_per_worker,

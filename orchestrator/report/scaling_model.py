@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from orchestrator.config.dataset import even_shares
+from orchestrator.config.dataset import FASHION_MNIST, TRAIN_SIZE, even_shares
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, LeftOut, Status
 from orchestrator.report.costs import (INTERCONNECTS, P2_16XLARGE, SHARED_MEMORY, Link, comm_s,
@@ -271,11 +271,13 @@ def _predict_curve(baseline: _Baseline, link: Link, contending,
                    up_to: int | None = None) -> pd.DataFrame:
     """Both of 13.5.1's ways to add workers, from the baseline's global batch b:
     "global" keeps it (shard b/k, 13.5's experiment), "per-worker" gives each worker
-    b (global k*b, 13.6's, and 1/k of the steps). Speedup is the epoch's.
+    b (global k*b, 13.6's, and 1/k of the steps). Speedup is the epoch's. An epoch is
+    a pass over the whole training set (`epoch_examples`), whatever subset the trials
+    ran: a forecast's global batch may outgrow the subset's epoch.
     `contending(k)`: the contention at k (1.0: each worker on a device of its own);
     `up_to`: the largest k to predict (None: every one of PREDICTED_WORKERS)."""
     trial = baseline.trial
-    batch, steps = int(trial["global_batch_size"]), int(trial["steps_per_epoch"])
+    batch, examples = int(trial["global_batch_size"]), whole_epoch_examples(trial)
     rows = []
     for scaling in ("global", "per-worker"):
         for k in PREDICTED_WORKERS:
@@ -285,11 +287,13 @@ def _predict_curve(baseline: _Baseline, link: Link, contending,
             largest_shard = max(even_shares(global_batch_size, k))
             compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
                                                  contending(k))
-            # The same examples per epoch: fewer, larger steps with a larger global batch.
-            num_steps = steps * batch / global_batch_size
+            # The same examples per epoch: fewer, larger steps with a larger global
+            # batch (a fraction of a step for the last, partial batch: speedups stay
+            # ratios of throughput).
+            num_steps = examples / global_batch_size
             rows.append({"link": link.name, "model": trial["model"], "sync": trial["sync"],
                          "batch_scaling": scaling, "num_workers": k,
-                         "global_batch_size": global_batch_size,
+                         "global_batch_size": global_batch_size, "epoch_examples": examples,
                          "epoch_s": num_steps * (compute_s + other_s + comm_s),
                          "compute_s": num_steps * compute_s, "comm_s": num_steps * comm_s})
     curve = pd.DataFrame(rows)
@@ -297,6 +301,18 @@ def _predict_curve(baseline: _Baseline, link: Link, contending,
     curve["speedup"] = single_s / curve["epoch_s"]
     curve["efficiency"] = curve["speedup"] / curve["num_workers"]
     return curve
+
+
+def whole_epoch_examples(trial: pd.Series) -> int:
+    """The examples of a pass over `trial`'s whole training set: trials.csv's
+    `train_size`; for a sweep recorded before it, Fashion-MNIST's where the trial
+    names that data set, else the trial's own epoch (its steps of its global batch)."""
+    recorded = trial.get("train_size")
+    if recorded is not None and not pd.isna(recorded):
+        return int(recorded)
+    if trial.get("dataset", FASHION_MNIST) == FASHION_MNIST:
+        return TRAIN_SIZE
+    return int(trial["steps_per_epoch"]) * int(trial["global_batch_size"])
 
 
 def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: int,

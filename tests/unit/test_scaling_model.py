@@ -68,7 +68,8 @@ def trial(trial_id: str, sync: str, k: int, *, split: str = "even", straggler: f
            "batch_size": GLOBAL_BATCH, "base_lr": 0.1, "num_workers": k,
            "global_batch_size": GLOBAL_BATCH, "batch_size_per_worker": GLOBAL_BATCH // k,
            "steps_per_epoch": STEPS, "status": status, "threads_per_worker": 1,
-           "straggler_slowdown": straggler, "mean_epoch_time_s": epoch_s}
+           "straggler_slowdown": straggler, "mean_epoch_time_s": epoch_s,
+           "train_size": STEPS * GLOBAL_BATCH}  # every epoch the whole (synthetic) data set
     workers = ", ".join(f"{compute_s * (1 - 0.01 * r):.9g}" for r in range(k))
     epochs = [{"trial_id": trial_id, "epoch": epoch,
                "epoch_time_s": epoch_s * (1.5 if epoch == 1 else 1.0),
@@ -90,6 +91,27 @@ def result():
     trials = [trial(f"{sync}-{k}", sync, k) for sync in ("scratch", "bucketed") for k in (1, 2, 4)]
     summary, epochs = sweep(*trials)
     return fit_and_validate(summary, epochs, calibration())
+
+
+def test_a_forecast_epoch_is_the_whole_training_set_whatever_subset_the_trials_ran(result):
+    """The exercises' ResNet-18 trains 2,048 images an epoch on CPUs: at 16 workers of
+    256 its global batch would be 2 epochs, half a step. Trials of a tenth of their data
+    set are predicted over all of it: 10x the seconds, the same speedups."""
+    trials = [trial(f"{sync}-{k}", sync, k) for sync in ("scratch", "bucketed") for k in (1, 2, 4)]
+    for row, _ in trials:
+        row["train_size"] = 10 * STEPS * GLOBAL_BATCH
+    summary, epochs = sweep(*trials)
+    subset = fit_and_validate(summary, epochs, calibration()).predictions
+    assert (subset["epoch_examples"] == 10 * STEPS * GLOBAL_BATCH).all()
+    assert (result.predictions["epoch_examples"] == STEPS * GLOBAL_BATCH).all()
+    assert subset["epoch_s"].tolist() == pytest.approx((10 * result.predictions["epoch_s"]).tolist())
+    assert subset["speedup"].tolist() == pytest.approx(result.predictions["speedup"].tolist())
+    # A sweep recorded before trials.csv kept the data set's size: Fashion-MNIST's where the
+    # trial names that data set, else the trial's own epoch.
+    from orchestrator.report.scaling_model import whole_epoch_examples
+    old = pd.Series({"steps_per_epoch": 8, "global_batch_size": 256})
+    assert whole_epoch_examples(old) == 60_000
+    assert whole_epoch_examples(pd.concat([old, pd.Series({"dataset": "my-images"})])) == 8 * 256
 
 
 def test_fit_link_recovers_alpha_and_beta():

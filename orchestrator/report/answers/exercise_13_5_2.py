@@ -20,7 +20,7 @@ from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOME
                                                      rule_verdict, seeds_needed,
                                                      verdict_text)
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import POWER, SIGNIFICANCE
+from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
@@ -127,7 +127,7 @@ def _stuck_at_chance(summary: pd.DataFrame, rule: pd.DataFrame) -> str:
     trials = lr_trials(summary)
     if "final_train_loss" not in trials:
         return ""
-    lrs = []
+    lrs, confounds = [], []
     for pair in rule[rule["held"].isin(FAILED)].itertuples():
         at = trials[(trials["num_workers"] == pair.num_workers)
                     & (trials["global_batch_size"] == pair.global_batch_size)
@@ -139,13 +139,31 @@ def _stuck_at_chance(summary: pd.DataFrame, rule: pd.DataFrame) -> str:
         flat = ~np.isfinite(loss) | (loss >= (1 - CHANCE_LOSS_MARGIN) * np.log(classes))
         if len(failed) and flat.all():
             lrs.append(f"lr {pair.scaled_lr:g} on {counted(pair.num_workers, 'worker')}")
+            same_lr = trials[(trials["num_workers"] == 1) & np.isclose(trials["lr"],
+                                                                       pair.scaled_lr)]
+            if learned(same_lr).any():
+                confounds.append(_same_lr_learned(same_lr, at, pair.scaled_lr))
     if not lrs:
         return ""
     return (f"At {', '.join(lrs)} every seed that did not learn ended at a "
             f"uniform guess's training loss (ln C for C classes) or diverged, its output no "
             f"longer depending on its input: a sign that the scaled lr was past what early "
             f"training tolerates, rather than short of updates, which is what a warm-up of the "
-            f"lr addresses (Goyal et al., 2017).")
+            f"lr addresses (Goyal et al., 2017)." + "".join(confounds))
+
+
+def _same_lr_learned(same_lr: pd.DataFrame, at: pd.DataFrame, lr: float) -> str:
+    """Where the lr at which k workers' seeds did not learn learned at 1 worker (a
+    smaller batch): what the seeds cannot separate, and how many learned on each side."""
+    ones = learned_of(len(same_lr), int((~learned(same_lr)).sum()))
+    ks = learned_of(len(at), int((~learned(at)).sum()))
+    p = fisher_exact(ks, ones)
+    batches = ", ".join(str(int(batch)) for batch in sorted(same_lr["global_batch_size"].unique()))
+    return (f" Yet lr {lr:g} itself learned at 1 worker (global batch {batches}: "
+            f"{ones[0]} of {counted(ones[1], 'seed')} learned there against {ks[0]} of {ks[1]}, "
+            f"Fisher's exact p = {p:.2g}), so these seeds do not tell the lr's part from the "
+            f"larger batch's (and its fewer updates); more seeds of 1 worker at lr {lr:g} "
+            f"(`--repeats`) would.")
 
 
 def _resolution(pair, noise: Noise) -> str:
@@ -192,7 +210,19 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
                 f"global batch {batch} on {k} workers, the final test "
                 f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
-    if cold is not None:
+    if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"])):
+        # A mean over seeds that learned and seeds that did not is an outcome of two
+        # kinds: the counts are compared (Fisher's exact test), not the means.
+        learned, cold_learned = (learned_of(side["seeds"], side["not_learned"])
+                                 for side in (warm, cold))
+        p = fisher_exact(learned, cold_learned)
+        sentence += (f", against {cold['final_test_acc']:.3f} without warm-up "
+                     f"({acc_seeds_text(cold)}): {learned[0]} of {counted(learned[1], 'seed')} learned "
+                     f"with warm-up against {cold_learned[0]} of {cold_learned[1]} without, "
+                     f"Fisher's exact p = {p:.2g}"
+                     + ("" if p < SIGNIFICANCE else
+                        ": whether warm-up makes this lr learn, these seeds do not settle"))
+    elif cold is not None:
         sentence += (f", {compare_cells(warm, cold, noise)} "
                      f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
         if (warm["final_test_acc"] < cold["final_test_acc"] and not int(warm["not_learned"])
@@ -206,7 +236,10 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     if test is not None:
         held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
     sizes = (int(warm["seeds"]), int(one["seeds"]))
-    versus = compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes)
+    # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
+    # counts compare them, not the means.
+    versus = ("against" if int(warm["not_learned"]) or int(one["not_learned"]) else
+              compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes))
     resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
                                  for cell_row in (warm, one)))
                   if held in FAILED else

@@ -49,7 +49,7 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
             f"{counted(largest['steps_per_epoch'], 'step')} of {int(largest['batch_size'])} "
             f"per worker on a subset, so that its compute and sync are measured on this "
             f"cluster: its accuracy is a few steps', not the recipe's (`{GPU_COMMAND}` trains "
-            f"13.6's recipe).{_few_steps_learning(largest)}")
+            f"13.6's recipe).{_few_steps_learning(largest, table)}")
         paragraphs = [markdown_table(table[["num_workers", "global_batch_size", "lr",
                                             "steps_per_epoch", "examples_per_epoch", "epoch_s",
                                             "sync_share", "speedup", "final_test_acc",
@@ -82,29 +82,42 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
 BN_MOMENTUM = 0.1
 
 
-def _few_steps_learning(row: pd.Series) -> str:
+def _few_steps_learning(row: pd.Series, table: pd.DataFrame) -> str:
     """What a few steps of ResNet-18 show where its test accuracy cannot: its training
     loss against chance's, ln C (the cross-entropy of a uniform guess over C classes),
-    and why: the running statistics that eval mode scores with still hold a part of
-    their initial values (bench/resnet18_bn_stats.py measures the effect)."""
+    beside the 1-worker trial's (a row of `table`), and why: the running statistics
+    that eval mode scores with still hold a part of their initial values
+    (bench/resnet18_bn_stats.py measures the effect)."""
     loss, classes = row.get("final_train_loss"), row.get("num_classes")
     if pd.isna(loss) or pd.isna(classes):
         return ""
     chance = math.log(classes)
     mark = noise_scale.LEARNED_LOSS_FRACTION * chance  # what `noise_scale.learned` asks of a run
+    updates = int(row["epochs_run"] * row["steps_per_epoch"])
     if loss < mark:
         moved = (f"{loss:.2f}, was below chance's (ln {int(classes)} = {chance:.2f}, a "
                  f"uniform guess)")
     elif loss < chance:
         moved = (f"{loss:.3f}, was below chance's (ln {int(classes)} = {chance:.2f}, a "
                  f"uniform guess) but not below {noise_scale.LEARNED_LOSS_FRACTION:.0%} of it "
-                 f"({mark:.3f}), the mark of a run that learned")
+                 f"({mark:.3f}), the mark by which these answers count a run as learning: "
+                 f"{counted(updates, 'step')} are too few for that mark to tell")
     else:
         moved = (f"{loss:.2f}, was not below chance's (ln {int(classes)} = {chance:.2f}, a "
                  f"uniform guess)")
-    updates = int(row["epochs_run"] * row["steps_per_epoch"])
-    return (f" Its last epoch's training loss, {moved}. Its test accuracy says "
-            f"little after {counted(updates, 'step')}: it is scored in eval mode, with BatchNorm's "
+    one = table[table["num_workers"] == 1]
+    accs = [float(row["final_test_acc"])]
+    if len(one) and row["num_workers"] != 1 and not pd.isna(one["final_train_loss"].iloc[0]):
+        single = one.iloc[0]
+        moved += (f"; 1 worker's, at lr {single['lr']:g} and global batch "
+                  f"{int(single['global_batch_size'])} over "
+                  f"{counted(int(single['epochs_run'] * single['steps_per_epoch']), 'step')}, "
+                  f"fell to {single['final_train_loss']:.2f}")
+        accs.insert(0, float(single["final_test_acc"]))
+    scored = (f"Their test accuracies ({' and '.join(f'{acc:.3f}' for acc in accs)}) say"
+              if len(accs) > 1 else "Its test accuracy says")
+    return (f" Its last epoch's training loss, {moved}. {scored} "
+            f"little after {counted(updates, 'step')}: scored in eval mode, with BatchNorm's "
             f"running statistics, which after {counted(updates, 'update')} at momentum "
             f"{BN_MOMENTUM:g} "
             f"still hold {percent((1 - BN_MOMENTUM) ** updates)} of their initial values "
@@ -299,6 +312,10 @@ def _sixteen_workers(scaling, rule_found: str | None,
             f"the table, each over the fastest strategy's own 1-worker epoch"
             + (f"; tied_within_error names the other strategies whose forecast comes as close "
                f"to the fastest's as the forecasts' error: within {within}." if within else "."))
+    if "epoch_examples" in best:
+        whole = ", ".join(f"{examples:,}" for examples in sorted(best["epoch_examples"].unique()))
+        sentences.append(f"Each epoch_s is a pass over the whole training set ({whole} images), "
+                         f"whatever subset a model's trials ran, as in the table above.")
     tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
         "The prediction covers time only. Keeping the global batch, 16 workers run the same "

@@ -29,10 +29,21 @@ DROPPED_WAIT = (
     "out. On a CPU torch runs every operation to its end before it returns, so there is "
     "nothing to drop{measured}.")
 OVERLAP = (
-    "Overlapping two steps is `--sync delayed` (training/sync/delayed.py): step t's allreduce "
-    "is launched asynchronously right after its backward, step t+1's forward and backward run "
-    "while it is in flight, and step t+1 applies step t's summed gradient. That is "
-    "one-step-delayed SGD, w(t+1) = w(t) - lr * g(w(t-1)) (Pipe-SGD, Li et al. 2018; "
+    "An overlap of up to two steps can leave the optimizer as it is: the host queues step "
+    "t+1 while the device still runs step t, and waits for step t's result (MXNet's "
+    "`wait_to_read()` on its loss, a CUDA event in PyTorch) before it queues step t+2, so "
+    "that no more than two steps are in flight. The engine runs each step after the one whose "
+    "weights it reads, so this is the same synchronous SGD; what overlaps is the host's work "
+    "(Python, kernel launches, the next batch's copy) with the device's, and the wait bounds "
+    "what queued steps hold. Within a step, the sums can also overlap the computation "
+    "without staleness: ddp launches each bucket's allreduce while backward computes the "
+    "next (Li et al. 2020, 'PyTorch Distributed'), timed here beside the rest. On CPUs torch "
+    "runs each operation to its end, so there is no host to overlap and this sweep does not "
+    "time that first overlap. Overlapping one step's sum with the next step's computation "
+    "changes the optimizer: that is `--sync delayed` (training/sync/delayed.py): step t's "
+    "allreduce is launched asynchronously right after its backward, step t+1's forward and "
+    "backward run while it is in flight, and step t+1 applies step t's summed gradient. That "
+    "is one-step-delayed SGD, w(t+1) = w(t) - lr * g(w(t-1)) (Pipe-SGD, Li et al. 2018; "
     "PipeDream-2BW's one-step-stale weights, Narayanan et al. 2021): a different optimizer, "
     "which a test checks against a single-process reference of it, so its accuracy is measured "
     "beside the synchronous optimizer's, not assumed.")
@@ -122,7 +133,11 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     sentences.append(STALENESS)
     half = at_workers(smaller, k) if not smaller.empty else None
     if half is not None:
-        sentences.append(_staleness_at(half, synchronous_at(summary, half), noise))
+        # The price at the tuned lr, for the smaller lr's to be read beside it.
+        tuned = ((float(arm["lr"]), float(twin["final_test_acc"] - arm["final_test_acc"]))
+                 if twin is not None and not none_learned(twin) and not none_learned(arm)
+                 else None)
+        sentences.append(_staleness_at(half, synchronous_at(summary, half), noise, tuned))
         if not (none_learned(half) or none_learned(arm)) and cells_differ(half, arm, noise) < 0:
             sentences.append(
                 f"Delayed at lr {half['lr']:g} was {compare_cells(half, arm, noise)} its own "
@@ -182,8 +197,11 @@ def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:
     return cell(same[same["num_workers"] == same["num_workers"].min()])
 
 
-def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) -> str:
-    """The delayed arm at a smaller lr beside the synchronous optimizer at that lr."""
+def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
+                  tuned: tuple[float, float] | None = None) -> str:
+    """The delayed arm at a smaller lr beside the synchronous optimizer at that lr;
+    `tuned`: (lr, the synchronous optimizer's accuracy less delayed's) at the arm's own
+    lr, beside which the smaller lr's gap is read."""
     text = (f"Measured at a smaller lr: at lr {half['lr']:g} delayed reached "
             f"{half['final_test_acc']:.3f} ({acc_seeds_text(half)})")
     if synchronous is None:
@@ -203,12 +221,19 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise) 
                   "not show there is none",
                1: "at that lr delayed did better, no price of staleness"}[
         cells_differ(half, synchronous, noise)]
+    beside = ""
+    if tuned is not None and not none_learned(half):
+        gap, (tuned_lr, tuned_gap) = synchronous["final_test_acc"] - half["final_test_acc"], tuned
+        beside = (f"; its gap, {gap:.3f}, is no smaller than at lr {tuned_lr:g} "
+                  f"({tuned_gap:.3f}): these seeds give no sign that the smaller lr lowered the "
+                  f"price" if round(gap, 3) >= round(tuned_gap, 3) else
+                  f" (the gap at lr {tuned_lr:g}: {tuned_gap:.3f})")
     return text + (
         f", {compare_cells(half, synchronous, noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "
         f"{synchronous['global_batch_size']} and epochs "
         f"({counted(synchronous['num_workers'], 'worker')}, "
-        f"the same optimizer at any number; {acc_seeds_text(synchronous)}): {verdict}.")
+        f"the same optimizer at any number; {acc_seeds_text(synchronous)}): {verdict}{beside}.")
 
 
 STALENESS = (

@@ -83,6 +83,8 @@ def _by_seed(row, column: str) -> tuple[tuple[float, float], ...]:
 Sides = tuple[Side, Side]
 # Two trials of one seed: the sides of the smallest gap told apart seed for seed.
 ONE_SEED_EACH = (Side(1, False, ((0.0, 1.0),)), Side(1, False, ((0.0, 1.0),)))
+# The same, one of them timed over one epoch.
+ONE_SEED_ONE_EPOCH = (ONE_SEED_EACH[0], Side(1, True, ((0.0, 1.0),)))
 
 
 def sides_of(row, other, column: str = "epoch_s") -> Sides:
@@ -539,10 +541,13 @@ class Noise:
                          time.dof, f"{time.trials} trials in {counted(time.groups, 'group')}",
                          f"{percent(time.resolution())} between two trials{both_single}"))
             if time.blocked_dof >= MIN_TEST_DOF:
+                one_single = (f" ({percent(time.resolution(ONE_SEED_ONE_EPOCH))} where one was "
+                              f"timed over one epoch)"
+                              if self.single_epoch_windows and time.epoch_dof else "")
                 rows.append(("epoch time, seed for seed (each seed's shift out)",
                              f"{time.blocked_sd:.3f}", time.blocked_dof, "the same trials",
                              f"{percent(time.resolution(ONE_SEED_EACH))} between two trials of "
-                             f"one seed"))
+                             f"one seed{one_single}"))
             if time.epoch_dof:
                 rows.append(("epoch time, one epoch about its trial's mean",
                              f"{time.epoch_sd:.3f}", time.epoch_dof,
