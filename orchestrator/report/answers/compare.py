@@ -75,6 +75,20 @@ def times_differ(time_s: float, other_s: float, noise: Noise,
     return (-1 if shorter else 1) if family_p(test.p, family) < SIGNIFICANCE else 0
 
 
+def ratio_text(time_s: float, other_s: float, noise: Noise, sides: Sides | bool = False,
+               family: list[float] | None = None) -> str:
+    """`compare_times` in three words, to be followed by the other's name: "1.38x
+    shorter than", "not told apart from" or "1.10x longer than"; the ratio of the times
+    the test compared (seed for seed, where the sides share seeds), as it prints."""
+    sign = times_differ(time_s, other_s, noise, sides, family)
+    test = noise.time_spread.test(time_s, other_s, sides)
+    if test is not None and test.subset:
+        time_s, other_s = test.time_s, test.other_s
+    if sign < 0:
+        return f"{other_s / time_s:.2f}x shorter than"
+    return f"{time_s / other_s:.2f}x longer than" if sign > 0 else "not told apart from"
+
+
 def within_noise(time_s: float, other_s: float, noise: Noise,
                  sides: Sides | bool = False) -> bool:
     """Whether two epoch times are within the range noise (`Noise.time_for`), the rule

@@ -10,12 +10,13 @@ import pandas as pd
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
-from orchestrator.report.answers.compare import (compare_cells, compare_sync, compare_times,
-                                                 syncs_not_told_apart)
+from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
+                                                 compare_times, syncs_not_told_apart,
+                                                 times_differ)
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
-from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, missing_part,
-                                                 one_worker_count, seeds_text)
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
+                                                 missing_part, one_worker_count, seeds_text)
 from orchestrator.report.tables import markdown_table
 
 
@@ -43,7 +44,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
     if arms["num_workers"].nunique() < 2:
         return [*paragraphs, one_worker_count(arms)]
     k = int(arms["num_workers"].max())
-    sentences = []
+    sentences, speedups = [], {}
     for label, trials in (("the per-worker batch", per_worker), ("the global batch", fixed_global)):
         one, many = at_workers(trials, 1), at_workers(trials, k)
         if one is None or many is None:
@@ -57,6 +58,7 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, "
             f"{counted(one['steps_per_epoch'], 'step')}): speedup "
             f"{speedup_over(many, one):.2f}.")
+        speedups[label] = speedup_over(many, one)
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
         updates = (f"in {counted(wide['epochs_run'], 'epoch')} it made "
@@ -94,8 +96,31 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"threads, {seconds_text(threads['epoch_s'])} s per epoch, "
             f"{seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were {', and '.join(against)}.")
-    return [*paragraphs, " ".join(sentences),
+    short = ([in_short(_short(wide, fixed, speedups, k, noise))]
+             if wide is not None and fixed is not None and len(speedups) == 2 else [])
+    return [*short, *paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
+
+
+def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noise) -> str:
+    """The answer in two sentences: the two ways' speedups, which epoch was the
+    shorter, and what the fewer updates did to the accuracy."""
+    faster = {-1: "its epochs were the shorter", 0: "their epochs were not told apart",
+              1: "its epochs were the longer"}[
+        times_differ(wide["epoch_s"], fixed["epoch_s"], noise, sides_of(wide, fixed))]
+    epochs = counted(wide["epochs_run"], "epoch")
+    sign = -1 if none_learned(wide) else cells_differ(wide, fixed, noise)
+    accuracy = (f"with 1/{k} of the updates an epoch it did not learn in {epochs}"
+                if none_learned(wide) else
+                f"with 1/{k} of the updates an epoch its accuracy after {epochs} was " + {
+                    -1: "the lower", 0: "not told apart from the other's",
+                    1: "the higher"}[sign]
+                + f" ({wide['final_test_acc']:.3f} against {fixed['final_test_acc']:.3f})")
+    return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}) ran "
+            f"an epoch {speedups['the per-worker batch']:.2f}x as fast as 1 worker, keeping "
+            f"the global batch {speedups['the global batch']:.2f}x: {faster}, "
+            f"{'but' if sign < 0 else 'and'} {accuracy}. 13.5.2 re-tunes the lr for the "
+            f"larger batch.")
 
 
 def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:

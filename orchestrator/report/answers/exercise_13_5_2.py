@@ -16,12 +16,12 @@ from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_t
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      FAILED, RULE_TEXT_ONLY, failure_text,
-                                                     learned_of, resolution_text,
+                                                     learned_of, resolution_text, rule_found,
                                                      rule_verdict, seeds_needed,
                                                      verdict_text)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact
-from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  learned_seeds_text, missing_part,
                                                  one_worker_count)
 from orchestrator.report.noise_scale import learned
@@ -105,7 +105,14 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No pair could test the rule: 1 worker learned at none of its lrs.")
     else:
         sentences.append("No pair tested refuted the rule in this sweep.")
-    return [*paragraphs, " ".join(sentences), *_warmup(summary, noise),
+    each = " and ".join(f"{row.best_lr:g} on {counted(row.num_workers, 'worker')} (global "
+                        f"batch {row.global_batch_size})" for row in table.itertuples())
+    short = (f"The best lr (the highest mean accuracy) was {each}"
+             + (", each not told apart from the next best" if len(ties) == len(table) else
+                ", not each told apart from the next best" if ties else "")
+             + f". The linear scaling rule (k times the lr for k times the batch), tested at "
+               f"each k workers' lr: {rule_found(rule)}.")
+    return [in_short(short), *paragraphs, " ".join(sentences), *_warmup(summary, noise),
             "`test_acc_vs_lr.png` plots test accuracy against the lr."]
 
 
@@ -217,7 +224,8 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
                                  for side in (warm, cold))
         p = fisher_exact(learned, cold_learned)
         sentence += (f", against {cold['final_test_acc']:.3f} without warm-up "
-                     f"({acc_seeds_text(cold)}): {learned[0]} of {counted(learned[1], 'seed')} learned "
+                     f"({acc_seeds_text(cold)}): {learned[0]} of "
+                     f"{counted(learned[1], 'seed')} learned "
                      f"with warm-up against {cold_learned[0]} of {cold_learned[1]} without, "
                      f"Fisher's exact p = {p:.2g}"
                      + ("" if p < SIGNIFICANCE else

@@ -8,7 +8,7 @@ from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, cells, part_trials, timed
 from orchestrator.report.answers.compare import compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
-from orchestrator.report.answers.wording import missing_part, one_worker_count, seeds_text
+from orchestrator.report.answers.wording import in_short, missing_part, one_worker_count, seeds_text
 from orchestrator.report.tables import markdown_table
 
 
@@ -42,7 +42,12 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
         f"workers, {many['final_test_acc']:.3f}, was "
         f"{compare_cells(many, one, noise)} 1 worker's "
         f"{one['final_test_acc']:.3f}, any gap coming from training, not from evaluation."]
-    return [*paragraphs, " ".join(sentences)]
+    short = (f"Each worker scores its own shard of the test set and the counts of correct "
+             f"answers are summed across the workers (one allreduce), so the accuracy is one "
+             f"device's by construction. Here {k} workers scored the test set in "
+             f"{seconds_text(many['eval_s'], 2)} s against 1 worker's "
+             f"{seconds_text(one['eval_s'], 2)} s.")
+    return [in_short(short), *paragraphs, " ".join(sentences)]
 
 
 def _eval_against_threads(summary: pd.DataFrame, many: pd.Series, k: int, noise: Noise) -> str:

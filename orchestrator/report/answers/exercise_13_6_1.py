@@ -13,7 +13,7 @@ from orchestrator.report import resnet18_what_if as resnet
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, GPU_COMMAND, acc_seeds_text,
-                                                 missing_part, numbers, percent)
+                                                 in_short, missing_part, numbers, percent)
 from orchestrator.report.tables import markdown_table
 
 
@@ -73,8 +73,9 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     # 13.6's batch of 256 on 16 GPUs the book's way, 256 each: a global batch of 4096.
     large_batch = noise_scale.large_batch_text(
         summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
-    return paragraphs + _resnet18_sixteen_gpus(summary, use_gpu) + _sixteen_workers(
-        scaling, rule_found, noise) + ([large_batch] if large_batch else [])
+    sixteen, short = _resnet18_sixteen_gpus(summary, use_gpu)
+    return [in_short(short), *paragraphs, *sixteen, *_sixteen_workers(
+        scaling, rule_found, noise), *([large_batch] if large_batch else [])]
 
 
 # BatchNorm's default momentum (torch.nn.BatchNorm2d): each update keeps 1 - it of
@@ -125,9 +126,10 @@ def _few_steps_learning(row: pd.Series, table: pd.DataFrame) -> str:
             f"and scores the same weights again: docs/BENCHMARKS.md).")
 
 
-def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
+def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[str], str]:
     """ResNet-18's own 44.7 MB a step on 16 GPUs, from its measured compute where this
-    sweep trained it, else the book's (cited); and the model against the book's 2 GPUs."""
+    sweep trained it, else the book's (cited); and the model against the book's 2 GPUs.
+    With it, the section's answer in a few sentences."""
     table = resnet.sixteen_gpu_rows(summary, use_gpu)
     check = resnet.book_check()
     measured = resnet.measured_compute(summary, use_gpu)
@@ -185,7 +187,15 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> list[str]:
         f"Its bytes "
         f"explain little of the gap; the rest is the overhead fitted above, so this figure "
         f"sets that overhead and cannot also check it."]
-    return [markdown_table(table), " ".join(sentences)]
+    short = (f"A what-if, since no 16 GPUs ran: with the book's GPU and 256 images per GPU, "
+             f"the model predicts ResNet-18's epoch {p2['speedup']:.1f}x as fast on the "
+             f"p2.16xlarge's 16 GPUs with DDP's ring ({two_nodes['speedup']:.1f}x on two of "
+             f"today's 8-GPU nodes), but about {data_parallel['speedup']:.1f}x with the book's "
+             f"own nn.DataParallel, whose one process, not the link, would limit it. A global "
+             f"batch of {int(p2['global_batch_size'])} makes {steps_large} updates an epoch "
+             f"where 256 makes {steps_book}, so its lr and epochs must be re-tuned (13.5.2): "
+             f"a faster epoch is not a faster route to the same accuracy.")
+    return [markdown_table(table), " ".join(sentences)], short
 
 
 def _rounded(count: int) -> str:

@@ -7,9 +7,9 @@ import pandas as pd
 
 from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import at_workers, part_trials, timed
-from orchestrator.report.answers.compare import compare_times, times_differ
+from orchestrator.report.answers.compare import compare_times, ratio_text, times_differ
 from orchestrator.report.answers.noise import Noise, Side, sides_of
-from orchestrator.report.answers.wording import missing_part, percent, seeds_text
+from orchestrator.report.answers.wording import in_short, missing_part, percent, seeds_text
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
 
@@ -96,7 +96,16 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         "the proportional split gives each its share, but the gain is bounded by the slow "
         "device's share of the work, small when the CPU is much slower, and its cost is "
         "re-timing every device and re-splitting the batch."))
-    return [markdown_table(table), " ".join(sentences)]
+    short = (f"Divide each step's batch in proportion to each device's measured speed. Beside "
+             f"a worker slowed {slowdown:g}x that split's epochs were "
+             f"{ratio_text(proportional_s, even_s, noise, pair)} an even split's")
+    if alone is not None:
+        alone_s = alone["epoch_s"]
+        beside = ratio_text(proportional_s, alone_s, noise, sides_of(proportional, alone))
+        short += f", and {beside} the fast worker's alone"
+    short += (". Worth it while the slow device adds a good part of the fast one's speed: its "
+              "share bounds the gain, and the split costs re-timing every device.")
+    return [in_short(short), markdown_table(table), " ".join(sentences)]
 
 
 def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Series | None,

@@ -9,10 +9,11 @@ import pandas as pd
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
 from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
-                                                 compare_times, syncs_not_told_apart)
+                                                 compare_times, ratio_text,
+                                                 syncs_not_told_apart)
 from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, seeds_label, sides_of
 from orchestrator.report.answers.welch import p_text
-from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text,
+from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  missing_part, one_worker_count, percent,
                                                  seeds_text)
 
@@ -28,6 +29,11 @@ DROPPED_WAIT = (
     "copy, waits for the steps queued before it, so at most the last step's work is left "
     "out. On a CPU torch runs every operation to its end before it returns, so there is "
     "nothing to drop{measured}.")
+SHORT = (
+    "Without the wait the epoch's timer stops when the work is queued, not done: epochs "
+    "look shorter, and training is no faster. Two steps overlap and leave SGD as it is when "
+    "the host queues step t+1 while the device runs step t, and waits for step t before it "
+    "queues step t+2.")
 OVERLAP = (
     "An overlap of up to two steps can leave the optimizer as it is: the host queues step "
     "t+1 while the device still runs step t, and waits for step t's result (MXNet's "
@@ -65,10 +71,10 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     if delayed.empty:
         gap = (one_worker_count(usable) if usable["num_workers"].nunique() < 2
                else missing_part("delayed"))
-        return [dropped, f"{OVERLAP} {gap}"]
+        return [in_short(SHORT), dropped, f"{OVERLAP} {gap}"]
     k = int(delayed["num_workers"].max())
     if k < 2:
-        return [dropped, f"{OVERLAP} {one_worker_count(delayed)}"]
+        return [in_short(SHORT), dropped, f"{OVERLAP} {one_worker_count(delayed)}"]
     # One configuration's replicas (a grid may run delayed at several lrs or batches):
     # the largest lr's, the synchronous optimizer's own; a smaller one is staleness's price.
     at_k = delayed[delayed["num_workers"] == k]
@@ -176,7 +182,26 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
         "Overlap pays where a step's sum takes as long as a good part of its compute (a slow "
         "link, a large model); where the sum is short there is little to hide, and the stale "
         "gradient is the price either way.")
-    return [dropped, " ".join(sentences)]
+    return [in_short(SHORT + _delayed_short(arm, bound, twin, noise)), dropped,
+            " ".join(sentences)]
+
+
+def _delayed_short(arm: pd.Series, bound: pd.Series | None, twin: pd.Series | None,
+                   noise: Noise) -> str:
+    """What the delayed arm measured, in a sentence for the section's first paragraph:
+    its epoch beside bucketed's, its accuracy beside the synchronous optimizer's."""
+    parts = []
+    if bound is not None:
+        beside = ratio_text(arm["epoch_s"], bound["epoch_s"], noise, sides_of(arm, bound))
+        parts.append(f"its epochs were {beside} bucketed's")
+    if twin is not None and not none_learned(arm) and not none_learned(twin):
+        verdict = {-1: "lower than", 0: "not told apart from", 1: "higher than"}[
+            cells_differ(arm, twin, noise)]
+        parts.append(f"its accuracy was {verdict} the synchronous optimizer's "
+                     f"({arm['final_test_acc']:.3f} against {twin['final_test_acc']:.3f})")
+    return (f" Overlapping one step's sums with the next step's computation instead (`--sync "
+            f"delayed`) applies each gradient a step late: here {' and '.join(parts)}."
+            if parts else "")
 
 
 def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:

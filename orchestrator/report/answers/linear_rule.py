@@ -164,11 +164,17 @@ def rule_outcome(rule: pd.DataFrame) -> str:
     if rule.empty:
         return ("13.5.2 did not test the linear scaling rule (no lr searched at k workers "
                 "was k times one searched at 1)")
+    return (f"13.5.2 tested the linear scaling rule in {counted(len(rule), 'pair')}, each at the k "
+            f"workers' lr: {rule_found(rule)}")
+
+
+def rule_found(rule: pd.DataFrame) -> str:
+    """`rule_outcome`'s verdicts alone: "at global batch 512 it was not refuted at lr
+    0.2, 0.4 and did not hold at lr 0.8"."""
     parts = []
     for batch, rows in rule.groupby("global_batch_size", sort=True):
         found = [f"{OUTCOMES[held]} at lr {', '.join(f'{lr:g}' for lr in group['scaled_lr'])}"
                  for held in OUTCOMES for group in [rows[rows["held"] == held]]
                  if not group.empty]
         parts.append(f"at global batch {batch} it {' and '.join(found)}")
-    return (f"13.5.2 tested the linear scaling rule in {counted(len(rule), 'pair')}, each at the k "
-            f"workers' lr: {'; '.join(parts)}")
+    return "; ".join(parts)

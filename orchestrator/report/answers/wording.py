@@ -40,6 +40,12 @@ def learned_seeds_text(count: int, not_learned: int | None) -> str:
             else f"{text}, {failed} of which did not learn")
 
 
+def in_short(text: str) -> str:
+    """A section's first paragraph: its answer in a sentence or two, each figure
+    decided as the paragraphs below it decide it (they give the tests)."""
+    return f"**In short:** {text}"
+
+
 def percent(fraction: float) -> str:
     return f"{fraction:.0%}" if abs(fraction) >= 0.1 else f"{fraction:.1%}"
 
