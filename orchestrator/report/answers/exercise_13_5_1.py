@@ -11,8 +11,8 @@ from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
 from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
-                                                 compare_times, syncs_not_told_apart,
-                                                 times_differ)
+                                                 compare_times, ratio_text,
+                                                 syncs_not_told_apart, times_differ)
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -96,7 +96,12 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"threads, {seconds_text(threads['epoch_s'])} s per epoch, "
             f"{seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were {', and '.join(against)}.")
-    short = ([in_short(_short(wide, fixed, speedups, k, noise))]
+    short = ([in_short(_short(wide, fixed, speedups, k, noise) + (
+        f" Against the best single process ({threads['threads_per_worker']} threads in one, "
+        f"which use the same cores) its epochs were "
+        f"{ratio_text(wide['epoch_s'], threads['epoch_s'], noise, sides_of(wide, threads))} "
+        f"that process's." if threads is not None else "")
+        + " 13.5.2 re-tunes the lr for the larger batch.")]
              if wide is not None and fixed is not None and len(speedups) == 2 else [])
     return [*short, *paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
@@ -119,8 +124,7 @@ def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noi
     return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}) ran "
             f"an epoch {speedups['the per-worker batch']:.2f}x as fast as 1 worker, keeping "
             f"the global batch {speedups['the global batch']:.2f}x: {faster}, "
-            f"{'but' if sign < 0 else 'and'} {accuracy}. 13.5.2 re-tunes the lr for the "
-            f"larger batch.")
+            f"{'but' if sign < 0 else 'and'} {accuracy}.")
 
 
 def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:

@@ -10,8 +10,8 @@ import pandas as pd
 
 from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
-from orchestrator.report.answers.cells import cell, part_trials
-from orchestrator.report.answers.compare import compare_acc, compare_cells
+from orchestrator.report.answers.cells import cell, none_learned, part_trials
+from orchestrator.report.answers.compare import cells_differ, compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
@@ -46,6 +46,9 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                  f"worker's batch {table['global_batch_size'].iloc[0]}: {bests}."]
     ties, apart, most_seeds, widest = best_lr_ties(table, lr_columns, summary, noise)
     sentences += best_lr_moved(table, summary, ties)
+    best_against_best = _best_against_best(table, summary, noise)
+    if best_against_best:
+        sentences.append(best_against_best[0])
     if apart:
         sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
     if ties:
@@ -110,10 +113,38 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     short = (f"The best lr (the highest mean accuracy) was {each}"
              + (", each not told apart from the next best" if len(ties) == len(table) else
                 ", not each told apart from the next best" if ties else "")
+             + (f"; {best_against_best[1]}" if best_against_best else "")
              + f". The linear scaling rule (k times the lr for k times the batch), tested at "
                f"each k workers' lr: {rule_found(rule)}.")
     return [in_short(short), *paragraphs, " ".join(sentences), *_warmup(summary, noise),
             "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+
+
+def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
+                       noise: Noise) -> tuple[str, str] | None:
+    """How accuracy scales with the workers, each at its best lr: the largest worker
+    count's best cell against 1 worker's, as a sentence with its test and as a clause
+    for the section's first paragraph; None where a best did not learn or is missing."""
+    trials = lr_trials(summary).dropna(subset=["final_test_acc"])
+    bests = []
+    for row in (table.iloc[0], table.iloc[-1]):
+        at = trials[(trials["num_workers"] == row["num_workers"])
+                    & (trials["global_batch_size"] == row["global_batch_size"])
+                    & np.isclose(trials["lr"], row["best_lr"])]
+        bests.append(cell(at) if not at.empty else None)
+    one, many = bests
+    if (one is None or many is None or int(one["num_workers"]) == int(many["num_workers"])
+            or none_learned(one) or none_learned(many)):
+        return None
+    k = counted(int(many["num_workers"]), "worker")
+    verdict = {-1: "lower than", 0: "not told apart from", 1: "higher than"}[
+        cells_differ(many, one, noise)]
+    return (f"Each at its best lr, {k} (global batch {many['global_batch_size']}) reached "
+            f"{many['final_test_acc']:.3f} ({acc_seeds_text(many)}), "
+            f"{compare_cells(many, one, noise)} 1 worker's {one['final_test_acc']:.3f} "
+            f"({acc_seeds_text(one)}) in the same epochs.",
+            f"at its best lr {k}' accuracy was {verdict} 1 worker's at its own "
+            f"({many['final_test_acc']:.3f} against {one['final_test_acc']:.3f})")
 
 
 def _rule_pair_versus(row, noise: Noise) -> str:

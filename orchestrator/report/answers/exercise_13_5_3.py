@@ -28,8 +28,8 @@ ROOT_VS_RING_COMMAND = "python bench/root_vs_ring.py --workers 2,3,4 --rate 50mb
 SHORT = (
     "Summing a different part of the parameters on each worker (a reduce-scatter, then an "
     "all-gather) sends 2(k-1)/k of the gradients through every link at once, where the book's "
-    "allreduce sends k-1 copies through worker 0's and leaves the other links idle: fewer "
-    "bytes on the busiest link from 3 workers on.")
+    "allreduce sends k-1 copies through worker 0's while every other worker's carries one "
+    "and waits on it: fewer bytes on the busiest link from 3 workers on.")
 WHY_SPLIT = (
     "Why aggregating different parameters on different workers is more efficient: in the "
     "book's allreduce one worker receives, sums and sends back every gradient, so its link "
@@ -138,6 +138,34 @@ def _pairs_family(ranked: pd.DataFrame, noise: Noise) -> list[float] | None:
     return [test.p for test in tests] if tests and None not in tests else None
 
 
+def _root_gap(mine: pd.Series, book: pd.Series, noise: Noise) -> str:
+    """Where sharded's epoch and root's differ at 2 workers, whose bytes are the same:
+    the ways root moves them, where their seconds in sync differ too; else that the
+    sums do not hold the gap."""
+    if _syncs_apart(mine, book, noise):
+        return ("; the gap here comes then from how root moves them: worker 0 receives "
+                "and then sends, one after the other (twice a link's time for the same "
+                "bytes), and with a blocking call per parameter tensor (the book's loop), "
+                "where sharded makes two collectives a step over one flat buffer; this "
+                "sweep does not tell which")
+    syncs = [row["sync_share"] * row["epoch_s"] for row in (mine, book)]
+    versus = compare_sync(*syncs, noise, sides_of(mine, book, "sync_s")).removesuffix(" from")
+    return (f"; yet their seconds in sync, {seconds_text(syncs[0], 2)} s against root's "
+            f"{seconds_text(syncs[1], 2)} s, were {versus}: the gap is not located in the "
+            f"sums, and this sweep does not say where it is")
+
+
+def _syncs_apart(row: pd.Series, other: pd.Series, noise: Noise) -> bool:
+    """Whether two cells' seconds in gradient sync were told apart (`Noise.sync_test`);
+    True where they were not recorded or the sweep has no test of them."""
+    if any(pd.isna(cell_row.get("sync_share")) for cell_row in (row, other)):
+        return True
+    syncs = [cell_row["sync_share"] * cell_row["epoch_s"] for cell_row in (row, other)]
+    if not all(value > 0 for value in syncs):
+        return False
+    return not syncs_not_told_apart(*syncs, noise, sides_of(row, other, "sync_s"))
+
+
 def _root_short(ranked: pd.DataFrame, k: int, wire: str, noise: Noise,
                 family: list[float] | None) -> str:
     """`_against_root`'s verdict in a sentence for the section's first paragraph."""
@@ -148,8 +176,12 @@ def _root_short(ranked: pd.DataFrame, k: int, wire: str, noise: Noise,
     pair = sides_of(mine, book)
     verdict = ratio_text(mine["epoch_s"], book["epoch_s"], noise, pair, family)
     sign = times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family)
-    same = (", though at 2 both move the same bytes: the gap is how root moves them, one "
-            "way after the other and a call per tensor" if k == 2 and sign else "")
+    same = ""
+    if k == 2 and sign:
+        same = (", though at 2 both move the same bytes: the gap is how root moves them, one "
+                "way after the other and a call per tensor" if _syncs_apart(mine, book, noise)
+                else ", though at 2 both move the same bytes, and their seconds in sync were "
+                     "not told apart: this sweep does not locate the gap")
     return (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
             f"epochs were {verdict} root's{same}.")
 
@@ -171,11 +203,7 @@ def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
         why = (": at 2 workers both move a step's gradients once each way (the table above), "
                "so aggregating on different workers can save bytes only from 3 workers on")
         if times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family):
-            why += ("; the gap here comes then from how root moves them: worker 0 receives "
-                    "and then sends, one after the other (twice a link's time for the same "
-                    "bytes), and with a blocking call per parameter tensor (the book's loop), "
-                    "where sharded makes two collectives a step over one flat buffer; this "
-                    "sweep does not tell which")
+            why += _root_gap(mine, book, noise)
     return (f"The exercise's aggregation on different workers (sharded) was {versus} the "
             f"book's allreduce (root, {seconds_text(book['epoch_s'])} s, "
             f"{seeds_text(book['seeds'])}){why}.")

@@ -74,6 +74,13 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     large_batch = noise_scale.large_batch_text(
         summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
     sixteen, short = _resnet18_sixteen_gpus(summary, use_gpu)
+    if not resnet.empty and not use_gpu:
+        # What the exercise asks to try first, which CPU workers cannot answer.
+        steps = int(largest["epochs_run"] * largest["steps_per_epoch"])
+        short = (f"Its first part, ResNet-18 over epochs, batch sizes and lrs, is not answered "
+                 f"here: on CPU workers it ran {counted(len(resnet), 'trial')} of "
+                 f"{counted(steps, 'step')}, to time its compute and sums, too few to learn "
+                 f"(`{GPU_COMMAND}` trains the recipe). {short}")
     return [in_short(short), *paragraphs, *sixteen, *_sixteen_workers(
         scaling, rule_found, noise), *([large_batch] if large_batch else [])]
 
@@ -151,8 +158,10 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[s
         f"the compute and the link it combines, and its epoch_s is a whole epoch of "
         f"{resnet.FASHION_MNIST_TRAIN:,} images. The book's p2.16xlarge is 8 K80 boards, 16 "
         f"GPUs, joined by PCIe 3.0 (about 12 GB/s a direction, docs/SCALING_MODEL.md), but "
-        f"no K80 epoch is cited, and a K80 computes slower than the book's GPU, which would "
-        f"make communication a smaller share and the speedup higher. On that link, with "
+        f"no K80 epoch is cited: a K80 computes slower than the book's GPU, which would "
+        f"make communication a smaller share and the speedup higher, while a ring over "
+        f"all 16 crosses the boards' switches and the host's sockets, which may carry less "
+        f"than those 12 GB/s and make it lower. On that link, with "
         f"the book's compute and 256 examples per GPU (global batch "
         f"{int(p2['global_batch_size'])}), the model predicts a speedup of "
         f"{p2['speedup']:.1f} (efficiency {p2['efficiency']:.2f}) for DDP's ring. The book's "
@@ -188,10 +197,11 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[s
         f"explain little of the gap; the rest is the overhead fitted above, so this figure "
         f"sets that overhead and cannot also check it."]
     short = (f"A what-if, since no 16 GPUs ran: with the book's GPU and 256 images per GPU, "
-             f"the model predicts ResNet-18's epoch {p2['speedup']:.1f}x as fast on the "
-             f"p2.16xlarge's 16 GPUs with DDP's ring ({two_nodes['speedup']:.1f}x on two of "
-             f"today's 8-GPU nodes), but about {data_parallel['speedup']:.1f}x with the book's "
-             f"own nn.DataParallel, whose one process, not the link, would limit it. A global "
+             f"the model predicts ResNet-18's epoch up to {p2['speedup']:.1f}x as fast on the "
+             f"p2.16xlarge's 16 GPUs with DDP's ring (a ceiling: its link's 12 GB/s is an "
+             f"upper bound; {two_nodes['speedup']:.1f}x on two of today's 8-GPU nodes), but "
+             f"about {data_parallel['speedup']:.1f}x with the book's own nn.DataParallel, "
+             f"whose one process, not the link, would limit it. A global "
              f"batch of {int(p2['global_batch_size'])} makes {steps_large} updates an epoch "
              f"where 256 makes {steps_book}, so its lr and epochs must be re-tuned (13.5.2): "
              f"a faster epoch is not a faster route to the same accuracy.")

@@ -126,7 +126,8 @@ def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Serie
     if reached >= best:
         return text + ": all of it."
     sync_s = proportional["sync_share"] * proportional["epoch_s"]
-    rest = [f"its sums ({seconds_text(sync_s, 2)} s an epoch)"] if sync_s > 0 else []
+    rest = ([f"its time in sync, the sums and the waits for the other worker inside them "
+             f"({seconds_text(sync_s, 2)} s an epoch)"] if sync_s > 0 else [])
     compute = (per_worker_values(even_last.get("worker_compute_s"))
                if even_last is not None else None)
     if compute is not None and len(compute) == 2 and compute[0] > times[1] / 2:
