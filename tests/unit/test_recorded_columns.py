@@ -259,6 +259,10 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "subset a model's trials ran") in sheet.answers
     assert ("4.0% between two trials of one seed (5.1% where one was timed over one epoch)"
             in sheet.answers)
+    # ... the linear rule's pairs one a line (a review: a 600-word paragraph).
+    assert ("beyond the sweep's accuracy noise):\n\n- lr 0.1 on 1 worker reached 0.799"
+            in sheet.answers)
+    assert "\n- lr 0.4 on 1 worker reached 0.850 (mean of 3 seeds)" in sheet.answers
     # ... each section opens with its answer, decided as the paragraphs below decide it.
     sections = sheet.answers.split("\n### ")[1:8]
     assert [section.split("\n\n")[2].startswith("**In short:** ") for section in sections] == [

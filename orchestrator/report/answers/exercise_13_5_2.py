@@ -79,21 +79,23 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     # The table's verdicts in the sentences' words (its codes are linear_rule's).
     paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
         held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
-    pairs = "; ".join(
-        f"lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
+    pairs = "\n".join(
+        f"- lr {row.lr_1_worker:g} on 1 worker reached {row.acc_1_worker:.3f} "
         f"({learned_seeds_text(row.seeds_1_worker, row.not_learned_1_worker)}), "
         f"lr {row.scaled_lr:g} on {row.num_workers} workers "
         f"(global batch {row.global_batch_size}) {row.acc_scaled:.3f} "
         f"({learned_seeds_text(row.seeds_scaled, row.not_learned_scaled)}), "
         f"{_rule_pair_versus(row, noise)} it: the rule "
-        f"{verdict_text(row.held, not np.isnan(row.p), _resolution(row, noise))}"
+        f"{verdict_text(row.held, not np.isnan(row.p), _resolution(row, noise))}."
         for row in rule.itertuples())
-    sentences.append(f"The linear scaling rule (k times the batch at k times the lr, the same "
-                     f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
-                     f"called only "
-                     f"at p < {SIGNIFICANCE:g} by a t test on the seeds (Welch's where both "
-                     f"have two or more, else against the sweep's pooled seed spread; without "
-                     f"replicas, beyond the sweep's accuracy noise): {pairs}.")
+    # One pair a line: each is a sentence of its own, with its test.
+    best_paragraph, sentences = " ".join(sentences), []
+    rule_paragraph = (f"The linear scaling rule (k times the batch at k times the lr, the same "
+                      f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
+                      f"called only "
+                      f"at p < {SIGNIFICANCE:g} by a t test on the seeds (Welch's where both "
+                      f"have two or more, else against the sweep's pooled seed spread; without "
+                      f"replicas, beyond the sweep's accuracy noise):\n\n{pairs}")
     epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
     if verdicts & {"no", *FAILED}:
@@ -116,8 +118,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
              + (f"; {best_against_best[1]}" if best_against_best else "")
              + f". The linear scaling rule (k times the lr for k times the batch), tested at "
                f"each k workers' lr: {rule_found(rule)}.")
-    return [in_short(short), *paragraphs, " ".join(sentences), *_warmup(summary, noise),
-            "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+    return [in_short(short), *paragraphs, best_paragraph, rule_paragraph, " ".join(sentences),
+            *_warmup(summary, noise), "`test_acc_vs_lr.png` plots test accuracy against the lr."]
 
 
 def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
