@@ -274,19 +274,23 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "0.4 on 2 workers (global batch 512), each not told apart from the next best",
             # A 9th review: the cause said only where the sync times differ too.
             "Here, at 2 workers through gloo, sharded's epochs were 1.08x shorter than root's, "
-            "though at 2 both move the same bytes, and their seconds in sync were not told "
-            "apart: this sweep does not locate the gap.",
+            "but their seconds in sync were not told apart: this sweep does not locate the gap.",
+            # A 10th review: the ring's gain in time from 2 workers on, bytes from 3.
+            "the ring takes 2(k-1)/k of a gradient's time where root takes 2(k-1), half at 2 "
+            "workers",
+            # ... and the wait that bounds two steps in flight is on the update, not the loss.
+            "waits for step t's update to end before it queues step t+2",
             "at its best lr 2 workers' accuracy was lower than 1 worker's at its own (0.813 "
             "against 0.850)",
             "Against the best single process (2 threads in one, which use the same cores) its "
-            "epochs were 1.11x shorter than that process's.",
+            "epochs were 1.11x shorter (seed 0) than that process's.",
             "Here 2 workers scored the test set in 0.47 s against 1 worker's 0.83 s.",
             "Its first part, ResNet-18 over epochs, batch sizes and lrs, is not answered here",
             "the model predicts ResNet-18's epoch up to 14.2x as fast on the p2.16xlarge's 16 "
             "GPUs with DDP's ring (a ceiling",
             # Seed for seed, as the paragraph's test: 14.6 s against 12.2 s, not the means'.
             "that split's epochs were 1.38x shorter than an even split's, and 1.20x shorter "
-            "than the fast worker's alone",
+            "(seed 0) than the fast worker's alone",
             "here its epochs were not told apart from bucketed's and its accuracy was lower "
             "than the synchronous optimizer's (0.810 against 0.829)"):
         assert short in sheet.answers, short

@@ -82,11 +82,12 @@ def ratio_text(time_s: float, other_s: float, noise: Noise, sides: Sides | bool 
     the test compared (seed for seed, where the sides share seeds), as it prints."""
     sign = times_differ(time_s, other_s, noise, sides, family)
     test = noise.time_spread.test(time_s, other_s, sides)
+    paired = ""
     if test is not None and test.subset:
-        time_s, other_s = test.time_s, test.other_s
+        time_s, other_s, paired = test.time_s, test.other_s, f" ({seeds_label(test.seeds)})"
     if sign < 0:
-        return f"{other_s / time_s:.2f}x shorter than"
-    return f"{time_s / other_s:.2f}x longer than" if sign > 0 else "not told apart from"
+        return f"{other_s / time_s:.2f}x shorter{paired} than"
+    return f"{time_s / other_s:.2f}x longer{paired} than" if sign > 0 else "not told apart from"
 
 
 def within_noise(time_s: float, other_s: float, noise: Noise,

@@ -28,8 +28,11 @@ ROOT_VS_RING_COMMAND = "python bench/root_vs_ring.py --workers 2,3,4 --rate 50mb
 SHORT = (
     "Summing a different part of the parameters on each worker (a reduce-scatter, then an "
     "all-gather) sends 2(k-1)/k of the gradients through every link at once, where the book's "
-    "allreduce sends k-1 copies through worker 0's while every other worker's carries one "
-    "and waits on it: fewer bytes on the busiest link from 3 workers on.")
+    "allreduce sends k-1 copies through worker 0's, one way after the other, while every "
+    "other worker's carries one and waits on it: on a link that bytes bound, the ring takes "
+    "2(k-1)/k of a gradient's time where root takes 2(k-1), half at 2 workers and less with "
+    "each worker more. Small messages are bound by latency instead, where the ring's 2(k-1) "
+    "steps a call can lose.")
 WHY_SPLIT = (
     "Why aggregating different parameters on different workers is more efficient: in the "
     "book's allreduce one worker receives, sums and sends back every gradient, so its link "
@@ -178,10 +181,10 @@ def _root_short(ranked: pd.DataFrame, k: int, wire: str, noise: Noise,
     sign = times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family)
     same = ""
     if k == 2 and sign:
-        same = (", though at 2 both move the same bytes: the gap is how root moves them, one "
+        same = (": at 2 both move the same bytes, and the gap is how root moves them, one "
                 "way after the other and a call per tensor" if _syncs_apart(mine, book, noise)
-                else ", though at 2 both move the same bytes, and their seconds in sync were "
-                     "not told apart: this sweep does not locate the gap")
+                else ", but their seconds in sync were not told apart: this sweep does not "
+                     "locate the gap")
     return (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
             f"epochs were {verdict} root's{same}.")
 
@@ -201,7 +204,9 @@ def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
     why = ""
     if k == 2:
         why = (": at 2 workers both move a step's gradients once each way (the table above), "
-               "so aggregating on different workers can save bytes only from 3 workers on")
+               "so aggregating on different workers saves bytes only from 3 workers on, but "
+               "time from 2 on a link that bytes bound: root's one receive, then one send, "
+               "take twice a link's time")
         if times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family):
             why += _root_gap(mine, book, noise)
     return (f"The exercise's aggregation on different workers (sharded) was {versus} the "

@@ -200,10 +200,12 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[s
              f"the model predicts ResNet-18's epoch up to {p2['speedup']:.1f}x as fast on the "
              f"p2.16xlarge's 16 GPUs with DDP's ring (a ceiling: its link's 12 GB/s is an "
              f"upper bound; {two_nodes['speedup']:.1f}x on two of today's 8-GPU nodes), but "
-             f"about {data_parallel['speedup']:.1f}x with the book's own nn.DataParallel, "
-             f"whose one process, not the link, would limit it. A global "
+             f"about {data_parallel['speedup']:.1f}x with the book's own nn.DataParallel "
+             f"(its overhead extrapolated from the book's one 2-GPU epoch), whose one process, "
+             f"not the link, would limit it. A global "
              f"batch of {int(p2['global_batch_size'])} makes {steps_large} updates an epoch "
-             f"where 256 makes {steps_book}, so its lr and epochs must be re-tuned (13.5.2): "
+             f"where 256 makes {steps_book} (the book's loader, its last batch partial), so "
+             f"its lr and epochs must be re-tuned (13.5.2): "
              f"a faster epoch is not a faster route to the same accuracy.")
     return [markdown_table(table), " ".join(sentences)], short
 

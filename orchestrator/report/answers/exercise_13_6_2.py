@@ -94,8 +94,10 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
         "of very different speed, an even split makes the GPU wait for the CPU at every step; "
         "the proportional split gives each its share, but the gain is bounded by the slow "
-        "device's share of the work, small when the CPU is much slower, and its cost is "
-        "re-timing every device and re-splitting the batch."))
+        "device's share of the work, small when the CPU is much slower, and its costs are "
+        "re-timing every device and re-splitting the batch, the gradients crossing between GPU "
+        "and CPU at every sum, and the CPU's own share slowing it as the GPU's host (its data "
+        "loading and kernel launches): two workers sharing a node, as here, slow each other."))
     short = (f"Divide each step's batch in proportion to each device's measured speed. Beside "
              f"a worker slowed {slowdown:g}x that split's epochs were "
              f"{ratio_text(proportional_s, even_s, noise, pair)} an even split's")
@@ -104,7 +106,9 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         beside = ratio_text(proportional_s, alone_s, noise, sides_of(proportional, alone))
         short += f", and {beside} the fast worker's alone"
     short += (". Worth it while the slow device adds a good part of the fast one's speed: its "
-              "share bounds the gain, and the split costs re-timing every device.")
+              "share bounds the gain, and the split costs re-timing every device, the gradients "
+              "crossing between the devices at every sum and, where the CPU also hosts the GPU, "
+              "its own work slowing the GPU's feeding.")
     return [in_short(short), markdown_table(table), " ".join(sentences)]
 
 

@@ -32,13 +32,14 @@ DROPPED_WAIT = (
 SHORT = (
     "Without the wait the epoch's timer stops when the work is queued, not done: epochs "
     "look shorter, and training is no faster. Two steps overlap and leave SGD as it is when "
-    "the host queues step t+1 while the device runs step t, and waits for step t before it "
-    "queues step t+2.")
+    "the host queues step t+1 while the device runs step t, and waits for step t's update to "
+    "end before it queues step t+2.")
 OVERLAP = (
     "An overlap of up to two steps can leave the optimizer as it is: the host queues step "
-    "t+1 while the device still runs step t, and waits for step t's result (MXNet's "
-    "`wait_to_read()` on its loss, a CUDA event in PyTorch) before it queues step t+2, so "
-    "that no more than two steps are in flight. The engine runs each step after the one whose "
+    "t+1 while the device still runs step t, and waits for step t to end (MXNet's "
+    "`wait_to_read()` on a parameter step t's update wrote, not on its loss, which is ready "
+    "after the forward; in PyTorch a CUDA event recorded after the optimizer's step) before "
+    "it queues step t+2, so that no more than two steps are in flight. The engine runs each step after the one whose "
     "weights it reads, so this is the same synchronous SGD; what overlaps is the host's work "
     "(Python, kernel launches, the next batch's copy) with the device's, and the wait bounds "
     "what queued steps hold. Within a step, the sums can also overlap the computation "
@@ -64,7 +65,8 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     dropped = DROPPED_WAIT.format(measured=(
         "; this sweep's workers are GPUs, but it times every epoch with the wait kept "
         "(torch.cuda.synchronize), so the difference is not measured here" if use_gpu else
-        ": this sweep's workers are CPUs, and the effect shows only on a GPU"))
+        ": this sweep's workers are CPUs, where PyTorch runs each operation to its end (MXNet's "
+        "engine queues on CPUs too), so the effect cannot show here"))
     usable = timed(summary[summary["status"] != Status.FAILED])
     delayed = timed(part_trials(summary, "delayed"))
     delayed = delayed[delayed["sync"] == "delayed"]
