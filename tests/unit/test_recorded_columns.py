@@ -263,6 +263,10 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     assert ("beyond the sweep's accuracy noise):\n\n- lr 0.1 on 1 worker reached 0.799"
             in sheet.answers)
     assert "\n- lr 0.4 on 1 worker reached 0.850 (mean of 3 seeds)" in sheet.answers
+    # ... the sheet's many tests read at a false discovery rate (a 10th review).
+    assert ("The answers print 36 p-values, 18 below 0.05" in sheet.answers
+            and "keeps 16 of the 18; read the findings at p = 0.034, p = 0.043 as tentative."
+            in sheet.answers)
     # ... each section opens with its answer, decided as the paragraphs below decide it.
     sections = sheet.answers.split("\n### ")[1:8]
     assert [section.split("\n\n")[2].startswith("**In short:** ") for section in sections] == [

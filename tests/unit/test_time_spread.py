@@ -18,7 +18,8 @@ from orchestrator.report.answers.noise import (MIN_TEST_DOF, LogSpread, Noise, S
                                                drift_adjusted, estimate_noise, log_spread,
                                                matched, of_means, prepared, seeds_label,
                                                sides_of)
-from orchestrator.report.answers.welch import holm, t_quantile, t_two_sided_p
+from orchestrator.report.answers.welch import (benjamini_hochberg, holm, t_quantile,
+                                               t_two_sided_p)
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import test_answers  # noqa: E402  (its hand-made exercises sweep)
@@ -95,6 +96,27 @@ def test_sides_that_share_seeds_are_compared_seed_for_seed_without_the_seeds_dri
         "1.06x faster (seed 0 on both sides, 9 s against 9.5 s; t = ")
     assert "seed 0 on both sides" in noise.time_noise_phrase((three, one))
     assert seeds_label((0.0, 1.0, 2.0)) == "seeds 0, 1 and 2"
+
+
+def test_the_sheets_p_values_are_counted_and_read_at_a_false_discovery_rate():
+    """A 10th review: dozens of tests at 0.05 each, Holm only within one ranking. The
+    sheet counts the p-values it prints (not Holm's adjusted ones, nor the level it
+    names) and says which the Benjamini-Hochberg procedure does not keep."""
+    # m = 4: 0.001 x 4/1, 0.02 x 4/2, 0.03 x 4/3, 0.5 x 4/4, each no more than the next.
+    assert benjamini_hochberg([0.03, 0.001, 0.5, 0.02]) == pytest.approx(
+        [0.04, 0.004, 0.5, 0.04])
+    assert benjamini_hochberg([0.01, 0.04, 0.045]) == pytest.approx([0.03, 0.045, 0.045])
+    from orchestrator.report.answers.sheet import tests_sentence
+    text = ("1.2x faster (t = -5.1, p < 1e-06) than; 1.1x (t = 2.9, p = 0.0073; Holm over 6 "
+            "comparisons, p = 0.029); told apart at p < 0.05 by Student's t; Fisher's exact "
+            "p = 0.4; t = 2.2, p = 0.034; p = 0.043")
+    assert tests_sentence(text) == (
+        "The answers print 5 p-values, 4 below 0.05, each a test at its own level (Holm's "
+        "adjustment is made within 13.5.3's ranking only): were there no difference anywhere, "
+        "about 1 in 20 would fall below 0.05 by chance. Over all of them the Benjamini-Hochberg "
+        "procedure (1995), at a false discovery rate of 5%, keeps 2 of the 4; read the findings "
+        "at p = 0.034, p = 0.043 as tentative.")
+    assert tests_sentence("no tests here") == ""
 
 
 def test_a_ranking_is_one_family_told_apart_by_holms_adjustment():

@@ -15,6 +15,7 @@ what a question needs, the answer says so and names the command that would
 provide it.
 """
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
+from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
@@ -242,7 +244,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
             lines += [f"### {title}", ""]
             for paragraph in paragraphs:
                 lines += [paragraph, ""]
-        return "\n".join(lines + _method(noise))
+        return "\n".join(lines + _method(noise, "\n".join(lines)))
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
@@ -261,7 +263,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
         lines += [f"### {number} {title}", "", f"> {question}", ""]
         for paragraph in paragraphs:
             lines += [paragraph, ""]
-    return "\n".join(lines + _method(noise))
+    return "\n".join(lines + _method(noise, "\n".join(lines)))
 
 
 # The heading of the closing section that says how the noise is estimated and tested.
@@ -278,5 +280,33 @@ def _noise_lead(noise) -> list[str]:
     return [lead, "", markdown_table(pd.DataFrame(noise.table_rows())), ""]
 
 
-def _method(noise) -> list[str]:
-    return [METHOD, "", noise.sentence(method=True), ""]
+def _method(noise, answers: str = "") -> list[str]:
+    tests = tests_sentence(answers)
+    return [METHOD, "", noise.sentence(method=True) + (f" {tests}" if tests else ""), ""]
+
+
+# A p-value the answers print: "p = 0.012", or "p < 1e-06"; not one Holm adjusted
+# (printed after the raw one it adjusts) nor the level "p < 0.05" a sentence names.
+_P_VALUE = re.compile(r"(?<!comparisons, )\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
+
+
+def tests_sentence(answers: str) -> str:
+    """How many p-values the answers print, how many below SIGNIFICANCE, and which of
+    those the Benjamini-Hochberg procedure over all of them does not keep at a false
+    discovery rate of SIGNIFICANCE: the sheet's many tests, each at its own level,
+    would otherwise find some of its differences by chance alone. Empty without any."""
+    p_values = [float(equal or below) for equal, below in _P_VALUE.findall(answers)]
+    if not p_values:
+        return ""
+    found = [p for p in p_values if p < SIGNIFICANCE]
+    weak = sorted(p for p, q in zip(p_values, benjamini_hochberg(p_values))
+                  if p < SIGNIFICANCE and not q < SIGNIFICANCE)
+    kept = (f"all {len(found)}" if not weak else f"{len(found) - len(weak)} of the {len(found)}")
+    return (f"The answers print {counted(len(p_values), 'p-value')}, {len(found)} below "
+            f"{SIGNIFICANCE:g}, each a test at its own level (Holm's adjustment is made within "
+            f"13.5.3's ranking only): were there no difference anywhere, about 1 in "
+            f"{round(1 / SIGNIFICANCE)} would fall below {SIGNIFICANCE:g} by chance. Over all "
+            f"of them the Benjamini-Hochberg procedure (1995), at a false discovery rate of "
+            f"{SIGNIFICANCE:.0%}, keeps {kept}"
+            + (f"; read the findings at {', '.join(p_text(p) for p in weak)} as tentative."
+               if weak else "."))

@@ -122,6 +122,19 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+def benjamini_hochberg(p_values: list[float]) -> list[float]:
+    """Benjamini and Hochberg's (1995) adjusted p-values (q-values), in their order: the
+    i-th smallest times m / i, never above an adjusted one after it, at most 1. Those
+    below a level keep the expected share of false findings among them under it."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index], reverse=True)
+    adjusted, lowest = [1.0] * len(p_values), 1.0
+    for position, index in enumerate(order):
+        rank = len(p_values) - position
+        lowest = min(lowest, len(p_values) * p_values[index] / rank)
+        adjusted[index] = lowest
+    return adjusted
+
+
 def p_text(p: float) -> str:
     """A p-value as the sheet prints it: "p = 0.0071", or "p < 1e-06" below that (the
     tail of a t distribution fitted on a few dozen trials says no more)."""
