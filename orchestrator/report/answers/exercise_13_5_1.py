@@ -96,13 +96,15 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"threads, {seconds_text(threads['epoch_s'])} s per epoch, "
             f"{seeds_text(threads['seeds'])}), {k} "
             f"one-thread workers were {', and '.join(against)}.")
-    short = ([in_short(_short(wide, fixed, speedups, k, noise) + (
-        f" Against the best single process ({threads['threads_per_worker']} threads in one, "
-        f"which use the same cores) its epochs were "
-        f"{ratio_text(wide['epoch_s'], threads['epoch_s'], noise, sides_of(wide, threads))} "
-        f"that process's." if threads is not None else "")
-        + " 13.5.2 re-tunes the lr for the larger batch.")]
-             if wide is not None and fixed is not None and len(speedups) == 2 else [])
+    short = []
+    if wide is not None and fixed is not None and len(speedups) == 2:
+        against = ("" if threads is None else
+                   f" Against the best single process ({threads['threads_per_worker']} threads "
+                   f"in one, which use the same cores) its epochs were "
+                   + ratio_text(wide["epoch_s"], threads["epoch_s"], noise,
+                                sides_of(wide, threads)) + " that process's.")
+        short = [in_short(f"{_short(wide, fixed, speedups, k, noise)}{against} 13.5.2 re-tunes "
+                          f"the lr for the larger batch.")]
     return [*short, *paragraphs, " ".join(sentences),
             "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
 

@@ -10,8 +10,7 @@ import pandas as pd
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
 from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
-                                                 syncs_not_told_apart,
-                                                 times_differ)
+                                                 syncs_not_told_apart, times_differ)
 from orchestrator.report.answers.noise import Noise, drift_adjusted, sides_of
 from orchestrator.report.answers.wording import (in_short, missing_part, one_worker_count,
                                                  percent, seeds_text)
