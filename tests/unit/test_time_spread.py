@@ -115,7 +115,11 @@ def test_the_sheets_p_values_are_counted_and_read_at_a_false_discovery_rate():
         "adjustment is made within 13.5.3's ranking only): were there no difference anywhere, "
         "about 1 in 20 would fall below 0.05 by chance. Over all of them the Benjamini-Hochberg "
         "procedure (1995), at a false discovery rate of 5%, keeps 2 of the 4; read the findings "
-        "at p = 0.034, p = 0.043 as tentative.")
+        "at p = 0.034, p = 0.043 as tentative. The answers' first paragraphs mark a verdict at p "
+        "from 0.01 up to 0.05 weak (each p counted once here).")
+    # A first paragraph's mark repeats a p-value printed below it: counted once.
+    assert tests_sentence(text + "; 1.02x shorter (weak: p = 0.034) than").startswith(
+        "The answers print 5 p-values, 4 below 0.05")
     assert tests_sentence("no tests here") == ""
 
 

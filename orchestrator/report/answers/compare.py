@@ -75,19 +75,42 @@ def times_differ(time_s: float, other_s: float, noise: Noise,
     return (-1 if shorter else 1) if family_p(test.p, family) < SIGNIFICANCE else 0
 
 
+# A verdict at a p-value from here up to SIGNIFICANCE is marked weak where an answer's
+# first paragraph states it: across the sheet's many tests, such a p is the likeliest
+# to be chance's (the Method reads them all at a false discovery rate).
+WEAK_FROM = 0.01
+
+
+def weak(p: float | None) -> str:
+    """"weak: p = 0.034" for a p-value from WEAK_FROM up to SIGNIFICANCE; else empty."""
+    return f"weak: {p_text(p)}" if p is not None and WEAK_FROM <= p < SIGNIFICANCE else ""
+
+
 def ratio_text(time_s: float, other_s: float, noise: Noise, sides: Sides | bool = False,
                family: list[float] | None = None) -> str:
     """`compare_times` in three words, to be followed by the other's name: "1.38x
     shorter than", "not told apart from" or "1.10x longer than"; the ratio of the times
-    the test compared (seed for seed, where the sides share seeds), as it prints."""
+    the test compared (seed for seed, where the sides share seeds, which it names), as
+    it prints, and a weak p-value marked (`weak`)."""
     sign = times_differ(time_s, other_s, noise, sides, family)
     test = noise.time_spread.test(time_s, other_s, sides)
-    paired = ""
+    notes = []
     if test is not None and test.subset:
-        time_s, other_s, paired = test.time_s, test.other_s, f" ({seeds_label(test.seeds)})"
+        time_s, other_s = test.time_s, test.other_s
+        notes.append(seeds_label(test.seeds))
+    if test is not None:
+        notes.append(weak(family_p(test.p, family)))
+    notes = "; ".join(note for note in notes if note)
+    notes = f" ({notes})" if notes else ""
     if sign < 0:
-        return f"{other_s / time_s:.2f}x shorter{paired} than"
-    return f"{time_s / other_s:.2f}x longer{paired} than" if sign > 0 else "not told apart from"
+        return f"{other_s / time_s:.2f}x shorter{notes} than"
+    return f"{time_s / other_s:.2f}x longer{notes} than" if sign > 0 else "not told apart from"
+
+
+def cells_p(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float | None:
+    """The p-value `cells_differ` decides by; None where no test decides it."""
+    test, _ = _cells_test(cell_row, other, noise)
+    return test.p if test is not None else None
 
 
 def within_noise(time_s: float, other_s: float, noise: Noise,

@@ -10,9 +10,9 @@ import pandas as pd
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, timed, with_speedups)
-from orchestrator.report.answers.compare import (cells_differ, compare_cells, compare_sync,
-                                                 compare_times, ratio_text,
-                                                 syncs_not_told_apart, times_differ)
+from orchestrator.report.answers.compare import (cells_differ, cells_p, compare_cells,
+                                                 compare_sync, compare_times, ratio_text,
+                                                 syncs_not_told_apart, weak)
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -112,17 +112,19 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
 def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noise) -> str:
     """The answer in two sentences: the two ways' speedups, which epoch was the
     shorter, and what the fewer updates did to the accuracy."""
-    faster = {-1: "its epochs were the shorter", 0: "their epochs were not told apart",
-              1: "its epochs were the longer"}[
-        times_differ(wide["epoch_s"], fixed["epoch_s"], noise, sides_of(wide, fixed))]
+    faster = (f"its epochs were "
+              f"{ratio_text(wide['epoch_s'], fixed['epoch_s'], noise, sides_of(wide, fixed))} "
+              f"the other way's")
     epochs = counted(wide["epochs_run"], "epoch")
     sign = -1 if none_learned(wide) else cells_differ(wide, fixed, noise)
+    marked = "" if none_learned(wide) else weak(cells_p(wide, fixed, noise))
     accuracy = (f"with 1/{k} of the updates an epoch it did not learn in {epochs}"
                 if none_learned(wide) else
                 f"with 1/{k} of the updates an epoch its accuracy after {epochs} was " + {
                     -1: "the lower", 0: "not told apart from the other's",
                     1: "the higher"}[sign]
-                + f" ({wide['final_test_acc']:.3f} against {fixed['final_test_acc']:.3f})")
+                + f" ({wide['final_test_acc']:.3f} against {fixed['final_test_acc']:.3f}"
+                + (f"; {marked})" if marked else ")"))
     return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}) ran "
             f"an epoch {speedups['the per-worker batch']:.2f}x as fast as 1 worker, keeping "
             f"the global batch {speedups['the global batch']:.2f}x: {faster}, "

@@ -25,6 +25,7 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
+from orchestrator.report.answers.compare import WEAK_FROM
 from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
@@ -287,11 +288,12 @@ def _method(noise, answers: str = "") -> list[str]:
 
 # A p-value the answers print: "p = 0.012", or "p < 1e-06"; not one Holm adjusted
 # (printed after the raw one it adjusts) nor the level "p < 0.05" a sentence names.
-_P_VALUE = re.compile(r"(?<!comparisons, )\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
+_P_VALUE = re.compile(r"(?<!comparisons, )(?<!weak: )\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
 
 
 def tests_sentence(answers: str) -> str:
-    """How many p-values the answers print, how many below SIGNIFICANCE, and which of
+    """How many p-values the answers print (a first paragraph's "weak: p = ..." repeats one
+    below it), how many below SIGNIFICANCE, and which of
     those the Benjamini-Hochberg procedure over all of them does not keep at a false
     discovery rate of SIGNIFICANCE: the sheet's many tests, each at its own level,
     would otherwise find some of its differences by chance alone. Empty without any."""
@@ -309,4 +311,6 @@ def tests_sentence(answers: str) -> str:
             f"of them the Benjamini-Hochberg procedure (1995), at a false discovery rate of "
             f"{SIGNIFICANCE:.0%}, keeps {kept}"
             + (f"; read the findings at {', '.join(p_text(p) for p in weak)} as tentative."
-               if weak else "."))
+               if weak else ".")
+            + f" The answers' first paragraphs mark a verdict at p from {WEAK_FROM:g} up to "
+              f"{SIGNIFICANCE:g} weak (each p counted once here).")
