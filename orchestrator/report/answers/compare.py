@@ -113,6 +113,14 @@ def cells_p(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float | None
     return test.p if test is not None else None
 
 
+def accuracy_verdict(cell_row: pd.Series, other: pd.Series, noise: Noise) -> tuple[str, str]:
+    """`cells_differ` in words for a first paragraph, to be followed by the other's name
+    ("lower than", "not told apart from", "higher than"), and its p's mark (`weak`)."""
+    verdict = {-1: "lower than", 0: "not told apart from", 1: "higher than"}[
+        cells_differ(cell_row, other, noise)]
+    return verdict, weak(cells_p(cell_row, other, noise))
+
+
 def within_noise(time_s: float, other_s: float, noise: Noise,
                  sides: Sides | bool = False) -> bool:
     """Whether two epoch times are within the range noise (`Noise.time_for`), the rule

@@ -11,8 +11,7 @@ import pandas as pd
 from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, none_learned, part_trials
-from orchestrator.report.answers.compare import (cells_differ, cells_p, compare_acc,
-                                                 compare_cells, weak)
+from orchestrator.report.answers.compare import accuracy_verdict, compare_acc, compare_cells
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
@@ -140,9 +139,8 @@ def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
             or none_learned(one) or none_learned(many)):
         return None
     k = counted(int(many["num_workers"]), "worker")
-    marked = weak(cells_p(many, one, noise))
-    verdict = {-1: "lower than", 0: "not told apart from", 1: "higher than"}[
-        cells_differ(many, one, noise)] + (f" ({marked})" if marked else "")
+    verdict, marked = accuracy_verdict(many, one, noise)
+    verdict += f" ({marked})" if marked else ""
     return (f"Each at its best lr, {k} (global batch {many['global_batch_size']}) reached "
             f"{many['final_test_acc']:.3f} ({acc_seeds_text(many)}), "
             f"{compare_cells(many, one, noise)} 1 worker's {one['final_test_acc']:.3f} "

@@ -8,9 +8,9 @@ import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
-from orchestrator.report.answers.compare import (cells_differ, cells_p, compare_cells,
+from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, compare_cells,
                                                  compare_sync, compare_times, ratio_text,
-                                                 syncs_not_told_apart, weak)
+                                                 syncs_not_told_apart)
 from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, seeds_label, sides_of
 from orchestrator.report.answers.welch import p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -198,9 +198,7 @@ def _delayed_short(arm: pd.Series, bound: pd.Series | None, twin: pd.Series | No
         beside = ratio_text(arm["epoch_s"], bound["epoch_s"], noise, sides_of(arm, bound))
         parts.append(f"its epochs were {beside} bucketed's")
     if twin is not None and not none_learned(arm) and not none_learned(twin):
-        verdict = {-1: "lower than", 0: "not told apart from", 1: "higher than"}[
-            cells_differ(arm, twin, noise)]
-        marked = weak(cells_p(arm, twin, noise))
+        verdict, marked = accuracy_verdict(arm, twin, noise)
         parts.append(f"its accuracy was {verdict} the synchronous optimizer's "
                      f"({arm['final_test_acc']:.3f} against {twin['final_test_acc']:.3f}"
                      + (f"; {marked})" if marked else ")"))
