@@ -139,6 +139,12 @@ def rate(row: pd.Series) -> float:
     return row["steps_per_epoch"] * row["global_batch_size"] / row["epoch_s"]
 
 
+def sync_seconds(row: pd.Series) -> float:
+    """A cell's (or trial's) seconds an epoch in gradient sync: its sync share of its
+    epoch time, as `sides_of(..., "sync_s")` takes each seed's."""
+    return row["sync_share"] * row["epoch_s"]
+
+
 def speedup_over(many: pd.Series, one: pd.Series) -> float:
     """`many`'s throughput over `one`'s: the ratio of the two epoch times printed
     beside it (each epoch the same examples, its steps of one global batch)."""

@@ -9,7 +9,8 @@ import pandas as pd
 
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
-                                               part_trials, speedup_over, timed, with_speedups)
+                                               part_trials, speedup_over, sync_seconds, timed,
+                                               with_speedups)
 from orchestrator.report.answers.compare import (cells_differ, cells_p, compare_cells,
                                                  compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart, weak)
@@ -135,7 +136,7 @@ def _fewer_sums(wide: pd.Series, fixed: pd.Series, noise: Noise) -> str:
     """The per-worker batch's saving in gradient sync: a sum's cost is the gradient's
     bytes whatever the batch, and its epoch makes fewer steps, so fewer sums; tested
     as sync times are (`compare_sync`). Empty where an arm has no sync seconds."""
-    wide_sync, fixed_sync = (arm["sync_share"] * arm["epoch_s"] for arm in (wide, fixed))
+    wide_sync, fixed_sync = (sync_seconds(arm) for arm in (wide, fixed))
     if not (wide_sync > 0 and fixed_sync > 0):
         return ""
     pair = sides_of(wide, fixed, "sync_s")

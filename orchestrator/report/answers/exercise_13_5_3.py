@@ -4,14 +4,16 @@ book's allreduce against a reduce-scatter and all-gather, and why aggregating
 different parameters on different workers is more efficient."""
 
 import itertools
+from typing import NamedTuple
 
 import pandas as pd
 
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
-from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
+from orchestrator.report.answers.cells import (cells, part_trials, sync_seconds, timed,
+                                               with_speedups)
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart, times_differ)
-from orchestrator.report.answers.noise import Noise, drift_adjusted, sides_of
+from orchestrator.report.answers.noise import Noise, Sides, drift_adjusted, sides_of
 from orchestrator.report.answers.wording import (in_short, missing_part, one_worker_count,
                                                  percent, seeds_text)
 from orchestrator.report.tables import markdown_table
@@ -76,8 +78,7 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
     add. Empty where sharded's sync took less than SHARDED_SYNC_RATIO times the
     fastest's (or the fastest's none), or the calibration timed not both around that
     size."""
-    sharded_sync, fastest_sync = (row["sync_share"] * row["epoch_s"] for row in (sharded,
-                                                                               fastest))
+    sharded_sync, fastest_sync = (sync_seconds(row) for row in (sharded, fastest))
     if (not gradient_bytes or not fastest_sync > 0
             or not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync):
         return ""
@@ -140,17 +141,42 @@ def _pairs_family(ranked: pd.DataFrame, noise: Noise) -> list[float] | None:
     return [test.p for test in tests] if tests and None not in tests else None
 
 
-def _root_gap(mine: pd.Series, book: pd.Series, noise: Noise) -> str:
+class _RootPair(NamedTuple):
+    """Sharded's and root's cells at one wire's `k` workers, as the exercise's own
+    question compares them: their sides, the sign of their epochs' gap (`times_differ`,
+    within the ranking's family) and, at 2 workers where that gap is told apart,
+    whether their seconds in sync are too (`_syncs_apart`)."""
+    mine: pd.Series
+    book: pd.Series
+    pair: Sides
+    sign: int
+    syncs_apart: bool
+
+
+def _root_pair(ranked: pd.DataFrame, k: int, noise: Noise,
+               family: list[float] | None = None) -> _RootPair | None:
+    """The `_RootPair` of one wire's ranked cells; None where sharded or root did not run."""
+    sharded, root = (ranked[ranked["sync"] == sync] for sync in ("sharded", "root"))
+    if sharded.empty or root.empty:
+        return None
+    mine, book = sharded.iloc[0], root.iloc[0]
+    pair = sides_of(mine, book)
+    sign = times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family)
+    return _RootPair(mine, book, pair, sign, k == 2 and bool(sign)
+                     and _syncs_apart(mine, book, noise))
+
+
+def _root_gap(mine: pd.Series, book: pd.Series, noise: Noise, syncs_apart: bool) -> str:
     """Where sharded's epoch and root's differ at 2 workers, whose bytes are the same:
     the ways root moves them, where their seconds in sync differ too; else that the
     sums do not hold the gap."""
-    if _syncs_apart(mine, book, noise):
+    if syncs_apart:
         return ("; the gap here comes then from how root moves them: worker 0 receives "
                 "and then sends, one after the other (twice a link's time for the same "
                 "bytes), and with a blocking call per parameter tensor (the book's loop), "
                 "where sharded makes two collectives a step over one flat buffer; this "
                 "sweep does not tell which")
-    syncs = [row["sync_share"] * row["epoch_s"] for row in (mine, book)]
+    syncs = [sync_seconds(row) for row in (mine, book)]
     versus = compare_sync(*syncs, noise, sides_of(mine, book, "sync_s")).removesuffix(" from")
     return (f"; yet their seconds in sync, {seconds_text(syncs[0], 2)} s against root's "
             f"{seconds_text(syncs[1], 2)} s, were {versus}: the gap is not located in the "
@@ -162,26 +188,23 @@ def _syncs_apart(row: pd.Series, other: pd.Series, noise: Noise) -> bool:
     True where they were not recorded or the sweep has no test of them."""
     if any(pd.isna(cell_row.get("sync_share")) for cell_row in (row, other)):
         return True
-    syncs = [cell_row["sync_share"] * cell_row["epoch_s"] for cell_row in (row, other)]
+    syncs = [sync_seconds(cell_row) for cell_row in (row, other)]
     if not all(value > 0 for value in syncs):
         return False
     return not syncs_not_told_apart(*syncs, noise, sides_of(row, other, "sync_s"))
 
 
-def _root_short(ranked: pd.DataFrame, k: int, wire: str, noise: Noise,
+def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
                 family: list[float] | None) -> str:
     """`_against_root`'s verdict in a sentence for the section's first paragraph."""
-    sharded, root = (ranked[ranked["sync"] == sync] for sync in ("sharded", "root"))
-    if sharded.empty or root.empty:
+    if root is None:
         return ""
-    mine, book = sharded.iloc[0], root.iloc[0]
-    pair = sides_of(mine, book)
-    verdict = ratio_text(mine["epoch_s"], book["epoch_s"], noise, pair, family)
-    sign = times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family)
+    mine, book = root.mine, root.book
+    verdict = ratio_text(mine["epoch_s"], book["epoch_s"], noise, root.pair, family)
     same = ""
-    if k == 2 and sign:
+    if k == 2 and root.sign:
         same = (": at 2 both move the same bytes, and the gap is how root moves them, one "
-                "way after the other and a call per tensor" if _syncs_apart(mine, book, noise)
+                "way after the other and a call per tensor" if root.syncs_apart
                 else ", but their seconds in sync were not told apart: this sweep does not "
                      "locate the gap")
     return (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
@@ -189,25 +212,24 @@ def _root_short(ranked: pd.DataFrame, k: int, wire: str, noise: Noise,
 
 
 def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
-                  family: list[float] | None = None) -> str:
+                  family: list[float] | None = None, root: _RootPair | None = None) -> str:
     """The exercise's own question, put to one wire's cells at `k` workers: was its
     aggregation on different workers (sharded) faster than the book's allreduce
-    (root)? Adjusted within `family` (`_pairs_family`); empty where one of them did
-    not run."""
-    sharded, root = (ranked[ranked["sync"] == sync] for sync in ("sharded", "root"))
-    if sharded.empty or root.empty:
+    (root)? Adjusted within `family` (`_pairs_family`); `root`: their `_RootPair`
+    where the caller has it; empty where one of them did not run."""
+    root = root or _root_pair(ranked, k, noise, family)
+    if root is None:
         return ""
-    mine, book = sharded.iloc[0], root.iloc[0]
-    pair = sides_of(mine, book)
-    versus = compare_times(mine["epoch_s"], book["epoch_s"], noise, pair, family=family)
+    mine, book = root.mine, root.book
+    versus = compare_times(mine["epoch_s"], book["epoch_s"], noise, root.pair, family=family)
     why = ""
     if k == 2:
         why = (": at 2 workers both move a step's gradients once each way (the table above), "
                "so aggregating on different workers saves bytes only from 3 workers on, but "
                "time from 2 on a link that bytes bound: root's one receive, then one send, "
                "take twice a link's time")
-        if times_differ(mine["epoch_s"], book["epoch_s"], noise, pair, family):
-            why += _root_gap(mine, book, noise)
+        if root.sign:
+            why += _root_gap(mine, book, noise, root.syncs_apart)
     return (f"The exercise's aggregation on different workers (sharded) was {versus} the "
             f"book's allreduce (root, {seconds_text(book['epoch_s'])} s, "
             f"{seeds_text(book['seeds'])}){why}.")
@@ -306,8 +328,9 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
         if not sharded.empty and fastest["sync"] != "sharded":
             sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,
                                                           gradient_bytes, sums, noise)] if text]
-        sentences += [text for text in [_against_root(ranked, k, noise, family)] if text]
-        measured = measured or _root_short(ranked, k, wire, noise, family)
+        root = _root_pair(ranked, k, noise, family)
+        sentences += [text for text in [_against_root(ranked, k, noise, family, root)] if text]
+        measured = measured or _root_short(root, k, wire, noise, family)
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))

@@ -6,7 +6,7 @@ and the ideal split for the speeds measured."""
 import pandas as pd
 
 from orchestrator.records import seconds_text
-from orchestrator.report.answers.cells import at_workers, part_trials, timed
+from orchestrator.report.answers.cells import at_workers, part_trials, sync_seconds, timed
 from orchestrator.report.answers.compare import compare_times, ratio_text, times_differ
 from orchestrator.report.answers.noise import Noise, Side, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, percent, seeds_text
@@ -129,7 +129,7 @@ def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Serie
             f"split and the sum free; the proportional split reached {reached:.2f}x")
     if reached >= best:
         return text + ": all of it."
-    sync_s = proportional["sync_share"] * proportional["epoch_s"]
+    sync_s = sync_seconds(proportional)
     rest = ([f"its time in sync, the sums and the waits for the other worker inside them "
              f"({seconds_text(sync_s, 2)} s an epoch)"] if sync_s > 0 else [])
     compute = (per_worker_values(even_last.get("worker_compute_s"))

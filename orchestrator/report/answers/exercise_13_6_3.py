@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
-from orchestrator.report.answers.cells import at_workers, cell, none_learned, part_trials, timed
+from orchestrator.report.answers.cells import (at_workers, cell, none_learned, part_trials,
+                                               sync_seconds, timed)
 from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, compare_cells,
                                                  compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart)
@@ -153,7 +154,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
                 f"{arm['final_test_acc']:.3f} at lr {arm['lr']:g}: the smaller lr did not help "
                 f"it here, so this sweep does not show it needing one.")
     if bound is not None and not use_gpu:
-        waits = arm["sync_share"] * arm["epoch_s"], bound["sync_share"] * bound["epoch_s"]
+        waits = sync_seconds(arm), sync_seconds(bound)
         hidden = max(1 - waits[0] / waits[1], 0.0) if waits[1] > 0 else 0.0
         both = (f"{seconds_text(waits[0], 2)} s of waiting per epoch against "
                 f"{seconds_text(waits[1], 2)} s, {seeds_text(arm['seeds'])} and "
