@@ -32,7 +32,8 @@ def test_a_cells_means_are_per_seed_means_averaged_nan_skipped(seed):
     for column in MEASURES:
         assert got[column] == pytest.approx(per_seed[column].mean(), nan_ok=True), column
     assert got["seeds"] == trials["seed"].nunique()
-    assert got["seed_accs"] == pytest.approx(tuple(per_seed["final_test_acc"]))
+    assert got["seed_ids"] == tuple(per_seed.index.astype(float))
+    assert got["by_seed"]["final_test_acc"] == pytest.approx(tuple(per_seed["final_test_acc"]))
     failed = (trials["final_train_loss"] > 2).groupby(trials["seed"]).any()
     assert got["not_learned"] == failed.sum()
     learned_acc = per_seed["final_test_acc"][~failed].mean()

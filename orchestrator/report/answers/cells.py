@@ -82,16 +82,17 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].to_dict()
     row.update(zip(measures, means.tolist()))
     row["seeds"] = len(seeds)
-    # Each seed's times, for comparisons made seed for seed (`noise.matched`).
+    # Each seed's times and accuracy, for comparisons made seed for seed
+    # (`noise.matched`, `Noise.seed_test`).
     row["seed_ids"] = tuple(seeds.tolist())
     row["by_seed"] = {column: tuple(per_seed[:, measures.index(column)].tolist())
-                      for column in ("epoch_s", "eval_s") if column in measures}
+                      for column in ("epoch_s", "eval_s", "final_test_acc")
+                      if column in measures}
     if {"epoch_s", "sync_share"} <= set(measures):
         row["by_seed"]["sync_s"] = tuple((per_seed[:, measures.index("epoch_s")]
                                           * per_seed[:, measures.index("sync_share")]).tolist())
     accs = (per_seed[:, measures.index("final_test_acc")] if "final_test_acc" in measures
             else None)
-    row["seed_accs"] = tuple(accs[~np.isnan(accs)].tolist()) if accs is not None else ()
     failed = np.zeros(len(seeds), dtype=bool)
     np.logical_or.at(failed, which, ~learned(trials).to_numpy(dtype=bool)[has_seed])
     row["not_learned"] = int(failed.sum())

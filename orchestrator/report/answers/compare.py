@@ -6,10 +6,11 @@ import math
 
 import pandas as pd
 
-from orchestrator.report.answers.noise import (UNTESTED_SYNC, LogSpread, Noise, Sides, TimeTest,
-                                               any_single, seeds_label)
-from orchestrator.report.answers.welch import SIGNIFICANCE, PooledT, Welch, holm, p_text
-from orchestrator.report.answers.wording import percent
+from orchestrator.report.answers.noise import (UNTESTED_SYNC, LogSpread, Noise, Side, Sides,
+                                               TimeTest, any_single)
+from orchestrator.report.answers.welch import (SIGNIFICANCE, PooledT, SeedForSeedT, Welch, holm,
+                                               p_text)
+from orchestrator.report.answers.wording import percent, seeds_label
 
 
 def compare_times(time_s: float, other_s: float, noise: Noise, sides: Sides | bool = False,
@@ -107,6 +108,13 @@ def ratio_text(time_s: float, other_s: float, noise: Noise, sides: Sides | bool 
     return f"{time_s / other_s:.2f}x longer{notes} than" if sign > 0 else "not told apart from"
 
 
+def cells_gap(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float:
+    """`cell_row`'s final test accuracy less `other`'s, as `compare_cells` prints it: of
+    the seeds both ran where its test compared those only (`acc_gap`)."""
+    test, _ = _cells_test(cell_row, other, noise)
+    return acc_gap(cell_row["final_test_acc"], other["final_test_acc"], test)
+
+
 def cells_p(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float | None:
     """The p-value `cells_differ` decides by; None where no test decides it."""
     test, _ = _cells_test(cell_row, other, noise)
@@ -162,13 +170,19 @@ def syncs_not_told_apart(sync_s: float, other_s: float, noise: Noise,
     return test is not None and not test.p < SIGNIFICANCE
 
 
+# What `Noise.seed_test` returns: the test two accuracies' seeds were told apart by.
+AccuracyTest = SeedForSeedT | Welch | PooledT
+
+
 def compare_acc(acc: float, other_acc: float, noise: Noise,
-                test: Welch | PooledT | None = None, sizes: tuple[int, int] = (0, 0)) -> str:
+                test: AccuracyTest | None = None, sizes: tuple[int, int] = (0, 0)) -> str:
     """As `compare_times`, for test accuracies: "0.031 higher than" or "within noise (...)
     of"; with `test` (`Noise.seed_test` of the two sides' `sizes` seeds) decided by it,
     not by the sweep's noise (the largest range of any one configuration's seeds, which
-    would call a gap the seeds resolve noise)."""
-    gap = acc - other_acc
+    would call a gap the seeds resolve noise). The gap is the test's: where it compared
+    the seeds both sides ran, fewer than a side's, of the means over those (its text
+    gives them)."""
+    gap = acc_gap(acc, other_acc, test)
     figures = f" ({test.text(sizes)})" if test is not None else ""
     if told_apart(gap, noise, test):
         return f"{abs(gap):.3f} {'higher' if gap > 0 else 'lower'}{figures} than"
@@ -177,7 +191,15 @@ def compare_acc(acc: float, other_acc: float, noise: Noise,
     return f"within noise ({abs(gap):.3f} apart, noise {noise.acc_label()}) of"
 
 
-def told_apart(gap: float, noise: Noise, test: Welch | PooledT | None = None) -> bool:
+def acc_gap(acc: float, other_acc: float, test: AccuracyTest | None) -> float:
+    """`acc` less `other_acc`; where `test` compared the seeds both sides ran, fewer
+    than a side's, its means' gap."""
+    if isinstance(test, SeedForSeedT) and test.subset:
+        return test.mean - test.other_mean
+    return acc - other_acc
+
+
+def told_apart(gap: float, noise: Noise, test: AccuracyTest | None = None) -> bool:
     """Whether an accuracy gap is a finding: by `test` at p < SIGNIFICANCE where there
     is one, else beyond the sweep's accuracy noise."""
     return test.p < SIGNIFICANCE if test is not None else abs(gap) > noise.acc
@@ -186,9 +208,9 @@ def told_apart(gap: float, noise: Noise, test: Welch | PooledT | None = None) ->
 def compare_cells(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
     """`compare_acc` of two cells' final test accuracies where every seed learned (a
     seed that did not learn is a failure the sentence names, not a spread), by
-    `Noise.seed_test` on their seeds (`cell`'s `seed_accs`): Welch's t where both
-    have two or more, Student's t on the sweep's pooled seed spread where one has
-    one; else by the sweep's noise."""
+    `Noise.seed_test` on their seeds (`cell`'s `by_seed`): seed for seed where they
+    share seeds, else Welch's t where both have two or more, Student's t on the
+    sweep's pooled seed spread where one has one; else by the sweep's noise."""
     test, sizes = _cells_test(cell_row, other, noise)
     return compare_acc(cell_row["final_test_acc"], other["final_test_acc"], noise, test, sizes)
 
@@ -197,12 +219,12 @@ def cells_differ(cell_row: pd.Series, other: pd.Series, noise: Noise) -> int:
     """What `compare_cells` says, as a sign: 1 where `cell_row`'s accuracy is the
     higher beyond the noise (or significantly), -1 the lower, 0 not told apart."""
     test, _ = _cells_test(cell_row, other, noise)
-    gap = cell_row["final_test_acc"] - other["final_test_acc"]
+    gap = acc_gap(cell_row["final_test_acc"], other["final_test_acc"], test)
     return (1 if gap > 0 else -1) if told_apart(gap, noise, test) else 0
 
 
 def _cells_test(cell_row: pd.Series, other: pd.Series, noise: Noise
-                ) -> tuple[Welch | PooledT | None, tuple[int, int]]:
-    seeds = [list(row.get("seed_accs", ()) or ()) for row in (cell_row, other)]
+                ) -> tuple[AccuracyTest | None, tuple[int, int]]:
+    seeds = [dict(Side.of(row, "final_test_acc").by_seed) for row in (cell_row, other)]
     failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
     return (None if failed else noise.seed_test(*seeds)), (len(seeds[0]), len(seeds[1]))

@@ -93,9 +93,12 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     rule_paragraph = (f"The linear scaling rule (k times the batch at k times the lr, the same "
                       f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
                       f"called only "
-                      f"at p < {SIGNIFICANCE:g} by a t test on the seeds (Welch's where both "
-                      f"have two or more, else against the sweep's pooled seed spread; without "
-                      f"replicas, beyond the sweep's accuracy noise):\n\n{pairs}")
+                      f"at p < {SIGNIFICANCE:g} by a t test on the seeds ("
+                      + ("seed for seed on the seeds both sides ran, else " if
+                         noise.acc_seed_for_seed else "")
+                      + f"Welch's where both have two or more, else against the sweep's pooled "
+                      f"seed spread; without replicas, beyond the sweep's accuracy noise):"
+                      f"\n\n{pairs}")
     epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
     if verdicts & {"no", *FAILED}:
@@ -114,7 +117,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                         f"batch {row.global_batch_size})" for row in table.itertuples())
     short = (f"The best lr (the highest mean accuracy) was {each}"
              + (", each not told apart from the next best" if len(ties) == len(table) else
-                ", not each told apart from the next best" if ties else "")
+                f", the one on {' and '.join(counted(k, 'worker') for k in sorted(ties))} not "
+                f"told apart from the next best" if ties else "")
              + (f"; {best_against_best[1]}" if best_against_best else "")
              + f". The linear scaling rule (k times the lr for k times the batch), tested at "
                f"each k workers' lr: {rule_found(rule)}.")
@@ -151,7 +155,7 @@ def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
 
 def _rule_pair_versus(row, noise: Noise) -> str:
     """`compare_acc` of a linear_rule row's k workers with its 1 worker, by the row's
-    Welch test where it has one."""
+    t test where it has one."""
     return compare_acc(row.acc_scaled, row.acc_1_worker, noise, row.test,
                        (int(row.seeds_scaled), int(row.seeds_1_worker)))
 
@@ -232,8 +236,8 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
 def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> str:
     """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
     without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
-    rule's pairs are (`rule_verdict`: Welch's test where both sides have replicas,
-    else the accuracy noise)."""
+    rule's pairs are (`rule_verdict`: a t test on the seeds where there is one, else
+    the accuracy noise)."""
     warm = cell(arm)
     k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])

@@ -9,14 +9,14 @@ import pandas as pd
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, none_learned, part_trials,
                                                sync_seconds, timed)
-from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, compare_cells,
-                                                 compare_sync, compare_times, ratio_text,
-                                                 syncs_not_told_apart)
-from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, seeds_label, sides_of
+from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, cells_gap,
+                                                 compare_cells, compare_sync, compare_times,
+                                                 ratio_text, syncs_not_told_apart)
+from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, sides_of
 from orchestrator.report.answers.welch import p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  missing_part, one_worker_count, percent,
-                                                 seeds_text)
+                                                 seeds_label, seeds_text)
 
 
 DROPPED_WAIT = (
@@ -144,7 +144,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     half = at_workers(smaller, k) if not smaller.empty else None
     if half is not None:
         # The price at the tuned lr, for the smaller lr's to be read beside it.
-        tuned = ((float(arm["lr"]), float(twin["final_test_acc"] - arm["final_test_acc"]))
+        tuned = ((float(arm["lr"]), -cells_gap(arm, twin, noise))
                  if twin is not None and not none_learned(twin) and not none_learned(arm)
                  else None)
         sentences.append(_staleness_at(half, synchronous_at(summary, half), noise, tuned))
@@ -252,7 +252,7 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
         cells_differ(half, synchronous, noise)]
     beside = ""
     if tuned is not None and not none_learned(half):
-        gap, (tuned_lr, tuned_gap) = synchronous["final_test_acc"] - half["final_test_acc"], tuned
+        gap, (tuned_lr, tuned_gap) = -cells_gap(half, synchronous, noise), tuned
         beside = (f"; its gap, {gap:.3f}, is no smaller than at lr {tuned_lr:g} "
                   f"({tuned_gap:.3f}): these seeds give no sign that the smaller lr lowered the "
                   f"price" if round(gap, 3) >= round(tuned_gap, 3) else

@@ -199,9 +199,11 @@ def _edge(row: pd.Series, lrs: list[float]) -> str:
             else "highest" if row["best_lr"] == searched[-1] else "no")
 
 
-def per_seed(trials: pd.DataFrame, row) -> list[float]:
-    """The final test accuracies of a cell's seeds (trials of one seed averaged)."""
+def per_seed(trials: pd.DataFrame, row) -> dict[float, float]:
+    """The final test accuracies of a cell's seeds, {seed: accuracy} (trials of one
+    seed averaged), for `Noise.seed_test`."""
     same = trials[(trials["num_workers"] == row.num_workers)
                   & (trials["global_batch_size"] == row.global_batch_size)
                   & np.isclose(trials["lr"], row.lr)]
-    return list(same.groupby("seed")["final_test_acc"].mean())
+    means = same.groupby("seed")["final_test_acc"].mean()
+    return {float(seed): float(acc) for seed, acc in means.items()}

@@ -10,8 +10,10 @@ from orchestrator.report.answers.cells import cells, none_learned
 from orchestrator.report.answers.compare import told_apart
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, Welch,
-                                               detectable_gap, fisher_exact, seeds_to_resolve)
+from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, SeedForSeedT,
+                                               Welch, detectable_gap, fisher_exact,
+                                               seeds_to_resolve)
+from orchestrator.report.answers.wording import listed
 
 
 def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
@@ -43,8 +45,10 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                          "acc_scaled": many.final_test_acc, "seeds_scaled": many.seeds,
                          "t": test.t if test else np.nan,
                          "p": test.p if test else np.nan,
-                         # Which t: Welch's on both sides' seeds, or on the pooled spread.
+                         # Which t: seed for seed on the seeds both ran, Welch's on
+                         # both sides' seeds, or on the pooled spread.
                          "t_test": ("" if test is None else
+                                    "seed for seed" if isinstance(test, SeedForSeedT) else
                                     "Welch" if isinstance(test, Welch) else "pooled"),
                          "test": test,
                          "held": (held if held in DECIDED_BY_FAILURE
@@ -69,7 +73,7 @@ VERDICTS = {"yes": "held", "no": "did not hold",
 
 
 def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
-    """VERDICTS[held]; a lower accuracy that Welch's test did not call is "not
+    """VERDICTS[held]; a lower accuracy that a t test did not call is "not
     significantly" lower, which may still be beyond the single-trial noise, followed by
     `resolution` (`resolution_text`: what these seeds could have told apart); a failure
     to learn, followed by its counts (`failure_text`)."""
@@ -101,6 +105,8 @@ def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None)
     call at POWER, and the seeds a side that would call this one (`seeds_needed`: a
     test with three seeds a side calls only large drops, and "not refuted" says
     nothing of smaller ones); empty where no spread is known."""
+    if isinstance(test, SeedForSeedT):  # the seeds compared, each run on both sides
+        sizes = (len(test.seeds), len(test.seeds))
     needed = seeds_needed(gap, sizes, noise, test)
     if needed is None:
         return ""
@@ -116,9 +122,17 @@ def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None)
 def seeds_needed(gap: float, sizes: tuple[int, int], noise: Noise, test=None):
     """(seeds a side that would tell `gap` apart at POWER, more than `sizes` have, or
     None beyond MOST_SEEDS; the sd, degrees of freedom and whose spread they are
-    reckoned on), for the test that ran: Welch's on the two sides' own spread (its
-    degrees of freedom now, 2n - 2 with n seeds a side), Student's on the sweep's
-    pooled seed spread; None where neither spread is known."""
+    reckoned on), for the test that ran: seed for seed on the sweep's spread left once
+    each seed's shift is out (n seeds run on both sides), Welch's on the two sides'
+    own spread (its degrees of freedom now, 2n - 2 with n seeds a side), Student's on
+    the sweep's pooled seed spread; None where neither spread is known, or the pair was
+    tested on its own seed-for-seed differences (they spread unlike the sweep's: no
+    spread to reckon more seeds on)."""
+    if isinstance(test, SeedForSeedT):
+        if test.own:
+            return None
+        return (seeds_to_resolve(gap, test.sd, test.dof, fewest=max(sizes) + 1), test.sd,
+                test.dof, "the sweep's seed-for-seed spread")
     if isinstance(test, Welch) and test.sd > 0:
         return (seeds_to_resolve(gap, test.sd, fewest=max(sizes) + 1), test.sd, test.dof,
                 "the two sides' own seed spread")
@@ -133,9 +147,9 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
     """Did k times the batch at k times the lr reach 1 worker's accuracy? Where no
     seed of 1 worker's cell (`one`) learned, there is nothing to reach: "inconclusive";
     where none of the k workers' (`many`) did, and 1 worker's did, "failed". Else,
-    with replicas on both sides, Welch's test decides ("no": lower at p <
-    SIGNIFICANCE; "within noise": lower, not significantly); with one seed on a side,
-    the sweep's accuracy noise does ("no": lower by more than it)."""
+    with a t test on the seeds (`Noise.seed_test`), it decides ("no": lower at p <
+    SIGNIFICANCE; "within noise": lower, not significantly); without one, the sweep's
+    accuracy noise does ("no": lower by more than it)."""
     if one is not None and none_learned(one):
         return "inconclusive"
     if many is not None and none_learned(many):
@@ -176,5 +190,5 @@ def rule_found(rule: pd.DataFrame) -> str:
         found = [f"{OUTCOMES[held]} at lr {', '.join(f'{lr:g}' for lr in group['scaled_lr'])}"
                  for held in OUTCOMES for group in [rows[rows["held"] == held]]
                  if not group.empty]
-        parts.append(f"at global batch {batch} it {' and '.join(found)}")
+        parts.append(f"at global batch {batch} it {listed(found)}")
     return "; ".join(parts)

@@ -1,10 +1,14 @@
-"""Welch's t test of two accuracies' seeds, which decides where both sides have
-replicas whether a difference of accuracies is a finding, and the level it is
-called at."""
+"""The t tests that decide whether a difference of accuracies is a finding, and the
+level it is called at: seed for seed where the two sides ran seeds in common
+(`SeedForSeedT`), else Welch's on both sides' seeds, else Student's on the sweep's
+pooled seed spread where a side has one; with the F, Fisher's exact and the
+multiple-testing procedures the answers use beside them."""
 
 import functools
 import math
 from dataclasses import dataclass
+
+from orchestrator.report.answers.wording import seeds_label
 
 # A difference of accuracies is called at this two-sided level of Welch's test on
 # the replicas, where both sides have two seeds or more.
@@ -42,6 +46,94 @@ class PooledT:
     def text(self, sizes: tuple[int, int]) -> str:
         return (f"t = {self.t:.2f} on the sweep's pooled seed spread, sd {self.sd:.3f}, "
                 f"{p_text(self.p)}, {sizes[0]} and {sizes[1]} seeds")
+
+
+@dataclass(frozen=True)
+class SeedForSeedT:
+    """Student's t test of two sides run with the same seeds, compared seed for seed:
+    a seed fixes the initial weights and the order of the data in every arm, so each
+    seed's two accuracies share its luck. The sweep's accuracies are fitted as a
+    configuration's mean plus a shift per seed (`noise.estimate_noise`, a randomized
+    complete block design: Montgomery, 'Design and Analysis of Experiments', ch. 4);
+    `sd` is the spread left, on `dof` degrees of freedom, and the mean of n seeds'
+    differences has the standard error sd sqrt(2 / n). Where the pair's own
+    differences spread more than that allows (`spread_p`, an F test, below
+    SIGNIFICANCE), the pair does not spread as the sweep does, and it is tested on its
+    own differences instead (a paired t on n - 1 degrees of freedom, `own`).
+    `seeds`: those compared (both sides ran them), `mean` and `other_mean` each side's
+    mean over them, `subset` whether a side ran seeds the other did not (left out)."""
+
+    t: float
+    dof: float
+    p: float
+    sd: float
+    seeds: tuple[float, ...]
+    mean: float
+    other_mean: float
+    subset: bool = False
+    own: bool = False
+    spread_f: float = math.nan
+    """The pair's own differences' variance over the sweep's for a difference."""
+    spread_dof: tuple[float, float] = (0, 0)
+    """`spread_f`'s degrees of freedom: the pair's (n - 1) and the sweep's."""
+
+    def text(self, sizes: tuple[int, int] = (0, 0)) -> str:
+        shared = (f"{seeds_label(self.seeds)} on both sides, {self.mean:.3f} against "
+                  f"{self.other_mean:.3f}; " if self.subset else "")
+        which = "" if self.subset else f" on {seeds_label(self.seeds)}"
+        if self.own:
+            dof, other_dof = self.spread_dof
+            return (f"{shared}t = {self.t:.2f} seed for seed{which}, on the pair's own "
+                    f"differences, sd {self.sd:.3f}, as they spread more than the sweep's "
+                    f"(F = {self.spread_f:.1f}, above {f_quantile(dof, other_dof):.2f}, its "
+                    f"{1 - SIGNIFICANCE:.0%} point on {dof:g} and {other_dof:g} degrees of "
+                    f"freedom), {p_text(self.p)}")
+        return (f"{shared}t = {self.t:.2f} seed for seed{which}, sd {self.sd:.3f} once each "
+                f"seed's shift is out, {p_text(self.p)}")
+
+
+def seed_for_seed(a: dict, b: dict, sd: float, dof: float) -> SeedForSeedT | None:
+    """`SeedForSeedT` of two sides' accuracies by seed ({seed: accuracy}) on the seeds
+    both ran; None where they share none, or no spread is known."""
+    seeds = tuple(sorted(set(a) & set(b)))
+    if not seeds or not dof or not sd > 0:
+        return None
+    n, subset = len(seeds), len(seeds) < max(len(a), len(b))
+    mean, other_mean = (sum(side[seed] for seed in seeds) / n for side in (a, b))
+    differences = [a[seed] - b[seed] for seed in seeds]
+    if n > 1:
+        own_sd = math.sqrt(sum((d - (mean - other_mean)) ** 2 for d in differences) / (n - 1))
+        # A difference of two seeds' accuracies spreads by sd sqrt(2) where the pair
+        # spreads as the sweep does.
+        f = own_sd ** 2 / (2 * sd ** 2)
+        if f_upper_p(f, n - 1, dof) < SIGNIFICANCE:
+            t = (mean - other_mean) / (own_sd / math.sqrt(n))
+            return SeedForSeedT(t, n - 1, t_two_sided_p(t, n - 1), own_sd, seeds, mean,
+                                other_mean, subset, True, f, (n - 1, dof))
+    t = (mean - other_mean) / (sd * math.sqrt(2 / n))
+    return SeedForSeedT(t, dof, t_two_sided_p(t, dof), sd, seeds, mean, other_mean, subset)
+
+
+@functools.cache
+def f_quantile(dof: float, other_dof: float, level: float = SIGNIFICANCE) -> float:
+    """The f with `f_upper_p(f, dof, other_dof)` = `level`, by bisection."""
+    low, high = 0.0, 1e6
+    for _ in range(200):
+        middle = (low + high) / 2
+        if f_upper_p(middle, dof, other_dof) > level:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def f_upper_p(f: float, dof: float, other_dof: float) -> float:
+    """P(F >= f) for Fisher's F with (`dof`, `other_dof`) degrees of freedom: the
+    regularized incomplete beta I_x(other_dof/2, dof/2) at x = other_dof / (other_dof
+    + dof f)."""
+    if not f > 0:
+        return 1.0
+    return _incomplete_beta(other_dof / (other_dof + dof * f), other_dof / 2, dof / 2)
 
 
 def pooled_t(a: list[float], b: list[float], sd: float, dof: float) -> PooledT | None:

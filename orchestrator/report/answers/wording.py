@@ -40,6 +40,16 @@ def learned_seeds_text(count: int, not_learned: int | None) -> str:
             else f"{text}, {failed} of which did not learn")
 
 
+def listed(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def seeds_label(seeds: tuple[float, ...]) -> str:
+    """"seed 0", "seeds 0 and 1", "seeds 0, 1 and 2"."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + listed([f"{seed:g}" for seed in seeds])
+
+
 def in_short(text: str) -> str:
     """A section's first paragraph: its answer in a sentence or two, each figure
     decided as the paragraphs below it decide it (they give the tests)."""
