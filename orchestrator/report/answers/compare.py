@@ -115,6 +115,25 @@ def cells_gap(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float:
     return acc_gap(cell_row["final_test_acc"], other["final_test_acc"], test)
 
 
+def cells_seeds(cell_row: pd.Series, other: pd.Series, noise: Noise) -> tuple[float, ...]:
+    """The seeds `compare_cells` compared where they are fewer than a side ran (the
+    seeds both ran), else () (every seed)."""
+    test, _ = _cells_test(cell_row, other, noise)
+    return test.seeds if isinstance(test, SeedForSeedT) and test.subset else ()
+
+
+def gap_on(cell_row: pd.Series, other: pd.Series, seeds: tuple[float, ...]) -> float | None:
+    """`cell_row`'s final test accuracy less `other`'s on `seeds` (the mean of each
+    seed's difference), or of the means where `seeds` is empty; None where a side did
+    not run one of them."""
+    if not seeds:
+        return cell_row["final_test_acc"] - other["final_test_acc"]
+    sides = [dict(Side.of(row, "final_test_acc").by_seed) for row in (cell_row, other)]
+    if not all(seed in side for side in sides for seed in seeds):
+        return None
+    return sum(sides[0][seed] - sides[1][seed] for seed in seeds) / len(seeds)
+
+
 def cells_p(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float | None:
     """The p-value `cells_differ` decides by; None where no test decides it."""
     test, _ = _cells_test(cell_row, other, noise)
@@ -227,4 +246,5 @@ def _cells_test(cell_row: pd.Series, other: pd.Series, noise: Noise
                 ) -> tuple[AccuracyTest | None, tuple[int, int]]:
     seeds = [dict(Side.of(row, "final_test_acc").by_seed) for row in (cell_row, other)]
     failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
-    return (None if failed else noise.seed_test(*seeds)), (len(seeds[0]), len(seeds[1]))
+    return ((None if failed else noise.seed_test(*seeds, rows=(cell_row, other))),
+            (len(seeds[0]), len(seeds[1])))

@@ -11,7 +11,8 @@ import pandas as pd
 from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, none_learned, part_trials
-from orchestrator.report.answers.compare import accuracy_verdict, compare_acc, compare_cells
+from orchestrator.report.answers.compare import (acc_gap, accuracy_verdict, compare_acc,
+                                                 compare_cells)
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
@@ -22,7 +23,7 @@ from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOME
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
-                                                 learned_seeds_text, missing_part,
+                                                 learned_seeds_text, listed, missing_part,
                                                  one_worker_count)
 from orchestrator.report.noise_scale import learned
 from orchestrator.report.tables import markdown_table
@@ -117,8 +118,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                         f"batch {row.global_batch_size})" for row in table.itertuples())
     short = (f"The best lr (the highest mean accuracy) was {each}"
              + (", each not told apart from the next best" if len(ties) == len(table) else
-                f", the one on {' and '.join(counted(k, 'worker') for k in sorted(ties))} not "
-                f"told apart from the next best" if ties else "")
+                f", at {listed([counted(k, 'worker') for k in sorted(ties)])} not told apart "
+                f"from the next best" if ties else "")
              + (f"; {best_against_best[1]}" if best_against_best else "")
              + f". The linear scaling rule (k times the lr for k times the batch), tested at "
                f"each k workers' lr: {rule_found(rule)}.")
@@ -216,7 +217,7 @@ def _resolution(pair, noise: Noise) -> str:
     if pair.held in FAILED:
         return failure_text(learned_of(pair.seeds_scaled, pair.not_learned_scaled),
                             learned_of(pair.seeds_1_worker, pair.not_learned_1_worker))
-    return resolution_text(pair.acc_scaled - pair.acc_1_worker,
+    return resolution_text(acc_gap(pair.acc_scaled, pair.acc_1_worker, pair.test),
                            (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
 
@@ -277,9 +278,10 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
     test = (None if held in DECIDED_BY_FAILURE or warm["not_learned"] or one["not_learned"]
-            else noise.seed_test(per_seed(arm, warm), per_seed(trials, one)))
+            else noise.seed_test(per_seed(arm, warm), per_seed(trials, one), rows=(warm, one)))
+    gap = acc_gap(warm["final_test_acc"], one["final_test_acc"], test)
     if test is not None:
-        held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], test, noise)
+        held = rule_verdict(gap, test, noise)
     sizes = (int(warm["seeds"]), int(one["seeds"]))
     # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
     # counts compare them, not the means.
@@ -288,8 +290,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
                                  for cell_row in (warm, one)))
                   if held in FAILED else
-                  resolution_text(warm["final_test_acc"] - one["final_test_acc"], sizes, noise,
-                                  test))
+                  resolution_text(gap, sizes, noise, test))
     return sentence + (
         f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
         f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "

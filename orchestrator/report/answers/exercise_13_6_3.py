@@ -10,8 +10,9 @@ from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, none_learned, part_trials,
                                                sync_seconds, timed)
 from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, cells_gap,
-                                                 compare_cells, compare_sync, compare_times,
-                                                 ratio_text, syncs_not_told_apart)
+                                                 cells_seeds, compare_cells, compare_sync,
+                                                 compare_times, gap_on, ratio_text,
+                                                 syncs_not_told_apart)
 from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, sides_of
 from orchestrator.report.answers.welch import p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -144,7 +145,7 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     half = at_workers(smaller, k) if not smaller.empty else None
     if half is not None:
         # The price at the tuned lr, for the smaller lr's to be read beside it.
-        tuned = ((float(arm["lr"]), -cells_gap(arm, twin, noise))
+        tuned = ((float(arm["lr"]), arm, twin)
                  if twin is not None and not none_learned(twin) and not none_learned(arm)
                  else None)
         sentences.append(_staleness_at(half, synchronous_at(summary, half), noise, tuned))
@@ -229,8 +230,8 @@ def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:
 def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
                   tuned: tuple[float, float] | None = None) -> str:
     """The delayed arm at a smaller lr beside the synchronous optimizer at that lr;
-    `tuned`: (lr, the synchronous optimizer's accuracy less delayed's) at the arm's own
-    lr, beside which the smaller lr's gap is read."""
+    `tuned`: (lr, the delayed arm's cell, the synchronous optimizer's) at the arm's own
+    lr, whose gap on the same seeds the smaller lr's is read beside."""
     text = (f"Measured at a smaller lr: at lr {half['lr']:g} delayed reached "
             f"{half['final_test_acc']:.3f} ({acc_seeds_text(half)})")
     if synchronous is None:
@@ -252,11 +253,16 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
         cells_differ(half, synchronous, noise)]
     beside = ""
     if tuned is not None and not none_learned(half):
-        gap, (tuned_lr, tuned_gap) = -cells_gap(half, synchronous, noise), tuned
-        beside = (f"; its gap, {gap:.3f}, is no smaller than at lr {tuned_lr:g} "
-                  f"({tuned_gap:.3f}): these seeds give no sign that the smaller lr lowered the "
-                  f"price" if round(gap, 3) >= round(tuned_gap, 3) else
-                  f" (the gap at lr {tuned_lr:g}: {tuned_gap:.3f})")
+        # Both gaps on the seeds the comparison above compared (a gap of one seed beside
+        # one of three would mix the seeds' shifts into the comparison).
+        seeds, (tuned_lr, arm, twin) = cells_seeds(half, synchronous, noise), tuned
+        gap, tuned_gap = -cells_gap(half, synchronous, noise), gap_on(twin, arm, seeds)
+        on = f" on {seeds_label(seeds)}" if seeds else ""
+        if tuned_gap is not None:
+            beside = (f"; its gap{on}, {gap:.3f}, is no smaller than at lr {tuned_lr:g} "
+                      f"({tuned_gap:.3f}{on}): these seeds give no sign that the smaller lr "
+                      f"lowered the price" if round(gap, 3) >= round(tuned_gap, 3) else
+                      f" (the gap at lr {tuned_lr:g}{on}: {tuned_gap:.3f})")
     return text + (
         f", {compare_cells(half, synchronous, noise)} "
         f"synchronous SGD's {synchronous['final_test_acc']:.3f} at the same lr, global batch "

@@ -11,7 +11,7 @@ import pandas as pd
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned, part_trials
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.compare import told_apart
+from orchestrator.report.answers.compare import acc_gap, told_apart
 from orchestrator.report.answers.wording import seeds_text
 
 
@@ -132,7 +132,8 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                              + ")")
                 tied.append(column)
                 continue
-            test = noise.seed_test(seeds[best], seeds[column])
+            test = noise.seed_test(seeds[best], seeds[column],
+                                   rows=(_cell_at(means, here[best]), _cell_at(means, key)))
             if test is not None:
                 figures = test.text((len(seeds[best]), len(seeds[column])))
                 if told_apart(row[best] - row[column], noise, test):
@@ -140,7 +141,7 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
                 else:
                     close.append(f"{column} ({row[column]:.3f}; {figures})")
                     tied.append(column)
-                    gap = abs(row[best] - row[column])
+                    gap = abs(acc_gap(row[best], row[column], test))
                     if widest is None or gap > widest[0]:
                         widest = (gap, test, (len(seeds[best]), len(seeds[column])))
             else:

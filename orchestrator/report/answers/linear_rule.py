@@ -7,7 +7,7 @@ import pandas as pd
 
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
-from orchestrator.report.answers.compare import told_apart
+from orchestrator.report.answers.compare import acc_gap, told_apart
 from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, SeedForSeedT,
@@ -37,7 +37,9 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             # A t test on seeds some of which did not learn says nothing either.
             test = (None if held in DECIDED_BY_FAILURE or one.not_learned or many.not_learned
                     else noise.seed_test(*(per_seed(trials, cell_row)
-                                           for cell_row in (many, one))))
+                                           for cell_row in (many, one)), rows=(many, one)))
+            # The gap the test compared (the seeds both ran, where fewer than a side's).
+            gap = acc_gap(many.final_test_acc, one.final_test_acc, test)
             rows.append({"num_workers": many.num_workers,
                          "global_batch_size": many.global_batch_size,
                          "lr_1_worker": one.lr, "acc_1_worker": one.final_test_acc,
@@ -187,8 +189,15 @@ def rule_found(rule: pd.DataFrame) -> str:
     0.2, 0.4 and did not hold at lr 0.8"."""
     parts = []
     for batch, rows in rule.groupby("global_batch_size", sort=True):
-        found = [f"{OUTCOMES[held]} at lr {', '.join(f'{lr:g}' for lr in group['scaled_lr'])}"
-                 for held in OUTCOMES for group in [rows[rows["held"] == held]]
-                 if not group.empty]
-        parts.append(f"at global batch {batch} it {listed(found)}")
+        found, last = [], ""
+        for held, outcome in OUTCOMES.items():
+            lrs = rows[rows["held"] == held]["scaled_lr"]
+            if lrs.empty:
+                continue
+            verb, _, note = outcome.partition(" (")
+            at = f"at lr {', '.join(f'{lr:g}' for lr in lrs)}" + (f" ({note}" if note else "")
+            # "did not hold at lr 0.4, nor at lr 0.8 (no seed learned)"
+            found.append(f"nor {at}" if verb == last == "did not hold" else f"{verb} {at}")
+            last = verb
+        parts.append(f"at global batch {batch} it {listed(found).replace(' and nor ', ', nor ')}")
     return "; ".join(parts)

@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted
-from orchestrator.report.answers.welch import (SIGNIFICANCE, f_quantile, f_upper_p, pooled_t,
-                                              seed_for_seed, t_quantile, t_two_sided_p, welch)
+from orchestrator.report.answers.seed_blocks import (MIN_TEST_DOF, SeedBlocks, blocked_fit,
+                                                    seed_blocks)
+from orchestrator.report.answers.welch import (SIGNIFICANCE, pooled_t, t_quantile, t_two_sided_p,
+                                              welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, listed, percent, seeds_label
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
@@ -38,10 +40,8 @@ CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr
 # no sync (GradientSync.synchronize returns at once): their 1-worker trials are
 # the same work, and what separates their times is noise.
 IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
-# The fewest degrees of freedom a spread of times is tested on: with 1 or 2 (two or
-# three trials of repeated work) Student's t at p < 0.05 needs t > 12.7 or 4.3, and a
-# spread from so few trials is itself a guess; the range decides there instead.
-MIN_TEST_DOF = 3
+# The fewest degrees of freedom a spread of times is tested on (seed_blocks.py):
+# with fewer (two or three trials of repeated work), the range decides instead.
 # Why two sync times were not tested.
 UNTESTED_SYNC = (f"too few trials at two or more workers repeat work, fewer than "
                  f"{MIN_TEST_DOF} degrees of freedom")
@@ -282,40 +282,13 @@ def log_spread(groups: list, epoch_logs: list | None = None,
     epoch_sd, epoch_dof = _pooled([np.asarray(logs, dtype=float) for logs in epoch_logs or ()])
     if not dof:
         return LogSpread(epoch_sd=epoch_sd, epoch_dof=epoch_dof)
-    blocked = (_blocked([np.log(np.asarray(groups[index], dtype=float)) for index in repeated],
-                        [np.asarray(group_seeds[index], dtype=float) for index in repeated])
+    blocked = (blocked_fit([np.log(np.asarray(groups[index], dtype=float))
+                            for index in repeated],
+                           [np.asarray(group_seeds[index], dtype=float) for index in repeated])
                if group_seeds is not None else (math.nan, 0, ()))
     sources = tuple(sorted({names[index] for index in repeated})) if names else ()
     return LogSpread(sd, dof, sum(len(groups[index]) for index in repeated), len(repeated),
                      epoch_sd, epoch_dof, *blocked, sources)
-
-
-def _blocked(logs: list, seeds: list) -> tuple[float, int, tuple]:
-    """Least squares of the trials' log times (or the seeds' accuracies, `estimate_noise`)
-    on their group and their seed (a shift per seed beyond the first, shared by every
-    group): the residual standard deviation, its degrees of freedom and each seed's
-    shift; (NaN, 0, ()) where the
-    trials hold one seed, a trial has none, a seed's shift cannot be told from a
-    group's (it ran in one group only), or no degree of freedom is left."""
-    values, seed_of = np.concatenate(logs), np.concatenate(seeds)
-    known = ~np.isnan(seed_of)
-    distinct = np.unique(seed_of[known])
-    if len(distinct) < 2 or not known.all():
-        return math.nan, 0, ()
-    group_of = np.concatenate([np.full(len(group), index) for index, group in enumerate(logs)])
-    design = np.column_stack([group_of == index for index in range(len(logs))]
-                             + [seed_of == seed for seed in distinct[1:]]).astype(float)
-    coefficients, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
-    if rank < design.shape[1]:  # a seed run in one group only: its shift is that group's
-        return math.nan, 0, ()
-    residuals = values - design @ coefficients
-    dof = len(values) - int(rank)
-    squares = float((residuals ** 2).sum())
-    if dof < 1 or not squares > 0:
-        return math.nan, 0, ()
-    shifts = tuple((float(seed), float(shift))
-                   for seed, shift in zip(distinct[1:], coefficients[len(logs):]))
-    return math.sqrt(squares / dof), dof, shifts
 
 
 def _pooled(samples: list) -> tuple[float, int]:
@@ -370,32 +343,20 @@ class Noise:
     """The spread of an epoch's seconds in gradient sync (at two or more workers)."""
     eval_spread: LogSpread = LogSpread()
     """The spread of `eval_s`, an epoch's seconds scoring the test set."""
-    acc_blocked_sd: float = math.nan
-    """One seed's standard deviation of final test accuracy once each seed's shift is
-    out: the replicated configurations' seeds that learned, fitted as a mean per
-    configuration plus a shift per seed (a seed fixes the initial weights and the
-    data's order in every arm); what two sides run with the same seeds are compared
-    seed for seed against (welch.SeedForSeedT)."""
-    acc_blocked_dof: int = 0
-    """Its degrees of freedom: those seeds, less one per configuration and one per seed
-    beyond the first; under MIN_TEST_DOF, no seed-for-seed test."""
-    acc_seed_shifts: tuple[tuple[float, float], ...] = ()
-    """(seed, its accuracies' shift from the first seed's), where estimated."""
-    acc_wide: tuple[tuple[str, float, int, int, int], ...] = ()
-    """The configurations left out of that spread, their seeds spreading unlike the
-    others': (what it is, F, its and the rest's degrees of freedom, the configurations
-    tested, which Bonferroni's correction divides the level by)."""
+    acc_blocks: SeedBlocks = SeedBlocks()
+    """The replicated configurations' seeds fitted as a configuration's mean plus a
+    shift per seed: what two sides run with the same seeds are compared seed for seed
+    against (`seed_test`)."""
 
-    def seed_test(self, a: dict | list[float], b: dict | list[float]):
+    def seed_test(self, a: dict | list[float], b: dict | list[float], rows=None):
         """Two sides' seeds compared. Where each side's accuracies come by seed
-        ({seed: accuracy}), they share seeds and the sweep measured the spread left
-        once each seed's shift is out: Student's t seed for seed on the seeds both
-        ran (`welch.SeedForSeedT`), as epoch times are compared. Else Welch's t where
-        both have two or more, Student's t on the pooled spread where one has one,
-        else None (the range decides)."""
-        if (isinstance(a, dict) and isinstance(b, dict)
-                and self.acc_blocked_dof >= MIN_TEST_DOF):
-            test = seed_for_seed(a, b, self.acc_blocked_sd, self.acc_blocked_dof)
+        ({seed: accuracy}) and they share seeds: seed for seed, as epoch times are
+        (`SeedBlocks.test`; `rows`, the two sides' cells, say whether a side is a
+        configuration left out of its pool). Else Welch's t where both have two or
+        more, Student's t on the pooled spread where one has one, else None (the
+        range decides)."""
+        if isinstance(a, dict) and isinstance(b, dict):
+            test = self.acc_blocks.test(a, b, rows)
             if test is not None:
                 return test
         a, b = (list(side.values()) if isinstance(side, dict) else list(side) for side in (a, b))
@@ -478,14 +439,13 @@ class Noise:
                     f"{'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
                     f"that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
-        acc += self.acc_blocked_sentence()
+        acc += self.acc_blocks.sentence()
         times = ("" if self.time_spread.tests else
                  "A difference of times is a finding only beyond the time noise. ")
-        paired = (f"seed for seed where the two sides ran seeds in common (the mean of "
-                  f"those seeds' differences, against the spread left once each seed's "
-                  f"shift is out; where the pair's own differences spread beyond it, an F "
-                  f"test at p < {SIGNIFICANCE:g}, against their own spread), else "
-                  if self.acc_seed_for_seed else "")
+        paired = ("seed for seed where the two sides ran seeds in common (the mean of "
+                  "those seeds' differences, against the spread left once each seed's "
+                  "shift is out; beside a configuration left out of it, against the "
+                  "pair's own differences), else " if self.acc_seed_for_seed else "")
         told = (f"{times}Accuracies "
                 f"are told apart at p < {SIGNIFICANCE:g}: {paired}by Welch's t on their seeds "
                 f"where both sides have two or more, else by Student's t against the pooled "
@@ -502,36 +462,8 @@ class Noise:
     @property
     def acc_seed_for_seed(self) -> bool:
         """Whether accuracies of sides run with the same seeds are compared seed for
-        seed (`seed_test`): the spread once each seed's shift is out has MIN_TEST_DOF
-        degrees of freedom or more."""
-        return self.acc_blocked_dof >= MIN_TEST_DOF
-
-    def acc_blocked_sentence(self) -> str:
-        """Each seed's shift in accuracy and the spread left once it is out, for the
-        noise paragraph; empty where no seed-for-seed test runs."""
-        if not self.acc_seed_for_seed:
-            return ""
-        shifts = [f"seed {seed:g}'s {shift:+.3f}" for seed, shift in self.acc_seed_shifts]
-        wide = "".join(
-            f" The seeds of one configuration ({configuration}) spread more than the "
-            f"others' allow (F = {f:.1f} on {dof} and {rest} degrees of freedom, above "
-            f"{f_quantile(dof, rest, SIGNIFICANCE / tested):.2f}, the point a "
-            f"{SIGNIFICANCE:.0%} test of all {tested} configurations at once sets, "
-            f"Bonferroni's): it is left out of that spread."
-            for configuration, f, dof, rest, tested in self.acc_wide)
-        return (f" A seed fixes the initial weights and the order of the data in every arm: "
-                f"fitted as a mean per configuration plus a shift per seed shared by all of "
-                f"them, {listed(shifts)} from the first seed's, the spread left is "
-                f"{self.acc_blocked_sd:.3f} ({counted(self.acc_blocked_dof, 'degree')} of "
-                f"freedom).{wide}")
-
-    def acc_resolution(self, seeds: int) -> float:
-        """The smallest gap of accuracies told apart at p < SIGNIFICANCE between two
-        sides of `seeds` seeds each run on both, seed for seed; NaN without that test."""
-        if not self.acc_seed_for_seed:
-            return math.nan
-        return (t_quantile(SIGNIFICANCE, self.acc_blocked_dof) * self.acc_blocked_sd
-                * math.sqrt(2 / seeds))
+        seed (`seed_test`)."""
+        return self.acc_blocks.tests
 
     def time_sentence(self) -> str:
         """How epoch times vary and how two are told apart: by Student's t on their logs
@@ -631,12 +563,7 @@ class Noise:
                          ("sides of different seeds: " if self.acc_seed_for_seed else "")
                          + "by Welch's or Student's t on the seeds (each answer)"))
         if self.acc_seed_for_seed:
-            seeds = self.acc_groups[1]
-            rows.append(("final test accuracy, seed for seed (each seed's shift out)",
-                         f"{self.acc_blocked_sd:.3f} (not log)", self.acc_blocked_dof,
-                         "the same seeds",
-                         f"{self.acc_resolution(seeds):.3f} between two cells of the same "
-                         f"{seeds} seeds"))
+            rows.append(self.acc_blocks.table_row())
         return [dict(zip(("what varied", "sd (natural log)", "degrees of freedom", "from",
                           "smallest gap told apart at p < 0.05"), row)) for row in rows]
 
@@ -759,7 +686,7 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
     acc_groups = [group[group["learned"]] for group in replicated]
     acc_groups = [group for group in acc_groups if len(group) > 1]
-    acc_sd, acc_dof, acc_blocked = math.nan, 0, (math.nan, 0, ())
+    acc_sd, acc_dof, blocks = math.nan, 0, SeedBlocks()
     if acc_groups:
         accuracies = [group["final_test_acc"] for group in acc_groups]
         acc = max(values.max() - values.min() for values in accuracies)
@@ -767,7 +694,7 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
         acc_dof = sum(len(values) - 1 for values in accuracies)
         acc_sd = math.sqrt(sum(((values - values.mean()) ** 2).sum() for values in accuracies)
                            / acc_dof)
-        acc_blocked = _acc_blocked(acc_groups)
+        blocks = seed_blocks(acc_groups, config_keys)
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
     spreads = (timed_trials["epoch_spread"].dropna() if "epoch_spread" in timed_trials
@@ -776,62 +703,7 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
               and bool((timed_trials["timed_epoch_count"] == 1).any()))
     return Noise(time_fraction, acc, time_from, acc_from, trial_epochs, not_learned,
                  acc_sd, acc_dof, float(spreads.max()) if len(spreads) else math.nan,
-                 len(spreads), single, *_spreads(same_work), *acc_blocked)
-
-
-def _acc_blocked(groups: list[pd.DataFrame]) -> tuple[float, int, tuple, tuple]:
-    """`_blocked` of the replicated configurations' seeds' accuracies (each group one
-    configuration's seeds that learned), less those whose seeds spread unlike the
-    others' (`_wider`): a pool is a common spread, and one configuration three times as
-    wide would double it for every comparison (each pair's own test,
-    `welch.seed_for_seed`, still holds such a configuration to its own spread). Each
-    group is tested once against all the others (a single pass: a second pass, on a
-    pool the first made narrower, would find ever more). Returns the spread, its
-    degrees of freedom, each seed's shift and the configurations left out, each (what
-    it is, F, its and the rest's degrees of freedom, the groups tested)."""
-    values = [group["final_test_acc"].to_numpy(dtype=float) for group in groups]
-    seeds = [group["seed"].to_numpy(dtype=float) for group in groups]
-    wide = {index: (*found, len(groups)) for index in range(len(groups)) if len(groups) > 2
-            for found in [_wider(index, values, seeds)] if found is not None}
-    if len(groups) - len(wide) < 2:
-        wide = {}  # nearly all spread apart: no common spread to keep, so none is left out
-    kept = [index for index in range(len(groups)) if index not in wide]
-    return (*_blocked([values[index] for index in kept], [seeds[index] for index in kept]),
-            tuple((_configuration(groups[index].iloc[0]), *wide[index]) for index in wide))
-
-
-def _wider(index: int, values: list, seeds: list) -> tuple[float, int, int, float] | None:
-    """Whether group `index`'s values, each seed's shift out (fitted on the other
-    groups), spread beyond the others' spread left (`_blocked` without it): F, its
-    variance over theirs, on its seeds less one and their degrees of freedom, and its p
-    times the number of groups (Bonferroni); (F, the two degrees of freedom) where that
-    p is below SIGNIFICANCE, else None."""
-    sd, dof, shifts = _blocked(values[:index] + values[index + 1:],
-                               seeds[:index] + seeds[index + 1:])
-    shift, first = dict(shifts), min(float(np.min(other)) for other in seeds)
-    group, group_seeds = values[index], seeds[index]
-    if dof < MIN_TEST_DOF or any(seed != first and seed not in shift for seed in group_seeds):
-        return None  # no spread to hold it to, or a seed the others cannot place
-    adjusted = group - np.array([shift.get(seed, 0.0) for seed in group_seeds])
-    f = float(((adjusted - adjusted.mean()) ** 2).sum()) / (len(group) - 1) / sd ** 2
-    p = min(1.0, len(values) * f_upper_p(f, len(group) - 1, dof))
-    return (f, len(group) - 1, dof) if p < SIGNIFICANCE else None
-
-
-def _configuration(row: pd.Series) -> str:
-    """A configuration in a few words: "2 workers, global batch 512, lr 0.4, a 1-epoch
-    warm-up"."""
-    text = (f"{counted(int(row['num_workers']), 'worker')}, global batch "
-            f"{int(row['global_batch_size'])}, lr {row['lr']:g}")
-    if row.get("model", "lenet") != "lenet":
-        text = f"{row['model']} on {text}"
-    if row.get("sync", "scratch") not in ("scratch", "no sync"):
-        text += f", sync {row['sync']}"
-    if row.get("warmup_epochs", 0):
-        text += f", a {int(row['warmup_epochs'])}-epoch warm-up"
-    if row.get("straggler_slowdown", 1) != 1:
-        text += f", a worker slowed {row['straggler_slowdown']:g}x"
-    return text
+                 len(spreads), single, *_spreads(same_work), blocks)
 
 
 def _logs_by_trial(steady: pd.DataFrame, seconds: str, trial_ids: pd.Series) -> list[tuple]:

@@ -51,15 +51,14 @@ class PooledT:
 @dataclass(frozen=True)
 class SeedForSeedT:
     """Student's t test of two sides run with the same seeds, compared seed for seed:
-    a seed fixes the initial weights and the order of the data in every arm, so each
-    seed's two accuracies share its luck. The sweep's accuracies are fitted as a
-    configuration's mean plus a shift per seed (`noise.estimate_noise`, a randomized
-    complete block design: Montgomery, 'Design and Analysis of Experiments', ch. 4);
-    `sd` is the spread left, on `dof` degrees of freedom, and the mean of n seeds'
-    differences has the standard error sd sqrt(2 / n). Where the pair's own
-    differences spread more than that allows (`spread_p`, an F test, below
-    SIGNIFICANCE), the pair does not spread as the sweep does, and it is tested on its
-    own differences instead (a paired t on n - 1 degrees of freedom, `own`).
+    a seed fixes the initial weights and the order of the data in every arm, and
+    the sweep's accuracies are fitted as a configuration's mean plus a shift per seed
+    (`seed_blocks.SeedBlocks`, a randomized complete block design: Montgomery,
+    'Design and Analysis of Experiments', ch. 4). On that pool (`seed_for_seed`),
+    `sd` is one seed's spread left once each seed's shift is out, on `dof` degrees of
+    freedom, and the mean of n seeds' differences has the standard error sd
+    sqrt(2 / n); on a pair's own differences (`paired_t`, `own`: a side whose seeds
+    spread unlike the pool's), `sd` is the spread of its differences, on n - 1.
     `seeds`: those compared (both sides ran them), `mean` and `other_mean` each side's
     mean over them, `subset` whether a side ran seeds the other did not (left out)."""
 
@@ -72,46 +71,62 @@ class SeedForSeedT:
     other_mean: float
     subset: bool = False
     own: bool = False
-    spread_f: float = math.nan
-    """The pair's own differences' variance over the sweep's for a difference."""
-    spread_dof: tuple[float, float] = (0, 0)
-    """`spread_f`'s degrees of freedom: the pair's (n - 1) and the sweep's."""
 
     def text(self, sizes: tuple[int, int] = (0, 0)) -> str:
         shared = (f"{seeds_label(self.seeds)} on both sides, {self.mean:.3f} against "
                   f"{self.other_mean:.3f}; " if self.subset else "")
         which = "" if self.subset else f" on {seeds_label(self.seeds)}"
         if self.own:
-            dof, other_dof = self.spread_dof
             return (f"{shared}t = {self.t:.2f} seed for seed{which}, on the pair's own "
-                    f"differences, sd {self.sd:.3f}, as they spread more than the sweep's "
-                    f"(F = {self.spread_f:.1f}, above {f_quantile(dof, other_dof):.2f}, its "
-                    f"{1 - SIGNIFICANCE:.0%} point on {dof:g} and {other_dof:g} degrees of "
-                    f"freedom), {p_text(self.p)}")
+                    f"differences, their sd {self.sd:.3f} (a side's seeds spread unlike the "
+                    f"sweep's), {p_text(self.p)}")
+        assumed = " (one seed: the sweep's spread assumed)" if len(self.seeds) == 1 else ""
         return (f"{shared}t = {self.t:.2f} seed for seed{which}, sd {self.sd:.3f} once each "
-                f"seed's shift is out, {p_text(self.p)}")
+                f"seed's shift is out{assumed}, {p_text(self.p)}")
+
+    @property
+    def gap(self) -> float:
+        """The compared means' difference."""
+        return self.mean - self.other_mean
+
+
+def _shared(a: dict, b: dict) -> tuple[tuple[float, ...], float, float, bool]:
+    """The seeds both sides ran, each side's mean over them, and whether a side ran
+    others."""
+    seeds = tuple(sorted(set(a) & set(b)))
+    if not seeds:
+        return (), math.nan, math.nan, False
+    mean, other_mean = (sum(side[seed] for seed in seeds) / len(seeds) for side in (a, b))
+    return seeds, mean, other_mean, len(seeds) < max(len(a), len(b))
 
 
 def seed_for_seed(a: dict, b: dict, sd: float, dof: float) -> SeedForSeedT | None:
     """`SeedForSeedT` of two sides' accuracies by seed ({seed: accuracy}) on the seeds
-    both ran; None where they share none, or no spread is known."""
-    seeds = tuple(sorted(set(a) & set(b)))
+    both ran, against the sweep's spread `sd` left once each seed's shift is out; None
+    where they share none, or no spread is known."""
+    seeds, mean, other_mean, subset = _shared(a, b)
     if not seeds or not dof or not sd > 0:
         return None
-    n, subset = len(seeds), len(seeds) < max(len(a), len(b))
-    mean, other_mean = (sum(side[seed] for seed in seeds) / n for side in (a, b))
-    differences = [a[seed] - b[seed] for seed in seeds]
-    if n > 1:
-        own_sd = math.sqrt(sum((d - (mean - other_mean)) ** 2 for d in differences) / (n - 1))
-        # A difference of two seeds' accuracies spreads by sd sqrt(2) where the pair
-        # spreads as the sweep does.
-        f = own_sd ** 2 / (2 * sd ** 2)
-        if f_upper_p(f, n - 1, dof) < SIGNIFICANCE:
-            t = (mean - other_mean) / (own_sd / math.sqrt(n))
-            return SeedForSeedT(t, n - 1, t_two_sided_p(t, n - 1), own_sd, seeds, mean,
-                                other_mean, subset, True, f, (n - 1, dof))
-    t = (mean - other_mean) / (sd * math.sqrt(2 / n))
+    t = (mean - other_mean) / (sd * math.sqrt(2 / len(seeds)))
     return SeedForSeedT(t, dof, t_two_sided_p(t, dof), sd, seeds, mean, other_mean, subset)
+
+
+def paired_t(a: dict, b: dict) -> SeedForSeedT | None:
+    """`SeedForSeedT` of two sides' accuracies by seed on the seeds both ran, against
+    the spread of their own differences (n - 1 degrees of freedom): for a side whose
+    seeds spread unlike the sweep's pool; None under two shared seeds, or where the
+    differences do not spread."""
+    seeds, mean, other_mean, subset = _shared(a, b)
+    if len(seeds) < 2:
+        return None
+    differences = [a[seed] - b[seed] for seed in seeds]
+    sd = math.sqrt(sum((d - (mean - other_mean)) ** 2 for d in differences) / (len(seeds) - 1))
+    if not sd > 0:
+        return None
+    t = (mean - other_mean) / (sd / math.sqrt(len(seeds)))
+    dof = len(seeds) - 1
+    return SeedForSeedT(t, dof, t_two_sided_p(t, dof), sd, seeds, mean, other_mean, subset,
+                        own=True)
 
 
 @functools.cache
