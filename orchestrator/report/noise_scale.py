@@ -20,6 +20,7 @@ the fewest examples.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -95,31 +96,67 @@ def learned(summary: pd.DataFrame) -> pd.Series:
     return fell & above_chance
 
 
+def _measured(summary: pd.DataFrame, model: str | None) -> pd.DataFrame:
+    """The trials that measured a noise scale and learned: `model`'s where there are
+    some, else every one."""
+    if "noise_scale_last" not in summary:
+        return summary[:0]
+    measured = summary.dropna(subset=["noise_scale_last"])
+    measured = measured[learned(measured)]
+    if model is not None and (measured["model"] == model).any():
+        measured = measured[measured["model"] == model]
+    return measured
+
+
+class EpochsFactor(NamedTuple):
+    """The larger of two global batches' epochs over the smaller's to reach the same
+    loss, by McCandlish et al.'s model: at the noise scale of the most trained trial
+    (`latest`: the noise scale grows as the loss falls), and at the measured values'
+    largest, smallest and median."""
+
+    factor: float
+    low: float
+    high: float
+    median: float
+    latest: pd.Series
+    stand_in: bool
+    """Whether the model asked about measured none: another model's stands in."""
+
+
+def epochs_factor(summary: pd.DataFrame, batches: tuple[int, int],
+                  model: str | None = None) -> EpochsFactor | None:
+    """`EpochsFactor` of `batches` from `model`'s trials that measured a noise scale
+    and learned, else every such trial's; None where there is none."""
+    measured = _measured(summary, model)
+    if measured.empty:
+        return None
+    small, large = batches
+
+    def more(noise_scale: float) -> float:
+        return examples_factor(large, noise_scale) / examples_factor(small, noise_scale)
+
+    latest = measured.sort_values("final_train_loss").iloc[0]
+    values = measured["noise_scale_last"]
+    return EpochsFactor(more(float(latest["noise_scale_last"])), more(values.max()),
+                        more(values.min()), more(values.drop_duplicates().median()), latest,
+                        model is not None and model not in set(measured["model"]))
+
+
 def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
                      model: str | None = None) -> str | None:
     """What the measured noise scale says of a larger global batch's cost in epochs:
     `batches` (a batch the sweep ran, the larger one asked about), from `model`'s
     trials that learned where there are some, else from every measured trial that
     learned (the text names which); None where none did."""
-    if "noise_scale_last" not in summary:
-        return None
-    measured = summary.dropna(subset=["noise_scale_last"])
-    measured = measured[learned(measured)]
-    if model is not None and (measured["model"] == model).any():
-        measured = measured[measured["model"] == model]
-    if measured.empty:
+    measured, epochs = _measured(summary, model), epochs_factor(summary, batches, model)
+    if epochs is None:
         return None
     models = ", ".join(sorted(measured["model"].unique()))
     unmeasured = (f"; {model}'s trials did not learn enough to measure it"
-                  if model is not None and model not in set(measured["model"]) else "")
-    # The most trained: the noise scale grows as the loss falls.
-    latest = measured.sort_values("final_train_loss").iloc[0]
+                  if epochs.stand_in else "")
+    latest = epochs.latest
     estimate = float(latest["noise_scale_last"])
     small, large = batches
-
-    def more(noise_scale: float) -> float:  # the larger batch's epochs over the smaller's
-        return examples_factor(large, noise_scale) / examples_factor(small, noise_scale)
-
     # Trials that ran the same optimizer from the same seed (strategies that sum
     # alike) measure one value: counted once.
     values = measured["noise_scale_last"].drop_duplicates()
@@ -128,8 +165,8 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
     others = (f"; the {len(measured)} measured trials that learned{repeated}: median "
               f"{values.median():.3g}, from {values.min():.3g} to {values.max():.3g}"
               if len(values) > 1 else "")
-    spread = (f" ({_factor(more(values.max()))}x to {_factor(more(values.min()))}x over the "
-              f"measured values, {_factor(more(values.median()))}x at their median: which "
+    spread = (f" ({format_factor(epochs.low)}x to {format_factor(epochs.high)}x over the "
+              f"measured values, {format_factor(epochs.median)}x at their median: which "
               f"value is taken moves the figure within that)" if len(values) > 1 else "")
     return (f"How a larger batch trains, measured: the gradient noise scale (McCandlish et "
             f"al., 2018), read for free from each worker's shard gradient and their sum, is "
@@ -138,18 +175,17 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
             f"{int(latest['global_batch_size'])}, train loss "
             f"{latest['final_train_loss']:.2f}, the lowest of the {models} trials that "
             f"measured it{unmeasured}{others}). Their experiments found it near the "
-            f"critical batch, within an order of magnitude: below it a larger batch saves steps almost one "
-            f"for one, above it mostly spends examples. By their model, reaching a given loss "
-            f"takes (1 + B/B_noise) times the fewest examples any batch could: "
-            f"{_factor(examples_factor(small, estimate))}x at global batch {small}, "
-            f"{_factor(examples_factor(large, estimate))}x at {large}, so about "
-            f"{_factor(more(estimate))}x the epochs of batch {small}{spread} to reach this loss at "
-            f"{large}, the lr re-tuned for the "
-            f"batch as Goyal et al. (2017) do. A what-if from their model and these short "
-            f"runs: the noise scale grows as the loss falls, so longer training pays less "
-            f"for the larger batch than this.")
+            f"critical batch, within an order of magnitude: below it a larger batch saves "
+            f"steps almost one for one, above it mostly spends examples. By their model, "
+            f"reaching a given loss takes (1 + B/B_noise) times the fewest examples any batch "
+            f"could: {format_factor(examples_factor(small, estimate))}x at global batch "
+            f"{small}, {format_factor(examples_factor(large, estimate))}x at {large}, so about "
+            f"{format_factor(epochs.factor)}x the epochs of batch {small}{spread} to reach this "
+            f"loss at {large}, the lr re-tuned for the batch as Goyal et al. (2017) do. A "
+            f"what-if from their model and these short runs: the noise scale grows as the "
+            f"loss falls, so longer training pays less for the larger batch than this.")
 
 
-def _factor(value: float) -> str:
+def format_factor(value: float) -> str:
     """A ratio to two significant digits, as the estimate behind it supports: 2.0, 17."""
     return f"{value:.1f}" if value < 10 else f"{value:.0f}"

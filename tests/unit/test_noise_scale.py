@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.report import noise_scale
+from orchestrator.report.answers.exercise_13_6_1 import _time_to_loss
 
 
 def test_the_estimate_is_exact_on_the_expectations():
@@ -84,6 +85,29 @@ def test_the_large_batch_sentence_reads_the_most_trained_trial_that_learned():
         twins, (256, 4096), model="resnet18")
     assert "A what-if from their model and these short runs" in text
     assert noise_scale.large_batch_text(summary.iloc[2:3], (256, 4096)) is None
+    # The figure alone, for 13.6.1 to set beside its per-epoch speedup.
+    epochs = noise_scale.epochs_factor(summary, (256, 4096), model="resnet18")
+    assert epochs.factor == pytest.approx((1 + 4096 / 2000) / (1 + 256 / 2000))
+    assert (epochs.low, epochs.high) == (pytest.approx(epochs.factor),
+                                         pytest.approx((1 + 4096 / 1500) / (1 + 256 / 1500)))
+    assert epochs.stand_in and epochs.latest["trial_id"] == "b"
+    assert noise_scale.epochs_factor(summary.iloc[2:3], (256, 4096)) is None
+
+
+def test_13_6_1_sets_the_per_epoch_speedup_beside_the_epochs_a_large_batch_needs():
+    """A review: 13.6.1 printed a 14.2x faster epoch on 16 GPUs and, a paragraph
+    below, 8.6x the epochs at their batch of 4096, and never put the two together."""
+    summary = pd.DataFrame({"trial_id": ["b"], "model": ["lenet"], "global_batch_size": [256],
+                            "num_classes": 10, "final_train_loss": [0.42],
+                            "noise_scale_last": [250.0]})
+    epochs = noise_scale.epochs_factor(summary, (256, 4096), model="resnet18")
+    paragraph, short = _time_to_loss(14.2, epochs)
+    ratio = 14.2 / ((1 + 4096 / 250) / (1 + 256 / 250))
+    assert f"reaches this loss about {ratio:.2g}x as fast as one GPU at batch 256" in paragraph
+    assert paragraph.startswith("Read with the p2.16xlarge's forecast above (a what-if on a "
+                                "what-if, LeNet's noise scale standing in for ResNet-18's")
+    assert short == (f"By the measured noise scale (LeNet standing in), the 16 GPUs would "
+                     f"reach the same loss about {ratio:.2g}x as fast as one.")
 
 
 def test_a_run_whose_loss_fell_but_whose_test_accuracy_is_chances_did_not_learn():

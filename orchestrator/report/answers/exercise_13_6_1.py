@@ -71,9 +71,14 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         paragraphs = [f"{tried} ResNet-18 needs GPUs, which this sweep's workers were not: "
                       f"`{GPU_COMMAND}` trains it."]
     # 13.6's batch of 256 on 16 GPUs the book's way, 256 each: a global batch of 4096.
-    large_batch = noise_scale.large_batch_text(
-        summary, (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH), model="resnet18")
-    sixteen, short = _resnet18_sixteen_gpus(summary, use_gpu)
+    batches = (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH)
+    large_batch = noise_scale.large_batch_text(summary, batches, model="resnet18")
+    sixteen, short, speedup = _resnet18_sixteen_gpus(summary, use_gpu)
+    epochs = noise_scale.epochs_factor(summary, batches, model="resnet18")
+    if large_batch and epochs is not None:
+        to_loss, to_loss_short = _time_to_loss(speedup, epochs)
+        large_batch += " " + to_loss
+        short += " " + to_loss_short
     if not resnet.empty and not use_gpu:
         # What the exercise asks to try first, which CPU workers cannot answer.
         steps = int(largest["epochs_run"] * largest["steps_per_epoch"])
@@ -205,9 +210,28 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[s
              f"not the link, would limit it. A global "
              f"batch of {int(p2['global_batch_size'])} makes {steps_large} updates an epoch "
              f"where 256 makes {steps_book} (the book's loader, its last batch partial), so "
-             f"its lr and epochs must be re-tuned (13.5.2): "
-             f"a faster epoch is not a faster route to the same accuracy.")
-    return [markdown_table(table), " ".join(sentences)], short
+             f"its lr and epochs must be re-tuned (13.5.2): an epoch {p2['speedup']:.1f}x as "
+             f"fast is not a route to the same accuracy {p2['speedup']:.1f}x as fast.")
+    return [markdown_table(table), " ".join(sentences)], short, float(p2["speedup"])
+
+
+def _time_to_loss(speedup: float, epochs: noise_scale.EpochsFactor) -> tuple[str, str]:
+    """The p2.16xlarge's per-epoch speedup (`speedup`, batch 4096 against one GPU's
+    256) with the epochs the noise scale says batch 4096 needs (`epochs`): the time
+    to the same loss, for the paragraph and for the first one."""
+    ratio = speedup / epochs.factor
+    model = MODEL_NAMES.get(epochs.latest["model"], epochs.latest["model"])
+    stand_in = (f", {model}'s noise scale standing in for ResNet-18's, which these runs "
+                f"could not measure" if epochs.stand_in else "")
+    return (f"Read with the p2.16xlarge's forecast above (a what-if on a what-if{stand_in}): "
+            f"an epoch {speedup:.1f}x as fast at about "
+            f"{noise_scale.format_factor(epochs.factor)}x the epochs reaches this loss about "
+            f"{ratio:.2g}x as fast as one GPU at batch {BOOK_BATCH} "
+            f"({speedup / epochs.high:.2g}x to {speedup / epochs.low:.2g}x over the measured "
+            f"noise scales), not {speedup:.1f}x; longer training, where the noise scale is "
+            f"larger, would gain more, and a slower link less.",
+            f"By the measured noise scale{f' ({model} standing in)' if epochs.stand_in else ''}, "
+            f"the 16 GPUs would reach the same loss about {ratio:.2g}x as fast as one.")
 
 
 def _rounded(count: int) -> str:
