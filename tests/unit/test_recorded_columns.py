@@ -330,8 +330,8 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "this 0.002 apart)") in sheet.answers
     # ... of the gap the test compared (a review: 0.850 - 0.843 of the means, where seed
     # 0's, compared, is 0.006).
-    assert ("at 80% power about 28 seeds a side (`--repeats 28`) would tell the widest of these "
-            "gaps, 0.006, apart on the sweep's seed-for-seed spread (sd 0.007), and more the "
+    assert ("at 80% power about 28 seeds a side (`--repeats 28`) would tell the widest gap left "
+            "tied, 0.006, apart on the sweep's seed-for-seed spread (sd 0.007), and more the "
             "narrower ones.") in sheet.answers
     # Accuracies compared seed for seed, as times are (a 10th review: a seed fixes the
     # initial weights and the data's order in every arm, and Welch's test took the
@@ -339,9 +339,9 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # the warm-up arm whose seeds spread three times as wide left out of it by an F
     # test, and a pair that spreads unlike the pool held to its own differences.
     assert ("| final test accuracy, seed for seed (each seed's shift out) | 0.007 (not log) | "
-            "13 | 8 configurations, 23 seeds | 0.012 between two cells of the same 3 seeds |"
+            "13 | 8 configurations, 23 runs | 0.012 between two cells of the same 3 seeds |"
             ) in lead
-    assert ("Fitted on the 23 seeds of 8 configurations, the shifts are seed 1's +0.001 and "
+    assert ("Fitted on 23 runs of 3 seeds in 8 configurations, the shifts are seed 1's +0.001 and "
             "seed 2's +0.013 from the first seed's (the shifts' F = 7.9 on 2 and 13 degrees of "
             "freedom, above its 95% point, 3.81), and the spread left is 0.007 (13 degrees of "
             "freedom). The seeds of one configuration "
@@ -354,8 +354,21 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "and 2, sd 0.007 once each seed's shift is out, p = 5.7e-05) than 0.829"
             ) in sheet.answers
     assert ("(0.038 apart; t = -1.63 seed for seed on seeds 0, 1 and 2, on the pair's own "
-            "differences, their sd 0.040 (a side's seeds spread unlike the sweep's), p = 0.24) "
-            "from 1 worker's 0.831") in sheet.answers
+            "differences, their sd 0.040, where the sweep's pool gives a difference 0.010 (a "
+            "side's seeds spread unlike the pool's), p = 0.24) from 1 worker's 0.831"
+            ) in sheet.answers
+    # ... with what its 2 degrees of freedom could tell apart (a second review: "not
+    # refuted" alone read as warm-up rescuing the rule).
+    assert ("with warm-up the linear scaling rule was not refuted (lower, but not "
+            "significantly at p < 0.05; at 80% power these seeds tell apart only a drop of "
+            "0.124 or more on the pair's own differences (their sd 0.040, 2 degrees of "
+            "freedom)) at global batch 512 from 1 worker's lr 0.2") in sheet.answers
+    # A drop called by the test, with its interval; one pool for every fallback.
+    assert ("0.019 lower (t = -3.33 seed for seed on seeds 0, 1 and 2, sd 0.007 once each "
+            "seed's shift is out, p = 0.0054) than it: the rule did not hold (a drop of 0.007 "
+            "to 0.031, its 95% interval).") in sheet.answers
+    assert ("| final test accuracy, one seed about its configuration's mean | 0.010 (not log) "
+            "| 15 | 8 configurations |") in lead
     # Where the sides share fewer seeds than they ran: those seeds' means, said.
     assert ("not significantly different (0.021 apart; seed 0 on both sides, 0.779 against "
             "0.800; t = -2.14 seed for seed, sd 0.007 once each seed's shift is out (one seed: "

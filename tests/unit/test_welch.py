@@ -172,7 +172,7 @@ def test_the_best_lr_is_told_apart_by_welch_on_seeds_else_by_the_noise():
                      r"apart from lr 0.2 \(0.823; Welch's t = [0-9.]+, p = ([0-9.]+), 3 and 3 "
                      r"seeds\), lr 0.8 \(0.845, 1 seed: within the accuracy noise, 0.060[^)]*\); "
                      r"at 80% power about 6 seeds a side \(`--repeats 6`\) would tell the widest "
-                     r"of these gaps, 0.027, apart on the two sides' own seed spread \(sd "
+                     r"gap left tied, 0.027, apart on the two sides' own seed spread \(sd "
                      r"0.015\), and more the narrower ones", text)
     assert tied and float(tied.group(1)) >= 0.05, text
     assert "a best not told apart from another lr (below)" in text

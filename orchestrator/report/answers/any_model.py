@@ -95,7 +95,8 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
                 after.epoch_s, before.epoch_s, noise,
                 sides_of(after._asdict(), before._asdict())) < 0:
             paid = after.num_workers
-    best = group.set_index("num_workers").loc[paid]
+    # The row itself, its num_workers kept (a configuration's key, `SeedBlocks.in_pool`).
+    best = group[group["num_workers"] == paid].iloc[0]
     accuracy = ""
     if not math.isnan(best["final_test_acc"]) and paid != first["num_workers"]:
         failed = [f"{acc_seeds_text(row)} at {counted(workers, 'worker')}"

@@ -17,7 +17,7 @@ from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_t
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      FAILED, RULE_TEXT_ONLY, failure_text,
-                                                     learned_of, resolution_text, rule_found,
+                                                     learned_of, rule_figures, rule_found,
                                                      rule_verdict, seeds_needed,
                                                      verdict_text)
 from orchestrator.report.answers.noise import Noise
@@ -55,7 +55,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     if ties:
         needed = seeds_needed(widest[0], widest[2], noise, widest[1]) if widest else None
         more = (f"at {POWER:.0%} power about {needed[0]} seeds a side (`--repeats "
-                f"{needed[0]}`) would tell the widest of these gaps, {widest[0]:.3f}, apart on "
+                f"{needed[0]}`) would tell the widest gap left tied, {widest[0]:.3f}, apart on "
                 f"{needed[3]} (sd {needed[1]:.3f}), and more the narrower ones"
                 if needed and needed[0] else
                 f"more seeds than the {most_seeds} these means have at most would tell them "
@@ -217,8 +217,8 @@ def _resolution(pair, noise: Noise) -> str:
     if pair.held in FAILED:
         return failure_text(learned_of(pair.seeds_scaled, pair.not_learned_scaled),
                             learned_of(pair.seeds_1_worker, pair.not_learned_1_worker))
-    return resolution_text(acc_gap(pair.acc_scaled, pair.acc_1_worker, pair.test),
-                           (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
+    return rule_figures(pair.held, acc_gap(pair.acc_scaled, pair.acc_1_worker, pair.test),
+                        (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
 
 def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
@@ -290,7 +290,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
                                  for cell_row in (warm, one)))
                   if held in FAILED else
-                  resolution_text(gap, sizes, noise, test))
+                  rule_figures(held, gap, sizes, noise, test))
     return sentence + (
         f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
         f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "

@@ -2,6 +2,8 @@
 pairs of 1 worker's lr and k workers' k-fold lr, each pair's verdict and how it
 reads, and what 13.5.2 found of the rule for 13.6.1 to cite."""
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -12,7 +14,7 @@ from orchestrator.report.answers.learning_rates import lr_trials, per_seed
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, SeedForSeedT,
                                                Welch, detectable_gap, fisher_exact,
-                                               seeds_to_resolve)
+                                               gap_interval, seeds_to_resolve)
 from orchestrator.report.answers.wording import listed
 
 
@@ -79,6 +81,8 @@ def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
     significantly" lower, which may still be beyond the single-trial noise, followed by
     `resolution` (`resolution_text`: what these seeds could have told apart); a failure
     to learn, followed by its counts (`failure_text`)."""
+    if held == "no" and decided_by_test and resolution:
+        return f"{VERDICTS[held]} ({resolution.removeprefix('; ')})"
     if held == "within noise" and decided_by_test:
         return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
                 f"{resolution})")
@@ -102,6 +106,17 @@ def failure_text(learned: tuple[int, int], one_learned: tuple[int, int]) -> str:
             + ("" if p < SIGNIFICANCE else ": how often it fails, these seeds do not settle"))
 
 
+def rule_figures(held: str, gap: float, sizes: tuple[int, int], noise: Noise, test=None) -> str:
+    """What a verdict's parenthesis adds (`verdict_text`): for "did not hold" by a t
+    test, the drop's 95% interval (three seeds call a drop, not pin down its size);
+    for a drop not called, what these seeds could tell apart (`resolution_text`)."""
+    if held == "no" and test is not None:
+        interval = gap_interval(gap, test)
+        return ("" if interval is None else f"; a drop of {-interval[1]:.3f} to "
+                f"{-interval[0]:.3f}, its {1 - SIGNIFICANCE:.0%} interval")
+    return resolution_text(gap, sizes, noise, test)
+
+
 def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None) -> str:
     """For a drop a t test did not call: the smallest drop seeds of `sizes` would
     call at POWER, and the seeds a side that would call this one (`seeds_needed`: a
@@ -109,6 +124,11 @@ def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None)
     nothing of smaller ones); empty where no spread is known."""
     if isinstance(test, SeedForSeedT):  # the seeds compared, each run on both sides
         sizes = (len(test.seeds), len(test.seeds))
+        if test.own:  # its differences' spread, on their n - 1 degrees of freedom
+            smallest = detectable_gap(test.sd / math.sqrt(2), sizes, test.dof)
+            return (f"; at {POWER:.0%} power these seeds tell apart only a drop of "
+                    f"{smallest:.3f} or more on the pair's own differences (their sd "
+                    f"{test.sd:.3f}, {counted(test.dof, 'degree')} of freedom)")
     needed = seeds_needed(gap, sizes, noise, test)
     if needed is None:
         return ""

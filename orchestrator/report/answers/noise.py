@@ -416,10 +416,13 @@ class Noise:
             time += " " + self.sync_sentence()
         configurations, seeds = self.acc_groups
         if configurations:
+            left_out = (f"; {counted(len(self.acc_blocks.wide), 'configuration')} whose "
+                        f"seeds spread unlike the others' left out, below"
+                        if self.acc_blocks.wide else "")
             acc = (f"Accuracy noise: the same configuration's final test accuracy varied by up "
                    f"to {self.acc:.3f} over its seeds "
                    f"({counted(configurations, 'configuration')} run "
-                   f"with up to {seeds} seeds); pooled over them, one seed's standard "
+                   f"with up to {seeds} seeds{left_out}); pooled over them, one seed's standard "
                    f"deviation is {self.acc_sd:.3f} ({counted(self.acc_dof, 'degree')} of "
                    f"freedom).")
         elif self.acc_not_learned:
@@ -678,9 +681,11 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     # Trials of one configuration and seed (a study's twins) count as one replica.
     # A summary from before the warm-up's start was recorded lacks it: from zero for all.
     config_keys = [key for key in CONFIG_KEYS if key in scored]
-    per_seed = scored.assign(learned=learned(scored)).groupby([*config_keys, "seed"]).agg(
+    per_seed = scored.assign(learned=learned(scored)).groupby([*config_keys, "seed"],
+                                                              dropna=False).agg(
         final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
-    replicated = [group for _, group in per_seed.groupby(config_keys) if len(group) > 1]
+    replicated = [group for _, group in per_seed.groupby(config_keys, dropna=False)
+                  if len(group) > 1]
     # One seed left on LeNet's plateau (accuracy 0.10) beside two at 0.82 is a failure
     # to report, not a spread of 0.72 that would hide every other difference.
     not_learned = sum(int((~group["learned"]).sum()) for group in replicated)
@@ -688,13 +693,16 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     acc_groups = [group for group in acc_groups if len(group) > 1]
     acc_sd, acc_dof, blocks = math.nan, 0, SeedBlocks()
     if acc_groups:
+        blocks = seed_blocks(acc_groups, config_keys)
+        # One pool: a configuration the fit left out is out of the range and the plain
+        # pooled spread too (a review: the fallbacks judged against the very outlier).
+        acc_groups = [group for group in acc_groups if blocks.in_pool(group.iloc[0])]
         accuracies = [group["final_test_acc"] for group in acc_groups]
         acc = max(values.max() - values.min() for values in accuracies)
         acc_from = (len(acc_groups), max(len(group) for group in acc_groups))
         acc_dof = sum(len(values) - 1 for values in accuracies)
         acc_sd = math.sqrt(sum(((values - values.mean()) ** 2).sum() for values in accuracies)
                            / acc_dof)
-        blocks = seed_blocks(acc_groups, config_keys)
     else:
         acc, acc_from = ASSUMED_ACC_NOISE, (0, 0)
     spreads = (timed_trials["epoch_spread"].dropna() if "epoch_spread" in timed_trials

@@ -8,6 +8,7 @@ that ran seeds in common are then compared seed for seed against the spread left
 out of that pool and held to its own differences."""
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +102,7 @@ class SeedBlocks:
         if not self.tests:
             return None
         if rows is not None and not all(self.in_pool(row) for row in rows):
-            return paired_t(a, b)
+            return paired_t(a, b, self.sd)
         return seed_for_seed(a, b, self.sd, self.dof)
 
     def resolution(self, seeds: int) -> float:
@@ -131,7 +132,7 @@ class SeedBlocks:
         return (f" A seed fixes the initial weights and the order of the data in every arm, "
                 f"so the accuracies are also fitted as a mean per configuration plus a shift "
                 f"per seed, the same for every configuration (the fit's assumption). "
-                f"Fitted on the {self.seeds} seeds of "
+                f"Fitted on {self.seeds} runs of {len(self.shifts) + 1} seeds in "
                 f"{counted(self.configurations, 'configuration')}, the shifts are {shifts} "
                 f"from the first seed's (the shifts' F = {self.shift_f:.1f} on {beyond} and "
                 f"{self.dof} degrees of freedom, "
@@ -145,7 +146,7 @@ class SeedBlocks:
         gap told apart."""
         return ("final test accuracy, seed for seed (each seed's shift out)",
                 f"{self.sd:.3f} (not log)", self.dof,
-                f"{counted(self.configurations, 'configuration')}, {self.seeds} seeds",
+                f"{counted(self.configurations, 'configuration')}, {self.seeds} runs",
                 f"{self.resolution(self.most_seeds):.3f} between two cells of the same "
                 f"{self.most_seeds} seeds")
 
@@ -157,6 +158,12 @@ def seed_blocks(groups: list[pd.DataFrame], keys: list[str]) -> SeedBlocks:
     common spread, and one configuration three times as wide would double it for
     every comparison. Each group is tested once against all the others (a single
     pass: a second, on a pool the first made narrower, would find ever more)."""
+    # A configuration that ran a seed no other ran cannot be placed: its shift there
+    # is its own (the fit would be singular), so it stays out of the fit, unscreened.
+    runs = Counter(seed for group in groups for seed in set(group["seed"]))
+    groups = [group for group in groups if all(runs[seed] > 1 for seed in group["seed"])]
+    if len(groups) < 2:
+        return SeedBlocks(configurations=len(groups), keys=tuple(keys))
     values = [group["final_test_acc"].to_numpy(dtype=float) for group in groups]
     seeds = [group["seed"].to_numpy(dtype=float) for group in groups]
     wide = {index: (*found, len(groups)) for index in range(len(groups)) if len(groups) > 2
