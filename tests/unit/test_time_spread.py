@@ -115,12 +115,33 @@ def test_the_sheets_p_values_are_counted_and_read_at_a_false_discovery_rate():
         "adjustment is made within 13.5.3's ranking only): were there no difference anywhere, "
         "about 1 in 20 would fall below 0.05 by chance. Over all of them the Benjamini-Hochberg "
         "procedure (1995), at a false discovery rate of 5%, keeps 2 of the 4; read the findings "
-        "at p = 0.034, p = 0.043 as tentative. The answers' first paragraphs mark a verdict at p "
-        "from 0.01 up to 0.05 weak (each p counted once here).")
+        "at p = 0.034, p = 0.043 as tentative. The answers' first paragraphs mark \"tentative\" "
+        "a verdict they state whose p (Holm's, within a ranking) is above 0.0073, the largest "
+        "the procedure keeps (each p counted once here).")
     # A first paragraph's mark repeats a p-value printed below it: counted once.
     assert tests_sentence(text + "; 1.02x shorter (weak: p = 0.034) than").startswith(
         "The answers print 5 p-values, 4 below 0.05")
     assert tests_sentence("no tests here") == ""
+
+
+def test_a_first_paragraphs_mark_is_the_false_discovery_rates_verdict():
+    """A review: the first paragraphs marked "weak" every verdict at 0.01 <= p < 0.05,
+    a rule of their own, so a finding the Benjamini-Hochberg procedure keeps was
+    marked and the Method said otherwise. The marks are candidates (`compare.weak`,
+    any p below 0.05); the sheet keeps those above the largest p the procedure keeps,
+    as "tentative", and takes out the rest."""
+    from orchestrator.report.answers.compare import weak
+    from orchestrator.report.answers.sheet import resolve_marks
+    assert weak(0.004) == "weak: p = 0.004" and weak(0.05) == weak(None) == ""
+    body = "t = -5.1, p < 1e-06; t = 2.9, p = 0.0073; t = 2.2, p = 0.034; p = 0.043; p = 0.4"
+    first = ("epochs 1.02x shorter (weak: p = 0.034) than; accuracy lower (0.79 against 0.83; "
+             "weak: p = 0.0073); sums 2x shorter (seed 0; weak: p < 1e-06) than")
+    assert resolve_marks(f"{first}\n{body}") == (
+        "epochs 1.02x shorter (tentative: p = 0.034) than; accuracy lower (0.79 against 0.83); "
+        f"sums 2x shorter (seed 0) than\n{body}")
+    # Nothing kept: every mark stays.
+    assert resolve_marks("(weak: p = 0.04) than; p = 0.04, p = 0.9, p = 0.8").startswith(
+        "(tentative: p = 0.04) than")
 
 
 def test_a_ranking_is_one_family_told_apart_by_holms_adjustment():

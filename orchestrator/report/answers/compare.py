@@ -76,15 +76,12 @@ def times_differ(time_s: float, other_s: float, noise: Noise,
     return (-1 if shorter else 1) if family_p(test.p, family) < SIGNIFICANCE else 0
 
 
-# A verdict at a p-value from here up to SIGNIFICANCE is marked weak where an answer's
-# first paragraph states it: across the sheet's many tests, such a p is the likeliest
-# to be chance's (the Method reads them all at a false discovery rate).
-WEAK_FROM = 0.01
-
-
 def weak(p: float | None) -> str:
-    """"weak: p = 0.034" for a p-value from WEAK_FROM up to SIGNIFICANCE; else empty."""
-    return f"weak: {p_text(p)}" if p is not None and WEAK_FROM <= p < SIGNIFICANCE else ""
+    """"weak: p = 0.034" for a verdict's p-value below SIGNIFICANCE, where an answer's
+    first paragraph states the verdict; else empty. A candidate mark: the sheet keeps
+    it, as "tentative", only where the Benjamini-Hochberg procedure over all the
+    sheet's p-values does not keep the finding (`sheet.resolve_marks`)."""
+    return f"weak: {p_text(p)}" if p is not None and p < SIGNIFICANCE else ""
 
 
 def ratio_text(time_s: float, other_s: float, noise: Noise, sides: Sides | bool = False,

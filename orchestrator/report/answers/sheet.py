@@ -25,7 +25,6 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
-from orchestrator.report.answers.compare import WEAK_FROM
 from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
@@ -245,7 +244,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
             lines += [f"### {title}", ""]
             for paragraph in paragraphs:
                 lines += [paragraph, ""]
-        return "\n".join(lines + _method(noise, "\n".join(lines)))
+        return _with_method(lines, noise)
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
@@ -264,7 +263,14 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
         lines += [f"### {number} {title}", "", f"> {question}", ""]
         for paragraph in paragraphs:
             lines += [paragraph, ""]
-    return "\n".join(lines + _method(noise, "\n".join(lines)))
+    return _with_method(lines, noise)
+
+
+def _with_method(lines: list[str], noise) -> str:
+    """The answers with their first paragraphs' marks resolved (`resolve_marks`) and
+    the Method section after them."""
+    text = resolve_marks("\n".join(lines))
+    return "\n".join([text, *_method(noise, text)])
 
 
 # The heading of the closing section that says how the noise is estimated and tested.
@@ -288,7 +294,41 @@ def _method(noise, answers: str = "") -> list[str]:
 
 # A p-value the answers print: "p = 0.012", or "p < 1e-06"; not one Holm adjusted
 # (printed after the raw one it adjusts) nor the level "p < 0.05" a sentence names.
-_P_VALUE = re.compile(r"(?<!comparisons, )(?<!weak: )\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
+_P_VALUE = re.compile(r"(?<!comparisons, )(?<!weak: )(?<!tentative: )"
+                      r"\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
+# A first paragraph's candidate mark (`compare.weak`), as the exercises write it: a
+# parenthesis of its own before "than", or the last item of one.
+_MARKS = (re.compile(r"\(weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))\) "),
+          re.compile(r"; weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))"))
+
+
+def _tentative(answers: str) -> tuple[list[float], list[float], float]:
+    """The p-values the answers print; those below SIGNIFICANCE that the
+    Benjamini-Hochberg procedure over all of them does not keep at a false discovery
+    rate of SIGNIFICANCE; and the largest it keeps (0 where none: it keeps every p up
+    to that one)."""
+    p_values = [float(equal or below) for equal, below in _P_VALUE.findall(answers)]
+    adjusted = benjamini_hochberg(p_values)
+    return (p_values, sorted(p for p, q in zip(p_values, adjusted)
+                             if p < SIGNIFICANCE and not q < SIGNIFICANCE),
+            max((p for p, q in zip(p_values, adjusted) if q < SIGNIFICANCE), default=0.0))
+
+
+def resolve_marks(answers: str) -> str:
+    """The first paragraphs' candidate marks (`compare.weak`) kept, as "tentative: p =
+    ...", where the Benjamini-Hochberg procedure over every p the answers print does
+    not keep the finding, the rest taken out: one rule for the marks and the Method
+    (a review: a local "weak" at 0.01 <= p < 0.05 marked findings the procedure kept).
+    The procedure keeps every p up to the largest it keeps, so a mark's p (Holm's, in
+    a ranking, no smaller than its raw p) is kept where it is no larger than that."""
+    _, _, cutoff = _tentative(answers)
+
+    def resolve(match: re.Match, template: str) -> str:
+        p = float(match.group(1).split()[-1])
+        return "" if p <= cutoff else template.format(match.group(1))
+
+    answers = _MARKS[0].sub(lambda match: resolve(match, "(tentative: {}) "), answers)
+    return _MARKS[1].sub(lambda match: resolve(match, "; tentative: {}"), answers)
 
 
 def tests_sentence(answers: str) -> str:
@@ -297,12 +337,10 @@ def tests_sentence(answers: str) -> str:
     those the Benjamini-Hochberg procedure over all of them does not keep at a false
     discovery rate of SIGNIFICANCE: the sheet's many tests, each at its own level,
     would otherwise find some of its differences by chance alone. Empty without any."""
-    p_values = [float(equal or below) for equal, below in _P_VALUE.findall(answers)]
+    p_values, weak, cutoff = _tentative(answers)
     if not p_values:
         return ""
     found = [p for p in p_values if p < SIGNIFICANCE]
-    weak = sorted(p for p, q in zip(p_values, benjamini_hochberg(p_values))
-                  if p < SIGNIFICANCE and not q < SIGNIFICANCE)
     kept = (f"all {len(found)}" if not weak else f"{len(found) - len(weak)} of the {len(found)}")
     return (f"The answers print {counted(len(p_values), 'p-value')}, {len(found)} below "
             f"{SIGNIFICANCE:g}, each a test at its own level (Holm's adjustment is made within "
@@ -312,5 +350,8 @@ def tests_sentence(answers: str) -> str:
             f"{SIGNIFICANCE:.0%}, keeps {kept}"
             + (f"; read the findings at {', '.join(p_text(p) for p in weak)} as tentative."
                if weak else ".")
-            + f" The answers' first paragraphs mark a verdict at p from {WEAK_FROM:g} up to "
-              f"{SIGNIFICANCE:g} weak (each p counted once here).")
+            + (f" The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
+               f"(Holm's, within a ranking) is above {cutoff:.2g}, the largest the "
+               f"procedure keeps (each p counted once here)." if cutoff else
+               " The answers' first paragraphs mark every verdict they state \"tentative\" "
+               "(each p counted once here)."))
