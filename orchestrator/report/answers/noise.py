@@ -40,9 +40,8 @@ CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr
 # no sync (GradientSync.synchronize returns at once): their 1-worker trials are
 # the same work, and what separates their times is noise.
 IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
-# The fewest degrees of freedom a spread of times is tested on (seed_blocks.py):
-# with fewer (two or three trials of repeated work), the range decides instead.
-# Why two sync times were not tested.
+# Why two sync times were not tested (MIN_TEST_DOF, seed_blocks.py: with fewer
+# degrees of freedom of repeated work, the range decides instead).
 UNTESTED_SYNC = (f"too few trials at two or more workers repeat work, fewer than "
                  f"{MIN_TEST_DOF} degrees of freedom")
 
