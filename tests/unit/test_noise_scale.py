@@ -108,6 +108,8 @@ def test_13_6_1_sets_the_per_epoch_speedup_beside_the_epochs_a_large_batch_needs
                                 "what-if, LeNet's noise scale standing in for ResNet-18's")
     assert short == (f"By the measured noise scale (LeNet standing in), the 16 GPUs would "
                      f"reach the same loss about {ratio:.2g}x as fast as one.")
+    # One measured value: no range over the measured values to give.
+    assert "over the measured noise scales" not in paragraph
 
 
 def test_a_run_whose_loss_fell_but_whose_test_accuracy_is_chances_did_not_learn():

@@ -269,6 +269,8 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
             "(Holm's, within a ranking) is above 0.026, the largest the procedure keeps (each p "
             "counted once here)." in sheet.answers)
+    # ... every first paragraph's candidate mark resolved (kept as tentative or taken out).
+    assert "weak:" not in sheet.answers
     # ... each section opens with its answer, decided as the paragraphs below decide it.
     sections = sheet.answers.split("\n### ")[1:8]
     assert [section.split("\n\n")[2].startswith("**In short:** ") for section in sections] == [

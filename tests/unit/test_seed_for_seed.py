@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.report.answers.cells import cell
-from orchestrator.report.answers.compare import cells_differ, cells_gap, compare_cells
+from orchestrator.report.answers.compare import (accuracy_figures, cells_differ, cells_gap,
+                                                 compare_cells)
 from orchestrator.report.answers.linear_rule import resolution_text, rule_figures, verdict_text
 from orchestrator.report.answers.noise import Noise, estimate_noise
 from orchestrator.report.answers.welch import (PooledT, SeedForSeedT, Welch, f_quantile,
@@ -222,3 +223,48 @@ def test_a_configuration_that_ran_a_seed_no_other_ran_stays_out_of_the_fit():
     arm = cell(_summary(wide=True).query("trial_id.str.startswith('w')", engine="python"))
     assert not wide.in_pool(arm) and not wide.in_pool(arm.to_dict())
     assert wide.in_pool(cell(_summary().query("lr == 0.4")))
+
+
+def test_a_configuration_left_out_of_the_pool_is_never_held_to_a_pool():
+    """A review: beside a 1-seed cell the left-out warm-up arm fell back on the
+    pooled t, on the very pool it was left out of ("sd 0.009, p = 0.0074")."""
+    summary = _summary(wide=True)
+    noise = estimate_noise(summary)
+    arm = cell(summary.query("trial_id.str.startswith('w')", engine="python"))
+    single = cell(summary.query("lr == 0.4 and seed == 1 and warmup_epochs == 0"))
+    # One shared seed: no own differences, and the pool is not its spread: Student's t
+    # on the arm's own seeds' spread.
+    own = dict(zip(arm["seed_ids"], arm["by_seed"]["final_test_acc"]))
+    test = noise.seed_test(own, {1.0: 0.80}, rows=(arm, single))
+    assert isinstance(test, PooledT) and test.dof == 2
+    assert test.sd == pytest.approx(statistics.stdev(own.values()))
+    assert "on its configuration's own seed spread, sd 0.040" in compare_cells(arm, single, noise)
+    # Sides of several seeds and none in common: Welch's, on their own spreads.
+    test = noise.seed_test({0.0: 0.75, 1.0: 0.83, 2.0: 0.80}, {5.0: 0.80, 6.0: 0.81},
+                           rows=(arm, single))
+    assert isinstance(test, Welch)
+
+
+def test_a_trial_without_a_seed_is_no_replica():
+    """A review: grouping with NaN kept (for a configuration's NaN key) counted the
+    seedless trials of a configuration as one more replica."""
+    summary = _summary()
+    seedless = summary[summary["lr"] == 0.05].iloc[[0]].assign(seed=math.nan,
+                                                               final_test_acc=0.5)
+    noise = estimate_noise(pd.concat([summary, seedless], ignore_index=True))
+    assert noise.acc_groups == estimate_noise(summary).acc_groups
+    assert noise.acc == pytest.approx(estimate_noise(summary).acc)
+
+
+def test_a_first_paragraph_prints_the_accuracies_its_verdict_compared():
+    """Where the test compared the seeds both sides ran, fewer than a side's, the
+    cells' means could order the two the other way: the seeds' means are printed."""
+    noise = estimate_noise(_summary())
+    one = cell(_summary().query("lr == 0.1 and seed == 0"))
+    three = cell(_summary().query("lr == 0.05"))
+    assert accuracy_figures(one, three, noise) == (
+        f"seed 0: {one['final_test_acc']:.3f} against "
+        f"{three['by_seed']['final_test_acc'][0]:.3f}")
+    both = cell(_summary().query("lr == 0.1"))
+    assert accuracy_figures(both, three, noise) == (
+        f"{both['final_test_acc']:.3f} against {three['final_test_acc']:.3f}")

@@ -139,6 +139,9 @@ def test_a_first_paragraphs_mark_is_the_false_discovery_rates_verdict():
     assert resolve_marks(f"{first}\n{body}") == (
         "epochs 1.02x shorter (tentative: p = 0.034) than; accuracy lower (0.79 against 0.83); "
         f"sums 2x shorter (seed 0) than\n{body}")
+    # A mark that ends a phrase without a space after it is resolved too.
+    assert resolve_marks(f"lower (weak: p = 0.034).\n{body}").startswith(
+        "lower (tentative: p = 0.034).")
     # Nothing kept: every mark stays.
     assert resolve_marks("(weak: p = 0.04) than; p = 0.04, p = 0.9, p = 0.8").startswith(
         "(tentative: p = 0.04) than")

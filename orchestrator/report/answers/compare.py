@@ -112,11 +112,25 @@ def cells_gap(cell_row: pd.Series, other: pd.Series, noise: Noise) -> float:
     return acc_gap(cell_row["final_test_acc"], other["final_test_acc"], test)
 
 
-def cells_seeds(cell_row: pd.Series, other: pd.Series, noise: Noise) -> tuple[float, ...]:
-    """The seeds `compare_cells` compared where they are fewer than a side ran (the
-    seeds both ran), else () (every seed)."""
+def cells_seeds(cell_row: pd.Series, other: pd.Series, noise: Noise
+                ) -> tuple[tuple[float, ...], bool]:
+    """The seeds `compare_cells` compared seed for seed (() where it did not), and
+    whether they are fewer than a side ran."""
     test, _ = _cells_test(cell_row, other, noise)
-    return test.seeds if isinstance(test, SeedForSeedT) and test.subset else ()
+    if isinstance(test, SeedForSeedT):
+        return test.seeds, test.subset
+    return (), False
+
+
+def accuracy_figures(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str:
+    """The two accuracies a first paragraph prints beside `accuracy_verdict`: "0.810
+    against 0.829", or where the test compared the seeds both ran, fewer than a side's,
+    "seed 0: 0.779 against 0.800" (the cells' means could order the two the other
+    way)."""
+    test, _ = _cells_test(cell_row, other, noise)
+    if isinstance(test, SeedForSeedT) and test.subset:
+        return f"{seeds_label(test.seeds)}: {test.mean:.3f} against {test.other_mean:.3f}"
+    return f"{cell_row['final_test_acc']:.3f} against {other['final_test_acc']:.3f}"
 
 
 def gap_on(cell_row: pd.Series, other: pd.Series, seeds: tuple[float, ...]) -> float | None:
@@ -211,7 +225,7 @@ def acc_gap(acc: float, other_acc: float, test: AccuracyTest | None) -> float:
     """`acc` less `other_acc`; where `test` compared the seeds both sides ran, fewer
     than a side's, its means' gap."""
     if isinstance(test, SeedForSeedT) and test.subset:
-        return test.mean - test.other_mean
+        return test.gap
     return acc - other_acc
 
 

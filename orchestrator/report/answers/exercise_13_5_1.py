@@ -11,9 +11,9 @@ from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
                                                part_trials, speedup_over, sync_seconds, timed,
                                                with_speedups)
-from orchestrator.report.answers.compare import (cells_differ, cells_p, compare_cells,
-                                                 compare_sync, compare_times, ratio_text,
-                                                 syncs_not_told_apart, weak)
+from orchestrator.report.answers.compare import (accuracy_figures, cells_differ, cells_p,
+                                                 compare_cells, compare_sync, compare_times,
+                                                 ratio_text, syncs_not_told_apart, weak)
 from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -124,7 +124,7 @@ def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noi
                 f"with 1/{k} of the updates an epoch its accuracy after {epochs} was " + {
                     -1: "the lower", 0: "not told apart from the other's",
                     1: "the higher"}[sign]
-                + f" ({wide['final_test_acc']:.3f} against {fixed['final_test_acc']:.3f}"
+                + f" ({accuracy_figures(wide, fixed, noise)}"
                 + (f"; {marked})" if marked else ")"))
     return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}) ran "
             f"an epoch {speedups['the per-worker batch']:.2f}x as fast as 1 worker, keeping "

@@ -11,8 +11,8 @@ import pandas as pd
 from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, none_learned, part_trials
-from orchestrator.report.answers.compare import (acc_gap, accuracy_verdict, compare_acc,
-                                                 compare_cells)
+from orchestrator.report.answers.compare import (acc_gap, accuracy_figures, accuracy_verdict,
+                                                 compare_acc, compare_cells)
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials, per_seed)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
@@ -151,7 +151,7 @@ def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
             f"{compare_cells(many, one, noise)} 1 worker's {one['final_test_acc']:.3f} "
             f"({acc_seeds_text(one)}) in the same epochs.",
             f"at its best lr {k}' accuracy was {verdict} 1 worker's at its own "
-            f"({many['final_test_acc']:.3f} against {one['final_test_acc']:.3f})")
+            f"({accuracy_figures(many, one, noise)})")
 
 
 def _rule_pair_versus(row, noise: Noise) -> str:

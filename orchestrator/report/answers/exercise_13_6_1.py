@@ -138,10 +138,11 @@ def _few_steps_learning(row: pd.Series, table: pd.DataFrame) -> str:
             f"and scores the same weights again: docs/BENCHMARKS.md).")
 
 
-def _resnet18_sixteen_gpus(summary: pd.DataFrame, use_gpu: bool) -> tuple[list[str], str]:
+def _resnet18_sixteen_gpus(summary: pd.DataFrame,
+                           use_gpu: bool) -> tuple[list[str], str, float]:
     """ResNet-18's own 44.7 MB a step on 16 GPUs, from its measured compute where this
     sweep trained it, else the book's (cited); and the model against the book's 2 GPUs.
-    With it, the section's answer in a few sentences."""
+    With it, the section's answer in a few sentences, and the p2.16xlarge's speedup."""
     table = resnet.sixteen_gpu_rows(summary, use_gpu)
     check = resnet.book_check()
     measured = resnet.measured_compute(summary, use_gpu)
@@ -226,10 +227,11 @@ def _time_to_loss(speedup: float, epochs: noise_scale.EpochsFactor) -> tuple[str
     return (f"Read with the p2.16xlarge's forecast above (a what-if on a what-if{stand_in}): "
             f"an epoch {speedup:.1f}x as fast at about "
             f"{noise_scale.format_factor(epochs.factor)}x the epochs reaches this loss about "
-            f"{ratio:.2g}x as fast as one GPU at batch {BOOK_BATCH} "
-            f"({speedup / epochs.high:.2g}x to {speedup / epochs.low:.2g}x over the measured "
-            f"noise scales), not {speedup:.1f}x; longer training, where the noise scale is "
-            f"larger, would gain more, and a slower link less.",
+            f"{ratio:.2g}x as fast as one GPU at batch {BOOK_BATCH}"
+            + (f" ({speedup / epochs.high:.2g}x to {speedup / epochs.low:.2g}x over the "
+               f"measured noise scales)" if epochs.high > epochs.low else "")
+            + f", not {speedup:.1f}x; longer training, where the noise scale is larger, would "
+              f"gain more, and a slower link less.",
             f"By the measured noise scale{f' ({model} standing in)' if epochs.stand_in else ''}, "
             f"the 16 GPUs would reach the same loss about {ratio:.2g}x as fast as one.")
 

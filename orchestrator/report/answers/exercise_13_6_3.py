@@ -9,10 +9,10 @@ import pandas as pd
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, none_learned, part_trials,
                                                sync_seconds, timed)
-from orchestrator.report.answers.compare import (accuracy_verdict, cells_differ, cells_gap,
-                                                 cells_seeds, compare_cells, compare_sync,
-                                                 compare_times, gap_on, ratio_text,
-                                                 syncs_not_told_apart)
+from orchestrator.report.answers.compare import (accuracy_figures, accuracy_verdict,
+                                                 cells_differ, cells_gap, cells_seeds,
+                                                 compare_cells, compare_sync, compare_times,
+                                                 gap_on, ratio_text, syncs_not_told_apart)
 from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, sides_of
 from orchestrator.report.answers.welch import p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
@@ -202,7 +202,7 @@ def _delayed_short(arm: pd.Series, bound: pd.Series | None, twin: pd.Series | No
     if twin is not None and not none_learned(arm) and not none_learned(twin):
         verdict, marked = accuracy_verdict(arm, twin, noise)
         parts.append(f"its accuracy was {verdict} the synchronous optimizer's "
-                     f"({arm['final_test_acc']:.3f} against {twin['final_test_acc']:.3f}"
+                     f"({accuracy_figures(arm, twin, noise)}"
                      + (f"; {marked})" if marked else ")"))
     return (f" Overlapping one step's sums with the next step's computation instead (`--sync "
             f"delayed`) applies each gradient a step late: here {' and '.join(parts)}."
@@ -228,7 +228,7 @@ def synchronous_at(summary: pd.DataFrame, arm: pd.Series) -> pd.Series | None:
 
 
 def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
-                  tuned: tuple[float, float] | None = None) -> str:
+                  tuned: tuple[float, pd.Series, pd.Series] | None = None) -> str:
     """The delayed arm at a smaller lr beside the synchronous optimizer at that lr;
     `tuned`: (lr, the delayed arm's cell, the synchronous optimizer's) at the arm's own
     lr, whose gap on the same seeds the smaller lr's is read beside."""
@@ -255,10 +255,13 @@ def _staleness_at(half: pd.Series, synchronous: pd.Series | None, noise: Noise,
     if tuned is not None and not none_learned(half):
         # Both gaps on the seeds the comparison above compared (a gap of one seed beside
         # one of three would mix the seeds' shifts into the comparison).
-        seeds, (tuned_lr, arm, twin) = cells_seeds(half, synchronous, noise), tuned
+        (seeds, subset), (tuned_lr, arm, twin) = cells_seeds(half, synchronous, noise), tuned
         gap, tuned_gap = -cells_gap(half, synchronous, noise), gap_on(twin, arm, seeds)
-        on = f" on {seeds_label(seeds)}" if seeds else ""
-        if tuned_gap is not None:
+        on = f" on {seeds_label(seeds)}" if subset else ""
+        if tuned_gap is None:
+            beside = (f" (at lr {tuned_lr:g} the two did not run {seeds_label(seeds)} both: no "
+                      f"gap there on the same seeds)")
+        else:
             beside = (f"; its gap{on}, {gap:.3f}, is no smaller than at lr {tuned_lr:g} "
                       f"({tuned_gap:.3f}{on}): these seeds give no sign that the smaller lr "
                       f"lowered the price" if round(gap, 3) >= round(tuned_gap, 3) else

@@ -77,7 +77,8 @@ VERDICTS = {"yes": "held", "no": "did not hold",
 
 
 def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
-    """VERDICTS[held]; a lower accuracy that a t test did not call is "not
+    """VERDICTS[held], for "did not hold" by a t test with `resolution` (`rule_figures`:
+    the drop's interval) beside it; a lower accuracy that a t test did not call is "not
     significantly" lower, which may still be beyond the single-trial noise, followed by
     `resolution` (`resolution_text`: what these seeds could have told apart); a failure
     to learn, followed by its counts (`failure_text`)."""

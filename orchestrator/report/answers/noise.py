@@ -10,6 +10,7 @@ its gradients were summed through.
 """
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -17,10 +18,9 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import Status, counted
-from orchestrator.report.answers.seed_blocks import (MIN_TEST_DOF, SeedBlocks, blocked_fit,
-                                                    seed_blocks)
-from orchestrator.report.answers.welch import (SIGNIFICANCE, pooled_t, t_quantile, t_two_sided_p,
-                                              welch)
+from orchestrator.report.answers.seed_blocks import SeedBlocks, blocked_fit, seed_blocks
+from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, pooled_t, t_quantile,
+                                              t_two_sided_p, welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, listed, percent, seeds_label
 from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
@@ -40,8 +40,8 @@ CONFIG_KEYS = [*WORK_KEYS, "lr", "num_epochs", "warmup_epochs", "warmup_start_lr
 # no sync (GradientSync.synchronize returns at once): their 1-worker trials are
 # the same work, and what separates their times is noise.
 IDLE_AT_ONE_WORKER = ("scratch", "bucketed", "root")
-# Why two sync times were not tested (MIN_TEST_DOF, seed_blocks.py: with fewer
-# degrees of freedom of repeated work, the range decides instead).
+# Why two sync times were not tested (MIN_TEST_DOF: with fewer degrees of freedom of
+# repeated work, the range decides instead).
 UNTESTED_SYNC = (f"too few trials at two or more workers repeat work, fewer than "
                  f"{MIN_TEST_DOF} degrees of freedom")
 
@@ -308,7 +308,8 @@ class Noise:
     trials doing identical work: what `compare_times` holds a gap against where
     `time_spread` carries no test (too few trials repeat work)."""
     acc: float
-    """The largest range of final test accuracy over the seeds of one configuration."""
+    """The largest range of final test accuracy over the seeds of one configuration
+    (those `acc_blocks` leaves out of its pool left out here too)."""
     time_groups: tuple[int, int] = (0, 0)
     """(groups, trials) the time noise came from; (0, 0): assumed."""
     acc_groups: tuple[int, int] = (0, 0)
@@ -321,8 +322,9 @@ class Noise:
     that did not learn (`noise_scale.learned`), a failure each answer names, not noise."""
     acc_sd: float = math.nan
     """One seed's standard deviation of final test accuracy, pooled over the
-    replicated configurations (their seeds that learned): what a comparison with
-    one seed on a side is tested against (welch.PooledT)."""
+    replicated configurations (their seeds that learned; those `acc_blocks` leaves out
+    of its pool left out): what a comparison with one seed on a side and no seed in
+    common is tested against (welch.PooledT)."""
     acc_dof: int = 0
     """Its degrees of freedom: the seeds that learned, less one per configuration."""
     epoch_fraction: float = math.nan
@@ -359,6 +361,12 @@ class Noise:
             if test is not None:
                 return test
         a, b = (list(side.values()) if isinstance(side, dict) else list(side) for side in (a, b))
+        wide = [side for side, row in zip((a, b), rows or ()) if not self.acc_blocks.in_pool(row)]
+        if wide:  # a configuration left out of the pool: its own spread, never the pool's
+            own = wide[0]
+            return welch(a, b) or (pooled_t(a, b, statistics.stdev(own), len(own) - 1,
+                                            "its configuration's own seed spread")
+                                   if len(own) > 1 else None)
         return welch(a, b) or pooled_t(a, b, self.acc_sd, self.acc_dof)
 
     def time_for(self, single_epoch: bool = False) -> float:
@@ -680,7 +688,9 @@ def estimate_noise(summary: pd.DataFrame, trial_epochs: tuple[int, ...] = ()) ->
     # Trials of one configuration and seed (a study's twins) count as one replica.
     # A summary from before the warm-up's start was recorded lacks it: from zero for all.
     config_keys = [key for key in CONFIG_KEYS if key in scored]
-    per_seed = scored.assign(learned=learned(scored)).groupby([*config_keys, "seed"],
+    # A trial without a seed is no replica; a configuration key may be NaN (kept).
+    seeded = scored.dropna(subset=["seed"])
+    per_seed = seeded.assign(learned=learned(seeded)).groupby([*config_keys, "seed"],
                                                               dropna=False).agg(
         final_test_acc=("final_test_acc", "mean"), learned=("learned", "all")).reset_index()
     replicated = [group for _, group in per_seed.groupby(config_keys, dropna=False)

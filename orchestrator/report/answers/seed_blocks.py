@@ -15,13 +15,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.records import counted
-from orchestrator.report.answers.welch import (SIGNIFICANCE, SeedForSeedT, f_quantile,
-                                               f_upper_p, paired_t, seed_for_seed, t_quantile)
+from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, SeedForSeedT,
+                                               f_quantile, f_upper_p, paired_t, seed_for_seed,
+                                               t_quantile)
 from orchestrator.report.answers.wording import listed
-
-# The fewest degrees of freedom a spread is tested on: with 1 or 2 Student's t at
-# p < 0.05 needs t > 12.7 or 4.3, and a spread from so few replicas is itself a guess.
-MIN_TEST_DOF = 3
 
 
 def blocked_fit(values: list, seeds: list) -> tuple[float, int, tuple]:
@@ -29,8 +26,9 @@ def blocked_fit(values: list, seeds: list) -> tuple[float, int, tuple]:
     group of identical work) on their group and their seed (`seeds`, alike: a shift
     per seed beyond the first, shared by every group): the residual standard
     deviation, its degrees of freedom and each seed's shift; (NaN, 0, ()) where the
-    values hold one seed, one has none, a seed's shift cannot be told from a group's
-    (it ran in one group only), or no degree of freedom is left."""
+    values hold one seed, one has none, the fit is singular (a group whose seeds no
+    other ran: their shifts cannot be told from its mean), or no degree of freedom is
+    left."""
     flat, seed_of = np.concatenate(values), np.concatenate(seeds)
     known = ~np.isnan(seed_of)
     distinct = np.unique(seed_of[known])
@@ -40,7 +38,7 @@ def blocked_fit(values: list, seeds: list) -> tuple[float, int, tuple]:
     design = np.column_stack([group_of == index for index in range(len(values))]
                              + [seed_of == seed for seed in distinct[1:]]).astype(float)
     coefficients, _, rank, _ = np.linalg.lstsq(design, flat, rcond=None)
-    if rank < design.shape[1]:  # a seed run in one group only: its shift is that group's
+    if rank < design.shape[1]:  # shifts that cannot be told from a group's mean
         return math.nan, 0, ()
     residuals = flat - design @ coefficients
     dof = len(flat) - int(rank)
@@ -158,10 +156,15 @@ def seed_blocks(groups: list[pd.DataFrame], keys: list[str]) -> SeedBlocks:
     common spread, and one configuration three times as wide would double it for
     every comparison. Each group is tested once against all the others (a single
     pass: a second, on a pool the first made narrower, would find ever more)."""
-    # A configuration that ran a seed no other ran cannot be placed: its shift there
-    # is its own (the fit would be singular), so it stays out of the fit, unscreened.
-    runs = Counter(seed for group in groups for seed in set(group["seed"]))
-    groups = [group for group in groups if all(runs[seed] > 1 for seed in group["seed"])]
+    # A seed no other configuration ran tells nothing of the spread (its shift fits its
+    # one value exactly), and a configuration whose seeds all are its own would make
+    # the fit singular: a configuration that ran one stays out of the fit, unscreened.
+    while True:  # until every seed left is run by two configurations left
+        runs = Counter(seed for group in groups for seed in set(group["seed"]))
+        placed = [group for group in groups if all(runs[seed] > 1 for seed in group["seed"])]
+        if len(placed) == len(groups):
+            break
+        groups = placed
     if len(groups) < 2:
         return SeedBlocks(configurations=len(groups), keys=tuple(keys))
     values = [group["final_test_acc"].to_numpy(dtype=float) for group in groups]
@@ -192,14 +195,13 @@ def _wider(index: int, values: list, seeds: list) -> tuple[float, int, int] | No
     variance over theirs, on its seeds less one and their degrees of freedom, its p
     times the number of groups (Bonferroni's correction) below SIGNIFICANCE; (F, the
     two degrees of freedom) if so, else None."""
-    others, other_seeds = values[:index] + values[index + 1:], seeds[:index] + seeds[index + 1:]
-    sd, dof, shifts = blocked_fit(others, other_seeds)
+    sd, dof, shifts = blocked_fit(values[:index] + values[index + 1:],
+                                  seeds[:index] + seeds[index + 1:])
     if dof < MIN_TEST_DOF:
         return None  # no spread to hold it to
-    shift, first = dict(shifts), min(float(np.min(other)) for other in other_seeds)
-    group, group_seeds = values[index], seeds[index]
-    if any(seed != first and seed not in shift for seed in group_seeds):
-        return None  # a seed the others did not run: no shift to take out
+    # Every seed it ran, another ran too (`seed_blocks`): the others' fit places it,
+    # the first of theirs at 0.
+    shift, group, group_seeds = dict(shifts), values[index], seeds[index]
     adjusted = group - np.array([shift.get(seed, 0.0) for seed in group_seeds])
     f = float(((adjusted - adjusted.mean()) ** 2).sum()) / (len(group) - 1) / sd ** 2
     p = min(1.0, len(values) * f_upper_p(f, len(group) - 1, dof))

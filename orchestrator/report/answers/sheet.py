@@ -298,7 +298,7 @@ _P_VALUE = re.compile(r"(?<!comparisons, )(?<!weak: )(?<!tentative: )"
                       r"\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
 # A first paragraph's candidate mark (`compare.weak`), as the exercises write it: a
 # parenthesis of its own before "than", or the last item of one.
-_MARKS = (re.compile(r"\(weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))\) "),
+_MARKS = (re.compile(r"\(weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))\)( ?)"),
           re.compile(r"; weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))"))
 
 
@@ -325,9 +325,9 @@ def resolve_marks(answers: str) -> str:
 
     def resolve(match: re.Match, template: str) -> str:
         p = float(match.group(1).split()[-1])
-        return "" if p <= cutoff else template.format(match.group(1))
+        return "" if p <= cutoff else template.format(*match.groups())
 
-    answers = _MARKS[0].sub(lambda match: resolve(match, "(tentative: {}) "), answers)
+    answers = _MARKS[0].sub(lambda match: resolve(match, "(tentative: {}){}"), answers)
     return _MARKS[1].sub(lambda match: resolve(match, "; tentative: {}"), answers)
 
 
@@ -353,5 +353,5 @@ def tests_sentence(answers: str) -> str:
             + (f" The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
                f"(Holm's, within a ranking) is above {cutoff:.2g}, the largest the "
                f"procedure keeps (each p counted once here)." if cutoff else
-               " The answers' first paragraphs mark every verdict they state \"tentative\" "
-               "(each p counted once here)."))
+               f" The answers' first paragraphs mark every verdict at p < {SIGNIFICANCE:g} they "
+               f"state \"tentative\" (each p counted once here)."))

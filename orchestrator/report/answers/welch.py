@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from orchestrator.report.answers.wording import seeds_label
 
-# A difference of accuracies is called at this two-sided level of Welch's test on
-# the replicas, where both sides have two seeds or more.
+# A difference is called at this two-sided level of its test.
 SIGNIFICANCE = 0.05
+# The fewest degrees of freedom a spread is tested on: with 1 or 2 Student's t at
+# p < 0.05 needs t > 12.7 or 4.3, and a spread from so few replicas is itself a guess.
+MIN_TEST_DOF = 3
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,17 @@ class PooledT:
     one seed's standard deviation over every replicated configuration, on `dof`
     degrees of freedom), where a side has one seed and Welch's test cannot run:
     t = gap / (sd sqrt(1/n1 + 1/n2)), which assumes every configuration's seeds
-    spread alike."""
+    spread alike; or against one side's own spread (`whose`), for a configuration
+    that spreads unlike the sweep's pool."""
 
     t: float
     dof: float
     p: float
     sd: float
+    whose: str = "the sweep's pooled seed spread"
 
     def text(self, sizes: tuple[int, int]) -> str:
-        return (f"t = {self.t:.2f} on the sweep's pooled seed spread, sd {self.sd:.3f}, "
+        return (f"t = {self.t:.2f} on {self.whose}, sd {self.sd:.3f}, "
                 f"{p_text(self.p)}, {sizes[0]} and {sizes[1]} seeds")
 
 
@@ -164,13 +168,14 @@ def f_upper_p(f: float, dof: float, other_dof: float) -> float:
     return _incomplete_beta(other_dof / (other_dof + dof * f), other_dof / 2, dof / 2)
 
 
-def pooled_t(a: list[float], b: list[float], sd: float, dof: float) -> PooledT | None:
+def pooled_t(a: list[float], b: list[float], sd: float, dof: float,
+             whose: str = PooledT.whose) -> PooledT | None:
     """`PooledT` of mean(a) - mean(b); None without a value on a side, or without a
     pooled spread (no configuration ran with two seeds that learned)."""
     if not a or not b or not dof or not sd > 0:
         return None
     t = (sum(a) / len(a) - sum(b) / len(b)) / (sd * math.sqrt(1 / len(a) + 1 / len(b)))
-    return PooledT(t, dof, t_two_sided_p(t, dof), sd)
+    return PooledT(t, dof, t_two_sided_p(t, dof), sd, whose)
 
 
 def welch(a: list[float], b: list[float]) -> Welch | None:
