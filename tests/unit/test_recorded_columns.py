@@ -352,7 +352,7 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "(2 workers, global batch 512, lr 0.4, a 1-epoch warm-up) spread more than the "
             "others' allow (F = 21.2 on 2 and 13 degrees of freedom, above 7.95, the point a 5% "
             "test of all 9 configurations at once sets, Bonferroni's): it is left out of the "
-            "fit, and a comparison with it is held to its own seeds' differences."
+            "fit, and a comparison with it is held to its own seeds' spread."
             ) in sheet.answers
     assert ("0.796 (mean of 3 seeds), was 0.033 lower (t = -5.84 seed for seed on seeds 0, 1 "
             "and 2, sd 0.007 once each seed's shift is out, p = 5.7e-05) than 0.829"

@@ -125,7 +125,7 @@ class SeedBlocks:
             f"{f_quantile(dof, rest, SIGNIFICANCE / tested):.2f}, the point a "
             f"{SIGNIFICANCE:.0%} test of all {tested} configurations at once sets, "
             f"Bonferroni's): it is left out of the fit, and a comparison with it is held "
-            f"to its own seeds' differences."
+            f"to its own seeds' spread."
             for configuration, f, dof, rest, tested in self.wide)
         return (f" A seed fixes the initial weights and the order of the data in every arm, "
                 f"so the accuracies are also fitted as a mean per configuration plus a shift "
