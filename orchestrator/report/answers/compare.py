@@ -133,13 +133,21 @@ def accuracy_figures(cell_row: pd.Series, other: pd.Series, noise: Noise) -> str
     return f"{cell_row['final_test_acc']:.3f} against {other['final_test_acc']:.3f}"
 
 
+def seed_accuracies(row) -> dict[float, float]:
+    """A cell's (or trial's) final test accuracy by seed, {seed: accuracy}, as
+    `Noise.seed_test` takes a side (`cell`'s `by_seed`); `row` a Series, a dict or a
+    named tuple."""
+    values = row._asdict() if hasattr(row, "_asdict") else row
+    return dict(Side.of(values, "final_test_acc").by_seed)
+
+
 def gap_on(cell_row: pd.Series, other: pd.Series, seeds: tuple[float, ...]) -> float | None:
     """`cell_row`'s final test accuracy less `other`'s on `seeds` (the mean of each
     seed's difference), or of the means where `seeds` is empty; None where a side did
     not run one of them."""
     if not seeds:
         return cell_row["final_test_acc"] - other["final_test_acc"]
-    sides = [dict(Side.of(row, "final_test_acc").by_seed) for row in (cell_row, other)]
+    sides = [seed_accuracies(row) for row in (cell_row, other)]
     if not all(seed in side for side in sides for seed in seeds):
         return None
     return sum(sides[0][seed] - sides[1][seed] for seed in seeds) / len(seeds)
@@ -255,7 +263,7 @@ def cells_differ(cell_row: pd.Series, other: pd.Series, noise: Noise) -> int:
 
 def _cells_test(cell_row: pd.Series, other: pd.Series, noise: Noise
                 ) -> tuple[AccuracyTest | None, tuple[int, int]]:
-    seeds = [dict(Side.of(row, "final_test_acc").by_seed) for row in (cell_row, other)]
+    seeds = [seed_accuracies(row) for row in (cell_row, other)]
     failed = any(int(row.get("not_learned", 0) or 0) for row in (cell_row, other))
     return ((None if failed else noise.seed_test(*seeds, rows=(cell_row, other))),
             (len(seeds[0]), len(seeds[1])))

@@ -12,9 +12,9 @@ from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, none_learned, part_trials
 from orchestrator.report.answers.compare import (acc_gap, accuracy_figures, accuracy_verdict,
-                                                 compare_acc, compare_cells)
+                                                 compare_acc, compare_cells, seed_accuracies)
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
-                                                        lr_trials, per_seed)
+                                                        lr_trials)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      FAILED, RULE_TEXT_ONLY, failure_text,
                                                      learned_of, rule_figures, rule_found,
@@ -278,7 +278,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
         return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
     test = (None if held in DECIDED_BY_FAILURE or warm["not_learned"] or one["not_learned"]
-            else noise.seed_test(per_seed(arm, warm), per_seed(trials, one), rows=(warm, one)))
+            else noise.seed_test(seed_accuracies(warm), seed_accuracies(one), rows=(warm, one)))
     gap = acc_gap(warm["final_test_acc"], one["final_test_acc"], test)
     if test is not None:
         held = rule_verdict(gap, test, noise)

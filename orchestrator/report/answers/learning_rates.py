@@ -11,7 +11,7 @@ import pandas as pd
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned, part_trials
 from orchestrator.report.answers.noise import Noise
-from orchestrator.report.answers.compare import acc_gap, told_apart
+from orchestrator.report.answers.compare import acc_gap, seed_accuracies, told_apart
 from orchestrator.report.answers.wording import seeds_text
 
 
@@ -111,7 +111,7 @@ def best_lr_ties(table: pd.DataFrame, lr_columns: list[str], summary: pd.DataFra
             continue  # every lr failed here: nothing to tell apart
         here = {column: _Cell(row["num_workers"], row["global_batch_size"], float(column[3:]))
                 for column in lr_columns if not np.isnan(row[column])}
-        seeds = {column: per_seed(trials, key) for column, key in here.items()}
+        seeds = {column: seed_accuracies(_cell_at(means, key)) for column, key in here.items()}
         close, tied = [], [best]
         for column, key in here.items():
             if column == best:
@@ -184,7 +184,7 @@ def _cell_at(means: pd.DataFrame, key: "_Cell") -> pd.Series | None:
 
 
 class _Cell(NamedTuple):
-    """A batch-lr cell as `per_seed` selects its trials."""
+    """A batch-lr cell, as `_cell_at` finds it among `cells`' rows."""
 
     num_workers: int
     global_batch_size: int
@@ -199,12 +199,3 @@ def _edge(row: pd.Series, lrs: list[float]) -> str:
     return ("lowest" if row["best_lr"] == searched[0]
             else "highest" if row["best_lr"] == searched[-1] else "no")
 
-
-def per_seed(trials: pd.DataFrame, row) -> dict[float, float]:
-    """The final test accuracies of a cell's seeds, {seed: accuracy} (trials of one
-    seed averaged), for `Noise.seed_test`."""
-    same = trials[(trials["num_workers"] == row.num_workers)
-                  & (trials["global_batch_size"] == row.global_batch_size)
-                  & np.isclose(trials["lr"], row.lr)]
-    means = same.groupby("seed")["final_test_acc"].mean()
-    return {float(seed): float(acc) for seed, acc in means.items()}

@@ -9,8 +9,8 @@ import pandas as pd
 
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cells, none_learned
-from orchestrator.report.answers.compare import acc_gap, told_apart
-from orchestrator.report.answers.learning_rates import lr_trials, per_seed
+from orchestrator.report.answers.compare import acc_gap, seed_accuracies, told_apart
+from orchestrator.report.answers.learning_rates import lr_trials
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import (MOST_SEEDS, POWER, SIGNIFICANCE, SeedForSeedT,
                                                Welch, detectable_gap, fisher_exact,
@@ -38,8 +38,8 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
             # A failure to learn is the verdict; a t test on chance accuracies says nothing.
             # A t test on seeds some of which did not learn says nothing either.
             test = (None if held in DECIDED_BY_FAILURE or one.not_learned or many.not_learned
-                    else noise.seed_test(*(per_seed(trials, cell_row)
-                                           for cell_row in (many, one)), rows=(many, one)))
+                    else noise.seed_test(seed_accuracies(many), seed_accuracies(one),
+                                         rows=(many, one)))
             # The gap the test compared (the seeds both ran, where fewer than a side's).
             gap = acc_gap(many.final_test_acc, one.final_test_acc, test)
             rows.append({"num_workers": many.num_workers,
