@@ -210,7 +210,33 @@ def test_epoch_times_are_told_apart_by_t_on_the_spread_of_trials():
             "the sum free; the proportional split reached 1.50x: all of it.") in sections["13.6.2"]
     assert "stays busy on its core until its forward and backward have taken 2x" in (
         sections["13.6.2"])
-    assert "Worth it here" in sections["13.6.2"]
+    assert "Worth it here: the two devices, the batch split by their speeds, beat the fast " in (
+        sections["13.6.2"])
+    # And what the bound gives the exercise's GPU and CPU, labelled a what-if.
+    assert ("A what-if for the exercise's GPU and CPU, none of which ran here: a CPU 10 to 50 "
+            "times slower than its GPU on the same model would make the pair at best 1.10x as "
+            "fast as the GPU alone (1.02x at 50 times)") in sections["13.6.2"]
+
+
+def test_the_slow_device_is_worth_it_only_where_the_pair_beats_the_fast_one_alone():
+    """A review (2026-11-29): "is it worth the effort?" was decided by proportional
+    against even, so a split that beat even but lost to the fast worker alone read
+    "Worth it"."""
+    from orchestrator.report.answers.exercise_13_6_2 import _worth_it
+
+    def trial(epoch_s):
+        return pd.Series({"epoch_s": epoch_s, "seeds": 1, "seed": 0.0, "trial_id": "t"})
+
+    noise = Noise(time_fraction=0.05, acc=0.01)
+    even, proportional = trial(16.8), trial(12.2)
+    assert _worth_it(proportional, even, trial(14.6), noise).startswith("Worth it here")
+    # Faster than even, slower than the fast worker alone: not worth it.
+    assert _worth_it(proportional, even, trial(10.0), noise).startswith(
+        "Not worth it here: the two devices, the batch split by their speeds, did not beat "
+        "the fast one alone beyond the noise.")
+    assert _worth_it(proportional, even, None, noise) == (
+        "Splitting by speed beat the even split beyond the noise here; whether the slow "
+        "device is worth having at all, no trial of the fast one alone measured. ")
 
 
 def test_without_repeated_work_the_noise_is_assumed():
@@ -482,11 +508,10 @@ def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
         "workers both move a step's gradients once each way (the table above), so "
         "aggregating on different workers saves bytes only from 3 workers on, but time from 2 "
         "on a link that bytes bound: root's one receive, then one send, take twice a link's "
-        "time; the gap here "
-        "comes then from how root moves them: worker 0 receives and then sends, one after the "
-        "other (twice a link's time for the same bytes), and with a blocking call per "
-        "parameter tensor (the book's loop), where sharded makes two collectives a step over "
-        "one flat buffer; this sweep does not tell which.")
+        "time. The pair also differs in its calls: root makes a blocking one per parameter "
+        "tensor (the book's loop), sharded two a step over one flat buffer; the gap here "
+        "comes then from how root moves them, its receive and send one after the other or "
+        "its calls, and this sweep does not tell which.")
     close = ranked.assign(epoch_s=[10.7, 11.0])
     # Root a mean of 3 seeds: a third of a trial's variance on its side.
     assert "not significantly different (2.8% apart; t = -1.20, p = 0.24) from" in (

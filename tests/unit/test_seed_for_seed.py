@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.report.answers.cells import cell
 from orchestrator.report.answers.compare import (accuracy_figures, cells_differ, cells_gap,
-                                                 compare_cells)
+                                                 compare_cells, seed_accuracies)
 from orchestrator.report.answers.linear_rule import resolution_text, rule_figures, verdict_text
 from orchestrator.report.answers.noise import Noise, estimate_noise
 from orchestrator.report.answers.welch import (PooledT, SeedForSeedT, Welch, f_quantile,
@@ -268,3 +268,38 @@ def test_a_first_paragraph_prints_the_accuracies_its_verdict_compared():
     both = cell(_summary().query("lr == 0.1"))
     assert accuracy_figures(both, three, noise) == (
         f"{both['final_test_acc']:.3f} against {three['final_test_acc']:.3f}")
+
+
+def test_a_drop_the_pool_would_call_held_to_a_wide_arms_own_spread_is_not_settled():
+    """A review (2026-11-29): the warm-up arm lost twice as much to 1 worker as the arm
+    without warm-up, whose drop was called, yet read "not refuted", only because its
+    own seeds spread widely and its test fell back on their 2 degrees of freedom."""
+    from orchestrator.report.answers.linear_rule import rule_verdict, settled
+
+    noise = estimate_noise(_summary(wide=True))
+    arm = cell(_summary(wide=True).query("trial_id.str.startswith('w')", engine="python"))
+    twin = cell(_summary().query("lr == 0.4"))
+    test = noise.seed_test(seed_accuracies(arm), seed_accuracies(twin), rows=(arm, twin))
+    assert isinstance(test, SeedForSeedT) and test.own and test.p > 0.05
+    gap = test.gap
+    assert abs(gap) > noise.acc_blocks.resolution(3)  # one the pool would call
+    held = rule_verdict(gap, test, noise)
+    assert held == "within noise"
+    assert settled(held, gap, test, noise, (arm, twin)) == "unsettled"
+    figures = rule_figures("unsettled", gap, (3, 3), noise, test)
+    assert figures.startswith(
+        f"; the sweep's pool calls a drop of {noise.acc_blocks.resolution(3):.3f} or more "
+        f"between 3 seeds a side, and this one is {abs(gap):.3f}, but at 80% power these "
+        f"seeds tell apart only a drop of ")
+    assert verdict_text("unsettled", True, figures).startswith(
+        "was not settled (lower, not significantly at p < 0.05 on the pair's own "
+        "differences; the sweep's pool calls")
+    # A drop under what the pool would call stays "not refuted", as does any drop
+    # between two configurations of the pool, and a verdict the test made.
+    small = -0.5 * noise.acc_blocks.resolution(3)
+    assert settled("within noise", small, test, noise, (arm, twin)) == "within noise"
+    other = cell(_summary().query("lr == 0.2"))
+    pooled = noise.seed_test(seed_accuracies(other), seed_accuracies(twin),
+                             rows=(other, twin))
+    assert settled("within noise", gap, pooled, noise, (other, twin)) == "within noise"
+    assert settled("no", gap, test, noise, (arm, twin)) == "no"

@@ -18,7 +18,7 @@ from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_t
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
                                                      FAILED, RULE_TEXT_ONLY, failure_text,
                                                      learned_of, rule_figures, rule_found,
-                                                     rule_verdict, seeds_needed,
+                                                     rule_verdict, seeds_needed, settled,
                                                      verdict_text)
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact
@@ -281,7 +281,7 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
             else noise.seed_test(seed_accuracies(warm), seed_accuracies(one), rows=(warm, one)))
     gap = acc_gap(warm["final_test_acc"], one["final_test_acc"], test)
     if test is not None:
-        held = rule_verdict(gap, test, noise)
+        held = settled(rule_verdict(gap, test, noise), gap, test, noise, (warm, one))
     sizes = (int(warm["seeds"]), int(one["seeds"]))
     # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
     # counts compare them, not the means.

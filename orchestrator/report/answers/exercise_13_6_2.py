@@ -88,16 +88,15 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         f"The straggler is emulated: the last worker stays busy on its core until its "
         f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
         f"compute (a sleep would hand its core to the other worker).")
-    worth = times_differ(proportional_s, even_s, noise, pair) < 0
-    sentences.append(("Worth it here: the gain is beyond the noise. " if worth else
-                      "Not worth it here: the gain is not beyond the noise. ") + (
+    sentences.append(_worth_it(proportional, even, alone, noise) + (
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
         "of very different speed, an even split makes the GPU wait for the CPU at every step; "
         "the proportional split gives each its share, but the gain is bounded by the slow "
-        "device's share of the work, small when the CPU is much slower, and its costs are "
-        "re-timing every device and re-splitting the batch, the gradients crossing between GPU "
-        "and CPU at every sum, and the CPU's own share slowing it as the GPU's host (its data "
-        "loading and kernel launches): two workers sharing a node, as here, slow each other."))
+        "device's share of the work, and its costs are re-timing every device and "
+        "re-splitting the batch, the gradients crossing between GPU and CPU at every sum, "
+        "and the CPU's own share slowing it as the GPU's host (its data loading and kernel "
+        "launches): two workers sharing a node, as here, slow each other. "
+        + _gpu_and_cpu_bound()))
     short = (f"Divide each step's batch in proportion to each device's measured speed. Beside "
              f"a worker slowed {slowdown:g}x that split's epochs were "
              f"{ratio_text(proportional_s, even_s, noise, pair)} an even split's")
@@ -110,6 +109,43 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
               "crossing between the devices at every sum and, where the CPU also hosts the GPU, "
               "its own work slowing the GPU's feeding.")
     return [in_short(short), markdown_table(table), " ".join(sentences)]
+
+
+def _worth_it(proportional: pd.Series, even: pd.Series, alone: pd.Series | None,
+               noise: Noise) -> str:
+    """The exercise's "is it worth the effort?": whether the two devices, the batch
+    split by their speeds, beat the fast one alone beyond the noise (the effort is
+    using the slow one at all); without a trial of the fast one alone, only whether
+    splitting by speed beat an even split, and that the rest is not measured."""
+    if alone is None:
+        ahead = times_differ(proportional["epoch_s"], even["epoch_s"], noise,
+                             sides_of(proportional, even)) < 0
+        return ("Splitting by speed beat the even split beyond the noise here" if ahead else
+                "Splitting by speed did not beat the even split beyond the noise here") + (
+            "; whether the slow device is worth having at all, no trial of the fast one "
+            "alone measured. ")
+    ahead = times_differ(proportional["epoch_s"], alone["epoch_s"], noise,
+                         sides_of(proportional, alone)) < 0
+    return ("Worth it here: the two devices, the batch split by their speeds, beat the fast "
+            "one alone beyond the noise. " if ahead else
+            "Not worth it here: the two devices, the batch split by their speeds, did not beat "
+            "the fast one alone beyond the noise. ")
+
+
+# A helper r times slower adds at most 1/r of the fast device's speed (`_helper_bound`):
+# these slowdowns put a GPU against its host's CPU, a what-if printed as one.
+CPU_SLOWDOWNS = (10, 50)
+
+
+def _gpu_and_cpu_bound() -> str:
+    """The bound 1 + 1/r at a CPU r times slower than its GPU, for the exercise's GPU
+    and CPU (a what-if: no GPU ran beside a CPU here)."""
+    low, high = CPU_SLOWDOWNS
+    return (f"A what-if for the exercise's GPU and CPU, none of which ran here: a CPU {low} "
+            f"to {high} times slower than its GPU on the same model would make the pair at "
+            f"best {1 + 1 / low:.2f}x as fast as the GPU alone ({1 + 1 / high:.2f}x at {high} "
+            f"times), were the split and the sums free, and the sums' cost across the two and "
+            f"the host's own work beside them can take that back: rarely worth the effort.")
 
 
 def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Series | None,

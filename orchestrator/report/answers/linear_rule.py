@@ -56,7 +56,8 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                                     "Welch" if isinstance(test, Welch) else "pooled"),
                          "test": test,
                          "held": (held if held in DECIDED_BY_FAILURE
-                                  else rule_verdict(gap, test, noise)),
+                                  else settled(rule_verdict(gap, test, noise), gap, test, noise,
+                                               (many, one))),
                          # Named in the sentences, not the table's columns.
                          "not_learned_1_worker": one.not_learned,
                          "not_learned_scaled": many.not_learned})
@@ -69,6 +70,8 @@ RULE_TEXT_ONLY = ["not_learned_1_worker", "not_learned_scaled", "test"]
 
 VERDICTS = {"yes": "held", "no": "did not hold",
             "within noise": "was not refuted (lower, but not beyond the noise)",
+            "unsettled": "was not settled (lower by as much as the sweep's pool of seeds "
+                         "calls, but not significantly against the pair's own, wider spread)",
             "failed": "did not hold (no seed there learned, where 1 worker's did)",
             "some failed": "did not hold in every seed (some there did not learn, where 1 "
                            "worker's all did)",
@@ -87,6 +90,9 @@ def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
     if held == "within noise" and decided_by_test:
         return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
                 f"{resolution})")
+    if held == "unsettled" and resolution:
+        return (f"was not settled (lower, not significantly at p < {SIGNIFICANCE:g} on the "
+                f"pair's own differences{resolution})")
     if held in FAILED and resolution:
         return VERDICTS[held].removesuffix(")") + resolution + ")"
     return VERDICTS[held]
@@ -115,7 +121,27 @@ def rule_figures(held: str, gap: float, sizes: tuple[int, int], noise: Noise, te
         interval = gap_interval(gap, test)
         return ("" if interval is None else f"; a drop of {-interval[1]:.3f} to "
                 f"{-interval[0]:.3f}, its {1 - SIGNIFICANCE:.0%} interval")
+    if held == "unsettled":
+        seeds = len(test.seeds)
+        return (f"; the sweep's pool calls a drop of {noise.acc_blocks.resolution(seeds):.3f} "
+                f"or more between {counted(seeds, 'seed')} a side, and this one is "
+                f"{abs(gap):.3f}" + resolution_text(gap, sizes, noise, test).replace(
+                    "; at", ", but at", 1))
     return resolution_text(gap, sizes, noise, test)
+
+
+def settled(held: str, gap: float, test, noise: Noise, rows) -> str:
+    """`held`, or "unsettled" where a drop "within noise" was held to the pair's own
+    differences (`rows`: a side is a configuration the pool leaves out, its seeds
+    spreading unlike the others') and is as large as the pool would call: not
+    refuted only for want of those seeds' power, which says nothing of the rule."""
+    if held != "within noise" or test is None or all(noise.acc_blocks.in_pool(row)
+                                                       for row in rows):
+        return held
+    if not isinstance(test, SeedForSeedT) or not test.own:
+        return held  # the same sides a pool would test, or no shared seed: as it reads
+    return ("unsettled" if abs(gap) >= noise.acc_blocks.resolution(len(test.seeds))
+            else held)
 
 
 def resolution_text(gap: float, sizes: tuple[int, int], noise: Noise, test=None) -> str:
@@ -185,7 +211,8 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
 
 
 # How each verdict reads in a summary of the pairs, in this order.
-OUTCOMES = {"yes": "held", "within noise": "was not refuted", "no": "did not hold",
+OUTCOMES = {"yes": "held", "within noise": "was not refuted", "unsettled": "was not settled",
+            "no": "did not hold",
              "some failed": "did not hold in every seed",
              "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
 # The verdicts no t test can change: a failure to learn decides them.

@@ -22,7 +22,8 @@ from orchestrator.report.answers.seed_blocks import SeedBlocks, blocked_fit, see
 from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, pooled_t, t_quantile,
                                               t_two_sided_p, welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, listed, percent, seeds_label
-from orchestrator.report.noise_scale import LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION, learned
+from orchestrator.report.noise_scale import (LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION,
+                                             chance_margin, learned)
 from orchestrator.report.summary import (steady_epochs, timed_epochs, trial_transports,
                                          with_speedup)
 
@@ -443,9 +444,11 @@ class Noise:
             seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
                      else f"{self.acc_not_learned} seeds that did not learn")
             acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
-                    f"uniform guess's, ln(classes), or test accuracy above chance's by no "
-                    f"more than half of it, at most {LEARNED_ACC_MARGIN:g}: stuck on the "
-                    f"initial plateau or diverged) "
+                    f"uniform guess's, ln(classes), or a test accuracy no higher than "
+                    f"chance's, 1/classes, plus half of that, the margin at most "
+                    f"{LEARNED_ACC_MARGIN:g}: {0.1 + chance_margin(10):.2g} with 10 classes; "
+                    f"stuck on the initial "
+                    f"plateau or diverged) "
                     f"{'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
                     f"that does not learn is a failure, which the answers name where they "
                     f"use its configuration, not the spread of runs that do.")
