@@ -49,7 +49,7 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     waited_s = sync.backward_wait_s
     started = timer.start()
     losses, logits = forward_backward(sync.module, images, labels, config)
-    timer.stop(started, minus_s=sync.backward_wait_s - waited_s)
+    timer.stop(started, minus_s=sync.backward_wait_s - waited_s, at=sync.take_compute_end())
     if noise is not None:
         noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
     sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)

@@ -36,12 +36,16 @@ class DeviceTimer:
             return event
         return time.perf_counter()
 
-    def stop(self, started: "float | torch.cuda.Event", *, minus_s: float = 0.0) -> None:
+    def stop(self, started: "float | torch.cuda.Event", *, minus_s: float = 0.0,
+             at: "torch.cuda.Event | None" = None) -> None:
         """Adds the time since `started` less `minus_s`; on a GPU, once the
-        current stream gets here."""
+        current stream gets here, or up to `at`, a mark recorded earlier (where the
+        stream has since been made to wait for something not this span's)."""
         if self.on_gpu:
-            stopped = torch.cuda.Event(enable_timing=True)
-            stopped.record()
+            stopped = at
+            if stopped is None:
+                stopped = torch.cuda.Event(enable_timing=True)
+                stopped.record()
             if self.slowdown > 1:  # the emulation has to wait for the GPU to know the span
                 stopped.synchronize()
                 minus_s -= self._stretch(started.elapsed_time(stopped) / 1000 - minus_s)

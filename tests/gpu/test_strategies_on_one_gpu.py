@@ -37,6 +37,7 @@ CASES = [(sync, "lenet", 257, "fp64", "nchw") for sync in EXACT_STRATEGIES]  # 2
 SPLIT_SYNCS = ("scratch", "sharded")
 DELAYED = ("delayed", "lenet", 257, "fp64", "nchw")
 RESNET_CASE = ("scratch", "resnet18", 64, "fp64", "nchw")
+DDP_STRAGGLER = ("ddp", "lenet", 256, "fp32", "nchw")
 SMALL_RESNET_WIDTH = 4  # the book's ResNet-18 at 1/16 of its width, BatchNorms and all
 
 
@@ -72,6 +73,8 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
         runs[DELAYED] = _run(_on_gpu(DELAYED, num_workers, momentum=0.5), dataset)
         if num_workers == 2:
             runs["sync_batchnorm"] = _run(_on_gpu(RESNET_CASE, 2, sync_batchnorm=True), dataset)
+            runs["ddp_straggler"] = _run(_on_gpu(DDP_STRAGGLER, 2, straggler_slowdown=3.0),
+                                         dataset)
         if rank == 0:
             results.update(runs)
     finally:
@@ -148,3 +151,17 @@ def test_sync_batchnorm_over_gloo_makes_two_workers_one_gpu(k_workers_on_one_gpu
     _, want = one_gpu(_on_gpu(RESNET_CASE, 1, sync_batchnorm=True))
     assert_same_parameters(state["model"], want["model"],
                            build_model("resnet18", seed=7).state_dict(), "fp64")
+
+
+def test_ddps_compute_on_a_gpu_leaves_out_the_wait_for_a_slower_worker(k_workers_on_one_gpu):
+    """A review (2026-11-29): on a GPU backward's end waits on the stream for every
+    bucket's sum, so a worker's compute took in the other workers' pace, and a
+    proportional split saw two equal speeds. With the last worker emulating a device
+    3x slower, the first's forward and backward are its own: well under the other's
+    (before the mark, as long as the other's)."""
+    num_workers, results = k_workers_on_one_gpu
+    if num_workers != 2:
+        pytest.skip("checked at 2 workers")
+    history, _ = results["ddp_straggler"]
+    fast, slow = history[-1]["worker_compute_s"]
+    assert fast < 0.6 * slow, history[-1]["worker_compute_s"]

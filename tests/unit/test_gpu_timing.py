@@ -36,6 +36,8 @@ def test_ddp_times_its_allreduce_on_the_gpu_under_nccl():
         sync = DDPSync(model, CUDA, bucket_cap_mb=25.0)
         sync.module(torch.randn(8, 1, 28, 28, device=CUDA)).sum().backward()
         assert sync.timer._events  # one pair per bucket, not read yet
+        # The compute's end: the mark the last bucket queued, taken once.
+        assert sync.take_compute_end() is not None and sync.take_compute_end() is None
         assert sync.sync_time_s > 0
     finally:
         dist.destroy_process_group()

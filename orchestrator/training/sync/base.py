@@ -73,8 +73,17 @@ class GradientSync:
         # Seconds backward itself spent blocked on the other workers (ddp's
         # reductions run inside it): not this worker's compute.
         self.backward_wait_s = 0.0
+        # On a GPU, where backward's end also waits for the other workers (ddp's
+        # reductions end inside it): a mark queued where its own work ended.
+        self._compute_end: torch.cuda.Event | None = None
         self.transport = transport.name
         self.allreduce_ = transport.allreduce_
+
+    def take_compute_end(self) -> "torch.cuda.Event | None":
+        """The mark queued where this step's forward and backward ended, if a strategy
+        queued one (ddp on a GPU), taken once; else None (the step's own stop)."""
+        end, self._compute_end = self._compute_end, None
+        return end
 
     @property
     def sync_time_s(self) -> float:

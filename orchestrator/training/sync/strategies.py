@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from orchestrator.training.sync.base import (GradientSync, Transport, buckets,
                                              group_transport, make_transport, nbytes,
                                              root_transport)
-from orchestrator.training.sync.collectives import views_like, wait_busy
+from orchestrator.training.sync.collectives import root_allreduce_, views_like, wait_busy
 from orchestrator.training.sync.delayed import DelayedSync
 from orchestrator.training.sync.sharded import ParameterShards
 
@@ -101,6 +101,11 @@ class RootSync(ScratchSync):
 
     def __init__(self, model: nn.Module, device: torch.device):
         super().__init__(model, device, root_transport())
+        # Under NCCL a pair's first send sets up a communicator of its own (the group
+        # is not initialised eagerly: Ray passes no device_id), k-1 of them on worker
+        # 0 in turn: one exchange of one element makes them here, outside every timed
+        # epoch. Every worker builds its sync at the same point of the loop.
+        root_allreduce_(torch.zeros(1, device=device))
 
 
 class DDPSync(GradientSync):
@@ -131,6 +136,12 @@ class DDPSync(GradientSync):
     def _timed_sum_hook(self, _state, bucket: dist.GradBucket
                         ) -> torch.futures.Future[torch.Tensor]:
         started = self.timer.start()
+        if bucket.is_last() and self.device.type == "cuda":
+            # Every gradient is queued by the last bucket's launch, and backward's end
+            # waits on the stream for every sum, the other workers' pace with them:
+            # this worker's compute ends here (`take_compute_end`). On a CPU, the
+            # wait below is measured and left out instead.
+            self._compute_end = started
         work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
         if self.device.type == "cpu":
             self._works_in_flight.append(work)
