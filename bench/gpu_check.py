@@ -335,12 +335,31 @@ def _steps_seconds(outcomes: dict) -> str:
             + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in ran.items()) + ")")
 
 
+def one_gpu_only(environ=os.environ) -> str | None:
+    """The check is of one GPU (its main job names the 2-worker point as not run): on a
+    machine with more, every step it starts sees the first visible one only
+    (CUDA_VISIBLE_DEVICES, which its processes and Ray's inherit); the line it printed,
+    or None where one GPU is all there is."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    listed = [device for device in (visible or "").split(",") if device.strip()]
+    count = len(listed) if visible is not None else torch.cuda.device_count()
+    if count <= 1:
+        return None
+    first = listed[0].strip() if listed else "0"
+    environ["CUDA_VISIBLE_DEVICES"] = first
+    line = (f"gpu_check: {count} GPUs visible; the check is of one GPU, so every step sees "
+            f"the first only (CUDA_VISIBLE_DEVICES={first})")
+    print(line)
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device on this machine (torch {torch.__version__}); "
               f"nothing run, nothing written")
         return 0
+    one_gpu_only()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()

@@ -145,12 +145,20 @@ def trial_transports(epochs: pd.DataFrame) -> pd.Series:
 
 def shared_gpu_trials(epochs: pd.DataFrame) -> set[str]:
     """Trials in which two workers ran on one GPU of one node (`--gpus-per-worker`
-    below 1): a device string such as "cuda:0" twice among a node's ranks."""
-    if "devices" not in epochs or "worker_nodes" not in epochs:
+    below 1): a device string such as "cuda:0" twice among a node's ranks; and
+    trials whose GPU workers summed over gloo, which only a fraction of a GPU each
+    asks for (Ray may have put them on GPUs of their own, but their sums went
+    through the host, not NCCL's: no GPU speedup either)."""
+    if "devices" not in epochs:
         return set()
     sharing = set()
     for row in epochs.itertuples():
-        devices, nodes = _device_list(row.devices), per_worker_values(row.worker_nodes)
+        devices = _device_list(row.devices)
+        on_gpus = len(devices) > 1 and all(device.startswith("cuda") for device in devices)
+        if on_gpus and getattr(row, "backend", "") == "gloo":
+            sharing.add(row.trial_id)
+            continue
+        nodes = per_worker_values(getattr(row, "worker_nodes", None))
         if not nodes or len(devices) != len(nodes):
             continue
         placed = [(node, device) for node, device in zip(nodes, devices)

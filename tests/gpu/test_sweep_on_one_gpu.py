@@ -3,15 +3,28 @@ embedded Ray, as a reader of the book with one GPU runs it). Needs a CUDA GPU:
 skipped without one (tests/conftest.py); the plans on a CPU Ray that declares a
 GPU are tested in tests/cluster/test_sweep_script_on_ray.py."""
 
+import os
+
 import pandas as pd
+import torch
 
 from helpers import SMALL, run_script
+
+
+def _one_gpu() -> dict:
+    """The environment of a machine of one GPU, on a machine of several: the first
+    visible one only (the embedded Ray counts what CUDA_VISIBLE_DEVICES shows)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and torch.cuda.device_count() <= 1:
+        return dict(os.environ)
+    first = (visible or "0").split(",")[0].strip()
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": first}
 
 
 def test_two_workers_share_the_gpu_over_gloo_and_give_no_speedup(tmp_path):
     out_dir = tmp_path / "out"
     run = run_script("sweep.py", "--workers", "1,2", "--gpus-per-worker", "0.5", *SMALL,
-                     "--out", str(out_dir), timeout_s=600)
+                     "--out", str(out_dir), timeout_s=600, env=_one_gpu())
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "workers on GPUs, 0.5 of one each: workers may share a GPU (gloo" in run.stdout
     epochs = pd.read_csv(out_dir / "epochs.csv")
@@ -29,7 +42,7 @@ def test_the_main_job_on_one_gpu_runs_what_fits_and_estimates_the_rest(tmp_path)
     1-GPU trial runs under NCCL, the 2-GPU one is named in report.md with the
     scaling model's what-if; exit 0."""
     out_dir = tmp_path / "out"
-    run = run_script("sweep.py", *SMALL, "--out", str(out_dir), timeout_s=600)
+    run = run_script("sweep.py", *SMALL, "--out", str(out_dir), timeout_s=600, env=_one_gpu())
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "2 workers need 2 GPUs; this cluster has 1: not run" in run.stdout
     trials = pd.read_csv(out_dir / "trials.csv")

@@ -93,3 +93,21 @@ def test_gpu_check_records_where_each_sweeps_time_went(tmp_path, monkeypatch):
     assert split["training"] == pytest.approx(epochs["epoch_time_s"].sum(), abs=0.01)
     assert split["evaluating"] == pytest.approx(epochs["eval_time_s"].sum(), abs=0.01)
     assert split["starting workers"] > 0 and split["preparing"] > 0
+
+
+def test_gpu_check_on_a_machine_of_several_gpus_checks_the_first(monkeypatch, capsys):
+    """A review (2026-11-29): the check is of one GPU (its main job names the 2-worker
+    point as not run), so on a node of eight every step it starts sees one."""
+    check = import_bench("gpu_check", monkeypatch)
+    listed = {"CUDA_VISIBLE_DEVICES": "3,5,6"}
+    assert check.one_gpu_only(listed) == (
+        "gpu_check: 3 GPUs visible; the check is of one GPU, so every step sees the first "
+        "only (CUDA_VISIBLE_DEVICES=3)")
+    assert listed == {"CUDA_VISIBLE_DEVICES": "3"}
+    assert check.one_gpu_only(listed) is None and listed == {"CUDA_VISIBLE_DEVICES": "3"}
+    monkeypatch.setattr(check.torch.cuda, "device_count", lambda: 8)
+    unset: dict = {}
+    assert "8 GPUs visible" in check.one_gpu_only(unset)
+    assert unset == {"CUDA_VISIBLE_DEVICES": "0"}
+    monkeypatch.setattr(check.torch.cuda, "device_count", lambda: 1)
+    assert check.one_gpu_only({}) is None

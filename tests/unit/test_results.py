@@ -116,6 +116,15 @@ def test_workers_that_shared_a_gpu_give_no_speedup():
     epochs.loc[on_gpus, "worker_nodes"] = "['node-a', 'node-b']"
     summary = summarize_trials(trials, epochs, evaluations).set_index("trial_id")
     assert summary.loc["t2-lr0.1", "speedup"] == pytest.approx(1.8)
+    # GPU workers whose sums went over gloo asked for a fraction of a GPU each (a
+    # review, 2026-11-29): Ray may have placed them on two GPUs, but they summed
+    # through the host, not NCCL's: no speedup read either.
+    epochs["backend"] = "nccl"
+    epochs.loc[epochs["trial_id"] == "t2-lr0.2", "backend"] = "gloo"
+    summary = summarize_trials(trials, epochs, evaluations).set_index("trial_id")
+    assert summary.loc["t2-lr0.2", "shared_gpu"]
+    assert math.isnan(summary.loc["t2-lr0.2", "speedup"])
+    assert summary.loc["t2-lr0.1", "speedup"] == pytest.approx(1.8)
 
 
 def test_sync_share_and_accuracy_summaries(summary):
