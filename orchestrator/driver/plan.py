@@ -13,6 +13,7 @@ from orchestrator.driver.checks import SweepRequest
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
+from orchestrator.errors import UserError
 from orchestrator.records import LeftOut, counted
 
 
@@ -78,8 +79,18 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
     whole_nodes = max(cluster.node_capacities(resources)) <= 1
     isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
     concurrent = min(request.max_concurrent_trials or isolated, len(sweep.grid))
+    side_by_side = concurrent > 1 and not whole_nodes
+    if side_by_side and sweep.base.pin_cores:
+        # Every trial counts its local ranks from 0, and Ray pins no trial's cores: two
+        # trials on one node would pin their workers to the same ones.
+        if request.max_concurrent_trials:
+            raise UserError(
+                f"--pin-cores pins each worker to cores chosen by its local rank, which "
+                f"every trial counts from 0: {concurrent} trials side by side on a node "
+                f"would share them; drop --max-concurrent-trials or --pin-cores")
+        concurrent, side_by_side = 1, False
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
-                     side_by_side=concurrent > 1 and not whole_nodes, left_out=left_out)
+                     side_by_side=side_by_side, left_out=left_out)
 
 
 def _leave_out_what_cannot_fit(sweep: SweepConfig, cluster: Cluster

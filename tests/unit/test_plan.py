@@ -233,6 +233,29 @@ def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
 
 
+def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
+    """A review (2026-11-29): --pin-cores picks a worker's cores by its local rank,
+    which every trial counts from 0, so trials packed onto one node (8 one-GPU trials
+    on a node of eight) pinned every worker to the same cores."""
+    argv = ("--workers", "1", "--lr", "0.1,0.2", "--repeats", "4", "--pin-cores")
+    fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(NODE_OF_EIGHT))
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
+    plan_text.print_plan(fitted)
+    assert ("timing: each trial timed with its nodes to itself: --pin-cores pins workers by "
+            "their local rank, the same in every trial, so trials run one at a time"
+            ) in capsys.readouterr().out.splitlines()
+    with pytest.raises(UserError, match="^--pin-cores pins each worker to cores chosen by its "
+                                        "local rank, which every trial counts from 0: 3 trials "
+                                        "side by side on a node would share them; drop "
+                                        "--max-concurrent-trials or --pin-cores$"):
+        plan.fit_to_cluster(_request(tmp_path, *argv, "--max-concurrent-trials", "3"),
+                            _cluster(NODE_OF_EIGHT))
+    # Trials on whole nodes of their own share no core: as many at once as nodes.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--lr", "0.1,0.2",
+                                          "--pin-cores"), _cluster(NODE_OF_EIGHT, NODE_OF_EIGHT))
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
+
+
 def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path, capsys):
     fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "time-to-accuracy"),
                                  _cluster({"CPU": 2.0}))
