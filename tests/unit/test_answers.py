@@ -293,8 +293,11 @@ def test_13_6_3_runs_two_overlapped_steps_and_compares_like_for_like():
     assert ("After 3 epochs its final test accuracy was 0.731 (1 seed), 0.013 lower than the "
             "synchronous optimizer's 0.744 (scratch, the same lr 0.2, global batch 256 and "
             "seeds; 1 seed).") in section
-    assert ("this sweep's workers are CPUs, where PyTorch runs each operation to its end "
-            "(MXNet's engine queues on CPUs too), so the effect cannot show here") in section
+    # Said once (a review: it read twice in one sentence).
+    assert ("at most the last step's work is left out. This sweep's workers are CPUs, where "
+            "PyTorch runs each operation to its end before it returns (MXNet's engine queues "
+            "on CPUs too): there is nothing to drop, and the effect cannot show here.") in section
+    assert section.count("to its end before it returns") == 1
 
 
 def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():

@@ -29,8 +29,7 @@ DROPPED_WAIT = (
     "MXNet's calls `npx.waitall()`; 13.6's PyTorch `train` stops its timer with neither, yet "
     "its epoch times hold nearly all the work: each step's `X.to(devices[0])`, a blocking "
     "copy, waits for the steps queued before it, so at most the last step's work is left "
-    "out. On a CPU torch runs every operation to its end before it returns, so there is "
-    "nothing to drop{measured}.")
+    "out{measured}.")
 SHORT = (
     "Without the wait the epoch's timer stops when the work is queued, not done: epochs "
     "look shorter, and training is no faster. Two steps overlap and leave SGD as it is when "
@@ -68,8 +67,9 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
     dropped = DROPPED_WAIT.format(measured=(
         "; this sweep's workers are GPUs, but it times every epoch with the wait kept "
         "(torch.cuda.synchronize), so the difference is not measured here" if use_gpu else
-        ": this sweep's workers are CPUs, where PyTorch runs each operation to its end (MXNet's "
-        "engine queues on CPUs too), so the effect cannot show here"))
+        ". This sweep's workers are CPUs, where PyTorch runs each operation to its end before "
+        "it returns (MXNet's engine queues on CPUs too): there is nothing to drop, and the "
+        "effect cannot show here"))
     usable = timed(summary[summary["status"] != Status.FAILED])
     delayed = timed(part_trials(summary, "delayed"))
     delayed = delayed[delayed["sync"] == "delayed"]
