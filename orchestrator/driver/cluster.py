@@ -46,6 +46,9 @@ class Cluster:
     shipped: tuple[str, ...] = ()
     """The folders and files the job ships to every node (py_modules): this package
     and the user's model and data set modules."""
+    forwarded: tuple[str, ...] = ()
+    """The driver's settings of the collectives set for every process of the job on an
+    attached cluster (`job_env.forwarded_env`), by name."""
 
     @property
     def num_cpus(self) -> float:
@@ -182,17 +185,19 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     import ray
 
     from orchestrator import ray_fastpath
-    shipped = ()
+    shipped, forwarded = (), ()
     if address is None:
         context = _start_embedded(dashboard_host, num_cpus)
     else:
         check_reachable(address)
         # Reaches every process of this job on every node: Tune's trials,
         # Train's controllers and workers.
-        runtime_env = job_env.attached_runtime_env(ray_fastpath.job_env_vars(embedded=False),
-                                                   user_code)
+        runtime_env = job_env.attached_runtime_env(
+            {**job_env.forwarded_env(), **ray_fastpath.job_env_vars(embedded=False)}, user_code)
         # Before ray.init, which replaces the folders with their packages' URIs.
         shipped = tuple(runtime_env.get("py_modules", ()))
+        forwarded = tuple(name for name in job_env.forwarded_env()
+                          if name in runtime_env["env_vars"])
         try:
             context = ray.init(address=address, runtime_env=runtime_env)
         except ConnectionError as error:
@@ -210,7 +215,7 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
         node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]),
         # Ray sets it for a cluster it starts, unless the user chose.
         token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token",
-        shipped=shipped)
+        shipped=shipped, forwarded=forwarded)
 
 
 def _start_embedded(dashboard_host: str, num_cpus: int | None):

@@ -70,6 +70,22 @@ def user_code(config) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(path for path in paths if path is not None))
 
 
+# The driver's settings of the collectives, which a worker on another node would
+# otherwise take from its own node's raylet, not from the shell that started the
+# sweep (torchrun's workers inherit that shell's): NCCL's and torch's NCCL knobs,
+# and the network interface gloo binds (a wrong one shows as a hang until the
+# process group's timeout).
+FORWARDED_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+FORWARDED_NAMES = ("GLOO_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")
+
+
+def forwarded_env(environ=os.environ) -> dict[str, str]:
+    """This shell's settings of the collectives (FORWARDED_PREFIXES, FORWARDED_NAMES),
+    for every process of an attached cluster's job, by name."""
+    return {name: value for name, value in sorted(environ.items())
+            if name.startswith(FORWARDED_PREFIXES) or name in FORWARDED_NAMES}
+
+
 def attached_runtime_env(env_vars: dict[str, str], user_code: tuple[Path, ...] = ()) -> dict:
     """`ray.init`'s runtime_env on an attached cluster: `env_vars` for every
     process, the package and `user_code` (the folders or files of the user's

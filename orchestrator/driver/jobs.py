@@ -195,6 +195,8 @@ def _connect(args: argparse.Namespace, config) -> ray_cluster.Cluster:
     print(cluster.describe())
     for path in cluster.shipped:
         print(f"shipping {path} to every node with the job (py_modules)")
+    if cluster.forwarded:
+        print(f"setting {', '.join(cluster.forwarded)} as here for every worker (env_vars)")
     if cluster.dashboard_url:
         print(cluster.dashboard_hint)
     return cluster

@@ -70,9 +70,12 @@ def test_a_node_that_cannot_import_the_package_runs_its_worker(
     assert "No module named 'orchestrator.config'" in hidden.stderr, hidden.stderr
     assert cluster.run_in("w1", imports, cwd=REPO, timeout=hang_limit(60)).returncode == 0
 
-    run, out_dir = _sweep(cluster, tmp_path, "shipped")
+    # The driver's settings of the collectives go to every worker, as torchrun's
+    # shell's would (NCCL's is unused on CPUs: it only has to travel).
+    run, out_dir = _sweep(cluster, tmp_path, "shipped", NCCL_DEBUG="WARN")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"shipping {PACKAGE_DIR} to every node with the job (py_modules)" in run.stdout
+    assert "setting NCCL_DEBUG as here for every worker (env_vars)" in run.stdout
     ids = cluster.node_ids()
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert len(epochs) == 1

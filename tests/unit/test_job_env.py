@@ -79,3 +79,21 @@ def test_out_under_a_job_that_would_be_deleted_with_it_is_refused(monkeypatch, o
     assert fragment in str(refused.value)
     assert "give --out an absolute path" in str(refused.value)
     assert not Path("results/run1").exists()
+
+
+def test_the_drivers_settings_of_the_collectives_go_to_every_worker(monkeypatch):
+    """A review (2026-11-29): on an attached cluster a worker takes its environment
+    from its node's raylet, so NCCL_SOCKET_IFNAME set where the sweep starts (as
+    torchrun's workers would inherit it) never reached them; a wrong interface
+    shows as a hang until the process group's timeout."""
+    environ = {"NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_BLOCKING_WAIT": "1",
+               "GLOO_SOCKET_IFNAME": "eth0", "PATH": "/bin", "NCCLX": "no"}
+    assert job_env.forwarded_env(environ) == {
+        "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    # What a submitted job sets itself stays the job's.
+    monkeypatch.delenv(job_env.SHIP_CODE_ENV_VAR, raising=False)
+    _as_job(monkeypatch, {"env_vars": {"NCCL_SOCKET_IFNAME": "ib0"},
+                          "py_modules": ["gcs://_ray_pkg_abc.zip"]})
+    assert job_env.attached_runtime_env(job_env.forwarded_env(environ)) == {
+        "env_vars": {"GLOO_SOCKET_IFNAME": "eth0", "TORCH_NCCL_BLOCKING_WAIT": "1"}}
