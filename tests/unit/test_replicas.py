@@ -147,12 +147,12 @@ def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
         sections["13.5.2"])
     assert ("With a 1-epoch linear warm-up of the lr from 0.2 (1 worker's lr, as Goyal et al., "
             "2017, start from the small batch's) to 0.4 at global batch 512 on 2 workers, the "
-            "final test accuracy was 0.751 (mean of 2 seeds), not significantly different "
-            "(0.009 apart; t = 5.20 on the sweep's pooled seed spread, sd 0.001, p = 0.12, 2 "
-            "and 1 seeds) from 0.742 without warm-up (1 seed), and not significantly different "
-            "(0.008 apart; t = 4.62 on the sweep's pooled seed spread, sd 0.001, p = 0.14, 2 and "
-            "1 seeds) from 1 worker's 0.743 at lr 0.2 (1 seed): with warm-up the linear scaling "
-            "rule held at global batch 512 from 1 worker's lr 0.2."
+            "final test accuracy was 0.751 (mean of 2 seeds). That is not significantly "
+            "different (0.009 apart; t = 5.20 on the sweep's pooled seed spread, sd 0.001, p = "
+            "0.12, 2 and 1 seeds) from 0.742 without warm-up (1 seed). It was not significantly "
+            "different (0.008 apart; t = 4.62 on the sweep's pooled seed spread, sd 0.001, p = "
+            "0.14, 2 and 1 seeds) from 1 worker's 0.743 at lr 0.2 (1 seed): with warm-up, at "
+            "global batch 512 from 1 worker's lr 0.2, the linear scaling rule held."
             ) in sections["13.5.2"]
     # One seed on a side: Student's t on the pooled spread, sd 0.00141 on 1 degree of
     # freedom, which a gap of 6 sds does not pass (a range rule called it a finding).
@@ -260,13 +260,13 @@ def test_each_warm_up_arm_is_held_against_its_own_lr_without_warm_up():
             "batch's lr, 0.2: a ramp from zero spends the epoch at half the lr on average) at "
             "global batch 512") in section
     assert ("0.4: a ramp from zero spends the epoch at half the lr on average) at global "
-            "batch 512 on 2 workers, the final test accuracy was 0.730 (1 seed), against 0.100 "
-            "without warm-up (1 seed, which did not learn): 1 of 1 seed learned with warm-up "
-            "against 0 of 1 without, Fisher's exact p = 1: whether warm-up makes this lr learn, "
-            "these seeds do not settle, and not significantly different (0.010 apart; "
+            "batch 512 on 2 workers, the final test accuracy was 0.730 (1 seed). Without "
+            "warm-up it was 0.100 (1 seed, which did not learn): 1 of 1 seed learned with "
+            "warm-up against 0 of 1 without, Fisher's exact p = 1: whether warm-up makes this lr "
+            "learn, these seeds do not settle. It was not significantly different (0.010 apart; "
             "t = 5.00 on the sweep's pooled seed spread, sd 0.001, p = 0.13, 1 and 1 seeds) from "
-            "1 worker's 0.720 at lr 0.4 (1 seed): with warm-up the linear scaling rule held at "
-            "global batch 512 from 1 worker's lr 0.4.") in section
+            "1 worker's 0.720 at lr 0.4 (1 seed): with warm-up, at global batch 512 from 1 "
+            "worker's lr 0.4, the linear scaling rule held.") in section
 
 
 def test_the_exercises_study_replicates_the_compared_cells_and_runs_a_warm_up_arm():

@@ -230,11 +230,12 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
         return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
                 f"largest global batch with the linearly scaled lr)."]
     arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
-    return [" ".join(_warmup_sentence(summary, arm[np.isclose(arm["lr"], lr)], noise)
-                     for lr in sorted(arm["lr"].unique()))]
+    return [" ".join(sentence for lr in sorted(arm["lr"].unique())
+                     for sentence in _warmup_sentences(summary, arm[np.isclose(arm["lr"], lr)],
+                                                       noise))]
 
 
-def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> str:
+def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> list[str]:
     """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
     without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
     rule's pairs are (`rule_verdict`: a t test on the seeds where there is one, else
@@ -252,30 +253,30 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
             else f"from {start:g} to {lr:g}" if start > 0
             else f"from zero to {lr:g} (Goyal et al., 2017, start from the small batch's lr, "
                  f"{lr / k:g}: a ramp from zero spends the epoch at half the lr on average)")
-    sentence = (f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
-                f"global batch {batch} on {k} workers, the final test "
-                f"accuracy was {warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})")
+    sentences = [f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
+                 f"global batch {batch} on {k} workers, the final test accuracy was "
+                 f"{warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})."]
     if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"])):
         # A mean over seeds that learned and seeds that did not is an outcome of two
         # kinds: the counts are compared (Fisher's exact test), not the means.
         learned, cold_learned = (learned_of(side["seeds"], side["not_learned"])
                                  for side in (warm, cold))
         p = fisher_exact(learned, cold_learned)
-        sentence += (f", against {cold['final_test_acc']:.3f} without warm-up "
-                     f"({acc_seeds_text(cold)}): {learned[0]} of "
-                     f"{counted(learned[1], 'seed')} learned "
-                     f"with warm-up against {cold_learned[0]} of {cold_learned[1]} without, "
-                     f"Fisher's exact p = {p:.2g}"
-                     + ("" if p < SIGNIFICANCE else
-                        ": whether warm-up makes this lr learn, these seeds do not settle"))
+        sentences.append(
+            f"Without warm-up it was {cold['final_test_acc']:.3f} ({acc_seeds_text(cold)}): "
+            f"{learned[0]} of {counted(learned[1], 'seed')} learned with warm-up against "
+            f"{cold_learned[0]} of {cold_learned[1]} without, Fisher's exact p = {p:.2g}"
+            + ("." if p < SIGNIFICANCE else
+               ": whether warm-up makes this lr learn, these seeds do not settle."))
     elif cold is not None:
-        sentence += (f", {compare_cells(warm, cold, noise)} "
-                     f"{cold['final_test_acc']:.3f} without warm-up ({acc_seeds_text(cold)})")
-        if (warm["final_test_acc"] < cold["final_test_acc"] and not int(warm["not_learned"])
-                and not int(cold["not_learned"])):
-            sentence += ": warm-up did not help at this lr"
+        helped = ("" if warm["final_test_acc"] >= cold["final_test_acc"] else
+                  ": warm-up did not help at this lr")
+        sentences.append(f"That is {compare_cells(warm, cold, noise)} "
+                         f"{cold['final_test_acc']:.3f} without warm-up "
+                         f"({acc_seeds_text(cold)}){helped}.")
     if one is None:
-        return sentence + f"; no 1-worker trial at lr {lr / k:g} to hold it against."
+        return sentences + [f"No 1-worker trial at lr {lr / k:g} holds it to the linear "
+                            f"scaling rule."]
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
     test = (None if held in DECIDED_BY_FAILURE or warm["not_learned"] or one["not_learned"]
             else noise.seed_test(seed_accuracies(warm), seed_accuracies(one), rows=(warm, one)))
@@ -283,17 +284,17 @@ def _warmup_sentence(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> 
     if test is not None:
         held = settled(rule_verdict(gap, test, noise), gap, test, noise, (warm, one))
     sizes = (int(warm["seeds"]), int(one["seeds"]))
-    # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
-    # counts compare them, not the means.
-    versus = ("against" if int(warm["not_learned"]) or int(one["not_learned"]) else
-              compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes))
     resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
                                  for cell_row in (warm, one)))
                   if held in FAILED else
                   rule_figures(held, gap, sizes, noise, test))
-    return sentence + (
-        f", and {versus} 1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
-        f"({acc_seeds_text(one)}): with warm-up the linear scaling rule "
-        f"{verdict_text(held, test is not None, resolution)} at global batch {batch} from "
-        f"1 worker's lr "
-        f"{lr / k:g}.")
+    against = (f"1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
+               f"({acc_seeds_text(one)})")
+    # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
+    # counts compare them, not the means.
+    compared = ("" if int(warm["not_learned"]) or int(one["not_learned"]) else
+                compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes))
+    versus = f"It was {compared} {against}:" if compared else f"Against {against},"
+    return sentences + [
+        f"{versus} with warm-up, at global batch {batch} from 1 worker's lr {lr / k:g}, the "
+        f"linear scaling rule {verdict_text(held, test is not None, resolution)}."]
