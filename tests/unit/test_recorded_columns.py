@@ -246,8 +246,9 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # mean ("0.484 higher"); the counts decide it.
     assert ("Without warm-up it was 0.100 (mean of 3 seeds, 3 of which did not learn): 2 of 3 "
             "seeds learned with warm-up against 0 of 3 without, Fisher's exact p = 0.4: whether "
-            "warm-up makes this lr learn, these seeds do not settle. Against 1 worker's "
-            "0.850") in sheet.answers
+            "warm-up makes this lr learn, these seeds do not settle. With warm-up, at global "
+            "batch 512 from 1 worker's lr 0.4 (0.850, mean of 3 seeds), the linear scaling rule "
+            "did not hold in every seed") in sheet.answers
     # ... the lr that failed at 2 workers learned at 1: the seeds do not separate the two.
     assert ("Yet lr 0.8 itself learned at 1 worker (global batch 256: 1 of 1 seed learned "
             "there against 0 of 3, Fisher's exact p = 0.25)") in sheet.answers
@@ -298,9 +299,10 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "Worth it here: the two devices, the batch split by their speeds, beat the fast one "
             "alone beyond the noise.",
             # A drop the pool would call, held to a wide arm's own differences: not settled.
-            "with warm-up, at global batch 512 from 1 worker's lr 0.2, the linear scaling rule "
-            "was not settled (lower, not significantly at p < 0.05 on the pair's own differences; the sweep's pool calls a drop of 0.012 or "
-            "more between 3 seeds a side, and this one is 0.038, but at 80% power",
+            "With warm-up, at global batch 512 from 1 worker's lr 0.2, the linear scaling rule "
+            "was not settled: its drop, 0.038, is one the sweep's pool calls (0.012 or more "
+            "between 3 seeds a side), but this pair's own differences (sd 0.040, 2 degrees of "
+            "freedom) tell apart only drops of 0.124 or more at 80% power.",
             # A 10th review: the ring's gain in time from 2 workers on, bytes from 3.
             "the ring takes 2(k-1)/k of a gradient's time where root takes 2(k-1), half at 2 "
             "workers",
@@ -376,12 +378,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # refuted" alone read as warm-up rescuing the rule).
     # A third (2026-11-29): a drop the pool would call, 0.038 against its 0.012, not
     # called only for the arm's own spread, is "not settled", not "not refuted".
-    assert ("with warm-up, at global batch 512 from 1 worker's lr 0.2, the linear scaling "
-            "rule was not settled (lower, not significantly at p < 0.05 on the pair's own "
-            "differences; the sweep's pool calls a drop of 0.012 or more between 3 seeds a "
-            "side, and this one is 0.038, but at 80% power these seeds tell apart only a drop "
-            "of 0.124 or more on the pair's own differences (their sd 0.040, 2 degrees of "
-            "freedom)).") in sheet.answers
+    assert ("from 1 worker's 0.831 at lr 0.2 (mean of 3 seeds). With warm-up, at global "
+            "batch 512 from 1 worker's lr 0.2, the linear scaling rule was not settled: its "
+            "drop, 0.038, is one the sweep's pool calls (0.012 or more between 3 seeds a side), "
+            "but this pair's own differences (sd 0.040, 2 degrees of freedom) tell apart only "
+            "drops of 0.124 or more at 80% power.") in sheet.answers
     # A drop called by the test, with its interval; one pool for every fallback.
     assert ("0.019 lower (t = -3.33 seed for seed on seeds 0, 1 and 2, sd 0.007 once each "
             "seed's shift is out, p = 0.0054) than it: the rule did not hold (a drop of 0.007 "

@@ -151,7 +151,7 @@ def test_an_edge_best_is_flagged_and_the_warm_up_arm_is_reported():
             "different (0.009 apart; t = 5.20 on the sweep's pooled seed spread, sd 0.001, p = "
             "0.12, 2 and 1 seeds) from 0.742 without warm-up (1 seed). It was not significantly "
             "different (0.008 apart; t = 4.62 on the sweep's pooled seed spread, sd 0.001, p = "
-            "0.14, 2 and 1 seeds) from 1 worker's 0.743 at lr 0.2 (1 seed): with warm-up, at "
+            "0.14, 2 and 1 seeds) from 1 worker's 0.743 at lr 0.2 (1 seed). With warm-up, at "
             "global batch 512 from 1 worker's lr 0.2, the linear scaling rule held."
             ) in sections["13.5.2"]
     # One seed on a side: Student's t on the pooled spread, sd 0.00141 on 1 degree of
@@ -265,7 +265,7 @@ def test_each_warm_up_arm_is_held_against_its_own_lr_without_warm_up():
             "warm-up against 0 of 1 without, Fisher's exact p = 1: whether warm-up makes this lr "
             "learn, these seeds do not settle. It was not significantly different (0.010 apart; "
             "t = 5.00 on the sweep's pooled seed spread, sd 0.001, p = 0.13, 1 and 1 seeds) from "
-            "1 worker's 0.720 at lr 0.4 (1 seed): with warm-up, at global batch 512 from 1 "
+            "1 worker's 0.720 at lr 0.4 (1 seed). With warm-up, at global batch 512 from 1 "
             "worker's lr 0.4, the linear scaling rule held.") in section
 
 

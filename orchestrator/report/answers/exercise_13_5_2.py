@@ -288,13 +288,16 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) ->
                                  for cell_row in (warm, one)))
                   if held in FAILED else
                   rule_figures(held, gap, sizes, noise, test))
-    against = (f"1 worker's {one['final_test_acc']:.3f} at lr {lr / k:g} "
-               f"({acc_seeds_text(one)})")
     # Where a side's seeds did not all learn, its mean mixes two outcomes: the verdict's
     # counts compare them, not the means.
     compared = ("" if int(warm["not_learned"]) or int(one["not_learned"]) else
                 compare_acc(warm["final_test_acc"], one["final_test_acc"], noise, test, sizes))
-    versus = f"It was {compared} {against}:" if compared else f"Against {against},"
+    if compared:
+        sentences.append(f"It was {compared} 1 worker's {one['final_test_acc']:.3f} at lr "
+                         f"{lr / k:g} ({acc_seeds_text(one)}).")
+    where = (f"from 1 worker's lr {lr / k:g}" if compared else
+             f"from 1 worker's lr {lr / k:g} ({one['final_test_acc']:.3f}, "
+             f"{acc_seeds_text(one)})")
     return sentences + [
-        f"{versus} with warm-up, at global batch {batch} from 1 worker's lr {lr / k:g}, the "
-        f"linear scaling rule {verdict_text(held, test is not None, resolution)}."]
+        f"With warm-up, at global batch {batch} {where}, the linear scaling rule "
+        f"{verdict_text(held, test is not None, resolution)}."]

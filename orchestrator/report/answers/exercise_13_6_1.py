@@ -371,14 +371,14 @@ def _sixteen_workers(scaling, rule_found: str | None,
                          f"whatever subset a model's trials ran, as in the table above.")
     tuned = rule_found or "this sweep did not test the linear scaling rule (13.5.2)"
     sentences.append(
-        "The prediction covers time only. Keeping the global batch, 16 workers run the same "
-        "optimizer as one device (for a model with BatchNorm, such as ResNet-18, only with "
-        "its statistics synchronised, `--sync-batchnorm` on GPU workers: otherwise each "
-        "worker normalises its shard with that shard's own mean and variance), but a small "
-        "shard computes less efficiently per example "
-        "than the 1-worker rate the model keeps, so that speedup is a ceiling; keeping the "
-        f"batch per worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr "
-        f"must be re-tuned: {tuned}. `scaling_model.png` draws the curves.")
+        f"The prediction covers time only. Keeping the global batch, {PREDICTED_WORKERS} "
+        f"workers run the same optimizer as one device (for a model with BatchNorm, such as "
+        f"ResNet-18, only with its statistics synchronised, `--sync-batchnorm` on GPU "
+        f"workers: otherwise each worker normalises its shard with that shard's own mean and "
+        f"variance). But a small shard computes less efficiently per example than the "
+        f"1-worker rate the model keeps, so that speedup is a ceiling. Keeping the batch per "
+        f"worker multiplies the global batch by {PREDICTED_WORKERS}, whose lr must be "
+        f"re-tuned: {tuned}. `scaling_model.png` draws the curves.")
     measured = best["link"].str.endswith("(measured)")
     # Every row a what-if: none of them ran, whatever link it assumes.
     best = best.assign(row=[f"what-if: this cluster's compute and {link} transport, "

@@ -91,8 +91,7 @@ def verdict_text(held: str, decided_by_test: bool, resolution: str = "") -> str:
         return (f"was not refuted (lower, but not significantly at p < {SIGNIFICANCE:g}"
                 f"{resolution})")
     if held == "unsettled" and resolution:
-        return (f"was not settled (lower, not significantly at p < {SIGNIFICANCE:g} on the "
-                f"pair's own differences{resolution})")
+        return f"was not settled{resolution}"
     if held in FAILED and resolution:
         return VERDICTS[held].removesuffix(")") + resolution + ")"
     return VERDICTS[held]
@@ -121,12 +120,14 @@ def rule_figures(held: str, gap: float, sizes: tuple[int, int], noise: Noise, te
         interval = gap_interval(gap, test)
         return ("" if interval is None else f"; a drop of {-interval[1]:.3f} to "
                 f"{-interval[0]:.3f}, its {1 - SIGNIFICANCE:.0%} interval")
-    if held == "unsettled":
+    if held == "unsettled":  # held to its own differences (`settled`)
         seeds = len(test.seeds)
-        return (f"; the sweep's pool calls a drop of {noise.acc_blocks.resolution(seeds):.3f} "
-                f"or more between {counted(seeds, 'seed')} a side, and this one is "
-                f"{abs(gap):.3f}" + resolution_text(gap, sizes, noise, test).replace(
-                    "; at", ", but at", 1))
+        smallest = detectable_gap(test.sd / math.sqrt(2), (seeds, seeds), test.dof)
+        return (f": its drop, {abs(gap):.3f}, is one the sweep's pool calls "
+                f"({noise.acc_blocks.resolution(seeds):.3f} or more between "
+                f"{counted(seeds, 'seed')} a side), but this pair's own differences (sd "
+                f"{test.sd:.3f}, {counted(test.dof, 'degree')} of freedom) tell apart only drops "
+                f"of {smallest:.3f} or more at {POWER:.0%} power")
     return resolution_text(gap, sizes, noise, test)
 
 
