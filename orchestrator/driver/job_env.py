@@ -81,7 +81,11 @@ FORWARDED_NAMES = ("GLOO_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")
 
 def forwarded_env(environ=os.environ) -> dict[str, str]:
     """This shell's settings of the collectives (FORWARDED_PREFIXES, FORWARDED_NAMES),
-    for every process of an attached cluster's job, by name."""
+    for every process of an attached cluster's job, by name. None under `ray job
+    submit`: its driver's environment is the head node's, not the user's shell (the
+    job's own `--runtime-env-json` sets them for every worker)."""
+    if under_ray_job():
+        return {}
     return {name: value for name, value in sorted(environ.items())
             if name.startswith(FORWARDED_PREFIXES) or name in FORWARDED_NAMES}
 

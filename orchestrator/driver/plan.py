@@ -30,6 +30,9 @@ class SweepPlan:
     None: Ray places the workers where they fit."""
     left_out: tuple[LeftOut, ...] = ()
     """The preset's points this cluster cannot hold: not run."""
+    pinned: bool = False
+    """Trials that would share a node run one at a time, their workers pinned to cores
+    by local rank (`--pin-cores`)."""
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
@@ -88,7 +91,8 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
                 f"--pin-cores pins each worker to cores chosen by its local rank, which "
                 f"every trial counts from 0: {concurrent} trials side by side on a node "
                 f"would share them; drop --max-concurrent-trials or --pin-cores")
-        concurrent, side_by_side = 1, False
+        return SweepPlan(sweep=sweep, max_concurrent_trials=1, side_by_side=False,
+                         left_out=left_out, pinned=True)
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
                      side_by_side=side_by_side, left_out=left_out)
 

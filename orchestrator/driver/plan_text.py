@@ -50,7 +50,7 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
             and len({point.train.num_workers for point in points}) > 1):
         timing += (": trials of several worker counts compare their times, so they run one "
                    "at a time (--max-concurrent-trials N runs N side by side)")
-    elif sweep_plan.max_concurrent_trials == 1 and len(points) > 1 and base.pin_cores:
+    elif sweep_plan.pinned:
         timing += (": --pin-cores pins workers by their local rank, the same in every trial, "
                    "so trials run one at a time")
     print(f"timing: {timing}")

@@ -210,7 +210,7 @@ def test_epoch_times_are_told_apart_by_t_on_the_spread_of_trials():
             "the sum free; the proportional split reached 1.50x: all of it.") in sections["13.6.2"]
     assert "stays busy on its core until its forward and backward have taken 2x" in (
         sections["13.6.2"])
-    assert "Worth it here: the two devices, the batch split by their speeds, beat the fast " in (
+    assert "Worth it here: the devices together, the batch split by their speeds, beat the fast " in (
         sections["13.6.2"])
     # And what the bound gives the exercise's GPU and CPU, labelled a what-if.
     assert ("A what-if for the exercise's GPU and CPU, none of which ran here: a CPU 10 to 50 "
@@ -232,7 +232,7 @@ def test_the_slow_device_is_worth_it_only_where_the_pair_beats_the_fast_one_alon
     assert _worth_it(proportional, even, trial(14.6), noise).startswith("Worth it here")
     # Faster than even, slower than the fast worker alone: not worth it.
     assert _worth_it(proportional, even, trial(10.0), noise).startswith(
-        "Not worth it here: the two devices, the batch split by their speeds, did not beat "
+        "Not worth it here: the devices together, the batch split by their speeds, did not beat "
         "the fast one alone beyond the noise.")
     assert _worth_it(proportional, even, None, noise) == (
         "Splitting by speed beat the even split beyond the noise here; whether the slow "
@@ -520,3 +520,23 @@ def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
     assert "not significantly different (2.8% apart; t = -1.20, p = 0.24) from" in (
         _against_root(close, 2, tested))
     assert "calls" not in _against_root(close, 2, tested)
+
+
+def test_13_5_3s_first_paragraph_says_sharded_lost_only_to_an_allreduce_of_few_buffers():
+    """A review (2026-11-29): the first paragraph now says where the library's
+    allreduce beat the exercise's sharded, "two collectives a step where an allreduce
+    makes one": true of ddp and bucketed, not of scratch (a call per tensor)."""
+    from orchestrator.report.answers.exercise_13_5_3 import _root_pair, _root_short
+
+    def row(sync, epoch_s):
+        return pd.Series({"sync": sync, "epoch_s": epoch_s, "seeds": 1, "sync_share": 0.1})
+
+    ranked = pd.DataFrame([row("sharded", 10.2), row("root", 14.0)])
+    noise = Noise(time_fraction=0.05, acc=0.01)
+    root = _root_pair(ranked, 4, noise)
+    for fastest, said in (("ddp", True), ("bucketed", True), ("scratch", False)):
+        text = _root_short(root, 4, "gloo", noise, None, row(fastest, 8.0))
+        assert ("The library's own allreduce did better than the exercise's: sharded's "
+                f"epochs were 1.27x longer than {fastest}'s" in text) is said, text
+    # Not beaten: nothing said.
+    assert "library's" not in _root_short(root, 4, "gloo", noise, None, row("ddp", 10.1))

@@ -224,7 +224,7 @@ def test_resnet18s_few_cpu_steps_show_their_training_loss_beside_chances(recorde
             f"fell to {one['final_train_loss'].mean():.2f}. Their test accuracies "
             f"({one['final_test_acc'].mean():.3f} and {resnet['final_test_acc'].mean():.3f}), "
             f"neither above the 0.15 these answers also ask of a run that learned (chance's "
-            f"0.10 plus half of it), say little after 16 steps") in section
+            f"0.10 plus 0.05), say little after 16 steps") in section
     # 2 epochs of 8 steps: 0.9^16 of the initial statistics left.
     assert ("after 16 updates at momentum 0.1 still hold 19% of their initial values"
             in section)

@@ -91,9 +91,7 @@ def test_the_drivers_settings_of_the_collectives_go_to_every_worker(monkeypatch)
     assert job_env.forwarded_env(environ) == {
         "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0",
         "TORCH_NCCL_BLOCKING_WAIT": "1"}
-    # What a submitted job sets itself stays the job's.
-    monkeypatch.delenv(job_env.SHIP_CODE_ENV_VAR, raising=False)
-    _as_job(monkeypatch, {"env_vars": {"NCCL_SOCKET_IFNAME": "ib0"},
-                          "py_modules": ["gcs://_ray_pkg_abc.zip"]})
-    assert job_env.attached_runtime_env(job_env.forwarded_env(environ)) == {
-        "env_vars": {"GLOO_SOCKET_IFNAME": "eth0", "TORCH_NCCL_BLOCKING_WAIT": "1"}}
+    # Under `ray job submit` the driver's environment is the head node's, not the
+    # user's shell: nothing is forwarded (the job's own runtime env sets them).
+    _as_job(monkeypatch, {"env_vars": {"NCCL_SOCKET_IFNAME": "ib0"}})
+    assert job_env.forwarded_env(environ) == {}

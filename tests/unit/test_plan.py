@@ -239,7 +239,7 @@ def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
     on a node of eight) pinned every worker to the same cores."""
     argv = ("--workers", "1", "--lr", "0.1,0.2", "--repeats", "4", "--pin-cores")
     fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(NODE_OF_EIGHT))
-    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.pinned) == (1, False, True)
     plan_text.print_plan(fitted)
     assert ("timing: each trial timed with its nodes to itself: --pin-cores pins workers by "
             "their local rank, the same in every trial, so trials run one at a time"
@@ -250,6 +250,12 @@ def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
                                         "--max-concurrent-trials or --pin-cores$"):
         plan.fit_to_cluster(_request(tmp_path, *argv, "--max-concurrent-trials", "3"),
                             _cluster(NODE_OF_EIGHT))
+    # One trial at a time for another reason: the plan does not blame --pin-cores.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2", "--pin-cores"),
+                                 _cluster({"CPU": 8.0}))
+    assert (fitted.max_concurrent_trials, fitted.pinned) == (1, False)
+    plan_text.print_plan(fitted)
+    assert "--pin-cores" not in capsys.readouterr().out
     # Trials on whole nodes of their own share no core: as many at once as nodes.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--lr", "0.1,0.2",
                                           "--pin-cores"), _cluster(NODE_OF_EIGHT, NODE_OF_EIGHT))

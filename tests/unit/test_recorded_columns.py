@@ -296,7 +296,7 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "1.09x longer (tentative: p = 0.029) than ddp's, two collectives a step where an "
             "allreduce makes one.",
             # 13.6.2's "worth the effort": the two devices against the fast one alone.
-            "Worth it here: the two devices, the batch split by their speeds, beat the fast one "
+            "Worth it here: the devices together, the batch split by their speeds, beat the fast one "
             "alone beyond the noise.",
             # A drop the pool would call, held to a wide arm's own differences: not settled.
             "With warm-up, at global batch 512 from 1 worker's lr 0.2, the linear scaling rule "

@@ -194,8 +194,8 @@ def _syncs_apart(row: pd.Series, other: pd.Series, noise: Noise) -> bool:
 def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
                 family: list[float] | None, fastest: pd.Series | None = None) -> str:
     """`_against_root`'s verdict in a sentence for the section's first paragraph; and
-    where sharded lost to the wire's fastest strategy (`fastest`, the library's
-    allreduce), by how much."""
+    where sharded lost to the wire's fastest strategy (`fastest`) and that strategy
+    sums with the library's allreduce in a few buffers (ddp, bucketed), by how much."""
     if root is None:
         return ""
     mine, book = root.mine, root.book
@@ -208,7 +208,7 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
                      "locate the gap (root also makes a call per tensor, sharded two a step)")
     text = (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
             f"epochs were {verdict} root's{same}.")
-    if fastest is not None and fastest["sync"] not in ("sharded", "root") and times_differ(
+    if fastest is not None and fastest["sync"] in ("ddp", "bucketed") and times_differ(
             mine["epoch_s"], fastest["epoch_s"], noise, sides_of(mine, fastest), family) > 0:
         lost = ratio_text(mine["epoch_s"], fastest["epoch_s"], noise, sides_of(mine, fastest),
                           family)

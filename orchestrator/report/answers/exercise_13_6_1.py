@@ -127,10 +127,11 @@ def _few_steps_learning(row: pd.Series, table: pd.DataFrame) -> str:
                   f"{counted(int(single['epochs_run'] * single['steps_per_epoch']), 'step')}, "
                   f"fell to {single['final_train_loss']:.2f}")
         accs.insert(0, float(single["final_test_acc"]))
-    mark_acc = 1 / classes + float(noise_scale.chance_margin(classes))
+    margin = float(noise_scale.chance_margin(classes))
+    mark_acc = 1 / classes + margin
     below = (f", {'none' if len(accs) > 2 else 'neither'} above the {mark_acc:.2f} these "
-             f"answers also ask of a run that learned (chance's {1 / classes:.2f} plus half "
-             f"of it),"
+             f"answers also ask of a run that learned (chance's {1 / classes:.2f} plus "
+             f"{margin:.2f}),"
              if all(acc <= mark_acc for acc in accs) else "")
     scored = (f"Their test accuracies ({' and '.join(f'{acc:.3f}' for acc in accs)}){below} say"
               if len(accs) > 1 else f"Its test accuracy ({accs[0]:.3f}){below} says")

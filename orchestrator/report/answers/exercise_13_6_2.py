@@ -126,9 +126,9 @@ def _worth_it(proportional: pd.Series, even: pd.Series, alone: pd.Series | None,
             "alone measured. ")
     ahead = times_differ(proportional["epoch_s"], alone["epoch_s"], noise,
                          sides_of(proportional, alone)) < 0
-    return ("Worth it here: the two devices, the batch split by their speeds, beat the fast "
+    return ("Worth it here: the devices together, the batch split by their speeds, beat the fast "
             "one alone beyond the noise. " if ahead else
-            "Not worth it here: the two devices, the batch split by their speeds, did not beat "
+            "Not worth it here: the devices together, the batch split by their speeds, did not beat "
             "the fast one alone beyond the noise. ")
 
 
