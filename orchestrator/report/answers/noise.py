@@ -443,15 +443,14 @@ class Noise:
         if self.acc_not_learned:
             seeds = ("1 seed that did not learn" if self.acc_not_learned == 1
                      else f"{self.acc_not_learned} seeds that did not learn")
-            acc += (f" {seeds} (final train loss above {LEARNED_LOSS_FRACTION:.0%} of a "
-                    f"uniform guess's, ln(classes), or a test accuracy no higher than "
-                    f"chance's, 1/classes, plus half of that, the margin at most "
-                    f"{LEARNED_ACC_MARGIN:g}: {0.1 + chance_margin(10):.2g} with 10 classes; "
-                    f"stuck on the initial "
-                    f"plateau or diverged) "
-                    f"{'is' if self.acc_not_learned == 1 else 'are'} left out of it: a run "
-                    f"that does not learn is a failure, which the answers name where they "
-                    f"use its configuration, not the spread of runs that do.")
+            acc += (f" {seeds} {'is' if self.acc_not_learned == 1 else 'are'} left out of "
+                    f"it: stuck on the initial plateau or diverged, a run that ends with a "
+                    f"training loss above {LEARNED_LOSS_FRACTION:.0%} of a uniform guess's "
+                    f"(ln of the classes), or a test accuracy no higher than chance's (1 over "
+                    f"the classes) plus half of that (the margin at most "
+                    f"{LEARNED_ACC_MARGIN:g}: {0.1 + chance_margin(10):.2g} with 10 classes), "
+                    f"did not learn. Such a run is a failure, which the answers name where "
+                    f"they use its configuration, not the spread of runs that do.")
         acc += self.acc_blocks.sentence()
         times = ("" if self.time_spread.tests else
                  "A difference of times is a finding only beyond the time noise. ")
