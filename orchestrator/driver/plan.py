@@ -33,6 +33,8 @@ class SweepPlan:
     pinned: bool = False
     """Trials that would share a node run one at a time, their workers pinned to cores
     by local rank (`--pin-cores`)."""
+    shared_gpu: bool = False
+    """The exercises on a cluster of one GPU: their k workers share it (`share_one_gpu`)."""
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
@@ -41,7 +43,13 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     sweep, left_out = request.sweep, request.left_out
     if request.gpu_from_cluster:
         sweep = with_gpu_from_cluster(sweep, cluster)
-    if request.workers_from_cluster:
+    shared_gpu = request.workers_from_cluster and shares_one_gpu(sweep, cluster)
+    if shared_gpu:
+        # The exercises compare accuracies at 2 workers: on one GPU, two halves of it.
+        sweep = dataclasses.replace(
+            sweep, workers=(1, SHARED_GPU_WORKERS),
+            base=dataclasses.replace(sweep.base, gpus_per_worker=1 / SHARED_GPU_WORKERS))
+    elif request.workers_from_cluster:
         # Up to the devices there are: GPU workers' counts follow the GPUs, and those
         # the CPUs cannot hold besides are left out below, named (8 GPUs, 4 CPUs).
         resources = sweep.base.resources_per_worker
@@ -59,7 +67,25 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
-    return _concurrency(request, cluster, sweep, left_out)
+    return dataclasses.replace(_concurrency(request, cluster, sweep, left_out),
+                               shared_gpu=shared_gpu)
+
+
+# The exercises' workers on a cluster of one GPU: two, each half of it.
+SHARED_GPU_WORKERS = 2
+
+
+def shares_one_gpu(sweep: SweepConfig, cluster: Cluster) -> bool:
+    """Whether the exercises (their worker counts from the cluster, one GPU each) meet a
+    cluster that holds one GPU worker but two on half a GPU each: there their
+    accuracy questions are answered by two workers sharing the GPU (over gloo), and
+    no speedup is read from them (report/summary.shared_gpu_trials)."""
+    base = sweep.base
+    if sweep.study != "exercises" or not base.use_gpu or base.gpus_per_worker != 1:
+        return False
+    half = {**base.resources_per_worker, "GPU": 1 / SHARED_GPU_WORKERS}
+    return (cluster.max_workers(base.resources_per_worker) == 1
+            and cluster.max_workers(half) >= SHARED_GPU_WORKERS)
 
 
 def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,

@@ -54,6 +54,12 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
         timing += (": --pin-cores pins workers by their local rank, the same in every trial, "
                    "so trials run one at a time")
     print(f"timing: {timing}")
+    if sweep_plan.shared_gpu:
+        print(f"one GPU: the exercises' {max(sweep_plan.sweep.workers)}-worker trials share it, "
+              f"{base.gpus_per_worker:g} of it each (gloo): their accuracies answer the "
+              f"questions that compare them; no speedup is read from them, and the scaling "
+              f"model forecasts GPUs of their own (a what-if); `--workers 1` runs 1 worker "
+              f"only")
     settings = _settings_text(sweep_plan.sweep)
     if settings:
         print(f"every trial: {settings}")

@@ -256,3 +256,35 @@ def test_what_was_tried_is_said_per_model_and_evaluation_beside_the_threads(reco
             "one-thread workers were not significantly different (18% apart; seed 0 on both "
             "sides, 0.0924 s against 0.109 s; t = -1.04, p = 0.31) from it (speedup "
             "1.03 of the means, every seed)") in _section(sheet, "13.5.4")
+
+
+def test_on_one_gpu_shared_by_two_workers_no_speedup_is_read(recorded):
+    """The exercises on a machine of one GPU (plan.shares_one_gpu): the 2-worker
+    trials share it. The recorded run's figures stand in, its 2-worker trials marked
+    as sharing cuda:0 (summary.shared_gpu_trials): the sheet says so once, reads no
+    speedup from them and holds their times to no single device's; nowhere a NaN."""
+    trials = pd.read_csv(RECORDED / "trials.csv")
+    epochs = pd.read_csv(RECORDED / "epochs.csv")
+    two = trials["num_workers"] == 2
+    trials.loc[two, "shared_gpu"] = True
+    trials.loc[two, ["speedup", "efficiency"]] = float("nan")
+    epochs["devices"] = epochs["num_workers"].map({1: "[cuda:0]", 2: "[cuda:0, cuda:0]"})
+    calibration = json.loads((RECORDED / "calibration.json").read_text())
+    answers = answer_sheet.build(trials, epochs, calibration, data_note="recorded",
+                                 use_gpu=True).answers
+    assert not re.search(r"\bnan\b", answers)
+    assert answers.count("The 2-worker trials shared one GPU") == 1
+    assert "Scaling the minibatch with the workers (128 on 2, who shared one GPU: no " \
+           "speedup read), its epochs were" in _section(answers, "13.5.1")
+    assert "187 steps): no speedup read, its workers sharing one GPU." in (
+        _section(answers, "13.5.1"))
+    assert "11% of it in gradient sync, no speedup read, its workers sharing one GPU" in (
+        _section(answers, "13.5.3"))
+    section = _section(answers, "13.5.4")
+    assert "| 2 | 0.105 |  | 0.678 | 2 |" in section
+    assert "2 workers were not compared with 1 (no speedup read" in section
+    assert "against 1 worker's 0.16 s, sharing one GPU: no speedup read." in section
+    section = _section(answers, "13.6.2")
+    assert "the fast worker alone" not in section
+    assert ("whether the slow device is worth having at all, workers taking turns on one "
+            "GPU cannot tell") in section

@@ -152,6 +152,34 @@ def test_workers_that_share_a_gpu_fit_and_sum_over_gloo(tmp_path):
         plan.fit_to_cluster(request, _cluster({"CPU": 4.0}))
 
 
+def test_the_exercises_on_one_gpu_share_it_between_two_workers(tmp_path, capsys):
+    """Issue 38's item 1: `--preset exercises` on a machine of one GPU answers what it
+    can. Its worker counts come from the cluster, which holds one GPU worker: every
+    2-worker part would vanish. Two workers sharing the GPU answer the questions
+    that compare accuracies; no speedup is read from them (report/summary.py)."""
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "exercises"),
+                                 _cluster({"CPU": 16.0, "GPU": 1.0}))
+    assert fitted.shared_gpu and fitted.sweep.workers == (1, 2) and fitted.left_out == ()
+    parts = {(point.part, point.train.num_workers) for point in fitted.sweep.grid}
+    assert {("batch-lr", 2), ("warmup", 2), ("delayed", 2), ("split", 2)} <= parts
+    assert {point.train.backend for point in fitted.sweep.grid
+            if point.train.num_workers == 2} == {"gloo"}
+    assert fitted.max_concurrent_trials == 1
+    plan_text.print_plan(fitted)
+    assert ("one GPU: the exercises' 2-worker trials share it, 0.5 of it each (gloo): their "
+            "accuracies answer the questions that compare them; no speedup is read from them, "
+            "and the scaling model forecasts GPUs of their own (a what-if); `--workers 1` "
+            "runs 1 worker only") in capsys.readouterr().out.splitlines()
+    # Not where each worker can have a GPU, nor for the user's own worker counts, nor
+    # for another preset, nor where the CPUs hold one worker only.
+    for argv, nodes in ((("--preset", "exercises"), {"CPU": 16.0, "GPU": 2.0}),
+                        (("--preset", "exercises", "--workers", "1"), ONE_GPU),
+                        (("--preset", "scaling"), {"CPU": 16.0, "GPU": 1.0}),
+                        (("--preset", "exercises"), {"CPU": 1.0, "GPU": 1.0})):
+        fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(nodes))
+        assert not fitted.shared_gpu and fitted.sweep.base.gpus_per_worker == 1, argv
+
+
 def test_a_cpu_grid_point_too_big_for_the_nodes_says_which_resource(tmp_path):
     # A preset's 2 workers of 2 threads on one node of 2 CPUs: left out, in CPUs.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--threads-per-worker", "2"),

@@ -149,10 +149,26 @@ def sync_seconds(row: pd.Series) -> float:
 def speedup_over(many: pd.Series, one: pd.Series) -> float:
     """`many`'s throughput over `one`'s: the ratio of the two epoch times printed
     beside it (each epoch the same examples, its steps of one global batch)."""
-    shared = many.get("shared_gpu", False)
-    if pd.notna(shared) and bool(shared):
+    if shares_gpu(many):
         return math.nan  # workers that shared a GPU took turns on it
     return rate(many) / rate(one)
+
+
+def shares_gpu(row) -> bool:
+    """Whether a cell's (or trial's) workers shared a GPU (`summary.shared_gpu_trials`):
+    they took turns on it, and summed through the host; no speedup is read."""
+    shared = row.get("shared_gpu", False)
+    return bool(pd.notna(shared) and shared)
+
+
+def speedup_text(row, speedup: float) -> str:
+    """"speedup 1.67", or why none is printed: the row's workers shared one GPU, or no
+    1-worker trial of the same work ran."""
+    if shares_gpu(row):
+        return "no speedup read, its workers sharing one GPU"
+    if pd.isna(speedup):
+        return "no speedup (no 1-worker trial of the same work)"
+    return f"speedup {speedup:.2f}"
 
 
 def with_speedups(table: pd.DataFrame, group: list[str]) -> pd.DataFrame:

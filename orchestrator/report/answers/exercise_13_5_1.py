@@ -9,7 +9,8 @@ import pandas as pd
 
 from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, none_learned,
-                                               part_trials, speedup_over, sync_seconds, timed,
+                                               part_trials, shares_gpu, speedup_over,
+                                               speedup_text, sync_seconds, timed,
                                                with_speedups)
 from orchestrator.report.answers.compare import (accuracy_figures, cells_differ, cells_p,
                                                  compare_cells, compare_sync, compare_times,
@@ -57,8 +58,8 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
             f"{counted(many['steps_per_epoch'], 'step')} per epoch), an epoch took "
             f"{seconds_text(many['epoch_s'])} s ({seeds_text(many['seeds'])}) against "
             f"{seconds_text(one['epoch_s'])} s on 1 worker ({seeds_text(one['seeds'])}, "
-            f"{counted(one['steps_per_epoch'], 'step')}): speedup "
-            f"{speedup_over(many, one):.2f}.")
+            f"{counted(one['steps_per_epoch'], 'step')}): "
+            f"{speedup_text(many, speedup_over(many, one))}.")
         speedups[label] = speedup_over(many, one)
     wide, fixed = at_workers(per_worker, k), at_workers(fixed_global, k)
     if wide is not None and fixed is not None:
@@ -126,6 +127,10 @@ def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noi
                     1: "the higher"}[sign]
                 + f" ({accuracy_figures(wide, fixed, noise)}"
                 + (f"; {marked})" if marked else ")"))
+    if shares_gpu(wide) or shares_gpu(fixed):
+        return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}, "
+                f"who shared one GPU: no speedup read), {faster}, "
+                f"{'but' if sign < 0 else 'and'} {accuracy}.")
     return (f"Scaling the minibatch with the workers ({wide['global_batch_size']} on {k}) ran "
             f"an epoch {speedups['the per-worker batch']:.2f}x as fast as 1 worker, keeping "
             f"the global batch {speedups['the global batch']:.2f}x: {faster}, "

@@ -9,8 +9,8 @@ from typing import NamedTuple
 import pandas as pd
 
 from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
-from orchestrator.report.answers.cells import (cells, part_trials, sync_seconds, timed,
-                                               with_speedups)
+from orchestrator.report.answers.cells import (cells, part_trials, speedup_text, sync_seconds,
+                                               timed, with_speedups)
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart, times_differ)
 from orchestrator.report.answers.noise import Noise, Sides, drift_adjusted, sides_of
@@ -332,7 +332,7 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
             f"At {k} workers through {wire or 'an unrecorded transport'}, {lead} "
             f"{seconds_text(fastest['epoch_s'])} s "
             f"({seeds_text(fastest['seeds'])}), {percent(fastest['sync_share'])} of it in "
-            f"gradient sync, speedup {fastest['speedup']:.2f}{others}.")
+            f"gradient sync, {speedup_text(fastest, fastest['speedup'])}{others}.")
         sharded = ranked[ranked["sync"] == "sharded"]
         if not sharded.empty and fastest["sync"] != "sharded":
             sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,

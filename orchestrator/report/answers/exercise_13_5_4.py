@@ -5,7 +5,8 @@ and its accuracy, the single worker's by construction."""
 import pandas as pd
 
 from orchestrator.records import seconds_text
-from orchestrator.report.answers.cells import at_workers, cell, cells, part_trials, timed
+from orchestrator.report.answers.cells import (at_workers, cell, cells, part_trials, shares_gpu,
+                                               speedup_text, timed)
 from orchestrator.report.answers.compare import compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, one_worker_count, seeds_text
@@ -20,7 +21,9 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     one = at_workers(trials, 1)
     columns = ["num_workers", "eval_s", "final_test_acc", "seeds"]
     if one is not None:
-        table["eval_speedup"] = one["eval_s"] / table["eval_s"]
+        # Workers that shared a GPU took turns on it: no speedup read.
+        table["eval_speedup"] = (one["eval_s"] / table["eval_s"]).where(
+            ~table.apply(shares_gpu, axis=1))
         columns.insert(2, "eval_speedup")
     paragraphs = [markdown_table(table[columns])]
     if one is None or trials["num_workers"].nunique() < 2:
@@ -29,12 +32,14 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     many = at_workers(trials, k)
     versus = compare_times(many["eval_s"], one["eval_s"], noise, sides_of(many, one, "eval_s"),
                            noise.eval_spread)
+    if shares_gpu(many):  # workers taking turns on one GPU: no time against 1 worker's
+        versus = "not compared with"
     sentences = [
         f"Evaluating the test set took {seconds_text(one['eval_s'], 2)} s on 1 worker "
         f"({seeds_text(one['seeds'])}) and {seconds_text(many['eval_s'], 2)} s on {k} workers "
         f"({seeds_text(many['seeds'])}): {k} workers were "
         f"{versus} 1 "
-        f"(speedup {one['eval_s'] / many['eval_s']:.2f})." + _eval_against_threads(
+        f"({speedup_text(many, one['eval_s'] / many['eval_s'])})." + _eval_against_threads(
             summary, many, k, noise),
         f"Each worker scores its shard of the test set and the counts of correct answers are "
         f"summed, so the accuracy is the single-worker one by construction "
@@ -46,7 +51,8 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
              f"answers are summed across the workers (one allreduce), so the accuracy is one "
              f"device's by construction. Here {k} workers scored the test set in "
              f"{seconds_text(many['eval_s'], 2)} s against 1 worker's "
-             f"{seconds_text(one['eval_s'], 2)} s.")
+             f"{seconds_text(one['eval_s'], 2)} s"
+             + (", sharing one GPU: no speedup read." if shares_gpu(many) else "."))
     return [in_short(short), *paragraphs, " ".join(sentences)]
 
 

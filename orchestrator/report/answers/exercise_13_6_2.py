@@ -6,7 +6,8 @@ and the ideal split for the speeds measured."""
 import pandas as pd
 
 from orchestrator.records import seconds_text
-from orchestrator.report.answers.cells import at_workers, part_trials, sync_seconds, timed
+from orchestrator.report.answers.cells import (at_workers, part_trials, shares_gpu, sync_seconds,
+                                               timed)
 from orchestrator.report.answers.compare import compare_times, ratio_text, times_differ
 from orchestrator.report.answers.noise import Noise, Side, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, percent, seeds_text
@@ -25,6 +26,8 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
     unslowed = unslowed[(unslowed["straggler_slowdown"] == 1.0)
                         & (unslowed["global_batch_size"] == proportional["global_batch_size"])]
     plain, alone = at_workers(unslowed, k), at_workers(unslowed, 1)
+    if shares_gpu(proportional):
+        alone = None  # workers taking turns on one GPU: no time against one device's
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
     ideal_s = _ideal_epoch_s(even_last)
@@ -120,10 +123,11 @@ def _worth_it(proportional: pd.Series, even: pd.Series, alone: pd.Series | None,
     if alone is None:
         ahead = times_differ(proportional["epoch_s"], even["epoch_s"], noise,
                              sides_of(proportional, even)) < 0
+        why = ("workers taking turns on one GPU cannot tell" if shares_gpu(proportional) else
+               "no trial of the fast one alone measured")
         return ("Splitting by speed beat the even split beyond the noise here" if ahead else
                 "Splitting by speed did not beat the even split beyond the noise here") + (
-            "; whether the slow device is worth having at all, no trial of the fast one "
-            "alone measured. ")
+            f"; whether the slow device is worth having at all, {why}. ")
     ahead = times_differ(proportional["epoch_s"], alone["epoch_s"], noise,
                          sides_of(proportional, alone)) < 0
     return ("Worth it here: the devices together, the batch split by their speeds, beat the fast "

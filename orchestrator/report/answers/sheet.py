@@ -24,8 +24,10 @@ import pandas as pd
 from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13_5_2,
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
+from orchestrator.report.answers.cells import shares_gpu
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
 from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
+from orchestrator.report.answers.wording import GPU_COMMAND, listed
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
@@ -258,12 +260,28 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     if data_note:
         lines += [f"Accuracies come from data subsets ({data_note}) and are lower than the "
                   f"book's.", ""]
+    lines += _shared_gpu_lead(summary)
     lines += _noise_lead(noise)
     for (number, title, question), paragraphs in zip(EXERCISES, answers):
         lines += [f"### {number} {title}", "", f"> {question}", ""]
         for paragraph in paragraphs:
             lines += [paragraph, ""]
     return _with_method(lines, noise)
+
+
+def _shared_gpu_lead(summary: pd.DataFrame) -> list[str]:
+    """Where workers shared a GPU (`--gpus-per-worker` below 1: the exercises on a
+    machine of one GPU), what their trials can answer and what not."""
+    shared = summary[summary.apply(shares_gpu, axis=1)] if len(summary) else summary
+    if shared.empty:
+        return []
+    counts = listed([str(count) for count in sorted(shared["num_workers"].unique())])
+    return [f"The {counts}-worker trials shared one GPU (a fraction of it each, "
+            f"`--gpus-per-worker`), their sums going through the host over gloo: their "
+            f"accuracies are compared as any trial's, but their epoch times are of workers "
+            f"taking turns on one device, so no speedup is read from them and their times "
+            f"compare them only with each other, not with GPUs of their own; the scaling "
+            f"model forecasts those (a what-if). `{GPU_COMMAND}` measures them.", ""]
 
 
 def _with_method(lines: list[str], noise) -> str:
