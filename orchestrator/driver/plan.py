@@ -43,8 +43,7 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     sweep, left_out = request.sweep, request.left_out
     if request.gpu_from_cluster:
         sweep = with_gpu_from_cluster(sweep, cluster)
-    shared_gpu = request.workers_from_cluster and shares_one_gpu(sweep, cluster)
-    if shared_gpu:
+    if request.workers_from_cluster and shares_one_gpu(sweep, cluster):
         # The exercises compare accuracies at 2 workers: on one GPU, two halves of it.
         sweep = dataclasses.replace(
             sweep, workers=(1, SHARED_GPU_WORKERS),
@@ -67,6 +66,11 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
+    # Said in the plan however the halves came: here, `--gpus-per-worker`, or a resumed
+    # sweep's (sweep.json keeps the fitted sweep).
+    shared_gpu = (sweep.study == "exercises" and sweep.base.use_gpu
+                  and sweep.base.gpus_per_worker < 1 and max(sweep.workers) > 1
+                  and cluster.max_workers({"GPU": 1.0}) == 1)
     return dataclasses.replace(_concurrency(request, cluster, sweep, left_out),
                                shared_gpu=shared_gpu)
 

@@ -48,6 +48,9 @@ class ScalingResult:
     # global_batch_size, epoch_s, compute_s, comm_s, speedup, efficiency;
     # num_workers in PREDICTED_WORKERS
     predictions: pd.DataFrame
+    shared_gpu: bool = False
+    """The multi-worker trials shared a GPU: none validates the model, and nothing is
+    forecast on this cluster's own transports."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,13 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     # once: its contention beyond them is not known (it was held at the largest k's).
     measured_k = max([int(c["num_workers"]) for c in calibration.get("compute", [])]
                      + [int(k) for k in usable["num_workers"]])
+    shared = bool(shared_gpu_mask(usable).any())
     predictions = [_predict_curve(baseline, link, contending, up_to)
                    for baseline in baselines.values()
                    for link, contending, up_to in [
-                       (_own_link(baseline.trial["sync"], measured),
+                       # Workers that shared a GPU measured no link of devices of their
+                       # own: nothing is forecast on this cluster's transports then.
+                       (None if shared else _own_link(baseline.trial["sync"], measured),
                         lambda k, model=baseline.trial["model"]: contention(calibration, k,
                                                                            model),
                         measured_k),
@@ -112,7 +118,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     return ScalingResult(
         links=pd.DataFrame([vars(link) for link in links]).rename(columns={"name": "link"}),
         validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
-        predictions=pd.concat(predictions, ignore_index=True))
+        predictions=pd.concat(predictions, ignore_index=True), shared_gpu=shared)
 
 
 def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:

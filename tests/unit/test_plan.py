@@ -170,6 +170,11 @@ def test_the_exercises_on_one_gpu_share_it_between_two_workers(tmp_path, capsys)
             "accuracies answer the questions that compare them; no speedup is read from them, "
             "and the scaling model forecasts GPUs of their own (a what-if); `--workers 1` "
             "runs 1 worker only") in capsys.readouterr().out.splitlines()
+    # The same halves asked for, or a resumed sweep's (its fitted sweep: workers given).
+    for argv in (("--preset", "exercises", "--gpus-per-worker", "0.5"),
+                 ("--preset", "exercises", "--gpus-per-worker", "0.5", "--workers", "1,2")):
+        fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(ONE_GPU))
+        assert fitted.shared_gpu and fitted.sweep.workers == (1, 2), argv
     # Not where each worker can have a GPU, nor for the user's own worker counts, nor
     # for another preset, nor where the CPUs hold one worker only.
     for argv, nodes in ((("--preset", "exercises"), {"CPU": 16.0, "GPU": 2.0}),

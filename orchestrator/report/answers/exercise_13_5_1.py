@@ -107,8 +107,11 @@ def answer_13_5_1(summary: pd.DataFrame, noise: Noise) -> list[str]:
                                 sides_of(wide, threads)) + " that process's.")
         short = [in_short(f"{_short(wide, fixed, speedups, k, noise)}{against} 13.5.2 re-tunes "
                           f"the lr for the larger batch.")]
-    return [*short, *paragraphs, " ".join(sentences),
-            "`speedup.png` plots each setup's median speedup over the lrs, the band their range."]
+    plotted = ("`speedup.png` plots no speedup: its multi-worker trials shared one GPU."
+               if wide is not None and shares_gpu(wide) else
+               "`speedup.png` plots each setup's median speedup over the lrs, the band their "
+               "range.")
+    return [*short, *paragraphs, " ".join(sentences), plotted]
 
 
 def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noise) -> str:

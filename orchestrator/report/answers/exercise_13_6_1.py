@@ -10,7 +10,7 @@ import pandas as pd
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report import noise_scale
 from orchestrator.report import resnet18_what_if as resnet
-from orchestrator.report.answers.cells import cells, part_trials, timed, with_speedups
+from orchestrator.report.answers.cells import cells, part_trials, shares_gpu, timed, with_speedups
 from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, GPU_COMMAND, acc_seeds_text,
                                                  in_short, missing_part, numbers, percent)
@@ -42,7 +42,8 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
         table = with_speedups(cells(resnet, ["num_workers"]), ["model"])
         table["examples_per_epoch"] = table["steps_per_epoch"] * table["global_batch_size"]
         largest = table[table["num_workers"] == k].iloc[0]
-        devices = "GPUs" if use_gpu else "CPU workers"
+        devices = ("workers sharing one GPU" if shares_gpu(largest) else
+                   "GPUs" if use_gpu else "CPU workers")
         brief = "" if use_gpu else (
             f" On CPUs it is trained briefly, "
             f"{counted(largest['epochs_run'], 'epoch')} of "
@@ -324,6 +325,9 @@ def _sixteen_workers(scaling, rule_found: str | None,
               ", all at worker counts its calibration ran at, so its growth in k is untested")
     validated = (f"The scaling model reproduced the {len(errors)} measured epoch times within "
                  f"{percent(errors.max())} (the largest |error|){growth}." if len(errors)
+                 else "No measured epoch time validated the scaling model: the multi-worker "
+                      "trials shared one GPU, and nothing is forecast on this cluster's own "
+                      "transports." if getattr(scaling, "shared_gpu", False)
                  else "No measured epoch time validated the scaling model.")
     signed = scaling.validation["error"]
     if len(signed) >= 3 and abs(signed.median()) > 0.05:

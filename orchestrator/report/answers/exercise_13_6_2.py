@@ -15,7 +15,8 @@ from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table
 
 
-def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> list[str]:
+def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise,
+                  use_gpu: bool = False) -> list[str]:
     split = timed(part_trials(summary, "split"))
     even, proportional = (split[split["split"] == name] for name in ("even", "proportional"))
     if even.empty or proportional.empty:
@@ -30,7 +31,9 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
         alone = None  # workers taking turns on one GPU: no time against one device's
     even_last, proportional_last = (_last_epoch(epochs, trial["trial_id"])
                                     for trial in (even, proportional))
-    ideal_s = _ideal_epoch_s(even_last)
+    # Workers taking turns on one GPU: an ideal split of two devices' speeds is no
+    # device's (the work on the one GPU is the same however it is split).
+    ideal_s = None if shares_gpu(even) else _ideal_epoch_s(even_last)
     # Every time from the one window (each trial's epochs after the first, which a
     # proportional split spends even before it re-sets its shares), the trials
     # without a straggler averaged over their seeds as every cell is.
@@ -87,10 +90,7 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
             f"split {with_straggler[1]} it.")
         if int(k) == 2:
             sentences.append(_helper_bound(alone, proportional, even_last, slowdown, noise))
-    sentences.append(
-        f"The straggler is emulated: the last worker stays busy on its core until its "
-        f"forward and backward have taken {slowdown:g}x their time, as a slower CPU would "
-        f"compute (a sleep would hand its core to the other worker).")
+    sentences.append(_emulated(slowdown, use_gpu, shares_gpu(even)))
     sentences.append(_worth_it(proportional, even, alone, noise) + (
         "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
         "of very different speed, an even split makes the GPU wait for the CPU at every step; "
@@ -112,6 +112,22 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise) -> 
               "crossing between the devices at every sum and, where the CPU also hosts the GPU, "
               "its own work slowing the GPU's feeding.")
     return [in_short(short), markdown_table(table), " ".join(sentences)]
+
+
+def _emulated(slowdown: float, use_gpu: bool, shared: bool) -> str:
+    """How the straggler is emulated on these workers (training/timing.py)."""
+    if not use_gpu:
+        return (f"The straggler is emulated: the last worker stays busy on its core until "
+                f"its forward and backward have taken {slowdown:g}x their time, as a slower "
+                f"CPU would compute (a sleep would hand its core to the other worker).")
+    text = (f"The straggler is emulated: once its forward and backward have run, the last "
+            f"worker's host waits idle until they have taken {slowdown:g}x their time, as it "
+            f"would for a slower GPU.")
+    if shared:
+        text += (" Here the two workers shared one GPU, so that wait handed the GPU to the "
+                 "other worker: the splits' times are of one device's work divided two ways, "
+                 "and no ideal split of two devices' speeds is reckoned.")
+    return text
 
 
 def _worth_it(proportional: pd.Series, even: pd.Series, alone: pd.Series | None,

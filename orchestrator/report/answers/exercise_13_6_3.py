@@ -8,7 +8,7 @@ import pandas as pd
 
 from orchestrator.records import Status, counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, none_learned, part_trials,
-                                               sync_seconds, timed)
+                                               shares_gpu, sync_seconds, timed)
 from orchestrator.report.answers.compare import (accuracy_figures, accuracy_verdict,
                                                  cells_differ, cells_gap, cells_seeds,
                                                  compare_cells, compare_sync, compare_times,
@@ -107,7 +107,11 @@ def answer_13_6_3(summary: pd.DataFrame, noise: Noise, use_gpu: bool = False) ->
            f"; no bucketed or ddp trial summed through the same transport at {k} workers "
            f"(`{EXERCISES_COMMAND}` runs one)."))
     bound = next((row for name, row in waiting if name == "bucketed" and row is not None), None)
-    if bound is not None:
+    if bound is not None and shares_gpu(arm):
+        sentences.append("Its workers took turns on one GPU: part of a step's wait for its sums "
+                         "is the other worker's turn, which no overlap frees, so what an "
+                         "overlap hides on GPUs of their own is not measured here.")
+    elif bound is not None:
         # The most any overlap can save is the time a step waits for its sums.
         pair = sides_of(arm, bound)
         resolution = noise.time_resolution(pair)

@@ -107,7 +107,9 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               markdown_table(scaling.links), ""]
     validation = scaling.validation
     if validation.empty:
-        lines += ["No multi-worker trial to validate the model against.", ""]
+        shared = getattr(scaling, "shared_gpu", False)
+        lines += ["No multi-worker trial to validate the model against"
+                  + (": they shared one GPU." if shared else "."), ""]
     else:
         errors = validation["error"].abs()
         worst, within = errors.max(), int((errors <= VALIDATION_TARGET).sum())
@@ -254,7 +256,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
                exercise_13_5_4.answer_13_5_4(summary, noise),
                exercise_13_6_1.answer_13_6_1(summary, scaling, use_gpu,
                                              linear_rule.rule_outcome(rule), noise),
-               exercise_13_6_2.answer_13_6_2(summary, epochs, noise),
+               exercise_13_6_2.answer_13_6_2(summary, epochs, noise, use_gpu),
                exercise_13_6_3.answer_13_6_3(summary, noise, use_gpu)]
     lines = ["## Answers", ""]
     if data_note:
