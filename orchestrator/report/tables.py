@@ -8,7 +8,7 @@ import pandas as pd
 
 from orchestrator.records import Status
 from orchestrator.report.summary import (ISOLATION_CELL, SCALING_GROUP, STRATEGY_CELL,
-                                         per_worker_text)
+                                         per_worker_text, shared_gpu_mask)
 
 
 # What a row of each table is (its key columns); the other columns are measured.
@@ -39,6 +39,10 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     table["samples_per_s"] = examples / table["epoch_s"]
     table["speedup"] = (table["samples_per_s"] / table.pop("baseline_rate")).where(has_speedup)
     table["efficiency"] = table["speedup"] / table.index.get_level_values("num_workers")
+    shared = shared_gpu_mask(usable)
+    if shared.any():  # which rows' workers took turns on one GPU: why they have no speedup
+        table["shared_gpu"] = shared.groupby(
+            [usable[key] for key in SCALING_KEYS], sort=True, dropna=False).any()
     return table.reset_index()
 
 

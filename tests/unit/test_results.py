@@ -112,6 +112,13 @@ def test_workers_that_shared_a_gpu_give_no_speedup():
     assert math.isnan(summary.loc["t2-lr0.1", "efficiency"])
     assert summary.loc["t2-lr0.1", "samples_per_s"] == 1800
     assert summary.loc["t2-lr0.2", "speedup"] == pytest.approx(1.8)  # two GPUs of its own
+    # report.md's scaling table says which rows shared one (a review: a blank speedup
+    # beside two others' said nothing of why); a sweep with none keeps its columns.
+    from orchestrator.report.tables import scaling_table
+    table = scaling_table(summary.reset_index())
+    assert table.loc[table["shared_gpu"], "speedup"].isna().all()
+    assert table["shared_gpu"].sum() == 1
+    assert "shared_gpu" not in scaling_table(summary.reset_index().assign(shared_gpu=False))
     # The same device name on two nodes is two devices.
     epochs.loc[on_gpus, "worker_nodes"] = "['node-a', 'node-b']"
     summary = summarize_trials(trials, epochs, evaluations).set_index("trial_id")
