@@ -401,3 +401,20 @@ def test_workers_that_did_not_pay_beyond_the_noise_are_said_so():
     answers = sheet.build(trials, epochs, calibration, data_note="", use_gpu=False).answers
     assert answers.count("More workers did not pay beyond the noise here.") == 2
     assert "More workers paid up to" not in answers
+
+
+def test_a_models_workers_that_shared_one_gpu_are_not_timed_against_one():
+    """A review (2026-11-29): with `--gpus-per-worker 0.5` on one GPU, the own-model
+    sheet read "2 workers are 1.82x faster than 1" from workers taking turns on it.
+    The recorded sweep's 2-worker trials stand in, marked as sharing one GPU."""
+    trials = pd.read_csv(RECORDED / "trials.csv")
+    epochs = pd.read_csv(RECORDED / "epochs.csv")
+    calibration = json.loads((RECORDED / "calibration.json").read_text())
+    several = trials["num_workers"] > 1
+    trials.loc[several, "shared_gpu"] = True
+    trials.loc[several, ["speedup", "efficiency"]] = float("nan")
+    answers = sheet.build(trials, epochs, calibration, data_note="", use_gpu=True).answers
+    assert answers.count("The 2-worker trials shared one GPU") == 1
+    assert "faster than 1" not in answers and "More workers paid" not in answers
+    assert ("2 workers (0.632 s/epoch, 1 seed) shared one GPU, so are not timed against 1. "
+            "Whether more workers pay, workers sharing one GPU cannot tell.") in answers

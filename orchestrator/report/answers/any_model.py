@@ -16,7 +16,7 @@ from orchestrator.config.dataset import FASHION_MNIST
 from orchestrator.config.options import MODELS
 from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
-from orchestrator.report.answers.cells import cells, timed, with_speedups
+from orchestrator.report.answers.cells import cells, shares_gpu, timed, with_speedups
 from orchestrator.report.answers.compare import compare_cells, compare_times, times_differ
 from orchestrator.report.answers.noise import CONFIG_KEYS, Noise, sides_of
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
@@ -84,8 +84,14 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
     first = group.iloc[0]
     label = (f"sync {first['sync']}, global batch {int(first['global_batch_size'])}, "
              f"lr {first['lr']:g}")
-    steps, paid = [], int(first["num_workers"])
+    steps, paid, shared = [], int(first["num_workers"]), False
     for before, after in zip(group.iloc[:-1].itertuples(), group.iloc[1:].itertuples()):
+        if shares_gpu(after._asdict()):  # they took turns on one GPU: no speedup to read
+            steps.append(f"{after.num_workers} workers ({after.epoch_s:.3g} s/epoch, "
+                         f"{seeds_text(after.seeds)}) shared one GPU, so are not timed "
+                         f"against {before.num_workers}")
+            shared = True
+            continue
         verdict = compare_times(after.epoch_s, before.epoch_s, noise,
                                 sides_of(after._asdict(), before._asdict()))
         steps.append(f"{after.num_workers} workers ({after.epoch_s:.3g} s/epoch, "
@@ -119,8 +125,9 @@ def _worth_it(group: pd.DataFrame, noise: Noise) -> str:
                        f"its caches, or the times carry their noise: "
                        f"{noise.time_noise_phrase()})")
     if paid == first["num_workers"]:
-        return (f"With {label}: " + "; ".join(steps) + ". More workers did not pay beyond "
-                "the noise here.")
+        return (f"With {label}: " + "; ".join(steps) + (
+            ". Whether more workers pay, workers sharing one GPU cannot tell." if shared else
+            ". More workers did not pay beyond the noise here."))
     return (f"With {label}: " + "; ".join(steps) + f". More workers paid up to {paid}"
             + (" (the most this sweep ran)" if paid == group["num_workers"].max() else "")
             + efficiency + "." + accuracy)

@@ -27,7 +27,7 @@ from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13
 from orchestrator.report.answers.cells import shares_gpu
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
 from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
-from orchestrator.report.answers.wording import GPU_COMMAND, listed
+from orchestrator.report.answers.wording import listed
 from orchestrator.report.tables import markdown_table
 from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
@@ -243,6 +243,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
         lines = ["## Answers", "", any_model.intro(summary), ""]
         if data_note:
             lines += [f"Trained on data subsets ({data_note}).", ""]
+        lines += _shared_gpu_lead(summary)
         lines += _noise_lead(noise)
         for title, paragraphs in any_model.answers(summary, scaling, noise):
             lines += [f"### {title}", ""]
@@ -283,7 +284,8 @@ def _shared_gpu_lead(summary: pd.DataFrame) -> list[str]:
             f"accuracies are compared as any trial's, but their epoch times are of workers "
             f"taking turns on one device, so no speedup is read from them and their times "
             f"compare them only with each other, not with GPUs of their own; the scaling "
-            f"model forecasts those (a what-if). `{GPU_COMMAND}` measures them.", ""]
+            f"model forecasts those (a what-if); a cluster with a GPU for every worker "
+            f"(`--address`) measures them.", ""]
 
 
 def _with_method(lines: list[str], noise) -> str:
