@@ -36,6 +36,12 @@ SHARDED_PAIR = "reduce-scatter + all-gather"
 # --sync root's transport, and calibration.json's: "<group> root", the book's
 # allreduce through worker 0 over the group's sends and receives.
 ROOT_FUNNEL = "root"
+# Reading a value off a GPU waits for every queued step and then idles it, so
+# there the non-finite-gradient count is read only every this many steps: a
+# diverged run may take that many more steps to stop (bench/notes/gpu.md),
+# its weights by then not finite; elsewhere it is read every step. `sharded`
+# sums its workers' counts when it reads them: a one-element allreduce.
+FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # What each epoch row of epochs.csv keeps of a worker's report.
 # sync_in_flight_s: each collective's launch to completion; above sync_time_s (what the
 # steps waited) only where communication ran behind computation (--sync delayed).

@@ -9,15 +9,13 @@ import math
 
 import torch
 
+from orchestrator import records
 from orchestrator.config.options import TrainConfig
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.collectives import get_rank, get_world_size
 
-# Reading a value off a GPU waits for every queued step and then idles it, so
-# there the non-finite-gradient count is read only every this many steps: a
-# diverged run may take that many more steps to stop (bench/notes/gpu.md),
-# its weights by then not finite; elsewhere it is read every step.
-FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
+# How often the non-finite-gradient count is read, per device type (records.py).
+FINITE_CHECK_INTERVAL_STEPS = records.FINITE_CHECK_INTERVAL_STEPS
 
 
 class StepSync:

@@ -227,11 +227,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     assert ("Sharded spent 1.6 s of its epoch in gradient sync, 2.5x as long (t = 3.08 on their "
             "logs, p = 0.0068) as ddp's 0.66 s. At its 0.52 MB a step the calibration timed "
             "gloo's reduce-scatter and all-gather at 1.3 ms against 0.51 ms for its allreduce "
-            "of the same bytes (calibration.json, between the sizes it timed): two calls where "
-            "an allreduce makes one, each slower, 0.19 s more over an epoch's 234 steps, 20% of "
-            "the 0.98 s gap; they would make sharded's sync 1.29x the other's, against a "
-            "measured ratio whose 95% interval is 1.33 to 4.66: these timings do not explain all "
-            "of it.") in section
+            "of the same bytes (calibration.json, between the sizes it timed), and its smallest "
+            "allreduce timed (1,024 bytes) at 0.34 ms, an upper bound of the finite check's "
+            "one-element sum: three calls a step (a reduce-scatter, an all-gather and its "
+            "finite check's one-element sum) where an allreduce makes one, up to 0.27 s more "
+            "over an epoch's 234 steps, 28% of the 0.98 s gap") in section
     # 13.6.3: delayed's wait (8-epoch means) against bucketed's one timed epoch.
     assert ("The overlap hid 60% seed for seed (54% by the means) of bucketed's wait here (0.32 "
             "s of waiting per epoch against "
@@ -290,11 +290,11 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             # A 9th review: the cause said only where the sync times differ too.
             "Here, at 2 workers through gloo, sharded's epochs were 1.08x shorter (tentative: "
             "p = 0.035) than root's, but their seconds in sync were not told apart: this sweep does "
-            "not locate the gap (root also makes a call per tensor, sharded two a step).",
+            "not locate the gap (root also makes a call per tensor, sharded three a step).",
             # ... and the library's allreduce beat the exercise's (a review, 2026-11-29).
             "The library's own allreduce did better than the exercise's: sharded's epochs were "
-            "1.09x longer (tentative: p = 0.029) than ddp's, two collectives a step where an "
-            "allreduce makes one.",
+            "1.09x longer (tentative: p = 0.029) than ddp's, three calls a step (a reduce-scatter, "
+            "an all-gather and its finite check's one-element sum) where an allreduce makes one.",
             # 13.6.2's "worth the effort": the two devices against the fast one alone.
             "Worth it here: the devices together, the batch split by their speeds, beat the fast one "
             "alone beyond the noise.",

@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, seconds_text
+from orchestrator.records import (FINITE_CHECK_INTERVAL_STEPS, ROOT_FUNNEL, SHARDED_PAIR,
+                                  seconds_text)
 from orchestrator.report.answers.cells import (cells, part_trials, speedup_text, sync_seconds,
                                                timed, with_speedups)
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
@@ -69,8 +70,20 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
                          for k in sorted(set(workers))])
 
 
+def sharded_steps_calls(use_gpu: bool) -> str:
+    """The calls sharded makes a step, against an allreduce's one: its reduce-scatter
+    and all-gather, and the one-element sum of its workers' non-finite counts, every
+    step on CPUs (records.FINITE_CHECK_INTERVAL_STEPS)."""
+    if use_gpu:
+        return (f"two calls a step (a reduce-scatter and an all-gather; its finite check's "
+                f"one-element sum every {FINITE_CHECK_INTERVAL_STEPS['cuda']}th)")
+    return ("three calls a step (a reduce-scatter, an all-gather and its finite check's "
+            "one-element sum)")
+
+
 def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
-                  gradient_bytes: int | None, sums: list[dict], noise: Noise) -> str:
+                  gradient_bytes: int | None, sums: list[dict], noise: Noise,
+                  use_gpu: bool = False) -> str:
     """How much of sharded's longer sync than the fastest strategy's through `wire`
     (it moves a ring's bytes) the calibration's timings explain: its reduce-scatter
     and all-gather pair against one allreduce of a step's `gradient_bytes`
@@ -90,25 +103,33 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
     if None in at_size:
         return ""
     (pair, one), steps = at_size, int(sharded["steps_per_epoch"])
+    # Its finite check's one-element sum, at most the smallest allreduce timed: a latency.
+    smallest = timed_at[1][min(timed_at[1])]
+    checks = steps / FINITE_CHECK_INTERVAL_STEPS.get("cuda" if use_gpu else "cpu", 1)
     sides = sides_of(sharded, fastest, "sync_s")
-    extra_s, gap_s = (pair - one) * steps, sharded_sync - fastest_sync
+    extra_s = (pair - one) * steps + smallest * checks
+    gap_s = sharded_sync - fastest_sync
     spent = (f"Sharded spent {seconds_text(sharded_sync)} s of its epoch in gradient sync, "
              f"{compare_sync(sharded_sync, fastest_sync, noise, sides)} {fastest['sync']}'s "
              f"{seconds_text(fastest_sync)} s")
     calibrated = (f"At its {gradient_bytes / 1e6:.2f} MB a step the calibration timed {wire}'s "
                   f"reduce-scatter and all-gather at {1000 * pair:.2g} ms against "
                   f"{1000 * one:.2g} ms for its allreduce of the same bytes (calibration.json, "
-                  f"between the sizes it timed)")
+                  f"between the sizes it timed), and its smallest allreduce timed "
+                  f"({min(timed_at[1]):,} bytes) at {1000 * smallest:.2g} ms, an upper bound of "
+                  f"the finite check's one-element sum")
+    calls = sharded_steps_calls(use_gpu)
     if syncs_not_told_apart(sharded_sync, fastest_sync, noise, sides):
         return (f"{spent}: this sweep does not tell the two syncs apart. {calibrated}"
-                + (f": two calls where an allreduce makes one, each slower, would add "
+                + (f": {calls} where an allreduce makes one would add up to "
                    f"{seconds_text(extra_s)} s over an epoch's {steps} steps."
                    if extra_s > 0 else "."))
-    if extra_s <= 0:
+    if pair <= one:
         return (f"{spent}; the calibration timed {wire}'s reduce-scatter and all-gather no "
                 f"slower than its allreduce of the same bytes, so its timings do not explain "
-                f"the gap.")
-    return (f"{spent}. {calibrated}: two calls where an allreduce makes one, each slower, "
+                f"the gap beyond the finite check's one-element sum (up to "
+                f"{seconds_text(smallest * checks, 2)} s an epoch).")
+    return (f"{spent}. {calibrated}: {calls} where an allreduce makes one, up to "
             f"{seconds_text(extra_s)} s more over an epoch's {steps} steps, "
             f"{percent(min(extra_s / gap_s, 1.0))} of the {seconds_text(gap_s)} s gap"
             + _gap_interval(noise.sync_test(sharded_sync, fastest_sync, sides), extra_s, gap_s))
@@ -193,7 +214,8 @@ def _syncs_apart(row: pd.Series, other: pd.Series, noise: Noise) -> bool:
 
 
 def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
-                family: list[float] | None, fastest: pd.Series | None = None) -> str:
+                family: list[float] | None, fastest: pd.Series | None = None,
+                use_gpu: bool = False) -> str:
     """`_against_root`'s verdict in a sentence for the section's first paragraph; and
     where sharded lost to the wire's fastest strategy (`fastest`) and that strategy
     sums with the library's allreduce in a few buffers (ddp, bucketed), by how much."""
@@ -206,7 +228,8 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
         same = (": at 2 both move the same bytes, and the gap is how root moves them, one "
                 "way after the other and a call per tensor" if root.syncs_apart
                 else ", but their seconds in sync were not told apart: this sweep does not "
-                     "locate the gap (root also makes a call per tensor, sharded two a step)")
+                     "locate the gap (root also makes a call per tensor, sharded "
+                     + sharded_steps_calls(use_gpu).split(" calls")[0] + " a step)")
     text = (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
             f"epochs were {verdict} root's{same}.")
     if fastest is not None and fastest["sync"] in ("ddp", "bucketed") and times_differ(
@@ -214,13 +237,14 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
         lost = ratio_text(mine["epoch_s"], fastest["epoch_s"], noise, sides_of(mine, fastest),
                           family)
         text += (f" The library's own allreduce did better than the exercise's: sharded's "
-                 f"epochs were {lost} {fastest['sync']}'s, two collectives a step where an "
-                 f"allreduce makes one.")
+                 f"epochs were {lost} {fastest['sync']}'s, {sharded_steps_calls(use_gpu)} "
+                 f"where an allreduce makes one.")
     return text
 
 
 def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
-                  family: list[float] | None = None, root: _RootPair | None = None) -> str:
+                  family: list[float] | None = None, root: _RootPair | None = None,
+                  use_gpu: bool = False) -> str:
     """The exercise's own question, put to one wire's cells at `k` workers: was its
     aggregation on different workers (sharded) faster than the book's allreduce
     (root)? Adjusted within `family` (`_pairs_family`); `root`: their `_RootPair`
@@ -238,8 +262,9 @@ def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
                "take twice a link's time")
         if root.sign:  # a gap to explain: the pair differs in its calls too
             why += (". The pair also differs in its calls: root makes a blocking one per "
-                    "parameter tensor (the book's loop), sharded two a step over one flat "
-                    "buffer" + _root_gap(mine, book, noise, root.syncs_apart))
+                    "parameter tensor (the book's loop), sharded "
+                    + sharded_steps_calls(use_gpu) + ", its gradients in one flat buffer"
+                    + _root_gap(mine, book, noise, root.syncs_apart))
     return (f"The exercise's aggregation on different workers (sharded) was {versus} the "
             f"book's allreduce (root, {seconds_text(book['epoch_s'])} s, "
             f"{seeds_text(book['seeds'])}){why}.")
@@ -266,7 +291,7 @@ def _wire(transport: str) -> str:
 
 
 def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | None = None,
-                  sums: list[dict] = ()) -> list[str]:
+                  sums: list[dict] = (), use_gpu: bool = False) -> list[str]:
     """`gradient_bytes`: one step's gradients of the sweep's model (the calibration's);
     `sums`: the calibration's timed sums (calibration.json's `allreduce`)."""
     # With the delayed arm's bucketed twin, which sums over the process group.
@@ -337,10 +362,12 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
         sharded = ranked[ranked["sync"] == "sharded"]
         if not sharded.empty and fastest["sync"] != "sharded":
             sentences += [text for text in [sharded_calls(sharded.iloc[0], fastest, wire, k,
-                                                          gradient_bytes, sums, noise)] if text]
+                                                          gradient_bytes, sums, noise,
+                                                          use_gpu)] if text]
         root = _root_pair(ranked, k, noise, family)
-        sentences += [text for text in [_against_root(ranked, k, noise, family, root)] if text]
-        measured = measured or _root_short(root, k, wire, noise, family, fastest)
+        sentences += [text for text in [_against_root(ranked, k, noise, family, root,
+                                                      use_gpu)] if text]
+        measured = measured or _root_short(root, k, wire, noise, family, fastest, use_gpu)
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"
                             for wire, rows in at_k.groupby("wire", sort=True))

@@ -253,7 +253,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
                exercise_13_5_2.answer_13_5_2(summary, rule, noise),
-               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes, sums),
+               exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes, sums, use_gpu),
                exercise_13_5_4.answer_13_5_4(summary, noise),
                exercise_13_6_1.answer_13_6_1(summary, scaling, use_gpu,
                                              linear_rule.rule_outcome(rule), noise),
