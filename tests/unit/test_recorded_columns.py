@@ -315,10 +315,13 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             "Here 2 workers scored the test set in 0.47 s against 1 worker's 0.83 s.",
             "Its first part, ResNet-18 over epochs, batch sizes and lrs, is not answered here",
             "the model predicts ResNet-18's epoch up to 14.2x as fast on the p2.16xlarge's 16 "
-            "GPUs with DDP's ring (a ceiling",
-            # ... beside the epochs the noise scale asks of batch 4096 (a review).
+            "GPUs with DDP's ring (for the book's GPU's compute, a ceiling",
+            # ... beside the epochs the noise scale asks of batch 4096 (a review), and the
+            # book's own program's (a second review, 2026-11-29).
             "By the measured noise scale (LeNet standing in), the 16 GPUs would reach the same "
-            "loss about 1.6x as fast as one.",
+            "loss about 1.6x as fast as one with DDP's ring; with the book's own "
+            "nn.DataParallel (3.3x an epoch), about 0.39x: slower than one GPU to the same "
+            "loss.",
             # Seed for seed, as the paragraph's test: 14.6 s against 12.2 s, not the means'.
             "that split's epochs were 1.38x shorter than an even split's, and 1.20x shorter "
             "(seed 0) than the fast worker's alone",

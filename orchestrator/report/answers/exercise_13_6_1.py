@@ -74,10 +74,10 @@ def answer_13_6_1(summary: pd.DataFrame, scaling, use_gpu: bool,
     # 13.6's batch of 256 on 16 GPUs the book's way, 256 each: a global batch of 4096.
     batches = (BOOK_BATCH, PREDICTED_WORKERS * BOOK_BATCH)
     large_batch = noise_scale.large_batch_text(summary, batches, model="resnet18")
-    sixteen, short, speedup = _resnet18_sixteen_gpus(summary, use_gpu)
+    sixteen, short, speedup, book_speedup = _resnet18_sixteen_gpus(summary, use_gpu)
     epochs = noise_scale.epochs_factor(summary, batches, model="resnet18")
     if large_batch and epochs is not None:
-        to_loss, to_loss_short = _time_to_loss(speedup, epochs)
+        to_loss, to_loss_short = _time_to_loss(speedup, epochs, book_speedup)
         large_batch += " " + to_loss
         short += " " + to_loss_short
     if not resnet.empty and not use_gpu:
@@ -211,8 +211,9 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame,
         f"sets that overhead and cannot also check it."]
     short = (f"A what-if, since no 16 GPUs ran: with the book's GPU and 256 images per GPU, "
              f"the model predicts ResNet-18's epoch up to {p2['speedup']:.1f}x as fast on the "
-             f"p2.16xlarge's 16 GPUs with DDP's ring (a ceiling: its link's 12 GB/s is an "
-             f"upper bound; {two_nodes['speedup']:.1f}x on two of today's 8-GPU nodes), but "
+             f"p2.16xlarge's 16 GPUs with DDP's ring (for the book's GPU's compute, a ceiling: "
+             f"the link's 12 GB/s is an upper bound, though a slower K80 would lose less to it; "
+             f"{two_nodes['speedup']:.1f}x on two of today's 8-GPU nodes), but "
              f"about {data_parallel['speedup']:.1f}x with the book's own nn.DataParallel "
              f"(its overhead extrapolated from the book's one 2-GPU epoch), whose one process, "
              f"not the link, would limit it. A global "
@@ -220,14 +221,23 @@ def _resnet18_sixteen_gpus(summary: pd.DataFrame,
              f"where 256 makes {steps_book} (the book's loader, its last batch partial), so "
              f"its lr and epochs must be re-tuned (13.5.2): an epoch {p2['speedup']:.1f}x as "
              f"fast is not a route to the same accuracy {p2['speedup']:.1f}x as fast.")
-    return [markdown_table(table), " ".join(sentences)], short, float(p2["speedup"])
+    return ([markdown_table(table), " ".join(sentences)], short, float(p2["speedup"]),
+            float(data_parallel["speedup"]))
 
 
-def _time_to_loss(speedup: float, epochs: noise_scale.EpochsFactor) -> tuple[str, str]:
+def _time_to_loss(speedup: float, epochs: noise_scale.EpochsFactor,
+                  book_speedup: float | None = None) -> tuple[str, str]:
     """The p2.16xlarge's per-epoch speedup (`speedup`, batch 4096 against one GPU's
-    256) with the epochs the noise scale says batch 4096 needs (`epochs`): the time
-    to the same loss, for the paragraph and for the first one."""
+    256, DDP's ring) with the epochs the noise scale says batch 4096 needs
+    (`epochs`): the time to the same loss, for the paragraph and for the first one;
+    and the same of the book's own nn.DataParallel (`book_speedup`)."""
     ratio = speedup / epochs.factor
+    book = ""
+    if book_speedup is not None:
+        book_ratio = book_speedup / epochs.factor
+        book = (f"; with the book's own nn.DataParallel ({book_speedup:.1f}x an epoch), about "
+                f"{book_ratio:.2g}x" + (": slower than one GPU to the same loss"
+                                        if book_ratio < 1 else ""))
     model = MODEL_NAMES.get(epochs.latest["model"], epochs.latest["model"])
     stand_in = (f", {model}'s noise scale standing in for ResNet-18's, which these runs "
                 f"could not measure" if epochs.stand_in else "")
@@ -237,10 +247,11 @@ def _time_to_loss(speedup: float, epochs: noise_scale.EpochsFactor) -> tuple[str
             f"{ratio:.2g}x as fast as one GPU at batch {BOOK_BATCH}"
             + (f" ({speedup / epochs.high:.2g}x to {speedup / epochs.low:.2g}x over the "
                f"measured noise scales)" if epochs.high > epochs.low else "")
-            + f", not {speedup:.1f}x; longer training, where the noise scale is larger, would "
-              f"gain more, and a slower link less.",
+            + f", not {speedup:.1f}x{book}; longer training, where the noise scale is larger, "
+              f"would gain more, and a slower link less.",
             f"By the measured noise scale{f' ({model} standing in)' if epochs.stand_in else ''}, "
-            f"the 16 GPUs would reach the same loss about {ratio:.2g}x as fast as one.")
+            f"the 16 GPUs would reach the same loss about {ratio:.2g}x as fast as one with "
+            f"DDP's ring{book}.")
 
 
 def _rounded(count: int) -> str:
