@@ -237,8 +237,8 @@ def test_a_seed_that_did_not_learn_is_the_rule_failing_not_a_spread(recorded):
     _, sheet = recorded
     answer = _section(sheet.answers, "13.5.2")
     assert ("lr 0.4 on 2 workers (global batch 128) 0.332 (mean of 2 seeds, 1 of which did not "
-            "learn), 0.338 lower than it: the rule did not hold in every seed (some there did "
-            "not learn, where 1 worker's all did; 1 of 2 seeds learned against 2 of 2, Fisher's "
+            "learn), 0.338 lower than it: the rule failed in some seeds (they did not learn, "
+            "where 1 worker's all did; 1 of 2 seeds learned against 2 of 2, Fisher's "
             "exact p = 1: how often it fails, these seeds do not settle)") in answer
     assert "p = 0.36" not in answer
 

@@ -76,7 +76,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
-        return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)]
+        return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)[0]]
     # The table's verdicts in the sentences' words (its codes are linear_rule's).
     paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
         held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
@@ -121,10 +121,13 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                 f", at {listed([counted(k, 'worker') for k in sorted(ties)])} not told apart "
                 f"from the next best" if ties else "")
              + (f"; {best_against_best[1]}" if best_against_best else "")
-             + f". The linear scaling rule (k times the lr for k times the batch), tested at "
-               f"each k workers' lr: {rule_found(rule)}.")
+             + f". The linear scaling rule (k times the lr for k times the batch), named by the "
+               f"k workers' lr: {rule_found(rule)}.")
+    warmup, briefs = _warmup(summary, noise)
+    if briefs:
+        short += f" With a warm-up epoch, {listed(briefs)}."
     return [in_short(short), *paragraphs, best_paragraph, rule_paragraph, " ".join(sentences),
-            *_warmup(summary, noise), "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+            *warmup, "`test_acc_vs_lr.png` plots test accuracy against the lr."]
 
 
 def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
@@ -221,25 +224,29 @@ def _resolution(pair, noise: Noise) -> str:
                         (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
 
-def _warmup(summary: pd.DataFrame, noise: Noise) -> list[str]:
+def _warmup(summary: pd.DataFrame, noise: Noise) -> tuple[list[str], list[str]]:
     """Each warm-up arm (one per lr, at the largest global batch) against the same lr
     and batch without warm-up, and against 1 worker at 1/k of the lr: whether warm-up
-    rescued the linear scaling rule there."""
+    rescued the linear scaling rule there; and each arm's finding in a few words, for
+    the first paragraph."""
     arm = part_trials(summary, "warmup").dropna(subset=["final_test_acc"])
     if arm.empty:
         return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
-                f"largest global batch with the linearly scaled lr)."]
+                f"largest global batch with the linearly scaled lr)."], []
     arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
-    return [" ".join(sentence for lr in sorted(arm["lr"].unique())
-                     for sentence in _warmup_sentences(summary, arm[np.isclose(arm["lr"], lr)],
-                                                       noise))]
+    arms = [_warmup_sentences(summary, arm[np.isclose(arm["lr"], lr)], noise)
+            for lr in sorted(arm["lr"].unique())]
+    return ([" ".join(sentence for sentences, _ in arms for sentence in sentences)],
+            [brief for _, brief in arms if brief])
 
 
-def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) -> list[str]:
+def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
+                      ) -> tuple[list[str], str]:
     """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
     without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
     rule's pairs are (`rule_verdict`: a t test on the seeds where there is one, else
-    the accuracy noise)."""
+    the accuracy noise); and the finding in a few words ("at lr 0.8 2 of 3 seeds
+    learned, against 0 of 3 without"), empty without a 1-worker trial to hold it to."""
     warm = cell(arm)
     k, batch, lr = int(warm["num_workers"]), warm["global_batch_size"], warm["lr"]
     trials = lr_trials(summary).dropna(subset=["final_test_acc"])
@@ -276,7 +283,7 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) ->
                          f"({acc_seeds_text(cold)}){helped}.")
     if one is None:
         return sentences + [f"No 1-worker trial at lr {lr / k:g} holds it to the linear "
-                            f"scaling rule."]
+                            f"scaling rule."], ""
     held = rule_verdict(warm["final_test_acc"] - one["final_test_acc"], None, noise, one, warm)
     test = (None if held in DECIDED_BY_FAILURE or warm["not_learned"] or one["not_learned"]
             else noise.seed_test(seed_accuracies(warm), seed_accuracies(one), rows=(warm, one)))
@@ -298,6 +305,12 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise) ->
     where = (f"from 1 worker's lr {lr / k:g}" if compared else
              f"from 1 worker's lr {lr / k:g} ({one['final_test_acc']:.3f}, "
              f"{acc_seeds_text(one)})")
+    brief = f"at lr {lr:g} the rule {OUTCOMES[held].removesuffix(' (no seed learned)')}"
+    if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"])):
+        warm_learned, cold_learned = (learned_of(side["seeds"], side["not_learned"])
+                                      for side in (warm, cold))
+        brief = (f"at lr {lr:g} {warm_learned[0]} of {counted(warm_learned[1], 'seed')} "
+                 f"learned, against {cold_learned[0]} of {cold_learned[1]} without")
     return sentences + [
         f"With warm-up, at global batch {batch} {where}, the linear scaling rule "
-        f"{verdict_text(held, test is not None, resolution)}."]
+        f"{verdict_text(held, test is not None, resolution)}."], brief

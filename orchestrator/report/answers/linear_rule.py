@@ -73,8 +73,8 @@ VERDICTS = {"yes": "held", "no": "did not hold",
             "unsettled": "was not settled (lower by as much as the sweep's pool of seeds "
                          "calls, but not significantly against the pair's own, wider spread)",
             "failed": "did not hold (no seed there learned, where 1 worker's did)",
-            "some failed": "did not hold in every seed (some there did not learn, where 1 "
-                           "worker's all did)",
+            "some failed": "failed in some seeds (they did not learn, where 1 worker's all "
+                           "did)",
             "inconclusive": "was not tested (1 worker did not learn at that lr: no accuracy "
                             "to hold the rule to)"}
 
@@ -214,7 +214,7 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
 # How each verdict reads in a summary of the pairs, in this order.
 OUTCOMES = {"yes": "held", "within noise": "was not refuted", "unsettled": "was not settled",
             "no": "did not hold",
-             "some failed": "did not hold in every seed",
+             "some failed": "failed in some seeds",
              "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
 # The verdicts no t test can change: a failure to learn decides them.
 DECIDED_BY_FAILURE = ("failed", "some failed", "inconclusive")
