@@ -92,7 +92,13 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise,
             sentences.append(_helper_bound(alone, proportional, even_last, slowdown, noise))
     sentences.append(_emulated(slowdown, use_gpu, shares_gpu(even)))
     sentences.append(_worth_it(proportional, even, alone, noise) + (
-        "Divide the work in proportion to each device's measured speed. With a GPU and a CPU "
+        "Any split trains the same model: each worker's loss is divided by the global "
+        "batch, not its own share, so the summed gradient is one device's over the whole "
+        "batch, the same examples in the same order (in float64 the parameters are one "
+        "device's: tests/processes/test_split_on_processes.py); in float32 a sum divided "
+        "otherwise rounds otherwise, and training carries that on, so accuracies after the "
+        "same epochs still differ a little, as those of 1 and 2 workers do. With a GPU and "
+        "a CPU "
         "of very different speed, an even split makes the GPU wait for the CPU at every step; "
         "the proportional split gives each its share, but the gain is bounded by the slow "
         "device's share of the work, and its costs are re-timing every device and "
