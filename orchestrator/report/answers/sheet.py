@@ -363,6 +363,7 @@ def tests_sentence(answers: str) -> str:
     if not p_values:
         return ""
     found = [p for p in p_values if p < SIGNIFICANCE]
+    marked = list(dict.fromkeys(re.findall(r"tentative: (p [=<] [0-9.e+-]+)", answers)))
     kept = (f"all {len(found)}" if not weak else f"{len(found) - len(weak)} of the {len(found)}")
     return (f"The answers print {counted(len(p_values), 'p-value')}, {len(found)} below "
             f"{SIGNIFICANCE:g}, each a test at its own level (Holm's adjustment is made within "
@@ -374,6 +375,7 @@ def tests_sentence(answers: str) -> str:
                if weak else ".")
             + (f" The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
                f"(Holm's, within a ranking) is above {cutoff:.2g}, the largest the "
-               f"procedure keeps (each p counted once here)." if cutoff else
+               f"procedure keeps (each p counted once here)"
+               + (f": here {listed(marked)}." if marked else ".") if cutoff else
                f" The answers' first paragraphs mark every verdict at p < {SIGNIFICANCE:g} they "
                f"state \"tentative\" (each p counted once here)."))
