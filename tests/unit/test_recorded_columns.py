@@ -272,7 +272,7 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             and "keeps 21 of the 22; read the findings at p = 0.034 as tentative. "
             "The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
             "(Holm's, within a ranking) is above 0.026, the largest the procedure keeps (each p "
-            "counted once here)." in sheet.answers)
+            "counted once here): here p = 0.034, p = 0.035 and p = 0.029." in sheet.answers)
     # ... every first paragraph's candidate mark resolved (kept as tentative or taken out).
     assert "weak:" not in sheet.answers
     # ... each section opens with its answer, decided as the paragraphs below decide it.

@@ -118,6 +118,9 @@ def test_the_sheets_p_values_are_counted_and_read_at_a_false_discovery_rate():
         "at p = 0.034, p = 0.043 as tentative. The answers' first paragraphs mark \"tentative\" "
         "a verdict they state whose p (Holm's, within a ranking) is above 0.0073, the largest "
         "the procedure keeps (each p counted once here).")
+    # The marks the first paragraphs kept are named (a review, 2026-11-29).
+    assert tests_sentence(text + "; 1.1x shorter (tentative: p = 0.029) than").endswith(
+        "(each p counted once here): here p = 0.029.")
     # A first paragraph's mark repeats a p-value printed below it: counted once.
     assert tests_sentence(text + "; 1.02x shorter (weak: p = 0.034) than").startswith(
         "The answers print 5 p-values, 4 below 0.05")
