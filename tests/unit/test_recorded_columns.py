@@ -283,7 +283,8 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             # A finding the false discovery rate does not keep marked where a first
             # paragraph states it (its 13.5.1 accuracy's p = 5.7e-05 is not).
             "its epochs were 1.02x shorter (tentative: p = 0.034) than the other way's, but with 1/2 "
-            "of the updates an epoch its accuracy after 8 epochs was the lower (0.796 against "
+            "of the updates an epoch at the same lr, 0.2, its accuracy after 8 epochs was the "
+            "lower (0.796 against "
             "0.829).",
             "The best lr (the highest mean accuracy) was 0.4 on 1 worker (global batch 256) and "
             "0.4 on 2 workers (global batch 512), at 1 worker not told apart from the next best",

@@ -4,6 +4,8 @@ both against the best single process. The answer is a list of paragraphs;
 replicas (seeds) of a configuration are averaged into one cell (cells.cell) and
 every number says how many stand behind it."""
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -123,9 +125,12 @@ def _short(wide: pd.Series, fixed: pd.Series, speedups: dict, k: int, noise: Noi
     epochs = counted(wide["epochs_run"], "epoch")
     sign = -1 if none_learned(wide) else cells_differ(wide, fixed, noise)
     marked = "" if none_learned(wide) else weak(cells_p(wide, fixed, noise))
-    accuracy = (f"with 1/{k} of the updates an epoch it did not learn in {epochs}"
+    same_lr = (f" at the same lr, {wide['lr']:g}," if math.isclose(wide["lr"], fixed["lr"])
+               else "")
+    accuracy = (f"with 1/{k} of the updates an epoch{same_lr} it did not learn in {epochs}"
                 if none_learned(wide) else
-                f"with 1/{k} of the updates an epoch its accuracy after {epochs} was " + {
+                f"with 1/{k} of the updates an epoch{same_lr} its accuracy after {epochs} was "
+                + {
                     -1: "the lower", 0: "not told apart from the other's",
                     1: "the higher"}[sign]
                 + f" ({accuracy_figures(wide, fixed, noise)}"

@@ -318,10 +318,11 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
             f"makes them, add latency on top); from k = 3 worker 0 carries k-1 copies "
             f"against the ring's under 2.",
             markdown_table(bytes_moved(gradient_bytes, [*BYTES_WORKERS, k])),
-            f"These times are measured at k = 2, 3 and 4 on nodes joined by a capped link, "
-            f"where bytes set the time: `{ROOT_VS_RING_COMMAND}` (docs/BENCHMARKS.md, "
-            f"root_vs_ring: each rank's bytes written to its sockets and seconds per step "
-            f"beside these predictions)."]
+            f"The table's ratios are predictions, not this sweep's measurements: "
+            f"`{ROOT_VS_RING_COMMAND}` measures them at k = 2, 3 and 4 on nodes joined by a "
+            f"capped link, where bytes set the time (docs/BENCHMARKS.md, root_vs_ring: each "
+            f"rank's bytes written to its sockets and seconds per step beside these "
+            f"predictions)."]
     if strategies["num_workers"].nunique() < 2:
         return [*paragraphs, one_worker_count(strategies), WHY_SPLIT]
     at_k = table[table["num_workers"] == k].assign(wire=lambda rows: rows["transport"].map(_wire))
