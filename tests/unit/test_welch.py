@@ -162,11 +162,11 @@ def test_the_best_lr_is_told_apart_by_welch_on_seeds_else_by_the_noise():
     noise = Noise(time_fraction=0.2, acc=0.06)
     text = " ".join(answer_13_5_2(summary, linear_rule(summary, noise), noise))
     # Within the single-trial noise (0.06), yet told apart by the seeds.
-    assert ("Told apart from the best: at 1 worker lr 0.4 (0.850) above lr 0.1 (0.800; "
+    assert ("Told apart from the best:\n\n- At 1 worker lr 0.4 (0.850) above lr 0.1 (0.800; "
             "Welch's t = ") in text
-    assert "at 2 workers lr 0.4 (0.835) above lr 0.8 (0.100: no seed of 3 learned)" in text
+    assert "\n- At 2 workers lr 0.4 (0.835) above lr 0.8 (0.100: no seed of 3 learned).\n" in text
     # One seed, beyond the noise: told apart by that.
-    assert "at 1 worker lr 0.4 (0.850) above lr 1.6 (0.700, 1 seed: beyond the accuracy " \
+    assert "At 1 worker lr 0.4 (0.850) above lr 1.6 (0.700, 1 seed: beyond the accuracy " \
         "noise, 0.060" in text
     tied = re.search(r"Not resolved: at 1 worker the best, lr 0.4 \(0.850\), is not told "
                      r"apart from lr 0.2 \(0.823; Welch's t = [0-9.]+, p = ([0-9.]+), 3 and 3 "

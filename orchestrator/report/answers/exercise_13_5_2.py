@@ -50,8 +50,9 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
     best_against_best = _best_against_best(table, summary, noise)
     if best_against_best:
         sentences.append(best_against_best[0])
-    if apart:
-        sentences.append(f"Told apart from the best: {'; '.join(apart)}.")
+    if apart:  # one a line (a review: 119 words in one sentence)
+        sentences.append("Told apart from the best:\n\n" + "\n".join(
+            f"- {clause[:1].upper()}{clause[1:]}." for clause in apart) + "\n\n")
     if ties:
         needed = seeds_needed(widest[0], widest[2], noise, widest[1]) if widest else None
         more = (f"at {POWER:.0%} power about {needed[0]} seeds a side (`--repeats "
@@ -76,7 +77,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
-        return [*paragraphs, " ".join(sentences), *_warmup(summary, noise)[0]]
+        return [*paragraphs, " ".join(sentences).replace("\n\n ", "\n\n").strip(),
+                *_warmup(summary, noise)[0]]
     # The table's verdicts in the sentences' words (its codes are linear_rule's).
     paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
         held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
@@ -90,7 +92,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"{verdict_text(row.held, not np.isnan(row.p), _resolution(row, noise))}."
         for row in rule.itertuples())
     # One pair a line: each is a sentence of its own, with its test.
-    best_paragraph, sentences = " ".join(sentences), []
+    best_paragraph, sentences = " ".join(sentences).replace("\n\n ", "\n\n").strip(), []
     rule_paragraph = (f"The linear scaling rule (k times the batch at k times the lr, the same "
                       f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
                       f"called only "
