@@ -34,7 +34,7 @@ class SweepPlan:
     """Trials that would share a node run one at a time, their workers pinned to cores
     by local rank (`--pin-cores`)."""
     shared_gpu: bool = False
-    """The exercises on a cluster of one GPU: their k workers share it (`share_one_gpu`)."""
+    """The exercises on a cluster of one GPU: their k workers share it (`shares_one_gpu`)."""
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
