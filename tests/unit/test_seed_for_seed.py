@@ -285,7 +285,7 @@ def test_a_drop_the_pool_would_call_held_to_a_wide_arms_own_spread_is_not_settle
     assert abs(gap) > noise.acc_blocks.resolution(3)  # one the pool would call
     held = rule_verdict(gap, test, noise)
     assert held == "within noise"
-    assert settled(held, gap, test, noise, (arm, twin)) == "unsettled"
+    assert settled(held, gap, test, noise) == "unsettled"
     figures = rule_figures("unsettled", gap, (3, 3), noise, test)
     assert figures.startswith(
         f": its drop, {abs(gap):.3f}, is one the sweep's pool calls "
@@ -296,9 +296,9 @@ def test_a_drop_the_pool_would_call_held_to_a_wide_arms_own_spread_is_not_settle
     # A drop under what the pool would call stays "not refuted", as does any drop
     # between two configurations of the pool, and a verdict the test made.
     small = -0.5 * noise.acc_blocks.resolution(3)
-    assert settled("within noise", small, test, noise, (arm, twin)) == "within noise"
+    assert settled("within noise", small, test, noise) == "within noise"
     other = cell(_summary().query("lr == 0.2"))
     pooled = noise.seed_test(seed_accuracies(other), seed_accuracies(twin),
                              rows=(other, twin))
-    assert settled("within noise", gap, pooled, noise, (other, twin)) == "within noise"
-    assert settled("no", gap, test, noise, (arm, twin)) == "no"
+    assert settled("within noise", gap, pooled, noise) == "within noise"
+    assert settled("no", gap, test, noise) == "no"

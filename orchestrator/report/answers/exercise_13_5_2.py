@@ -77,8 +77,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
-        return [*paragraphs, " ".join(sentences).replace("\n\n ", "\n\n").strip(),
-                *_warmup(summary, noise)[0]]
+        return [*paragraphs, _paragraph(sentences), *_warmup(summary, noise)[0]]
     # The table's verdicts in the sentences' words (its codes are linear_rule's).
     paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
         held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
@@ -92,7 +91,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         f"{verdict_text(row.held, not np.isnan(row.p), _resolution(row, noise))}."
         for row in rule.itertuples())
     # One pair a line: each is a sentence of its own, with its test.
-    best_paragraph, sentences = " ".join(sentences).replace("\n\n ", "\n\n").strip(), []
+    best_paragraph, sentences = _paragraph(sentences), []
     rule_paragraph = (f"The linear scaling rule (k times the batch at k times the lr, the same "
                       f"epochs) was tested in {counted(len(rule), 'pair')}, a lower accuracy "
                       f"called only "
@@ -130,6 +129,12 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         short += f" With a warm-up epoch, {listed(briefs)}."
     return [in_short(short), *paragraphs, best_paragraph, rule_paragraph, " ".join(sentences),
             *warmup, "`test_acc_vs_lr.png` plots test accuracy against the lr."]
+
+
+def _paragraph(sentences: list[str]) -> str:
+    """Sentences as one paragraph, a list among them (ending in a blank line) kept apart
+    from the sentence after it."""
+    return " ".join(sentences).replace("\n\n ", "\n\n").strip()
 
 
 def _best_against_best(table: pd.DataFrame, summary: pd.DataFrame,
@@ -265,11 +270,14 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
     sentences = [f"With a {warm['warmup_epochs']}-epoch linear warm-up of the lr {ramp} at "
                  f"global batch {batch} on {k} workers, the final test accuracy was "
                  f"{warm['final_test_acc']:.3f} ({acc_seeds_text(warm)})."]
-    if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"])):
-        # A mean over seeds that learned and seeds that did not is an outcome of two
-        # kinds: the counts are compared (Fisher's exact test), not the means.
-        learned, cold_learned = (learned_of(side["seeds"], side["not_learned"])
-                                 for side in (warm, cold))
+    # A mean over seeds that learned and seeds that did not is an outcome of two kinds:
+    # there the counts are compared (Fisher's exact test), not the means.
+    counts = ((learned_of(warm["seeds"], warm["not_learned"]),
+               learned_of(cold["seeds"], cold["not_learned"]))
+              if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"]))
+              else None)
+    if counts:
+        learned, cold_learned = counts
         p = fisher_exact(learned, cold_learned)
         sentences.append(
             f"Without warm-up it was {cold['final_test_acc']:.3f} ({acc_seeds_text(cold)}): "
@@ -291,7 +299,7 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
             else noise.seed_test(seed_accuracies(warm), seed_accuracies(one), rows=(warm, one)))
     gap = acc_gap(warm["final_test_acc"], one["final_test_acc"], test)
     if test is not None:
-        held = settled(rule_verdict(gap, test, noise), gap, test, noise, (warm, one))
+        held = settled(rule_verdict(gap, test, noise), gap, test, noise)
     sizes = (int(warm["seeds"]), int(one["seeds"]))
     resolution = (failure_text(*(learned_of(cell_row["seeds"], cell_row["not_learned"])
                                  for cell_row in (warm, one)))
@@ -307,12 +315,9 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
     where = (f"from 1 worker's lr {lr / k:g}" if compared else
              f"from 1 worker's lr {lr / k:g} ({one['final_test_acc']:.3f}, "
              f"{acc_seeds_text(one)})")
-    brief = f"at lr {lr:g} the rule {OUTCOMES[held].removesuffix(' (no seed learned)')}"
-    if cold is not None and (int(warm["not_learned"]) or int(cold["not_learned"])):
-        warm_learned, cold_learned = (learned_of(side["seeds"], side["not_learned"])
-                                      for side in (warm, cold))
-        brief = (f"at lr {lr:g} {warm_learned[0]} of {counted(warm_learned[1], 'seed')} "
-                 f"learned, against {cold_learned[0]} of {cold_learned[1]} without")
+    brief = (f"at lr {lr:g} {counts[0][0]} of {counted(counts[0][1], 'seed')} learned, "
+             f"against {counts[1][0]} of {counts[1][1]} without" if counts else
+             f"at lr {lr:g} the rule {OUTCOMES[held].removesuffix(' (no seed learned)')}")
     return sentences + [
         f"With warm-up, at global batch {batch} {where}, the linear scaling rule "
         f"{verdict_text(held, test is not None, resolution)}."], brief

@@ -70,15 +70,22 @@ def bytes_moved(gradient_bytes: int, workers) -> pd.DataFrame:
                          for k in sorted(set(workers))])
 
 
+def sharded_calls_a_step(use_gpu: bool) -> str:
+    """How many calls sharded makes a step: its reduce-scatter and all-gather, and on
+    CPUs the one-element sum of its workers' non-finite counts, read every step there
+    (records.FINITE_CHECK_INTERVAL_STEPS)."""
+    return "two" if use_gpu else "three"
+
+
 def sharded_steps_calls(use_gpu: bool) -> str:
-    """The calls sharded makes a step, against an allreduce's one: its reduce-scatter
-    and all-gather, and the one-element sum of its workers' non-finite counts, every
-    step on CPUs (records.FINITE_CHECK_INTERVAL_STEPS)."""
+    """The calls sharded makes a step, against an allreduce's one, named
+    (`sharded_calls_a_step`)."""
     if use_gpu:
-        return (f"two calls a step (a reduce-scatter and an all-gather; its finite check's "
-                f"one-element sum every {FINITE_CHECK_INTERVAL_STEPS['cuda']}th)")
-    return ("three calls a step (a reduce-scatter, an all-gather and its finite check's "
-            "one-element sum)")
+        return (f"{sharded_calls_a_step(use_gpu)} calls a step (a reduce-scatter and an "
+                f"all-gather; its finite check's one-element sum every "
+                f"{FINITE_CHECK_INTERVAL_STEPS['cuda']}th)")
+    return (f"{sharded_calls_a_step(use_gpu)} calls a step (a reduce-scatter, an all-gather "
+            f"and its finite check's one-element sum)")
 
 
 def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
@@ -229,7 +236,7 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
                 "way after the other and a call per tensor" if root.syncs_apart
                 else ", but their seconds in sync were not told apart: this sweep does not "
                      "locate the gap (root also makes a call per tensor, sharded "
-                     + sharded_steps_calls(use_gpu).split(" calls")[0] + " a step)")
+                     + sharded_calls_a_step(use_gpu) + " a step)")
     text = (f" Here, at {k} workers through {wire or 'an unrecorded transport'}, sharded's "
             f"epochs were {verdict} root's{same}.")
     if fastest is not None and fastest["sync"] in ("ddp", "bucketed") and times_differ(

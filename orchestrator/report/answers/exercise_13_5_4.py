@@ -10,6 +10,7 @@ from orchestrator.report.answers.cells import (at_workers, cell, cells, part_tri
 from orchestrator.report.answers.compare import compare_cells, compare_times
 from orchestrator.report.answers.noise import Noise, of_means, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, one_worker_count, seeds_text
+from orchestrator.report.summary import shared_gpu_mask
 from orchestrator.report.tables import markdown_table
 
 
@@ -23,7 +24,7 @@ def answer_13_5_4(summary: pd.DataFrame, noise: Noise) -> list[str]:
     if one is not None:
         # Workers that shared a GPU took turns on it: no speedup read.
         table["eval_speedup"] = (one["eval_s"] / table["eval_s"]).where(
-            ~table.apply(shares_gpu, axis=1))
+            ~shared_gpu_mask(table))
         columns.insert(2, "eval_speedup")
     paragraphs = [markdown_table(table[columns])]
     if one is None or trials["num_workers"].nunique() < 2:

@@ -56,8 +56,8 @@ def linear_rule(summary: pd.DataFrame, noise: Noise) -> pd.DataFrame:
                                     "Welch" if isinstance(test, Welch) else "pooled"),
                          "test": test,
                          "held": (held if held in DECIDED_BY_FAILURE
-                                  else settled(rule_verdict(gap, test, noise), gap, test, noise,
-                                               (many, one))),
+                                  else settled(rule_verdict(gap, test, noise), gap, test,
+                                               noise)),
                          # Named in the sentences, not the table's columns.
                          "not_learned_1_worker": one.not_learned,
                          "not_learned_scaled": many.not_learned})
@@ -131,16 +131,14 @@ def rule_figures(held: str, gap: float, sizes: tuple[int, int], noise: Noise, te
     return resolution_text(gap, sizes, noise, test)
 
 
-def settled(held: str, gap: float, test, noise: Noise, rows) -> str:
+def settled(held: str, gap: float, test, noise: Noise) -> str:
     """`held`, or "unsettled" where a drop "within noise" was held to the pair's own
-    differences (`rows`: a side is a configuration the pool leaves out, its seeds
-    spreading unlike the others') and is as large as the pool would call: not
-    refuted only for want of those seeds' power, which says nothing of the rule."""
-    if held != "within noise" or test is None or all(noise.acc_blocks.in_pool(row)
-                                                       for row in rows):
+    differences (`test.own`: a side is a configuration the pool leaves out, its seeds
+    spreading unlike the others', `SeedBlocks.test`) and is as large as the pool would
+    call: not refuted only for want of those seeds' power, which says nothing of the
+    rule. Any other test tests the pair as the pool would: as it reads."""
+    if held != "within noise" or not isinstance(test, SeedForSeedT) or not test.own:
         return held
-    if not isinstance(test, SeedForSeedT) or not test.own:
-        return held  # the same sides a pool would test, or no shared seed: as it reads
     return ("unsettled" if abs(gap) >= noise.acc_blocks.resolution(len(test.seeds))
             else held)
 

@@ -24,7 +24,6 @@ import pandas as pd
 from orchestrator.report.answers import (any_model, exercise_13_5_1, exercise_13_5_2,
                                          exercise_13_5_3, exercise_13_5_4, exercise_13_6_1,
                                          exercise_13_6_2, exercise_13_6_3, linear_rule)
-from orchestrator.report.answers.cells import shares_gpu
 from orchestrator.report.answers.noise import estimate_noise, prepared, window_sentence
 from orchestrator.report.answers.welch import SIGNIFICANCE, benjamini_hochberg, p_text
 from orchestrator.report.answers.wording import listed
@@ -33,6 +32,7 @@ from orchestrator.records import counted, write_atomically
 from orchestrator.report.costs import sample_model, contention as contention_factor
 from orchestrator.report.plots import plot_scaling_model, pyplot, save_png
 from orchestrator.report.scaling_model import ScalingResult, fit_and_validate
+from orchestrator.report.summary import shared_gpu_mask
 
 FILES = ("answers.md", "scaling_model.csv", "scaling_model_validation.csv", "scaling_model.png")
 # The issue's target for the model: every measured point within this of its prediction.
@@ -275,7 +275,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
 def _shared_gpu_lead(summary: pd.DataFrame) -> list[str]:
     """Where workers shared a GPU (`--gpus-per-worker` below 1: the exercises on a
     machine of one GPU), what their trials can answer and what not."""
-    shared = summary[summary.apply(shares_gpu, axis=1)] if len(summary) else summary
+    shared = summary[shared_gpu_mask(summary)]
     if shared.empty:
         return []
     counts = listed([str(count) for count in sorted(shared["num_workers"].unique())])
