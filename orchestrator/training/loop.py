@@ -107,7 +107,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     test_labels = test_labels[:config.num_test_examples]
     if device.type == "cuda":
         # Every training step has the same shapes (the partial last batch is
-        # dropped), so cuDNN's search for its fastest convolutions pays once.
+        # dropped), so cuDNN's search for its fastest convolutions pays once; a
+        # proportional split's, once a share (split.py leaves it out of the speeds).
         torch.backends.cudnn.benchmark = True
     # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps
     # `auto` times: launched kernel by kernel, a step is bound by the launches whatever
@@ -269,7 +270,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             _set_lr(optimizer, warmup_lr(config, global_step, warmup_steps))
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
-        shard_start, shard_stop = split.bounds()
+        shard_start, shard_stop = split.next_slice()
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         if graphed is not None and global_step >= warmup_steps:
             # Timed whole: forward, backward and the update (the capture not).

@@ -8,6 +8,13 @@ waited for. Any split gives the single-device update (the loop divides the
 loss by the global batch), so the split only decides who waits for whom.
 Nothing here assumes equal devices: each share comes from its own worker's
 measurement.
+
+A worker's first step at a share it has not had before is left out of the
+speed its next share follows (though not out of its compute seconds): new
+shapes make cuDNN's autotuner (`cudnn.benchmark`, on for every GPU run) search
+for its kernels inside that step, and would make a worker look slower for
+having been given a new share. A split re-set at every step, whose every step
+may be a first, falls back to those steps.
 """
 
 import math
@@ -41,7 +48,7 @@ def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:
 class BatchSplit:
     """Which slice of each global batch this worker takes, and each worker's measured speed.
 
-    The loop calls `bounds` before each step, times the step's forward and
+    The loop calls `next_slice` before each step, times the step's forward and
     backward with `timer`, and calls `after_step` after it and `end_epoch`
     at the end of each epoch (both collective calls: every worker makes them
     at the same steps). `shares`: where a resumed run left off.
@@ -60,19 +67,35 @@ class BatchSplit:
         slowed = num_workers > 1 and self.rank == num_workers - 1
         self.timer = DeviceTimer(device, slowdown=config.straggler_slowdown if slowed else 1.0)
         self._steps = 0
-        # Since the last re-split, and in this epoch: this worker's examples and seconds.
+        # Since the last re-split, and in this epoch: this worker's examples and seconds;
+        # since the last re-split, those of first steps at a share (the module's docstring).
         self._window = [0, 0.0]
         self._epoch = [0, 0.0]
+        self._firsts = [0, 0.0]
+        self._stepped_shares: set[int] = set()
+        self._first = False
 
-    def bounds(self) -> tuple[int, int]:
-        """[start, stop) of this worker's slice of the current global batch."""
+    def next_slice(self) -> tuple[int, int]:
+        """[start, stop) of this worker's slice of the next global batch."""
+        share = self.shares[self.rank]
+        self._first = self.proportional and share not in self._stepped_shares
+        if self._first:
+            self._stepped_shares.add(share)
+            self._drain()  # the steps before it (on a GPU, one wait: once a new share)
         start = sum(self.shares[:self.rank])
-        return start, start + self.shares[self.rank]
+        return start, start + share
 
     def after_step(self) -> None:
         self._steps += 1
-        self._window[0] += self.shares[self.rank]
-        self._epoch[0] += self.shares[self.rank]
+        share = self.shares[self.rank]
+        self._epoch[0] += share
+        if self._first:
+            seconds = self.timer.take()
+            self._firsts[0] += share
+            self._firsts[1] += seconds
+            self._epoch[1] += seconds
+        else:
+            self._window[0] += share
         if self.proportional and self.interval_steps and self._steps % self.interval_steps == 0:
             self._resplit()
 
@@ -82,6 +105,7 @@ class BatchSplit:
         default, the next epoch's shares."""
         self._drain()
         examples, seconds = _all_gathered(self._epoch, self.device)
+        examples = [int(count) for count in examples]
         self._epoch = [0, 0.0]
         if num_steps:
             shares = [count // num_steps if count % num_steps == 0 else round(count / num_steps, 1)
@@ -94,10 +118,12 @@ class BatchSplit:
 
     def _resplit(self) -> None:
         self._drain()
-        examples, seconds = _all_gathered(self._window, self.device)
-        self._window = [0, 0.0]
-        self.shares = proportional_shares(
-            self.total, [count / time_s for count, time_s in zip(examples, seconds)])
+        # A worker that has only first steps since the last re-split is timed by those.
+        columns = _all_gathered([*self._window, *self._firsts], self.device)
+        self._window, self._firsts = [0, 0.0], [0, 0.0]
+        self.shares = proportional_shares(self.total, [
+            examples / seconds if examples else first_examples / first_seconds
+            for examples, seconds, first_examples, first_seconds in zip(*columns)])
 
     def _drain(self) -> None:
         seconds = self.timer.take()
@@ -105,11 +131,10 @@ class BatchSplit:
         self._epoch[1] += seconds
 
 
-def _all_gathered(values: list, device: torch.device) -> tuple[list[int], list[float]]:
-    """Every worker's (examples, seconds), in rank order: each writes its own row
-    of a zero matrix and the sum is exact."""
-    rows = torch.zeros(get_world_size(), 2, dtype=torch.float64, device=device)
+def _all_gathered(values: list, device: torch.device) -> list[list[float]]:
+    """Every worker's `values`, a column each, in rank order: each worker writes
+    its own row of a zero matrix and the sum is exact."""
+    rows = torch.zeros(get_world_size(), len(values), dtype=torch.float64, device=device)
     rows[get_rank()] = torch.tensor(values, dtype=torch.float64)
     allreduce_(rows)
-    examples, seconds = rows.T.tolist()
-    return [int(count) for count in examples], seconds
+    return rows.T.tolist()

@@ -1,13 +1,17 @@
 """The proportional split (13.6, exercise 2): shares that follow measured speed,
-and the epoch line that shows them. (tests/processes/test_split_on_processes.py
+a share's first step left out of the speed they follow, and the epoch line
+that shows them. (tests/processes/test_split_on_processes.py
 and tests/cluster/test_split_on_ray.py keep the single-device update whatever
 the shares, and give a real straggler less.)"""
 
 import pytest
+import torch
 
 from orchestrator.records import epoch_line
 from orchestrator.config.dataset import even_shares
-from orchestrator.training.split import proportional_shares
+from orchestrator.config.options import TrainConfig
+from orchestrator.training import split as split_module
+from orchestrator.training.split import BatchSplit, proportional_shares
 
 
 @pytest.mark.parametrize("total, speeds, expected", [
@@ -35,3 +39,62 @@ def test_the_epoch_line_shows_each_workers_share_and_compute_seconds():
     assert epoch_line(metrics, 3).endswith("sync 0.50 s), shares 170/86 computing 3.00/3.10 s")
     one_worker = epoch_line({**metrics, "worker_shares": [256], "worker_compute_s": [3.0]}, 3)
     assert one_worker.endswith("sync 0.50 s)")
+
+
+class _ScriptedTimer:
+    """A step's seconds as the test gives them, in place of timing it."""
+
+    def __init__(self):
+        self.pending = 0.0
+
+    def take(self) -> float:
+        seconds, self.pending = self.pending, 0.0
+        return seconds
+
+
+def _two_worker_split(monkeypatch, interval_steps: int) -> tuple[BatchSplit, _ScriptedTimer]:
+    """Rank 0's split of two workers; rank 1 computes 500 examples/s, first steps too."""
+    monkeypatch.setattr(split_module, "get_world_size", lambda: 2)
+    monkeypatch.setattr(split_module, "get_rank", lambda: 0)
+    monkeypatch.setattr(split_module, "_all_gathered", lambda values, device: [
+        [value, other] for value, other in zip(values, [100, 0.2, 100, 0.2][:len(values)])])
+    config = TrainConfig(model="lenet", num_workers=2, global_batch_size=256, lr=0.1,
+                         split="proportional", split_interval_steps=interval_steps)
+    split = BatchSplit(config, torch.device("cpu"))
+    split.timer = timer = _ScriptedTimer()
+    return split, timer
+
+
+def _step(split: BatchSplit, timer: _ScriptedTimer, seconds_an_example: float,
+          first_step_s: float = 0.0) -> None:
+    start, stop = split.next_slice()
+    timer.pending += (stop - start) * seconds_an_example + first_step_s
+    split.after_step()
+
+
+def test_a_shares_first_step_is_left_out_of_the_speed_that_sets_the_next(monkeypatch):
+    # Rank 0 computes 1000 examples/s, 5 s more at each share's first step (a
+    # GPU's autotuner searching for the new shapes' kernels).
+    split, timer = _two_worker_split(monkeypatch, interval_steps=3)
+    shares, stepped = [], set()
+    for step in range(9):
+        new_share = split.shares[0] not in stepped
+        stepped.add(split.shares[0])
+        _step(split, timer, 0.001, first_step_s=5.0 if new_share else 0.0)
+        shares.append(split.shares)
+    # Twice rank 1's speed, first steps or not: 2/3 of the batch from the first re-split on
+    # (counted with its first steps, rank 0 would have looked 7 to 20 times slower).
+    assert shares[2] == shares[5] == shares[8] == proportional_shares(256, [1000, 500]) == (170, 86)
+    assert shares[:2] == [(128, 128)] * 2
+    epoch = split.end_epoch(num_steps=9)
+    # The compute seconds keep the first steps: they were spent.
+    assert epoch["worker_shares"][0] == round((128 * 3 + 170 * 6) / 9, 1)
+    assert epoch["worker_compute_s"][0] == pytest.approx(2 * 5.0 + (128 * 3 + 170 * 6) * 0.001)
+
+
+def test_a_split_re_set_at_every_step_falls_back_to_first_steps(monkeypatch):
+    split, timer = _two_worker_split(monkeypatch, interval_steps=1)
+    _step(split, timer, 0.001, first_step_s=0.128)  # 128 examples in 0.256 s: 500 a second
+    assert split.shares == (128, 128)
+    _step(split, timer, 0.001)  # no longer a first step: 1000 a second
+    assert split.shares == (170, 86)
