@@ -314,10 +314,13 @@ def _method(noise, answers: str = "") -> list[str]:
     return [METHOD, "", noise.sentence(method=True) + (f" {tests}" if tests else ""), ""]
 
 
-# A p-value the answers print: "p = 0.012", or "p < 1e-06"; not one Holm adjusted
-# (printed after the raw one it adjusts) nor the level "p < 0.05" a sentence names.
-_P_VALUE = re.compile(r"(?<!comparisons, )(?<!weak: )(?<!tentative: )"
-                      r"\bp (?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))\b")
+# A p-value the answers print: "p = 0.012", or "p < 1e-06", and Holm's adjustment of
+# it where one follows (a ranking's: "p = 0.012; Holm over 6 comparisons, p = 0.035");
+# not a first paragraph's mark, which repeats one, nor the level "p < 0.05" a sentence
+# names.
+_NUMBER = r"(?:= ([0-9.]+(?:e-?[0-9]+)?)|< (1e-06))"
+_P_VALUE = re.compile(rf"(?<!weak: )(?<!tentative: )\bp {_NUMBER}\b"
+                      rf"(?:; Holm over \d+ comparisons, p {_NUMBER}\b)?")
 # A first paragraph's candidate mark (`compare.weak`), as the exercises write it: a
 # parenthesis of its own before "than", or the last item of one.
 _MARKS = (re.compile(r"\(weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))\)( ?)"),
@@ -325,11 +328,13 @@ _MARKS = (re.compile(r"\(weak: (p (?:= [0-9.]+(?:e-?[0-9]+)?|< 1e-06))\)( ?)"),
 
 
 def _tentative(answers: str) -> tuple[list[float], list[float], float]:
-    """The p-values the answers print; those below SIGNIFICANCE that the
-    Benjamini-Hochberg procedure over all of them does not keep at a false discovery
-    rate of SIGNIFICANCE; and the largest it keeps (0 where none: it keeps every p up
-    to that one)."""
-    p_values = [float(equal or below) for equal, below in _P_VALUE.findall(answers)]
+    """The p-values of the answers' findings, each counted once, a ranking's as Holm
+    adjusted it within the ranking (its verdict's p); those below SIGNIFICANCE that
+    the Benjamini-Hochberg procedure over all of them does not keep at a false
+    discovery rate of SIGNIFICANCE; and the largest it keeps (0 where none: it keeps
+    every p up to that one)."""
+    p_values = [float(holm_equal or holm_below or equal or below)
+                for equal, below, holm_equal, holm_below in _P_VALUE.findall(answers)]
     adjusted = benjamini_hochberg(p_values)
     return (p_values, sorted(p for p, q in zip(p_values, adjusted)
                              if p < SIGNIFICANCE and not q < SIGNIFICANCE),
@@ -342,7 +347,7 @@ def resolve_marks(answers: str) -> str:
     not keep the finding, the rest taken out: one rule for the marks and the Method
     (a review: a local "weak" at 0.01 <= p < 0.05 marked findings the procedure kept).
     The procedure keeps every p up to the largest it keeps, so a mark's p (Holm's, in
-    a ranking, no smaller than its raw p) is kept where it is no larger than that."""
+    a ranking, as the procedure counts it) is kept where it is no larger than that."""
     _, _, cutoff = _tentative(answers)
 
     def resolve(match: re.Match, template: str) -> str:
@@ -354,28 +359,25 @@ def resolve_marks(answers: str) -> str:
 
 
 def tests_sentence(answers: str) -> str:
-    """How many p-values the answers print (a first paragraph's "weak: p = ..." repeats one
-    below it), how many below SIGNIFICANCE, and which of
-    those the Benjamini-Hochberg procedure over all of them does not keep at a false
-    discovery rate of SIGNIFICANCE: the sheet's many tests, each at its own level,
-    would otherwise find some of its differences by chance alone. Empty without any."""
-    p_values, weak, cutoff = _tentative(answers)
+    """How many findings' p-values the answers print (a first paragraph's "weak: p = ..."
+    repeats one below it; a ranking's counted as Holm adjusted it), how many below
+    SIGNIFICANCE, and which of those the Benjamini-Hochberg procedure over all of them
+    does not keep at a false discovery rate of SIGNIFICANCE: the sheet's many tests,
+    each at its own level, would otherwise find some of its differences by chance
+    alone. One rule for this and the first paragraphs' marks (`resolve_marks`): a
+    review read Holm's p's marked against a cutoff set by the raw ones. Empty without
+    any."""
+    p_values, weak, _ = _tentative(answers)
     if not p_values:
         return ""
     found = [p for p in p_values if p < SIGNIFICANCE]
-    marked = list(dict.fromkeys(re.findall(r"tentative: (p [=<] [0-9.e+-]+)", answers)))
     kept = (f"all {len(found)}" if not weak else f"{len(found) - len(weak)} of the {len(found)}")
-    return (f"The answers print {counted(len(p_values), 'p-value')}, {len(found)} below "
-            f"{SIGNIFICANCE:g}, each a test at its own level (Holm's adjustment is made within "
-            f"13.5.3's ranking only): were there no difference anywhere, about 1 in "
-            f"{round(1 / SIGNIFICANCE)} would fall below {SIGNIFICANCE:g} by chance. Over all "
-            f"of them the Benjamini-Hochberg procedure (1995), at a false discovery rate of "
+    return (f"The answers print {counted(len(p_values), 'p-value')} of their findings, "
+            f"{len(found)} below {SIGNIFICANCE:g}, each a test at its own level (13.5.3's "
+            f"ranking counted at Holm's adjustment within it, the p printed after the raw "
+            f"one): were there no difference anywhere, about 1 in {round(1 / SIGNIFICANCE)} "
+            f"would fall below {SIGNIFICANCE:g} by chance. Over all of them the "
+            f"Benjamini-Hochberg procedure (1995), at a false discovery rate of "
             f"{SIGNIFICANCE:.0%}, keeps {kept}"
-            + (f"; read the findings at {', '.join(p_text(p) for p in weak)} as tentative."
-               if weak else ".")
-            + (f" The answers' first paragraphs mark \"tentative\" a verdict they state whose p "
-               f"(Holm's, within a ranking) is above {cutoff:.2g}, the largest the "
-               f"procedure keeps (each p counted once here)"
-               + (f": here {listed(marked)}." if marked else ".") if cutoff else
-               f" The answers' first paragraphs mark every verdict at p < {SIGNIFICANCE:g} they "
-               f"state \"tentative\" (each p counted once here)."))
+            + (f"; read the findings at {listed([p_text(p) for p in weak])} as tentative "
+               f"(the first paragraphs mark those they state)." if weak else "."))
