@@ -96,6 +96,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     failed = np.zeros(len(seeds), dtype=bool)
     np.logical_or.at(failed, which, ~learned(trials).to_numpy(dtype=bool)[has_seed])
     row["not_learned"] = int(failed.sum())
+    row["learned_seed_ids"] = tuple(seeds[~failed].tolist())
     row["learned_acc"] = (_nanmean(accs[~failed]) if accs is not None and (~failed).any()
                           else math.nan)
     if "baseline_rate" in row and not pd.isna(row.get("epoch_s")):

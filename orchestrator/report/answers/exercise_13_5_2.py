@@ -12,7 +12,8 @@ from orchestrator.config.dataset import DataFacts
 from orchestrator.records import counted
 from orchestrator.report.answers.cells import cell, none_learned, part_trials
 from orchestrator.report.answers.compare import (acc_gap, accuracy_figures, accuracy_verdict,
-                                                 compare_acc, compare_cells, seed_accuracies)
+                                                 cells_differ, compare_acc, compare_cells,
+                                                 seed_accuracies)
 from orchestrator.report.answers.learning_rates import (best_lr_moved, best_lr_ties, lr_table,
                                                         lr_trials)
 from orchestrator.report.answers.linear_rule import (DECIDED_BY_FAILURE, OUTCOMES,
@@ -24,7 +25,7 @@ from orchestrator.report.answers.noise import Noise
 from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  learned_seeds_text, listed, missing_part,
-                                                 one_worker_count)
+                                                 one_worker_count, seeds_label)
 from orchestrator.report.noise_scale import learned
 from orchestrator.report.tables import markdown_table
 
@@ -286,8 +287,12 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
             + ("." if p < SIGNIFICANCE else
                ": whether warm-up makes this lr learn, these seeds do not settle."))
     elif cold is not None:
-        helped = ("" if warm["final_test_acc"] >= cold["final_test_acc"] else
-                  ": warm-up did not help at this lr")
+        # A lower mean not told apart is no finding that warm-up did not help (a grading).
+        differ = cells_differ(warm, cold, noise)
+        helped = (": warm-up hurt at this lr" if differ < 0 else
+                  ": these seeds show no gain from warm-up at this lr, which does not show "
+                  "there is none" if differ == 0
+                  and warm["final_test_acc"] < cold["final_test_acc"] else "")
         sentences.append(f"That is {compare_cells(warm, cold, noise)} "
                          f"{cold['final_test_acc']:.3f} without warm-up "
                          f"({acc_seeds_text(cold)}){helped}.")
@@ -320,4 +325,24 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
              f"at lr {lr:g} the rule {OUTCOMES[held].removesuffix(' (no seed learned)')}")
     return sentences + [
         f"With warm-up, at global batch {batch} {where}, the linear scaling rule "
-        f"{verdict_text(held, test is not None, resolution)}."], brief
+        f"{verdict_text(held, test is not None, resolution)}.",
+        *_learned_seeds(warm, one, lr / k, noise)], brief
+
+
+def _learned_seeds(warm: pd.Series, one: pd.Series, one_lr: float, noise: Noise) -> list[str]:
+    """Where some of the warm-up arm's seeds learned and some did not: those that
+    learned against 1 worker's same seeds, seed for seed (the rule's question asked of
+    the runs it can be asked of: a review left it unasked). Empty otherwise."""
+    learned = set(warm["learned_seed_ids"]) & set(one["learned_seed_ids"])
+    if not 0 < len(warm["learned_seed_ids"]) < int(warm["seeds"]) or not learned:
+        return []
+    sides = [{seed: acc for seed, acc in seed_accuracies(row).items() if seed in learned}
+             for row in (warm, one)]
+    test = noise.seed_test(*sides, rows=(warm, one))
+    means = [sum(side.values()) / len(side) for side in sides]
+    return [f"On the {seeds_label(tuple(sorted(learned)))} that learned with warm-up, it "
+            f"reached {means[0]:.3f}: "
+            f"{compare_acc(means[0], means[1], noise, test, (len(learned), len(learned)))} "
+            f"1 worker's {means[1]:.3f} at lr {one_lr:g} on the same seeds (a question asked "
+            f"of seeds chosen for having learned: how those that learn compare, not a "
+            f"verdict on the rule)."]
