@@ -336,7 +336,8 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
             # ... beside the epochs the noise scale asks of batch 4096 (a review), and the
             # book's own program's (a second review, 2026-11-29).
             "By the measured noise scale (LeNet standing in), the 16 GPUs would reach the same "
-            "loss about 1.6x as fast as one with DDP's ring; with the book's own "
+            "loss about 1.6x as fast as one with DDP's ring (0.97x to 1.7x over the measured "
+            "noise scales; a what-if, as every figure here); with the book's own "
             "nn.DataParallel (3.3x an epoch), about 0.39x: slower than one GPU to the same "
             "loss.",
             # Seed for seed, as the paragraph's test: 14.6 s against 12.2 s, not the means'.
