@@ -270,6 +270,41 @@ def test_the_splits_accuracies_are_held_to_the_same_optimizers_other_trials():
     assert _same_optimizer(alone, even, proportional).endswith(
         ": float32's part in that gap, this sweep ran no other trial to tell. ")
 
+
+def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
+    """A grading (2026-11-29): the sheet said it did not know where root's epoch beyond
+    sharded's went, where each trial's epochs recorded its sums and its compute."""
+    from orchestrator.report.answers.exercise_13_5_3 import _gap_parts
+
+    def epochs(trial_id, epoch_s, compute, sync_s):
+        return [{"trial_id": trial_id, "epoch": epoch, "epoch_time_s": epoch_s,
+                 "worker_compute_s": str(compute), "sync_time_s": sync_s}
+                for epoch in (1, 2, 3)]
+
+    mine = pd.Series({"trial_id": "sharded", "seeds": 1, "epoch_s": 10.0})
+    book = pd.Series({"trial_id": "root", "seeds": 1, "epoch_s": 11.0})
+    frame = pd.DataFrame(epochs("sharded", 10.0, [8.4, 8.2], 1.4)
+                         + epochs("root", 11.0, [8.5, 8.7], 1.9))
+    noise = Noise(time_fraction=0.05, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
+    text = _gap_parts(mine, book, noise, frame)
+    assert text.startswith(
+        "Of the 1.00 s between their epochs, one trial each, 0.50 s was in the sums, 0.30 s in "
+        "the slowest worker's forward and backward (8.70 s against sharded's 8.40 s; t = ")
+    assert "and 0.20 s in the rest of the step" in text
+    assert text.endswith("neither the sums nor the compute is told apart from two trials' "
+                         "spread, so each part of the gap is within what one trial a side can "
+                         "tell")
+    # Compute 1.5x apart: told apart, and said to be no strategy's doing.
+    slow = pd.DataFrame(epochs("sharded", 10.0, [5.6, 5.4], 1.4)
+                        + epochs("root", 11.0, [8.5, 8.7], 1.9))
+    assert _gap_parts(mine, book, noise, slow).endswith(
+        "the compute is told apart, though a strategy does not change it: the trials' "
+        "placement or the machine's pace when each ran")
+    # Cells of several seeds, or epochs without their compute: no split.
+    assert _gap_parts(pd.Series({**mine, "seeds": 3}), book, noise, frame) == ""
+    assert _gap_parts(mine, book, noise, frame.drop(columns="worker_compute_s")) == ""
+    assert _gap_parts(mine, book, noise, None) == ""
+
 def test_without_repeated_work_the_noise_is_assumed():
     summary = _summary()
     # b1 too: bucketed's 1-worker trial is scratch's work (no sync at one worker).

@@ -282,10 +282,17 @@ def test_the_full_run_holds_one_epoch_times_to_one_epochs_noise_and_explains_sha
     # ... the sheet's many tests read at a false discovery rate (a 10th review).
     # A ranking's findings count at Holm's p, as its marks do (a review, 2026-11-29: the
     # marks held Holm's p's to a cutoff the raw ones set).
-    assert ("The answers print 38 p-values of their findings, 23 below 0.05" in sheet.answers
-            and "keeps 20 of the 23; read the findings at p = 0.029, p = 0.034 and "
+    assert ("The answers print 39 p-values of their findings, 23 below 0.05" in sheet.answers
+            and "keeps 19 of the 23; read the findings at p = 0.026, p = 0.029, p = 0.034 and "
             "p = 0.035 as tentative (the first paragraphs mark those they state)."
             in sheet.answers)
+    # 13.5.3: root's epoch beyond sharded's, split into its parts (a grading: the sheet said
+    # it did not know where the gap was, and report.md's scaling-model table had them).
+    assert ("the gap is not located in the sums. Of the 0.83 s between their epochs, one "
+            "trial each, 0.32 s was in the sums, 0.31 s in the slowest worker's forward and "
+            "backward (8.72 s against sharded's 8.42 s; t = -0.99 against the epoch times' "
+            "spread, p = 0.33), which no sync strategy changes, and 0.20 s in the rest of the "
+            "step") in sheet.answers
     # ... every first paragraph's candidate mark resolved (kept as tentative or taken out).
     assert "weak:" not in sheet.answers
     # ... each section opens with its answer, decided as the paragraphs below decide it.
