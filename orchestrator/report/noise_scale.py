@@ -108,11 +108,18 @@ def _measured(summary: pd.DataFrame, model: str | None) -> pd.DataFrame:
     return measured
 
 
+# The noise scales a range of epochs is read from: those measured at a train loss
+# within this fraction above the lowest (the loss the figure is for). The noise scale
+# grows as the loss falls (McCandlish et al., 2018): a grading found the range reaching
+# down to a 2-epoch trial's value at 3.7 times the loss.
+NEAR_LOSS = 0.10
+
+
 class EpochsFactor(NamedTuple):
     """The larger of two global batches' epochs over the smaller's to reach the same
     loss, by McCandlish et al.'s model: at the noise scale of the most trained trial
-    (`latest`: the noise scale grows as the loss falls), and at the measured values'
-    largest, smallest and median."""
+    (`latest`: the noise scale grows as the loss falls), and at the largest, smallest
+    and median of the values measured near its loss (`NEAR_LOSS`; `near` of them)."""
 
     factor: float
     low: float
@@ -121,6 +128,8 @@ class EpochsFactor(NamedTuple):
     latest: pd.Series
     stand_in: bool
     """Whether the model asked about measured none: another model's stands in."""
+    near: int = 1
+    """The distinct values measured near `latest`'s loss, the range's."""
 
 
 def epochs_factor(summary: pd.DataFrame, batches: tuple[int, int],
@@ -136,10 +145,12 @@ def epochs_factor(summary: pd.DataFrame, batches: tuple[int, int],
         return examples_factor(large, noise_scale) / examples_factor(small, noise_scale)
 
     latest = measured.sort_values("final_train_loss").iloc[0]
-    values = measured["noise_scale_last"]
+    values = measured.loc[measured["final_train_loss"]
+                          <= latest["final_train_loss"] * (1 + NEAR_LOSS),
+                          "noise_scale_last"].drop_duplicates()
     return EpochsFactor(more(float(latest["noise_scale_last"])), more(values.max()),
-                        more(values.min()), more(values.drop_duplicates().median()), latest,
-                        model is not None and model not in set(measured["model"]))
+                        more(values.min()), more(values.median()), latest,
+                        model is not None and model not in set(measured["model"]), len(values))
 
 
 def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
@@ -166,8 +177,9 @@ def large_batch_text(summary: pd.DataFrame, batches: tuple[int, int],
               f"{values.median():.3g}, from {values.min():.3g} to {values.max():.3g}"
               if len(values) > 1 else "")
     spread = (f" ({format_factor(epochs.low)}x to {format_factor(epochs.high)}x over the "
-              f"measured values, {format_factor(epochs.median)}x at their median: which "
-              f"value is taken moves the figure within that)" if len(values) > 1 else "")
+              f"{epochs.near} values measured within {NEAR_LOSS:.0%} of this loss, "
+              f"{format_factor(epochs.median)}x at their median: which value is taken moves "
+              f"the figure within that)" if epochs.near > 1 else "")
     return (f"How a larger batch trains, measured: the gradient noise scale (McCandlish et "
             f"al., 2018), read for free from each worker's shard gradient and their sum, is "
             f"B_simple = {estimate:.3g} examples in the last epoch of trial "

@@ -260,8 +260,9 @@ def test_the_splits_accuracies_are_held_to_the_same_optimizers_other_trials():
         "Here, after 2 epochs, the even split reached 0.697 and the proportional 0.659 (seed 0, "
         "one trial each); the sweep's 2 other trials of the same optimizer in exact arithmetic "
         "(the same seed, global batch, lr and epochs, on other worker counts, threads or exact "
-        "strategies) ended between 0.645 and 0.673: an arm outside that range differs by more "
-        "than float32's rounding has shown here. ")
+        "strategies; 2 distinct results, trials that round alike ending alike) ended between "
+        "0.645 and 0.673: an arm outside that range differs by more than float32's rounding "
+        "has shown here. ")
     inside = pd.DataFrame([*summary.to_dict("records"), trial("threads", 0.70, num_workers=1)])
     assert _same_optimizer(inside, even, proportional).endswith(
         "ended between 0.645 and 0.700: float32's rounding alone moves this accuracy that far, "
@@ -287,13 +288,15 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
                          + epochs("root", 11.0, [8.5, 8.7], 1.9))
     noise = Noise(time_fraction=0.05, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
     text = _gap_parts(mine, book, noise, frame)
+    # Worker 0's parts, which sum to its epoch (a second grading: the sums were worker
+    # 0's, the compute the slowest worker's).
     assert text.startswith(
-        "Of the 1.00 s between their epochs, one trial each, 0.50 s was in the sums, 0.30 s in "
-        "the slowest worker's forward and backward (8.70 s against sharded's 8.40 s; t = ")
-    assert "and 0.20 s in the rest of the step" in text
-    assert text.endswith("neither the sums nor the compute is told apart from two trials' "
-                         "spread, so each part of the gap is within what one trial a side can "
-                         "tell")
+        "On worker 0, whose epoch these parts make up, the 1.00 s between their epochs (one "
+        "trial each) split into 0.50 s in the sums (its wait for the other worker among them), "
+        "0.10 s in its forward and backward (8.50 s against sharded's 8.40 s; t = ")
+    assert "and 0.40 s in the rest of its steps" in text
+    assert text.endswith("neither the sums nor the compute is told apart from one trial a "
+                         "side, so this sweep cannot say where the gap lies")
     # Compute 1.5x apart: told apart, and said to be no strategy's doing.
     slow = pd.DataFrame(epochs("sharded", 10.0, [5.6, 5.4], 1.4)
                         + epochs("root", 11.0, [8.5, 8.7], 1.9))

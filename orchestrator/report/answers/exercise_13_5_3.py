@@ -14,7 +14,7 @@ from orchestrator.report.answers.cells import (cells, part_trials, speedup_text,
                                                timed, with_speedups)
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart, times_differ)
-from orchestrator.report.answers.noise import Noise, Sides, drift_adjusted, sides_of
+from orchestrator.report.answers.noise import Noise, Side, Sides, drift_adjusted, sides_of
 from orchestrator.report.answers.welch import SIGNIFICANCE, p_text
 from orchestrator.report.answers.wording import (in_short, missing_part, one_worker_count,
                                                  percent, seeds_text)
@@ -208,19 +208,22 @@ def _root_gap(mine: pd.Series, book: pd.Series, noise: Noise, syncs_apart: bool,
                 "one after the other or its calls, and this sweep does not tell which")
     syncs = [sync_seconds(row) for row in (mine, book)]
     versus = compare_sync(*syncs, noise, sides_of(mine, book, "sync_s")).removesuffix(" from")
+    # Not told apart is not absent (a grading): the sums may hold the gap or not.
     parts = _gap_parts(mine, book, noise, epochs)
-    return (f"; yet their seconds in sync, {seconds_text(syncs[0], 2)} s against root's "
-            f"{seconds_text(syncs[1], 2)} s, were {versus}: the gap is not located in the "
-            f"sums" + (f". {parts}" if parts else ", and this sweep does not say where it is"))
+    return (f"; their seconds in sync, {seconds_text(syncs[0], 2)} s against root's "
+            f"{seconds_text(syncs[1], 2)} s, were {versus}"
+            + (f". {parts}" if parts else ": this sweep does not locate the gap"))
 
 
 def _gap_parts(mine: pd.Series, book: pd.Series, noise: Noise,
                epochs: pd.DataFrame | None) -> str:
-    """How root's epoch beyond sharded's splits, from each trial's epochs in the window:
-    the sums, the slowest worker's forward and backward (which no sync strategy changes:
-    held to the epoch times' spread) and the rest of the step (a grading read the
-    split in report.md's scaling-model table, where the sheet said none was known).
-    Empty unless both are single trials whose epochs recorded their compute."""
+    """How root's epoch beyond sharded's splits on worker 0, whose epoch its parts sum
+    to, from each trial's epochs in the window: its sums (with its wait for the other
+    worker), its forward and backward (which no sync strategy changes: held to the
+    epoch times' spread, seed for seed where the trials share their seed) and the rest
+    of its steps (a grading read the split in report.md's scaling-model table, where
+    the sheet said none was known). Empty unless both are single trials whose epochs
+    recorded their compute."""
     if epochs is None or int(mine["seeds"]) != 1 or int(book["seeds"]) != 1:
         return ""
     parts = []
@@ -229,29 +232,34 @@ def _gap_parts(mine: pd.Series, book: pd.Series, noise: Noise,
         if steady.empty or "worker_compute_s" not in steady:
             return ""
         compute = steady["worker_compute_s"].map(
-            lambda values: max(per_worker_values(values) or [float("nan")]))
+            lambda values: (per_worker_values(values) or [float("nan")])[0])
         if compute.isna().any():
             return ""
         parts.append((steady["epoch_time_s"].mean(), compute.mean(),
                       steady["sync_time_s"].mean()))
     (epoch, compute, sync), (book_epoch, book_compute, book_sync) = parts
     rest, book_rest = epoch - compute - sync, book_epoch - book_compute - book_sync
-    single = any(side.single_epoch for side in sides_of(mine, book))
-    test = noise.time_spread.test(compute, book_compute, single)
+    epoch_sides = sides_of(mine, book)
+    test = noise.time_spread.test(compute, book_compute, tuple(
+        Side(1, side.single_epoch, tuple((seed, value) for seed, _ in side.by_seed))
+        for side, value in zip(epoch_sides, (compute, book_compute))))
     apart = test is not None and test.p < SIGNIFICANCE
-    held = (f"; t = {test.t:.2f} against the epoch times' spread, {p_text(test.p)}"
+    held = (f"; t = {test.t:.2f} against the epoch times' spread"
+            f"{' seed for seed' if test.seeds else ''}, {p_text(test.p)}"
             if test is not None else "")
-    return (f"Of the {book_epoch - epoch:.2f} s between their epochs, one trial each, "
-            f"{book_sync - sync:.2f} s was in the sums, {book_compute - compute:.2f} s in the "
-            f"slowest worker's forward and backward ({seconds_text(book_compute, 2)} s "
-            f"against sharded's {seconds_text(compute, 2)} s{held}), which no sync strategy "
-            f"changes, and {book_rest - rest:.2f} s in the rest of the step (the update, "
-            f"which sharded makes on its 1/k of the parameters, and the batch's gathering, "
-            f"not tested): "
+    return (f"On worker 0, whose epoch these parts make up, the {book_epoch - epoch:.2f} s "
+            f"between their epochs (one trial each) split into {book_sync - sync:.2f} s in "
+            f"the sums (its wait for the other worker among them), "
+            f"{book_compute - compute:.2f} s in its forward and backward "
+            f"({seconds_text(book_compute, 2)} s against sharded's {seconds_text(compute, 2)} "
+            f"s{held}), which no sync strategy changes, and {book_rest - rest:.2f} s in the "
+            f"rest of its steps (the update, which sharded makes on its 1/k of the "
+            f"parameters, and the batch's gathering; not tested): "
             + ("the compute is told apart, though a strategy does not change it: the trials' "
                "placement or the machine's pace when each ran" if apart else
-               "neither the sums nor the compute is told apart from two trials' spread, so "
-               "each part of the gap is within what one trial a side can tell"))
+               "neither the sums nor the compute is told apart from one trial a side, so this "
+               "sweep cannot say where the gap lies"))
+
 
 
 def _syncs_apart(row: pd.Series, other: pd.Series, noise: Noise) -> bool:

@@ -5,7 +5,7 @@ and the ideal split for the speeds measured."""
 
 import pandas as pd
 
-from orchestrator.records import seconds_text
+from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, part_trials, shares_gpu, sync_seconds,
                                                timed)
 from orchestrator.report.answers.compare import compare_times, ratio_text, times_differ
@@ -231,9 +231,13 @@ def _same_optimizer(summary: pd.DataFrame, even: pd.Series, proportional: pd.Ser
         return text + ": float32's part in that gap, this sweep ran no other trial to tell. "
     low, high = same["final_test_acc"].min(), same["final_test_acc"].max()
     inside = all(low - 1e-9 <= acc <= high + 1e-9 for acc in accs)
+    # Trials that round alike end alike (2 workers' sums of two are the same whatever the
+    # strategy): the distinct results are the roundings seen (a grading).
+    distinct = same["final_test_acc"].round(6).nunique()
     return (text + f"; the sweep's {len(same)} other trials of the same optimizer in exact "
             f"arithmetic (the same seed, global batch, lr and epochs, on other worker counts, "
-            f"threads or exact strategies) ended between {low:.3f} and {high:.3f}: "
+            f"threads or exact strategies; {counted(distinct, 'distinct result')}, trials "
+            f"that round alike ending alike) ended between {low:.3f} and {high:.3f}: "
             + ("float32's rounding alone moves this accuracy that far, so the gap between the "
                "splits is no finding about them. " if inside else
                "an arm outside that range differs by more than float32's rounding has shown "

@@ -77,6 +77,8 @@ class SeedForSeedT:
     own: bool = False
     pool_sd: float = math.nan
     """With `own`: the sweep's pooled spread of one seed, for the sentence."""
+    why: str = "a side's seeds spread unlike the pool's"
+    """With `own`: why the pair's own differences, not the pool, for the sentence."""
 
     def text(self, sizes: tuple[int, int] = (0, 0)) -> str:
         shared = (f"{seeds_label(self.seeds)} on both sides, {self.mean:.3f} against "
@@ -86,8 +88,8 @@ class SeedForSeedT:
             pool = (f", where the sweep's pool gives a difference "
                     f"{self.pool_sd * math.sqrt(2):.3f}" if self.pool_sd > 0 else "")
             return (f"{shared}t = {self.t:.2f} seed for seed{which}, on the pair's own "
-                    f"differences, their sd {self.sd:.3f}{pool} (a side's seeds spread unlike "
-                    f"the pool's), {p_text(self.p)}")
+                    f"differences, their sd {self.sd:.3f}{pool} ({self.why}), "
+                    f"{p_text(self.p)}")
         assumed = " (one seed: the sweep's spread assumed)" if len(self.seeds) == 1 else ""
         return (f"{shared}t = {self.t:.2f} seed for seed{which}, sd {self.sd:.3f} once each "
                 f"seed's shift is out{assumed}, {p_text(self.p)}")
@@ -119,11 +121,13 @@ def seed_for_seed(a: dict, b: dict, sd: float, dof: float) -> SeedForSeedT | Non
     return SeedForSeedT(t, dof, t_two_sided_p(t, dof), sd, seeds, mean, other_mean, subset)
 
 
-def paired_t(a: dict, b: dict, pool_sd: float = math.nan) -> SeedForSeedT | None:
+def paired_t(a: dict, b: dict, pool_sd: float = math.nan,
+             why: str = SeedForSeedT.why) -> SeedForSeedT | None:
     """`SeedForSeedT` of two sides' accuracies by seed on the seeds both ran, against
     the spread of their own differences (n - 1 degrees of freedom): for a side whose
-    seeds spread unlike the sweep's pool (`pool_sd`, one seed's, said beside it); None
-    under two shared seeds, or where the differences do not spread."""
+    seeds spread unlike the sweep's pool (`pool_sd`, one seed's, said beside it), or
+    another reason, `why`; None under two shared seeds, or where the differences do
+    not spread."""
     seeds, mean, other_mean, subset = _shared(a, b)
     if len(seeds) < 2:
         return None
@@ -134,7 +138,7 @@ def paired_t(a: dict, b: dict, pool_sd: float = math.nan) -> SeedForSeedT | None
     t = (mean - other_mean) / (sd / math.sqrt(len(seeds)))
     dof = len(seeds) - 1
     return SeedForSeedT(t, dof, t_two_sided_p(t, dof), sd, seeds, mean, other_mean, subset,
-                        own=True, pool_sd=pool_sd)
+                        own=True, pool_sd=pool_sd, why=why)
 
 
 def gap_interval(gap: float, test) -> tuple[float, float] | None:
