@@ -270,6 +270,18 @@ def test_the_splits_accuracies_are_held_to_the_same_optimizers_other_trials():
     alone = summary[summary["trial_id"].isin(["even", "prop"])]
     assert _same_optimizer(alone, even, proportional).endswith(
         ": float32's part in that gap, this sweep ran no other trial to tell. ")
+    # Every setting of the key is held equal, an unset one (NaN) matching an unset one.
+    keyed = pd.DataFrame([{**row, "precision": "fp32", "warmup_start_lr": float("nan")}
+                          for row in inside.to_dict("records")]
+                         + [trial("bf16", 0.2, precision="bf16",
+                                  warmup_start_lr=float("nan")),
+                            trial("ramped", 0.99, warmup_start_lr=0.1, precision="fp32")])
+    even_keyed = pd.Series({**even, "precision": "fp32", "warmup_start_lr": float("nan")})
+    assert "ended between 0.645 and 0.700" in _same_optimizer(keyed, even_keyed, proportional)
+    # A model with BatchNorm (ResNet-18) normalises each worker's slice by its own
+    # statistics: no same optimizer across splits (a review).
+    resnet = [pd.Series({**arm, "model": "resnet18"}) for arm in (even, proportional)]
+    assert _same_optimizer(summary.assign(model="resnet18"), *resnet) == ""
 
 
 def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
@@ -282,8 +294,9 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
                  "worker_compute_s": str(compute), "sync_time_s": sync_s}
                 for epoch in (1, 2, 3)]
 
-    mine = pd.Series({"trial_id": "sharded", "seeds": 1, "epoch_s": 10.0})
-    book = pd.Series({"trial_id": "root", "seeds": 1, "epoch_s": 11.0})
+    mine = pd.Series({"trial_id": "sharded", "trial_ids": ("sharded",), "seeds": 1,
+                      "epoch_s": 10.0})
+    book = pd.Series({"trial_id": "root", "trial_ids": ("root",), "seeds": 1, "epoch_s": 11.0})
     frame = pd.DataFrame(epochs("sharded", 10.0, [8.4, 8.2], 1.4)
                          + epochs("root", 11.0, [8.5, 8.7], 1.9))
     noise = Noise(time_fraction=0.05, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
@@ -291,9 +304,10 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
     # Worker 0's parts, which sum to its epoch (a second grading: the sums were worker
     # 0's, the compute the slowest worker's).
     assert text.startswith(
-        "On worker 0, whose epoch these parts make up, the 1.00 s between their epochs (one "
-        "trial each) split into 0.50 s in the sums (its wait for the other worker among them), "
-        "0.10 s in its forward and backward (8.50 s against sharded's 8.40 s; t = ")
+        "On worker 0, whose epoch these parts make up, root's 1.00 s beyond sharded's epoch "
+        "(one trial each) split into 0.50 s in the sums (its wait for the other worker among "
+        "them), 0.10 s in its forward and backward (8.50 s on root against 8.40 s on sharded; "
+        "t = ")
     assert "and 0.40 s in the rest of its steps" in text
     assert text.endswith("neither the sums nor the compute is told apart from one trial a "
                          "side, so this sweep cannot say where the gap lies")
@@ -303,10 +317,45 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
     assert _gap_parts(mine, book, noise, slow).endswith(
         "the compute is told apart, though a strategy does not change it: the trials' "
         "placement or the machine's pace when each ran")
-    # Cells of several seeds, or epochs without their compute: no split.
-    assert _gap_parts(pd.Series({**mine, "seeds": 3}), book, noise, frame) == ""
+    # Sharded's epoch the longer (a review: the gap printed negative): named the other way.
+    longer = pd.DataFrame(epochs("sharded", 12.0, [8.4, 8.2], 2.4)
+                          + epochs("root", 11.0, [8.5, 8.7], 1.9))
+    assert _gap_parts(mine, book, noise, longer).startswith(
+        "On worker 0, whose epoch these parts make up, sharded's 1.00 s beyond root's epoch "
+        "(one trial each) split into 0.50 s in the sums")
+    # Cells of several trials (seeds, or repeats of one seed), or epochs without their
+    # compute: no split.
+    assert _gap_parts(pd.Series({**mine, "trial_ids": ("sharded", "again")}), book, noise,
+                      frame) == ""
     assert _gap_parts(mine, book, noise, frame.drop(columns="worker_compute_s")) == ""
     assert _gap_parts(mine, book, noise, None) == ""
+
+
+def test_warm_ups_seeds_that_learned_are_held_to_their_own_differences():
+    """A grading (2026-11-29): the warm-up arm's seeds that learned were never held to 1
+    worker's; a second: picked for an outcome, they are held to their own differences,
+    and one seed is no test."""
+    from orchestrator.report.answers.exercise_13_5_2 import _learned_seeds
+
+    def arm(accs, learned):
+        return pd.Series({"seeds": len(accs), "seed_ids": tuple(map(float, range(len(accs)))),
+                          "learned_seed_ids": tuple(map(float, learned)),
+                          "by_seed": {"final_test_acc": tuple(accs)}})
+
+    noise = Noise(time_fraction=0.05, acc=0.01)
+    one = arm([0.85, 0.84, 0.86], [0, 1, 2])
+    text = _learned_seeds(arm([0.81, 0.83, 0.1], [0, 1]), one, 0.4, noise)[0]
+    assert text.startswith("On the seeds 0 and 1 that learned with warm-up, it reached 0.820: ")
+    assert "on the pair's own differences" in text and "(seeds picked for having learned)" in text
+    assert text.endswith("1 worker's 0.845 at lr 0.4 on the same seeds: how those that learn "
+                         "compare, not a verdict on the rule.")
+    assert _learned_seeds(arm([0.81, 0.1, 0.1], [0]), one, 0.4, noise) == [
+        "On the seed 0 that learned with warm-up, it reached 0.810: untested (one seed), "
+        "against 1 worker's 0.850 at lr 0.4 on the same seed: how those that learn compare, "
+        "not a verdict on the rule."]
+    # Every seed learned, or none: nothing to single out.
+    assert _learned_seeds(arm([0.81, 0.83, 0.82], [0, 1, 2]), one, 0.4, noise) == []
+    assert _learned_seeds(arm([0.1, 0.1, 0.1], []), one, 0.4, noise) == []
 
 def test_without_repeated_work_the_noise_is_assumed():
     summary = _summary()

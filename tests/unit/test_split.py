@@ -92,7 +92,27 @@ def test_a_shares_first_step_is_left_out_of_the_speed_that_sets_the_next(monkeyp
     assert epoch["worker_compute_s"][0] == pytest.approx(2 * 5.0 + (128 * 3 + 170 * 6) * 0.001)
 
 
+def test_the_default_re_split_at_the_epoch_leaves_first_steps_out_too(monkeypatch):
+    split, timer = _two_worker_split(monkeypatch, interval_steps=0)
+    _step(split, timer, 0.001, first_step_s=5.0)
+    for _ in range(2):
+        _step(split, timer, 0.001)
+    epoch = split.end_epoch(num_steps=3)
+    assert split.shares == (170, 86)
+    # Rank 0's epoch: its 3 steps of 128, the first step's 5 s among its compute seconds.
+    assert epoch["worker_shares"][0] == 128
+    assert epoch["worker_compute_s"][0] == pytest.approx(5.0 + 3 * 0.128)
+
+
+def test_the_gather_gives_every_worker_a_column_of_each_value():
+    # A group of one (no process group): its own row, a column per value.
+    assert split_module._all_gathered([3, 0.5, 2, 0.25], torch.device("cpu")) == [
+        [3.0], [0.5], [2.0], [0.25]]
+
+
 def test_a_split_re_set_at_every_step_falls_back_to_first_steps(monkeypatch):
+    # Where every step since the last re-split is a first, they are all there is: the
+    # shares are what counting them gives (the fallback: no division by zero).
     split, timer = _two_worker_split(monkeypatch, interval_steps=1)
     _step(split, timer, 0.001, first_step_s=0.128)  # 128 examples in 0.256 s: 500 a second
     assert split.shares == (128, 128)

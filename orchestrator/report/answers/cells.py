@@ -82,6 +82,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row = trials.iloc[0].to_dict()
     row.update(zip(measures, means.tolist()))
     row["seeds"] = len(seeds)
+    row["trial_ids"] = tuple(trials["trial_id"]) if "trial_id" in trials else ()
     # Each seed's times and accuracy, for comparisons made seed for seed
     # (`noise.matched`, `Noise.seed_test`).
     row["seed_ids"] = tuple(seeds.tolist())

@@ -343,8 +343,9 @@ def _learned_seeds(warm: pd.Series, one: pd.Series, one_lr: float, noise: Noise)
     # gave p = 0.011 where their own two differences give about 0.4); one seed: untested.
     test = paired_t(*sides, noise.acc_blocks.sd, why="seeds picked for having learned")
     means = [sum(side.values()) / len(side) for side in sides]
+    versus = (f"{compare_acc(means[0], means[1], noise, test, (len(learned),) * 2)} "
+              if test is not None else "untested (one seed), against ")
     return [f"On the {seeds_label(tuple(sorted(learned)))} that learned with warm-up, it "
-            f"reached {means[0]:.3f}: "
-            f"{compare_acc(means[0], means[1], noise, test, (len(learned), len(learned)))} "
-            f"1 worker's {means[1]:.3f} at lr {one_lr:g} on the same seeds: how those that "
-            f"learn compare, not a verdict on the rule."]
+            f"reached {means[0]:.3f}: {versus}1 worker's {means[1]:.3f} at lr {one_lr:g} on "
+            f"the same seed{'s' if len(learned) > 1 else ''}: how those that learn compare, "
+            f"not a verdict on the rule."]

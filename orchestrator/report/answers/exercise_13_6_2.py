@@ -95,9 +95,13 @@ def answer_13_6_2(summary: pd.DataFrame, epochs: pd.DataFrame, noise: Noise,
         "Any split trains the same model: each worker's loss is divided by the global "
         "batch, not its own share, so the summed gradient is one device's over the whole "
         "batch, the same examples in the same order (in float64 the parameters are one "
-        "device's: tests/processes/test_split_on_processes.py); in float32 a sum divided "
-        "otherwise rounds otherwise, and training carries that on. "
-        + _same_optimizer(summary, even, proportional) + "With a GPU and a CPU "
+        "device's: tests/processes/test_split_on_processes.py)"
+        + ("" if even["model"] in NO_BATCHNORM else
+           f" where the model has no BatchNorm, or its statistics are synchronised "
+           f"(`--sync-batchnorm`): else each worker normalises by its own slice's, and "
+           f"{even['model']}'s splits differ by more than rounding")
+        + "; in float32 a sum divided otherwise rounds otherwise, and training carries that "
+          "on. " + _same_optimizer(summary, even, proportional) + "With a GPU and a CPU "
         "of very different speed, an even split makes the GPU wait for the CPU at every step; "
         "the proportional split gives each its share, but the gain is bounded by the slow "
         "device's share of the work, and its costs are re-timing every device and "
@@ -205,9 +209,13 @@ def _helper_bound(alone: pd.Series, proportional: pd.Series, even_last: pd.Serie
 
 
 # Trials of one optimizer in exact arithmetic: these settings equal, whatever the worker
-# count, split, threads, straggler or sync strategy (but delayed's, a step late).
+# count, split, threads, straggler or sync strategy (but delayed's, a step late), for a
+# model without BatchNorm (a review: its per-worker statistics make the splits differ).
 _SAME_OPTIMIZER = ("model", "dataset", "seed", "global_batch_size", "lr", "momentum",
-                   "warmup_epochs", "num_epochs", "epochs_run", "precision")
+                   "warmup_epochs", "warmup_start_lr", "num_epochs", "epochs_run", "precision",
+                   "train_limit", "test_limit")
+# The book's models without BatchNorm; a model of your own is not assumed to be one.
+NO_BATCHNORM = ("lenet",)
 
 
 def _same_optimizer(summary: pd.DataFrame, even: pd.Series, proportional: pd.Series) -> str:
@@ -216,13 +224,14 @@ def _same_optimizer(summary: pd.DataFrame, even: pd.Series, proportional: pd.Ser
     named): how far float32's rounding alone moves the accuracy after these epochs.
     Empty where an arm has no accuracy; without such trials, the two alone."""
     accs = [arm.get("final_test_acc") for arm in (even, proportional)]
-    if any(acc is None or pd.isna(acc) for acc in accs):
+    if any(acc is None or pd.isna(acc) for acc in accs) or even["model"] not in NO_BATCHNORM:
         return ""
     same = summary[(summary["sync"] != "delayed")
                    & ~summary["trial_id"].isin([even["trial_id"], proportional["trial_id"]])]
     for column in _SAME_OPTIMIZER:
-        if column in summary:
-            same = same[same[column] == even[column]]
+        if column in summary:  # NaN (unset) matches NaN
+            same = same[(same[column] == even[column])
+                        | (same[column].isna() & pd.isna(even[column]))]
     same = same.dropna(subset=["final_test_acc"])
     text = (f"Here, after {int(even['epochs_run'])} epochs, the even split reached "
             f"{accs[0]:.3f} and the proportional {accs[1]:.3f} (seed {int(even['seed'])}, one "
