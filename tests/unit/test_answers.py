@@ -426,12 +426,12 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
     assert "delayed took 9.30 s per epoch (1 seed)" in section
     assert ("The most any overlap can save is the synchronous step's wait for its sums, 14% of "
             "bucketed's epoch here, against the smallest gap in epoch time this sweep tells "
-            "apart between two trials, seed 0 on both sides, 4.1%: only an overlap that hides "
-            "more than 30% of that wait could show in the epoch time (the wait itself is "
-            "measured, and tested, below).") in section
+            "apart between two trials, seed 0 on both sides, 4.1%: the epoch-time test calls a "
+            "gain with 80% power only from 5.7%, an overlap that hides more than 41% of that "
+            "wait (the wait itself is measured, and tested, below).") in section
     # On GPU workers the sheet gives no sentence on the wait below: none is promised.
     on_gpus = _sections(_render(_summary([*TRIALS, half]), use_gpu=True))["13.6.3"]
-    assert "of that wait could show in the epoch time." in on_gpus
+    assert "an overlap that hides more than 41% of that wait." in on_gpus
     assert "tested, below" not in on_gpus
     assert "converges only for lr c < 1: about half the step size" in section
     # Staleness's price at the smaller lr: beside synchronous SGD at that lr (l1-0.1).
@@ -474,7 +474,7 @@ def test_13_6_3_bounds_the_gain_by_the_sync_share_and_prices_staleness():
             "hid.") in _sections(_render(_summary(waited)))["13.6.3"]
     # A sum shorter than the noise: the sweep says it cannot resolve the gain.
     short = [(*row[:11], 0.01, *row[12:]) if row[0] == "bg2" else row for row in TRIALS]
-    assert "this sweep cannot resolve a gain of that size" in _sections(
+    assert "this sweep would not call a gain of that size with 80% power" in _sections(
         _render(_summary(short)))["13.6.3"]
 
 

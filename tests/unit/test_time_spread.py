@@ -65,6 +65,13 @@ def test_two_times_are_tested_on_their_logs_each_side_its_own_variance():
         assert spread.test(1 + gap, 1.0, pair).p == pytest.approx(0.05, rel=1e-6)
     assert spread.resolution(True) > spread.resolution() > spread.resolution((Side(3), Side(3)))
     assert spread.test(0.0, 1.0) is None and spread.test(1.0, math.nan) is None
+    # The gap called with 80% power (a grading, 2026-11-29: 13.6.3 read the gap called half
+    # the time as what could show): the critical t plus t at 0.8, in standard errors.
+    for pair in (False, True, sides):
+        error = math.log1p(spread.resolution(pair)) / t_quantile(0.05, spread.dof)
+        assert spread.detectable(pair) == pytest.approx(
+            math.expm1((t_quantile(0.05, spread.dof) + t_quantile(0.4, spread.dof)) * error))
+        assert spread.detectable(pair) > spread.resolution(pair)
 
 
 def test_sides_that_share_seeds_are_compared_seed_for_seed_without_the_seeds_drift():

@@ -300,15 +300,56 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
             mine["epoch_s"], fastest["epoch_s"], noise, sides_of(mine, fastest), family) > 0:
         lost = ratio_text(mine["epoch_s"], fastest["epoch_s"], noise, sides_of(mine, fastest),
                           family)
+        # Not a cause: the calls are one difference of several (a grading).
+        overlap = ", overlapped with its backward" if fastest["sync"] == "ddp" else ""
         text += (f" The library's own allreduce did better than the exercise's: sharded's "
-                 f"epochs were {lost} {fastest['sync']}'s, {sharded_steps_calls(use_gpu)} "
-                 f"where an allreduce makes one.")
+                 f"epochs were {lost} {fastest['sync']}'s, which sums in allreduces of a few "
+                 f"buffers{overlap}, where sharded makes {sharded_steps_calls(use_gpu)}: how "
+                 f"much of the gap those calls make, the paragraphs below bound but do not "
+                 f"settle.")
     return text
+
+
+def _root_per_call(wire: str, k: int, gradient_bytes: int | None, sums: list[dict]) -> str:
+    """The calibration's own timings of root's pattern against a reduce-scatter and
+    all-gather on `wire` at `k` workers, one flat buffer each: at a step's
+    `gradient_bytes` (interpolated) and how many of the sizes timed root was the
+    faster at (a grading: the bytes-bound prediction was offered as the reason sharded
+    beat root, where the calibration timed root the faster at most sizes). Empty where
+    it timed not both."""
+    timed = [{sample["bytes"]: sample["seconds"] for sample in sums
+              if sample["transport"] == transport and sample["num_workers"] == k}
+             for transport in (f"{wire} {ROOT_FUNNEL}", f"{wire} {SHARDED_PAIR}")]
+    sizes = sorted(set(timed[0]) & set(timed[1]))
+    # The sizes timed around a step's bytes, each shown: one noisy size would sway an
+    # interpolation between them.
+    around = [size for size in ([max((size for size in sizes if size <= gradient_bytes),
+                                     default=None),
+                                 min((size for size in sizes if size >= gradient_bytes),
+                                     default=None)] if gradient_bytes else [])
+              if size is not None]
+    if not sizes or len(around) < 2:
+        return ""
+    faster = sum(timed[0][size] < timed[1][size] for size in sizes)
+    shown = " and ".join(f"{size / 1e6:.3g}" for size in dict.fromkeys(around))
+
+    def both(timings: dict) -> str:
+        return " and ".join(f"{1000 * timings[size]:.2g}" for size in dict.fromkeys(around))
+
+    return (f". That is a bytes-bound link's prediction. On this sweep's transport, {wire}, "
+            f"the calibration timed one flat buffer of {shown} MB, around the step's {gradient_bytes / 1e6:.2f} MB, through root in "
+            f"{both(timed[0])} ms against {both(timed[1])} ms for a reduce-scatter and "
+            f"all-gather, and root the faster at {faster} of the {len(sizes)} sizes it timed"
+            + (": here the ring's pattern saves no time a call (two processes of one "
+               "machine copy through memory rather than share a link, and gloo's "
+               "reduce-scatter writes the whole gradient, below), so a gap between their "
+               "epochs is not the aggregation's" if 2 * faster > len(sizes) else ""))
 
 
 def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
                   family: list[float] | None = None, root: _RootPair | None = None,
-                  use_gpu: bool = False, epochs: pd.DataFrame | None = None) -> str:
+                  use_gpu: bool = False, epochs: pd.DataFrame | None = None,
+                  per_call: str = "") -> str:
     """The exercise's own question, put to one wire's cells at `k` workers: was its
     aggregation on different workers (sharded) faster than the book's allreduce
     (root)? Adjusted within `family` (`_pairs_family`); `root`: their `_RootPair`
@@ -323,7 +364,7 @@ def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
         why = (": at 2 workers both move a step's gradients once each way (the table above), "
                "so aggregating on different workers saves bytes only from 3 workers on, but "
                "time from 2 on a link that bytes bound: root's one receive, then one send, "
-               "take twice a link's time")
+               "take twice a link's time" + per_call)
         if root.sign:  # a gap to explain: the pair differs in its calls too
             why += (". The pair also differs in its calls: root makes a blocking one per "
                     "parameter tensor (the book's loop), sharded "
@@ -432,8 +473,9 @@ def answer_13_5_3(summary: pd.DataFrame, noise: Noise, gradient_bytes: int | Non
                                                           gradient_bytes, sums, noise,
                                                           use_gpu)] if text]
         root = _root_pair(ranked, k, noise, family)
+        per_call = _root_per_call(wire, k, gradient_bytes, sums) if k == 2 else ""
         sentences += [text for text in [_against_root(ranked, k, noise, family, root,
-                                                      use_gpu, epochs)] if text]
+                                                      use_gpu, epochs, per_call)] if text]
         measured = measured or _root_short(root, k, wire, noise, family, fastest, use_gpu)
     if at_k["wire"].nunique() > 1:
         by_wire = "; ".join(f"{', '.join(rows['sync'])} through {wire}"

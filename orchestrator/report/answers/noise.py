@@ -19,7 +19,8 @@ import pandas as pd
 
 from orchestrator.records import Status, counted
 from orchestrator.report.answers.seed_blocks import SeedBlocks, blocked_fit, seed_blocks
-from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, pooled_t, t_quantile,
+from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, power_factor, pooled_t,
+                                               t_quantile,
                                               t_two_sided_p, welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, listed, percent, seeds_label
 from orchestrator.report.noise_scale import (LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION,
@@ -253,6 +254,15 @@ class LogSpread:
         _, _, error, dof = self._compared(sides)
         return math.expm1(t_quantile(SIGNIFICANCE, dof) * error)
 
+    def detectable(self, sides: Sides | bool = False) -> float:
+        """The gap (the longer over the shorter, less 1) `test` calls at p < SIGNIFICANCE
+        with probability POWER between such `sides` (`welch.power_factor`); NaN without
+        a spread. `resolution` is the gap it calls half the time."""
+        if not self.dof:
+            return math.nan
+        _, _, error, dof = self._compared(sides)
+        return math.expm1(power_factor(dof) * error)
+
     def _compared(self, sides: Sides | bool) -> tuple[Sides, tuple[float, ...], float, int]:
         """The sides as compared (`matched`), the seeds they share, and the standard
         error of the difference of their log times with its degrees of freedom: on the
@@ -390,6 +400,13 @@ class Noise:
         range's (`time_for`)."""
         if self.time_spread.tests:
             return self.time_spread.resolution(sides)
+        return self.time_for(any_single(sides))
+
+    def time_detectable(self, sides: Sides | bool = False) -> float:
+        """`time_resolution` at POWER: the gap of epoch times the test calls with that
+        probability (`LogSpread.detectable`); where the range decides, the range."""
+        if self.time_spread.tests:
+            return self.time_spread.detectable(sides)
         return self.time_for(any_single(sides))
 
     def time_noise_phrase(self, sides: Sides | bool = False) -> str:

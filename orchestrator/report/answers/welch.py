@@ -209,8 +209,13 @@ def detectable_gap(sd: float, sizes: tuple[int, int], dof: float) -> float:
     SIGNIFICANCE calls with probability POWER, seeds spread by `sd` (known on `dof`
     degrees of freedom): (t_{1-a/2} + t_{power}) sd sqrt(1/n1 + 1/n2), the usual
     approximation (Cohen, 1988, 'Statistical Power Analysis', ch. 2)."""
-    spread = sd * math.sqrt(1 / sizes[0] + 1 / sizes[1])
-    return (t_quantile(SIGNIFICANCE, dof) + t_quantile(2 * (1 - POWER), dof)) * spread
+    return power_factor(dof) * sd * math.sqrt(1 / sizes[0] + 1 / sizes[1])
+
+
+def power_factor(dof: float) -> float:
+    """How many standard errors a gap must span for a two-sided t test at SIGNIFICANCE
+    to call it with probability POWER: t_{1-a/2} + t_{power} (Cohen, 1988, ch. 2)."""
+    return t_quantile(SIGNIFICANCE, dof) + t_quantile(2 * (1 - POWER), dof)
 
 
 def seeds_to_resolve(gap: float, sd: float, dof: float | None = None,
