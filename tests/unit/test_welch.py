@@ -113,13 +113,15 @@ def test_the_linear_rules_pairs_name_a_seed_that_did_not_learn():
     rule = linear_rule(summary, noise)
     assert rule["held"].tolist() == ["failed"]
     text = " ".join(answer_13_5_2(summary, rule, noise))
-    assert ("the rule did not hold (no seed there learned, where 1 worker's did; 0 of 1 seed "
-            "learned against 1 of 1, Fisher's exact p = 1: how often it fails, these seeds do "
-            "not settle)") in text
+    # Every seed failed: said so, not "did not hold", which its counts cannot make a finding
+    # at p < 0.05 (a grading, 2026-11-29).
+    assert ("the rule failed in every seed (none learned there, where 1 worker's did; 0 of 1 "
+            "seed learned against 1 of 1, Fisher's exact p = 1: how often it fails, these seeds "
+            "do not settle)") in text
     assert ("lr 0.4 on 1 worker reached 0.853 (1 seed), lr 0.8 on 2 workers (global batch "
             "512) 0.100 (1 seed, which did not learn)") in text
     assert "not_learned" not in text  # the table keeps its columns
-    assert "|  |  | did not hold (no seed learned) |" in text
+    assert "|  |  | failed in every seed (no seed learned) |" in text
 
 
 def test_a_pair_where_1_worker_did_not_learn_tests_nothing():

@@ -72,7 +72,7 @@ VERDICTS = {"yes": "held", "no": "did not hold",
             "within noise": "was not refuted (lower, but not beyond the noise)",
             "unsettled": "was not settled (lower by as much as the sweep's pool of seeds "
                          "calls, but not significantly against the pair's own, wider spread)",
-            "failed": "did not hold (no seed there learned, where 1 worker's did)",
+            "failed": "failed in every seed (none learned there, where 1 worker's did)",
             "some failed": "failed in some seeds (they did not learn, where 1 worker's all "
                            "did)",
             "inconclusive": "was not tested (1 worker did not learn at that lr: no accuracy "
@@ -213,7 +213,7 @@ def rule_verdict(gap: float, test, noise: Noise, one: pd.Series | None = None,
 OUTCOMES = {"yes": "held", "within noise": "was not refuted", "unsettled": "was not settled",
             "no": "did not hold",
              "some failed": "failed in some seeds",
-             "failed": "did not hold (no seed learned)", "inconclusive": "was not tested"}
+             "failed": "failed in every seed (no seed learned)", "inconclusive": "was not tested"}
 # The verdicts no t test can change: a failure to learn decides them.
 DECIDED_BY_FAILURE = ("failed", "some failed", "inconclusive")
 # Those where k workers' seeds did not learn: the counts are the finding.
@@ -243,7 +243,8 @@ def rule_found(rule: pd.DataFrame) -> str:
                 continue
             verb, _, note = outcome.partition(" (")
             at = f"at lr {', '.join(f'{lr:g}' for lr in lrs)}" + (f" ({note}" if note else "")
-            # "did not hold at lr 0.4, nor at lr 0.8 (no seed learned)"
+            # "did not hold at lr 0.4, nor at lr 0.2"; a pair where every seed failed to
+            # learn says so, not "did not hold": its counts are no p < 0.05 (a grading)
             found.append(f"nor {at}" if verb == last == "did not hold" else f"{verb} {at}")
             last = verb
         parts.append(f"at global batch {batch} it {listed(found).replace(' and nor ', ', nor ')}")
