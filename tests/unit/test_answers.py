@@ -357,6 +357,43 @@ def test_warm_ups_seeds_that_learned_are_held_to_their_own_differences():
     assert _learned_seeds(arm([0.81, 0.83, 0.82], [0, 1, 2]), one, 0.4, noise) == []
     assert _learned_seeds(arm([0.1, 0.1, 0.1], []), one, 0.4, noise) == []
 
+
+def test_warm_ups_seeds_are_followed_out_of_the_initial_plateau():
+    """A grading (2026-11-29): warm-up at lr 0.4 left the plateau later in the seeds, one at
+    chance for four epochs, and the sheet read only the last epoch."""
+    from orchestrator.report.answers.exercise_13_5_2 import _plateau_text
+
+    def losses(trial_id, values):
+        return [{"trial_id": trial_id, "epoch": epoch, "train_loss": loss}
+                for epoch, loss in enumerate(values, start=1)]
+
+    summary = pd.DataFrame({"trial_id": ["w0", "w1", "c0", "c1"], "seed": [0, 1, 0, 1]})
+    warm = pd.Series({"trial_ids": ("w0", "w1"), "num_classes": 10})
+    cold = pd.Series({"trial_ids": ("c0", "c1"), "num_classes": 10})
+    # The mark: 90% of ln 10, 2.07.
+    epochs = pd.DataFrame(losses("w0", [2.3, 2.3, 2.3, 1.5]) + losses("w1", [2.3, 2.1, 1.2])
+                          + losses("c0", [2.3, 1.9, 0.8]) + losses("c1", [2.3, 2.0, 0.9]))
+    assert _plateau_text(warm, cold, summary, epochs) == (
+        "Seed by seed (seeds 0 and 1), the training loss first fell below 90% of a uniform "
+        "guess's (ln 10: the initial plateau left) in epochs 4 and 3 with warm-up and 2 and 2 "
+        "without: later in 2 of 2 seeds and earlier in none, by 1.5 epochs on average "
+        "(described, not tested); a run that leaves it later has fewer epochs left to learn in, "
+        "which the final accuracy carries.")
+    # The other way, or a seed that never left it.
+    assert _plateau_text(cold, warm, summary, epochs).endswith(
+        "earlier in 2 of 2 seeds and later in none, by 1.5 epochs on average (described, not "
+        "tested).")
+    stuck = epochs[epochs["trial_id"] != "c1"]
+    stuck = pd.concat([stuck, pd.DataFrame(losses("c1", [2.3, 2.3, 2.3]))])
+    assert "in epochs 4 and 3 with warm-up and 2 and never without: later in 1 of 1 seed" in (
+        _plateau_text(warm, cold, summary, stuck))
+    # Every seed left it in the same epoch both ways, no seed in common, or no training
+    # loss recorded: nothing to say.
+    assert _plateau_text(warm, warm, summary, epochs) == ""
+    assert _plateau_text(warm, pd.Series({"trial_ids": ("x",), "num_classes": 10}), summary,
+                         epochs) == ""
+    assert _plateau_text(warm, cold, summary, epochs.drop(columns="train_loss")) == ""
+
 def test_without_repeated_work_the_noise_is_assumed():
     summary = _summary()
     # b1 too: bucketed's 1-worker trial is scratch's work (no sync at one worker).

@@ -26,11 +26,14 @@ from orchestrator.report.answers.welch import POWER, SIGNIFICANCE, fisher_exact,
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  learned_seeds_text, listed, missing_part,
                                                  one_worker_count, seeds_label)
-from orchestrator.report.noise_scale import learned
+from orchestrator.report.noise_scale import LEARNED_LOSS_FRACTION, learned
 from orchestrator.report.tables import markdown_table
 
 
-def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> list[str]:
+def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise,
+                  epochs: pd.DataFrame | None = None) -> list[str]:
+    """`epochs`: the sweep's epochs, where the warm-up arm's seeds are followed out of
+    the initial plateau (`_plateau_exits`)."""
     table = lr_table(summary)
     if table.empty:
         return [missing_part("batch-lr")]
@@ -78,7 +81,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
         sentences.append("No lr was searched at k workers that is k times one searched at 1 "
                          f"worker, so the linear scaling rule is untested: `{EXERCISES_COMMAND}` "
                          f"searches 0.1 to 0.8.")
-        return [*paragraphs, _paragraph(sentences), *_warmup(summary, noise)[0]]
+        return [*paragraphs, _paragraph(sentences), *_warmup(summary, noise, epochs)[0]]
     # The table's verdicts in the sentences' words (its codes are linear_rule's).
     paragraphs.append(markdown_table(rule.drop(columns=RULE_TEXT_ONLY, errors="ignore").assign(
         held=rule["held"].map(lambda held: OUTCOMES[held].removeprefix("was ")))))
@@ -102,12 +105,12 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
                       + f"Welch's where both have two or more, else against the sweep's pooled "
                       f"seed spread; without replicas, beyond the sweep's accuracy noise):"
                       f"\n\n{pairs}")
-    epochs = int(lr_trials(summary)["num_epochs"].max())
+    num_epochs = int(lr_trials(summary)["num_epochs"].max())
     verdicts = set(rule["held"])
     if verdicts & {"no", *FAILED}:
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
-            f"{counted(epochs, 'epoch')}, and the larger lr is meant to make up for them, which "
+            f"{counted(num_epochs, 'epoch')}, and the larger lr is meant to make up for them, which "
             f"Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
             f"accuracy scales with the number of workers depends on re-tuning the lr (and "
             f"the epochs) for each global batch.")
@@ -125,7 +128,7 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise) -> li
              + (f"; {best_against_best[1]}" if best_against_best else "")
              + f". The linear scaling rule (k times the lr for k times the batch), named by the "
                f"k workers' lr: {rule_found(rule)}.")
-    warmup, briefs = _warmup(summary, noise)
+    warmup, briefs = _warmup(summary, noise, epochs)
     if briefs:
         short += f" With a warm-up epoch, {listed(briefs)}."
     return [in_short(short), *paragraphs, best_paragraph, rule_paragraph, " ".join(sentences),
@@ -232,7 +235,8 @@ def _resolution(pair, noise: Noise) -> str:
                         (int(pair.seeds_scaled), int(pair.seeds_1_worker)), noise, pair.test)
 
 
-def _warmup(summary: pd.DataFrame, noise: Noise) -> tuple[list[str], list[str]]:
+def _warmup(summary: pd.DataFrame, noise: Noise, epochs: pd.DataFrame | None = None
+            ) -> tuple[list[str], list[str]]:
     """Each warm-up arm (one per lr, at the largest global batch) against the same lr
     and batch without warm-up, and against 1 worker at 1/k of the lr: whether warm-up
     rescued the linear scaling rule there; and each arm's finding in a few words, for
@@ -242,14 +246,14 @@ def _warmup(summary: pd.DataFrame, noise: Noise) -> tuple[list[str], list[str]]:
         return [f"No warm-up arm ran: `{EXERCISES_COMMAND}` runs one (a warm-up epoch at the "
                 f"largest global batch with the linearly scaled lr)."], []
     arm = arm[arm["global_batch_size"] == arm["global_batch_size"].max()]
-    arms = [_warmup_sentences(summary, arm[np.isclose(arm["lr"], lr)], noise)
+    arms = [_warmup_sentences(summary, arm[np.isclose(arm["lr"], lr)], noise, epochs)
             for lr in sorted(arm["lr"].unique())]
     return ([" ".join(sentence for sentences, _ in arms for sentence in sentences)],
             [brief for _, brief in arms if brief])
 
 
-def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
-                      ) -> tuple[list[str], str]:
+def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise,
+                      epochs: pd.DataFrame | None = None) -> tuple[list[str], str]:
     """The warm-up arm's trials (one lr, its seeds) against the same lr and batch
     without warm-up, and against 1 worker at 1/k of the lr, decided as the linear
     rule's pairs are (`rule_verdict`: a t test on the seeds where there is one, else
@@ -296,6 +300,8 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
         sentences.append(f"That is {compare_cells(warm, cold, noise)} "
                          f"{cold['final_test_acc']:.3f} without warm-up "
                          f"({acc_seeds_text(cold)}){helped}.")
+    if cold is not None and epochs is not None:
+        sentences += [text for text in [_plateau_text(warm, cold, summary, epochs)] if text]
     if one is None:
         return sentences + [f"No 1-worker trial at lr {lr / k:g} holds it to the linear "
                             f"scaling rule."], ""
@@ -327,6 +333,61 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise
         f"With warm-up, at global batch {batch} {where}, the linear scaling rule "
         f"{verdict_text(held, test is not None, resolution)}.",
         *_learned_seeds(warm, one, lr / k, noise)], brief
+
+
+def _plateau_exits(row: pd.Series, summary: pd.DataFrame, epochs: pd.DataFrame
+                   ) -> dict[float, int | None]:
+    """Each seed of a cell: the first epoch whose training loss fell below the learned
+    mark (LEARNED_LOSS_FRACTION of a uniform guess's, ln C), None where none did."""
+    trials = summary[summary["trial_id"].isin(row.get("trial_ids", ()))]
+    mark = LEARNED_LOSS_FRACTION * math.log(int(row.get("num_classes", 10) or 10))
+    exits = {}
+    for trial in trials.itertuples():
+        if trial.seed in exits or pd.isna(trial.seed):
+            continue
+        losses = epochs[epochs["trial_id"] == trial.trial_id].sort_values("epoch")
+        below = losses[losses["train_loss"] < mark]["epoch"]
+        exits[trial.seed] = int(below.iloc[0]) if len(below) else None
+    return exits
+
+
+def _plateau_text(warm: pd.Series, cold: pd.Series, summary: pd.DataFrame,
+                  epochs: pd.DataFrame) -> str:
+    """When each seed left the initial plateau with warm-up and without, seed by seed (a
+    grading: at lr 0.4 warm-up left it later in every seed, one seed at chance for four
+    epochs, and the sheet read only the last epoch); descriptive, untested. Empty
+    where the two share no seed or the epochs hold no training loss."""
+    if "train_loss" not in epochs:
+        return ""
+    exits = [_plateau_exits(row, summary, epochs) for row in (warm, cold)]
+    seeds = sorted(set(exits[0]) & set(exits[1]))
+    if not seeds:
+        return ""
+
+    def when(side: dict) -> str:
+        return listed([f"{side[seed]}" if side[seed] is not None else "never"
+                       for seed in seeds])
+
+    timed = [seed for seed in seeds if None not in (exits[0][seed], exits[1][seed])]
+    later = sum(exits[0][seed] > exits[1][seed] for seed in timed)
+    earlier = sum(exits[0][seed] < exits[1][seed] for seed in timed)
+    shift = (sum(exits[0][seed] - exits[1][seed] for seed in timed) / len(timed)
+             if timed else 0.0)
+    classes = int(warm.get("num_classes", 10) or 10)
+    of = f"of {counted(len(timed), 'seed')}"
+    verdict = (f"later in {later} {of} and earlier in none, by {shift:.1f} epochs on average "
+               f"(described, not tested); a run that leaves it later has fewer epochs left to "
+               f"learn in, which the final accuracy carries" if later and not earlier else
+               f"earlier in {earlier} {of} and later in none, by {-shift:.1f} epochs on "
+               f"average (described, not tested)" if earlier and not later else
+               f"later in {later} and earlier in {earlier} {of} (described, not tested)"
+               if later or earlier else "")
+    if not verdict and all(exits[0][seed] == exits[1][seed] for seed in seeds):
+        return ""  # every seed left it in the same epoch both ways: nothing to tell
+    return (f"Seed by seed ({seeds_label(tuple(seeds))}), the training loss first fell below "
+            f"{LEARNED_LOSS_FRACTION:.0%} of a uniform guess's (ln {classes}: the initial "
+            f"plateau left) in epoch{'s' if len(seeds) > 1 else ''} {when(exits[0])} with "
+            f"warm-up and {when(exits[1])} without" + (f": {verdict}." if verdict else "."))
 
 
 def _learned_seeds(warm: pd.Series, one: pd.Series, one_lr: float, noise: Noise) -> list[str]:

@@ -252,7 +252,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
         return _with_method(lines, noise)
     rule = linear_rule.linear_rule(summary, noise)
     answers = [exercise_13_5_1.answer_13_5_1(summary, noise),
-               exercise_13_5_2.answer_13_5_2(summary, rule, noise),
+               exercise_13_5_2.answer_13_5_2(summary, rule, noise, epochs),
                exercise_13_5_3.answer_13_5_3(summary, noise, gradient_bytes, sums, use_gpu,
                                              epochs),
                exercise_13_5_4.answer_13_5_4(summary, noise),
