@@ -110,8 +110,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise,
     if verdicts & {"no", *FAILED}:
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
-            f"{counted(num_epochs, 'epoch')}, and the larger lr is meant to make up for them, which "
-            f"Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
+            f"{counted(num_epochs, 'epoch')}, and the larger lr is meant to make up for them, "
+            f"which Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
             f"accuracy scales with the number of workers depends on re-tuning the lr (and "
             f"the epochs) for each global batch.")
         sentences += [text for text in [_stuck_at_chance(summary, rule)] if text]

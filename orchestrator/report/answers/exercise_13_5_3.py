@@ -312,11 +312,11 @@ def _root_short(root: _RootPair | None, k: int, wire: str, noise: Noise,
 
 def _root_per_call(wire: str, k: int, gradient_bytes: int | None, sums: list[dict]) -> str:
     """The calibration's own timings of root's pattern against a reduce-scatter and
-    all-gather on `wire` at `k` workers, one flat buffer each: at a step's
-    `gradient_bytes` (interpolated) and how many of the sizes timed root was the
+    all-gather on `wire` at `k` workers, one flat buffer each: at the two sizes timed
+    around a step's `gradient_bytes`, and how many of the sizes timed root was the
     faster at (a grading: the bytes-bound prediction was offered as the reason sharded
     beat root, where the calibration timed root the faster at most sizes). Empty where
-    it timed not both."""
+    it timed not both around that size."""
     timed = [{sample["bytes"]: sample["seconds"] for sample in sums
               if sample["transport"] == transport and sample["num_workers"] == k}
              for transport in (f"{wire} {ROOT_FUNNEL}", f"{wire} {SHARDED_PAIR}")]
@@ -337,7 +337,8 @@ def _root_per_call(wire: str, k: int, gradient_bytes: int | None, sums: list[dic
         return " and ".join(f"{1000 * timings[size]:.2g}" for size in dict.fromkeys(around))
 
     return (f". That is a bytes-bound link's prediction. On this sweep's transport, {wire}, "
-            f"the calibration timed one flat buffer of {shown} MB, around the step's {gradient_bytes / 1e6:.2f} MB, through root in "
+            f"the calibration timed one flat buffer of {shown} MB, around the step's "
+            f"{gradient_bytes / 1e6:.2f} MB, through root in "
             f"{both(timed[0])} ms against {both(timed[1])} ms for a reduce-scatter and "
             f"all-gather, and root the faster at {faster} of the {len(sizes)} sizes it timed"
             + (": here the ring's pattern saves no time a call (two processes of one "
