@@ -19,9 +19,8 @@ import pandas as pd
 
 from orchestrator.records import Status, counted
 from orchestrator.report.answers.seed_blocks import SeedBlocks, blocked_fit, seed_blocks
-from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, power_factor, pooled_t,
-                                               t_quantile,
-                                              t_two_sided_p, welch)
+from orchestrator.report.answers.welch import (MIN_TEST_DOF, SIGNIFICANCE, pooled_t,
+                                               power_factor, t_quantile, t_two_sided_p, welch)
 from orchestrator.report.answers.wording import REPEATS_COMMAND, listed, percent, seeds_label
 from orchestrator.report.noise_scale import (LEARNED_ACC_MARGIN, LEARNED_LOSS_FRACTION,
                                              chance_margin, learned)
