@@ -111,8 +111,8 @@ def answer_13_5_2(summary: pd.DataFrame, rule: pd.DataFrame, noise: Noise,
         sentences.append(
             f"Where the rule did not hold: a k-fold batch makes 1/k of the updates in "
             f"{counted(num_epochs, 'epoch')}, and the larger lr is meant to make up for them, "
-            f"which Goyal et al. (2017) found to need a warm-up of the lr at large batches (below); how "
-            f"accuracy scales with the number of workers depends on re-tuning the lr (and "
+            f"which Goyal et al. (2017) found to need a warm-up of the lr at large batches "
+            f"(below); how accuracy scales with the number of workers depends on re-tuning the lr (and "
             f"the epochs) for each global batch.")
         sentences += [text for text in [_stuck_at_chance(summary, rule)] if text]
     elif verdicts <= {"inconclusive"}:
@@ -335,12 +335,11 @@ def _warmup_sentences(summary: pd.DataFrame, arm: pd.DataFrame, noise: Noise,
         *_learned_seeds(warm, one, lr / k, noise)], brief
 
 
-def _plateau_exits(row: pd.Series, summary: pd.DataFrame, epochs: pd.DataFrame
-                   ) -> dict[float, int | None]:
-    """Each seed of a cell: the first epoch whose training loss fell below the learned
-    mark (LEARNED_LOSS_FRACTION of a uniform guess's, ln C), None where none did."""
+def _plateau_exits(row: pd.Series, summary: pd.DataFrame, epochs: pd.DataFrame,
+                   mark: float) -> dict[float, int | None]:
+    """Each seed of a cell: the first epoch whose training loss fell below `mark`, None
+    where none did."""
     trials = summary[summary["trial_id"].isin(row.get("trial_ids", ()))]
-    mark = LEARNED_LOSS_FRACTION * math.log(int(row.get("num_classes", 10) or 10))
     exits = {}
     for trial in trials.itertuples():
         if trial.seed in exits or pd.isna(trial.seed):
@@ -359,7 +358,12 @@ def _plateau_text(warm: pd.Series, cold: pd.Series, summary: pd.DataFrame,
     where the two share no seed or the epochs hold no training loss."""
     if "train_loss" not in epochs:
         return ""
-    exits = [_plateau_exits(row, summary, epochs) for row in (warm, cold)]
+    # The learned mark (`noise_scale.learned`): a share of a uniform guess's loss, ln C (a
+    # trials.csv from before num_classes was recorded: Fashion-MNIST's).
+    classes = warm.get("num_classes")
+    classes = DataFacts().num_classes if classes is None or pd.isna(classes) else int(classes)
+    mark = LEARNED_LOSS_FRACTION * math.log(classes)
+    exits = [_plateau_exits(row, summary, epochs, mark) for row in (warm, cold)]
     seeds = sorted(set(exits[0]) & set(exits[1]))
     if not seeds:
         return ""
@@ -373,7 +377,6 @@ def _plateau_text(warm: pd.Series, cold: pd.Series, summary: pd.DataFrame,
     earlier = sum(exits[0][seed] < exits[1][seed] for seed in timed)
     shift = (sum(exits[0][seed] - exits[1][seed] for seed in timed) / len(timed)
              if timed else 0.0)
-    classes = int(warm.get("num_classes", 10) or 10)
     of = f"of {counted(len(timed), 'seed')}"
     verdict = (f"later in {later} {of} and earlier in none, by {shift:.1f} epochs on average "
                f"(described, not tested); a run that leaves it later has fewer epochs left to "

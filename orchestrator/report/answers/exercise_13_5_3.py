@@ -105,9 +105,7 @@ def sharded_calls(sharded: pd.Series, fastest: pd.Series, wire: str, k: int,
     if (not gradient_bytes or not fastest_sync > 0
             or not sharded_sync > SHARDED_SYNC_RATIO * fastest_sync):
         return ""
-    timed_at = [{sample["bytes"]: sample["seconds"] for sample in sums
-                 if sample["transport"] == transport and sample["num_workers"] == k}
-                for transport in (f"{wire} {SHARDED_PAIR}", wire)]
+    timed_at = [_timings(sums, transport, k) for transport in (f"{wire} {SHARDED_PAIR}", wire)]
     at_size = [_interpolated(timings, gradient_bytes) for timings in timed_at]
     if None in at_size:
         return ""
@@ -317,8 +315,7 @@ def _root_per_call(wire: str, k: int, gradient_bytes: int | None, sums: list[dic
     faster at (a grading: the bytes-bound prediction was offered as the reason sharded
     beat root, where the calibration timed root the faster at most sizes). Empty where
     it timed not both around that size."""
-    timed = [{sample["bytes"]: sample["seconds"] for sample in sums
-              if sample["transport"] == transport and sample["num_workers"] == k}
+    timed = [_timings(sums, transport, k)
              for transport in (f"{wire} {ROOT_FUNNEL}", f"{wire} {SHARDED_PAIR}")]
     sizes = sorted(set(timed[0]) & set(timed[1]))
     # The sizes timed around a step's bytes, each shown: one noisy size would sway an
@@ -374,6 +371,13 @@ def _against_root(ranked: pd.DataFrame, k: int, noise: Noise,
     return (f"The exercise's aggregation on different workers (sharded) was {versus} the "
             f"book's allreduce (root, {seconds_text(book['epoch_s'])} s, "
             f"{seeds_text(book['seeds'])}){why}.")
+
+
+def _timings(sums: list[dict], transport: str, k: int) -> dict[int, float]:
+    """The calibration's timed sums (calibration.json's `allreduce`) of `transport` at
+    `k` workers: {bytes: seconds}."""
+    return {sample["bytes"]: sample["seconds"] for sample in sums
+            if sample["transport"] == transport and sample["num_workers"] == k}
 
 
 def _interpolated(timings: dict[int, float], size: float) -> float | None:
