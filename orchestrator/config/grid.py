@@ -143,6 +143,22 @@ class SweepConfig:
             points.append(GridPoint(len(points), batch_size, base_lr, train, self.batch_scaling))
         return tuple(points)
 
+    @functools.cached_property
+    def graph_held_off(self) -> str | None:
+        """Why `--cuda-graph auto` captures no trial's step here, or None: on GPUs, a
+        sweep of several worker counts times their steps against each other, and
+        several workers' steps run eagerly (training/graphed.py), so its 1-worker
+        trials' do too. A replayed 1-worker step against launched ones would read the
+        graph's gain as a loss of scaling: on an H200 LeNet's step took 0.58 ms
+        replayed, 2.2 ms launched (bench/notes/gpu_step.md), which alone would read 2
+        workers at a speedup of 0.5."""
+        counts = sorted({point.train.num_workers for point in self.grid})
+        if self.base.cuda_graph != "auto" or not self.base.use_gpu or len(counts) < 2:
+            return None
+        return (f"auto, in a sweep that times {', '.join(map(str, counts[:-1]))} and "
+                f"{counts[-1]} workers against each other, whose several workers' steps run "
+                f"eagerly (--cuda-graph on captures the 1-worker steps anyway)")
+
     def _exercise_grid(self) -> tuple[GridPoint, ...]:
         specs = exercise_specs(
             workers=self.workers, batch_size=self.batch_sizes[0], lrs=self.lrs, syncs=self.sync,

@@ -117,8 +117,9 @@ class TrainConfig:
     cuda_graph: CudaGraph = option(
         "auto", "auto: on a GPU with one worker, the book's models' training step is "
                 "captured once as a CUDA graph and replayed (training/graphed.py; on an H200 "
-                "LeNet's step 3.8x, ResNet-18's 2.3x in bf16); on: your own model's too; "
-                "off: eager")
+                "LeNet's step 3.8x, ResNet-18's 2.3x in bf16), except in a sweep that times "
+                "it against several workers, whose steps run eagerly; on: your own model's "
+                "too, and in such a sweep; off: eager")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
                                   "run is marked failed")
     target_acc: float | None = option(None, "record when test accuracy first reaches this "

@@ -60,6 +60,9 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"questions that compare them; no speedup is read from them, and the scaling "
               f"model forecasts GPUs of their own (a what-if); `--workers 1` runs 1 worker "
               f"only")
+    graphs = graph_line(sweep_plan.sweep)
+    if graphs:
+        print(graphs)
     settings = _settings_text(sweep_plan.sweep)
     if settings:
         print(f"every trial: {settings}")
@@ -85,6 +88,22 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
               f"estimates each with the scaling model (a what-if, not a measurement):")
         for cell in sweep_plan.left_out:
             print(f"  {cell.line}")
+
+
+def graph_line(sweep) -> str | None:
+    """Which GPU trials replay their step as a CUDA graph, where a sweep times
+    several worker counts against each other (graphed.py); None elsewhere."""
+    counts = sorted({point.train.num_workers for point in sweep.grid})
+    if not sweep.base.use_gpu or len(counts) < 2:
+        return None
+    if sweep.graph_held_off:
+        return ("CUDA graphs: none (--cuda-graph auto): several workers' steps run eagerly, "
+                "so the 1-worker trials' do too, and each speedup sets a step against one of "
+                "its kind; --cuda-graph on captures the 1-worker steps anyway")
+    if sweep.base.cuda_graph == "on":
+        return ("CUDA graphs: the 1-worker trials' steps (--cuda-graph on); several workers' "
+                "run eagerly, so a speedup here sets a replayed step against launched ones")
+    return None
 
 
 def _settings_text(sweep) -> str:

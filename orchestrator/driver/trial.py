@@ -69,7 +69,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
               callbacks: Sequence[UserCallback] = (),
               started_at: float | None = None,
               placement: Placement | None = None,
-              stop_at: float | None = None) -> ray.train.Result:
+              stop_at: float | None = None,
+              graph_held_off: str | None = None) -> ray.train.Result:
     """Fit one TorchTrainer; raises ray.train.TrainingFailedError when retries run out.
 
     `data_ref` is Fashion-MNIST in the object store: workers read it from
@@ -78,6 +79,8 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     start the evaluations' wall seconds count from. `placement`: whole nodes of
     the trial's own (placement.py); None: Ray puts the workers where they fit.
     `stop_at`: the test accuracy at which the workers end training (loop.run_training).
+    `graph_held_off`: why the trial's sweep captures no step under `--cuda-graph auto`
+    (SweepConfig.graph_held_off).
     """
     if max_failures is None:
         max_failures = config.max_failures
@@ -88,7 +91,7 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
         train_loop_per_worker, config,
         {"train_config": config.to_dict(), "data": data_ref,
          "started_at": time.time() if started_at is None else started_at,
-         "stop_at": stop_at},
+         "stop_at": stop_at, "graph_held_off": graph_held_off},
         RunConfig(name=name, storage_path=storage_path,
                   failure_config=FailureConfig(max_failures=max_failures),
                   # The newest checkpoint carries the whole epoch history; older ones

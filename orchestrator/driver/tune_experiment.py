@@ -62,6 +62,7 @@ def tune_trial(config: dict, data_refs: list[ray.ObjectRef], runs_path: str,
               # resumes its Train run from the last epoch checkpoint.
               name=tune.get_context().get_trial_id(),
               storage_path=runs_path, stop_at=stop_at,
+              graph_held_off=config["point"].get("graph_held_off"),
               callbacks=[ray_fastpath.report_to_tune_callback()])
 
 
@@ -116,7 +117,8 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
         tuner = tune.Tuner(
             trainable,
             param_space={
-                "point": tune.grid_search([_point_to_dict(point, placements)
+                "point": tune.grid_search([_point_to_dict(point, placements,
+                                                          sweep.graph_held_off)
                                            for point in sweep.grid]),
                 # Beside the point, its run's values under their own names: what a
                 # tracker shows as the trial's parameters.
@@ -209,7 +211,8 @@ def _progress_table() -> tune.CLIReporter:
         max_report_frequency=30)
 
 
-def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) -> dict:
+def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None,
+                   graph_held_off: str | None = None) -> dict:
     placement = (placements or {}).get(point.train.num_workers)
     # The image shape as text ("1x28x28"), which TrainConfig reads back: Tune's
     # TensorBoard logger keeps scalars and text of a trial's config, and says at
@@ -217,4 +220,5 @@ def _point_to_dict(point: GridPoint, placements: dict[int, Placement] | None) ->
     train = {**point.train.to_dict(), "input_shape": shape_text(point.train.input_shape)}
     return {"index": point.index, "batch_size": point.batch_size, "base_lr": point.base_lr,
             "train": train,
-            "placement": placement.to_dict() if placement else None}
+            "placement": placement.to_dict() if placement else None,
+            "graph_held_off": graph_held_off}

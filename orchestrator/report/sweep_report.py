@@ -160,6 +160,22 @@ def _time_split_section(rows: list[dict]) -> list[str]:
             markdown_table(pd.DataFrame(rows)), ""]
 
 
+def _mixed_graphs_text(summary: pd.DataFrame, epochs: pd.DataFrame) -> str:
+    """A sentence where 1-worker trials replayed their step as a CUDA graph and
+    several workers' launched theirs (`--cuda-graph on` in a GPU sweep of several
+    worker counts): their speedups set one kind of step against the other."""
+    if "step_graph" not in epochs or not (summary["num_workers"] > 1).any():
+        return ""
+    graphed = set(epochs.loc[epochs["step_graph"] == "on", "trial_id"])
+    alone = summary[summary["num_workers"] == 1]
+    if not alone["trial_id"].isin(graphed).any():
+        return ""
+    return (" Here the 1-worker trials' steps were replayed as CUDA graphs "
+            "(`--cuda-graph on`) and several workers' were launched kernel by kernel: "
+            "their speedups set the two kinds of step against each other, and part of "
+            "what they read is the graph's gain, not the workers'.")
+
+
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
                   not_run: list[str] = (), time_split: list[dict] = ()) -> str:
@@ -202,7 +218,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
               "and its warm-up, and the number of epochs; its "
               "throughput and speedup are those of its mean `epoch_s`; "
               "`epoch_time_spread` is their slowest epoch time over their fastest, "
-              "minus 1.", "",
+              f"minus 1.{_mixed_graphs_text(summary, epochs)}", "",
               varying_table(scaling_table(summary), SCALING_KEYS), "",
               "## Strategies", "",
               "Per sync strategy, split, precision and worker count, on equal work (the "

@@ -15,7 +15,8 @@ batch: the warm-up steps are the run's own, nothing is trained twice.
 
 Where it applies (`off_reason`): a CUDA device, one worker (the sums of several
 stay eager: NCCL's can be captured, gloo's cannot, and neither was run here on
-several GPUs), a sync whose one-worker step is the plain SGD step (scratch,
+several GPUs), no sweep that times it against several workers' steps under
+`auto` (SweepConfig.graph_held_off), a sync whose one-worker step is the plain SGD step (scratch,
 bucketed, root), fixed shapes (every batch is full: the loop drops the
 partial last one), and the book's models: your own model is captured only
 with `--cuda-graph on`, since a replay repeats its kernels and nothing of its
@@ -47,12 +48,17 @@ ON = "on"
 WARMING_UP = "on (warming up)"  # no step captured yet: each runs eagerly
 
 
-def off_reason(config: TrainConfig, device: torch.device) -> str | None:
-    """None where the run's step is captured, else why it is not (epochs.csv's `step_graph`)."""
+def off_reason(config: TrainConfig, device: torch.device,
+               held: str | None = None) -> str | None:
+    """None where the run's step is captured, else why it is not (epochs.csv's
+    `step_graph`). `held`: why the run's sweep holds `auto` off
+    (SweepConfig.graph_held_off)."""
     if config.cuda_graph == "off":
         return "off: --cuda-graph off"
     if config.cuda_graph == "auto" and is_reference(config.model):
         return "off: your own model (--cuda-graph on captures it)"
+    if config.cuda_graph == "auto" and held:
+        return f"off: {held}"
     if device.type != "cuda":
         return f"off: not a CUDA device ({device.type})"
     if config.num_workers > 1:

@@ -64,7 +64,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                  report: Reporter,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
                  started_at: float | None = None, node_id: str | None = None,
-                 layout_scope: str | None = None, stop_at: float | None = None) -> list[dict]:
+                 layout_scope: str | None = None, stop_at: float | None = None,
+                 graph_held_off: str | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
     epoch and reporting each; returns the epoch history. `stop_at`: a test accuracy
     at which training ends, at the first evaluation that reaches it, mid-epoch too
@@ -74,7 +75,9 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     evaluations' wall seconds; `resume_from` is a checkpoint's (state, history,
     evaluations); `node_id` names this worker's node (its Ray node id; default
     this machine's name); `layout_scope` names the sweep whose timings of the
-    memory layouts a node keeps (default: this process's; layout.py).
+    memory layouts a node keeps (default: this process's; layout.py);
+    `graph_held_off`: why the run's sweep captures no step under `--cuda-graph auto`
+    (SweepConfig.graph_held_off).
     """
     # When this worker group started on its nodes (a restart's is later): with each
     # epoch's end, it draws the trial on report/timeline.py's time line.
@@ -113,7 +116,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps
     # `auto` times: launched kernel by kernel, a step is bound by the launches whatever
     # its layout (bench/notes/gpu_step.md).
-    graph_off = step_graph.off_reason(config, device)
+    graph_off = step_graph.off_reason(config, device, graph_held_off)
     # A resumed run keeps the layout it chose; from here on `config` names it.
     chosen_layout = state["layout"] if state is not None else layout.choose(
         config, device, lambda: _time_layouts(config, device, train_images, train_labels,

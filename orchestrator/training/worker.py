@@ -50,7 +50,8 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
                         started_at=loop_config["started_at"],
                         node_id=context.get_node_id(),
                         layout_scope=f"job {context.get_job_id()} on {context.get_node_id()}",
-                        stop_at=loop_config.get("stop_at"))
+                        stop_at=loop_config.get("stop_at"),
+                        graph_held_off=loop_config.get("graph_held_off"))
 
 
 def calibration_loop_per_worker(loop_config: dict) -> dict:

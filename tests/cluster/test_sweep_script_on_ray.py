@@ -245,6 +245,7 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
       by side they would crowd each other's speedup, so they run one at a time.
     - The README's main command (d2l-13.5: 1 and 2 workers, GPUs since the cluster
       has one) plans the 1-GPU trial and names the 2-worker one as not run: exit 0.
+    - `--workers 1,2 --gpus-per-worker 0.5` plans both, no step as a CUDA graph.
     - `--workers 2`, the user's own, is refused in one line naming the ways out.
     (The rules: tests/unit/test_plan.py; a sweep attached to a cluster and run to
     its report: the two-node test above.)"""
@@ -271,7 +272,15 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
             assert re.search(r"1 point of the preset left out.*\n  2 workers, global "
                              r"batch 64 \(32/worker\), lr 0.2, lenet, sync scratch, fp32: 2 "
                              r"workers need 2 GPUs; this cluster has 1: not run", run.stdout)
+            assert "CUDA graphs" not in run.stdout  # one worker count: its step is captured
             assert run.stdout.strip().endswith(DRY_RUN_LINE)
+
+            # Two workers sharing the GPU beside one alone: no step captured (graphed.py).
+            run = run_script("sweep.py", *attach, "--workers", "1,2", "--gpus-per-worker", "0.5",
+                             env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert "2 trials, up to 1 at a time, workers on GPUs, 0.5 of one each" in run.stdout
+            assert "CUDA graphs: none (--cuda-graph auto)" in run.stdout
 
             run = run_script("sweep.py", *attach, "--workers", "2", env=env)
             assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]

@@ -31,6 +31,12 @@ def test_two_workers_share_the_gpu_over_gloo_and_give_no_speedup(tmp_path):
     two = epochs[epochs["num_workers"] == 2]
     assert set(two["backend"]) == {"gloo"} and set(two["devices"]) == {"[cuda:0, cuda:0]"}
     assert set(epochs[epochs["num_workers"] == 1]["devices"]) == {"[cuda:0]"}
+    # Timed against two workers' eager steps, the 1-worker step is not captured either.
+    assert "CUDA graphs: none (--cuda-graph auto)" in run.stdout
+    assert set(epochs["step_graph"].str.startswith("off: ")) == {True}
+    assert set(epochs[epochs["num_workers"] == 1]["step_graph"]) == {
+        "off: auto, in a sweep that times 1 and 2 workers against each other, whose several "
+        "workers' steps run eagerly (--cuda-graph on captures the 1-worker steps anyway)"}
     trials = pd.read_csv(out_dir / "trials.csv")
     shared = trials[trials["num_workers"] == 2]
     assert shared["shared_gpu"].all() and shared["speedup"].isna().all()
@@ -47,5 +53,7 @@ def test_the_main_job_on_one_gpu_runs_what_fits_and_estimates_the_rest(tmp_path)
     assert "2 workers need 2 GPUs; this cluster has 1: not run" in run.stdout
     trials = pd.read_csv(out_dir / "trials.csv")
     assert list(trials["num_workers"]) == [1] and (trials["status"] == "finished").all()
+    # One worker count runs: its step is replayed as a CUDA graph (graphed.py).
+    assert set(pd.read_csv(out_dir / "epochs.csv")["step_graph"]) == {"on"}
     report = (out_dir / "report.md").read_text()
     assert "## Not run on this cluster" in report and "What-if: " in report

@@ -158,7 +158,7 @@ def test_the_loops_graphed_path_is_its_eager_step_on_a_cpu(fashion_mnist_small, 
                          precision="fp64", memory_format="nchw")
     eager, eager_state = run_here(config, fashion_mnist_small)
     made = []
-    monkeypatch.setattr(graphed, "off_reason", lambda config, device: None)
+    monkeypatch.setattr(graphed, "off_reason", lambda config, device, held=None: None)
     monkeypatch.setattr(graphed, "GraphedStep",
                         lambda *args: _EagerStandIn(*args, made=made))
     stood_in, stood_in_state = run_here(config, fashion_mnist_small)
@@ -197,3 +197,36 @@ def test_the_loops_graphed_path_is_its_eager_step_on_a_cpu(fashion_mnist_small, 
     loop.run_training(auto, fashion_mnist_small, device=torch.device("cpu"),
                       report=lambda *_: None, layout_scope="a capture failed")
     assert rounds == [graphed.WARMUP_STEPS + 2, 1]
+
+
+def test_why_a_sweep_holds_auto_off_reaches_the_workers_record(monkeypatch, fashion_mnist_small):
+    """SweepConfig.graph_held_off's reason, from the sweep's Tune point to the trial's Train
+    run to the workers' loop, where epochs.csv's `step_graph` records it (on a CPU
+    here, which never captures: the reason is checked before the device)."""
+    from orchestrator.config.grid import SweepConfig
+    from orchestrator.driver import trial, tune_experiment
+    from orchestrator.training.loop import run_training
+
+    sweep = SweepConfig(workers=(1, 2), base=TrainConfig(use_gpu=True, num_epochs=1))
+    why = "auto, in a sweep that times 1 and 2 workers against each other"
+    point = tune_experiment._point_to_dict(sweep.grid[0], None, why)
+    assert point["graph_held_off"] == why
+    calls = []
+    monkeypatch.setattr(tune_experiment, "run_trial", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(tune_experiment.tune, "get_context",
+                        lambda: type("Context", (), {"get_trial_id": lambda self: "t1"})())
+    tune_experiment.tune_trial({"point": point}, ["data"], "runs")
+    assert calls[-1]["graph_held_off"] == why
+    loop_configs = []
+
+    class _Fitted:
+        def fit(self):
+            return "fitted"
+    monkeypatch.setattr(trial, "_trainer", lambda loop, config, loop_config, *rest:
+                        loop_configs.append(loop_config) or _Fitted())
+    assert trial.run_trial(TrainConfig(), "data", name="t1", graph_held_off=why) == "fitted"
+    assert loop_configs[-1]["graph_held_off"] == why
+    config = TrainConfig(num_epochs=1, train_limit=2 * 64, test_limit=64, global_batch_size=64)
+    history = run_training(config, fashion_mnist_small, device=torch.device("cpu"),
+                           report=lambda *_: None, graph_held_off=why)
+    assert history[-1]["step_graph"] == f"off: {why}"

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.records import LeftOut
 from orchestrator.report.scaling_model import WHAT_IF_LINKS, what_if
-from orchestrator.report.sweep_report import left_out_section
+from orchestrator.report.sweep_report import left_out_section, render_report
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick-current"
 UNRUN = "examples.own_model:cnn"  # a model the recorded sweep has no trial of
@@ -97,3 +97,25 @@ def test_single_workers_count_their_gradient_bytes_without_a_worker_group(record
     assert counted["gradient_bytes"] == recorded_lenet
     assert (what_if(trials, epochs, counted, TWO_GPUS, use_gpu=True)
             == what_if(trials, epochs, measured, TWO_GPUS, use_gpu=True))
+
+
+def test_speedups_of_a_graphed_step_against_launched_ones_say_so(recorded):
+    """`--cuda-graph on` in a GPU sweep of several worker counts: the 1-worker trials
+    replay their step, several workers launch theirs, and the Scaling section says
+    what their speedups then read. Not where every step ran alike."""
+    trials, epochs, _ = recorded
+    alone = set(trials.loc[trials["num_workers"] == 1, "trial_id"])
+    mixed = epochs.assign(step_graph=[
+        "on" if trial_id in alone else "off: several workers (their sums run eagerly)"
+        for trial_id in epochs["trial_id"]])
+    sentence = ("Here the 1-worker trials' steps were replayed as CUDA graphs (`--cuda-graph "
+                "on`) and several workers' were launched kernel by kernel: their speedups set "
+                "the two kinds of step against each other, and part of what they read is the "
+                "graph's gain, not the workers'.")
+    scaling = render_report(trials, mixed, title_lines=[]).split("## Scaling")[1]
+    assert sentence in scaling.split("## Strategies")[0]
+    held = epochs.assign(step_graph="off: auto, in a sweep that times 1 and 2 workers against "
+                                    "each other")
+    for alike in (epochs, held, mixed[mixed["trial_id"].isin(alone)]):
+        assert "CUDA graphs (`--cuda-graph" not in render_report(
+            trials[trials["trial_id"].isin(alike["trial_id"])], alike, title_lines=[])

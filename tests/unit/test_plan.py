@@ -4,12 +4,14 @@ decided once from what the cluster's nodes hold (a `Cluster` as `connect` return
 import re
 
 import pytest
+import torch
 
 from orchestrator.config import cli
 from orchestrator.driver import checks, model_check, plan, plan_text
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
+from orchestrator.training import graphed
 
 
 def _cluster(*nodes: dict) -> Cluster:
@@ -92,6 +94,7 @@ def test_a_config_file_without_use_gpu_follows_the_cluster_like_the_command_line
 
 
 ONE_GPU = {"CPU": 16.0, "GPU": 1.0}
+GPU = torch.device("cuda", 0)  # only named: nothing here runs on it
 
 
 def test_the_main_job_on_one_gpu_runs_what_fits_and_names_what_does_not(tmp_path):
@@ -322,3 +325,43 @@ def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     assert [model_check._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
         "1M", "999M", "100", "13.1k"]
     assert model_check.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
+
+
+def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_path, capsys):
+    """Several workers' steps run eagerly (graphed.py): a 1-worker step replayed as a
+    CUDA graph beside them would read the graph's gain as a loss of scaling, so under
+    `--cuda-graph auto` a GPU sweep that times worker counts against each other
+    captures none, says so in its plan, and tells its trials why
+    (SweepConfig.graph_held_off).
+    Where one worker count runs (the main job on one GPU), the 1-worker step is captured."""
+    eight = _cluster({"CPU": 64.0, "GPU": 8.0})
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "scaling"), eight)
+    held = fitted.sweep.graph_held_off
+    assert held == ("auto, in a sweep that times 1, 2, 4 and 8 workers against each other, "
+                    "whose several workers' steps run eagerly (--cuda-graph on captures the "
+                    "1-worker steps anyway)")
+    plan_text.print_plan(fitted)
+    assert ("CUDA graphs: none (--cuda-graph auto): several workers' steps run eagerly, so the "
+            "1-worker trials' do too, and each speedup sets a step against one of its kind; "
+            "--cuda-graph on captures the 1-worker steps anyway"
+            ) in capsys.readouterr().out.splitlines()
+    one_worker = TrainConfig(use_gpu=True)
+    assert graphed.off_reason(one_worker, GPU, held) == f"off: {held}"
+    assert graphed.off_reason(one_worker, GPU, None) is None
+    # `on` captures the 1-worker steps anyway, and the plan says what the speedups then read.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "scaling", "--cuda-graph", "on"),
+                                 eight)
+    assert fitted.sweep.graph_held_off is None
+    assert graphed.off_reason(TrainConfig(use_gpu=True, cuda_graph="on"), GPU,
+                              fitted.sweep.graph_held_off) is None
+    plan_text.print_plan(fitted)
+    assert ("CUDA graphs: the 1-worker trials' steps (--cuda-graph on); several workers' run "
+            "eagerly, so a speedup here sets a replayed step against launched ones"
+            ) in capsys.readouterr().out.splitlines()
+    # Nothing held off, and no line, where one worker count runs, or on CPUs.
+    for argv, nodes in (((), ONE_GPU), (("--preset", "scaling"), {"CPU": 8.0}),
+                        (("--preset", "scaling", "--cuda-graph", "off"), {"CPU": 64.0, "GPU": 8.0})):
+        fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(nodes))
+        assert fitted.sweep.graph_held_off is None, argv
+        plan_text.print_plan(fitted)
+        assert "CUDA graphs" not in capsys.readouterr().out, argv
