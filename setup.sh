@@ -4,6 +4,9 @@
 # with the project installed in editable mode (with its test dependencies and
 # the --tracking trackers, which its tests read back).
 # Re-running it is cheap: the environment is rebuilt only when pyproject.toml changes.
+# TORCH_INDEX_URL: install torch and torchvision from that index first (GPU nodes
+# whose NVIDIA driver is older than the CUDA of PyPI's torch, e.g.
+# https://download.pytorch.org/whl/cu126; pytorch.org lists the indexes).
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -19,7 +22,11 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   fi
 fi
 
-stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+  stamp="$VENV/.installed-$( (cat pyproject.toml; echo "$TORCH_INDEX_URL") | sha256sum | cut -c1-16)"
+else
+  stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+fi
 if [ ! -e "$stamp" ]; then
   if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c "import ensurepip" 2>/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -29,6 +36,10 @@ if [ ! -e "$stamp" ]; then
   echo "setup: creating $VENV and installing the project (torch is large: minutes on first run)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    echo "setup: torch and torchvision from $TORCH_INDEX_URL"
+    "$VENV/bin/python" -m pip install -q --index-url "$TORCH_INDEX_URL" torch torchvision
+  fi
   "$VENV/bin/python" -m pip install -q -e '.[test,tracking]'
   rm -f "$VENV"/.installed-*
   touch "$stamp"

@@ -36,6 +36,7 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
         pin_to_own_cores(ray.train.get_context().get_local_rank(), config.threads_per_worker)
     torch.set_num_threads(config.threads_per_worker)
     ray_fastpath.prepare_worker_process()
+    device = usable_device(ray.train.torch.get_device())
     data: Images = ray.get(loop_config["data"])
     checkpoint = ray.train.get_checkpoint()
     resume_from = None
@@ -45,7 +46,7 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
     # The driver's job on this node's Ray: one sweep (an embedded Ray numbers
     # its jobs afresh each start, its node id is new).
     context = ray.get_runtime_context()
-    return run_training(config, data, device=ray.train.torch.get_device(),
+    return run_training(config, data, device=device,
                         report=report_to_ray, resume_from=resume_from,
                         started_at=loop_config["started_at"],
                         node_id=context.get_node_id(),
@@ -59,12 +60,32 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
     config = TrainConfig(**loop_config["train_config"])
     torch.set_num_threads(config.threads_per_worker)
     ray_fastpath.prepare_worker_process()
-    return calibration.measure(config, ray.train.torch.get_device(),
+    return calibration.measure(config, usable_device(ray.train.torch.get_device()),
                                worker_counts=tuple(loop_config["worker_counts"]),
                                transports=tuple(loop_config["transports"]),
                                layouts=tuple(loop_config["layouts"]),
                                sharded=loop_config["sharded"],
                                probes=tuple(map(tuple, loop_config.get("probes", ()))))
+
+
+def usable_device(device: torch.device) -> torch.device:
+    """`device`, Ray Train's choice for this worker, once torch can use it. Ray
+    counts a node's GPUs through NVML and hands them out whatever torch was built
+    for; a torch built for a newer CUDA than the node's NVIDIA driver (PyPI's
+    default torch wheels follow CUDA's newest) sees none, and the first tensor
+    put there would fail deep in the loop. One error here names it and the ways out."""
+    if device.type != "cuda" or torch.cuda.is_available():
+        return device
+    try:
+        torch.cuda.init()
+        cause = "torch.cuda.is_available() is False"
+    except Exception as error:  # torch's own words: driver too old, no driver, ...
+        cause = str(error).splitlines()[0].rstrip(".")
+    raise RuntimeError(
+        f"Ray gave this worker a GPU, but torch {torch.__version__} (built for CUDA "
+        f"{torch.version.cuda}) cannot use it on this node: {cause}. Install a torch for "
+        f"the node's NVIDIA driver (e.g. TORCH_INDEX_URL=https://download.pytorch.org/whl/"
+        f"cu126 ./setup.sh: README), or run with --use-gpu no")
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:

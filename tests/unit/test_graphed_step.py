@@ -230,3 +230,27 @@ def test_why_a_sweep_holds_auto_off_reaches_the_workers_record(monkeypatch, fash
     history = run_training(config, fashion_mnist_small, device=torch.device("cpu"),
                            report=lambda *_: None, graph_held_off=why)
     assert history[-1]["step_graph"] == f"off: {why}"
+
+
+def test_a_gpu_torch_cannot_use_is_named_before_the_loop_starts(monkeypatch):
+    """Ray hands out the GPUs NVML counts, whatever CUDA torch was built for: where
+    the node's driver is too old for it, the worker stops in one error that names
+    torch's own cause and the ways out, not at the first tensor put on the device."""
+    from orchestrator.training.worker import usable_device
+    assert usable_device(torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def too_old():
+        raise RuntimeError("The NVIDIA driver on your system is too old (found version 12040).\n"
+                           "Please update your GPU driver")
+    monkeypatch.setattr(torch.cuda, "init", too_old)
+    with pytest.raises(RuntimeError) as raised:
+        usable_device(GPU)
+    message = str(raised.value)
+    assert message.startswith(f"Ray gave this worker a GPU, but torch {torch.__version__} "
+                              f"(built for CUDA {torch.version.cuda}) cannot use it on this "
+                              f"node: The NVIDIA driver on your system is too old (found "
+                              f"version 12040). Install a torch for the node's NVIDIA driver")
+    assert "TORCH_INDEX_URL=" in message and message.endswith("or run with --use-gpu no")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert usable_device(GPU) == GPU
