@@ -83,8 +83,8 @@ class TrainConfig:
                                             "many times slower: after its forward and backward "
                                             "it stays busy (on a CPU; beside a GPU it waits) "
                                             "that much longer (13.6, exercise 2)")
-    pin_cores: bool = option(False, "pin each worker process to its own core(s), chosen by its "
-                                    "local rank")
+    pin_cores: bool = option(False, "pin each CPU worker process to its own core(s), chosen by "
+                                    "its local rank (refused for GPU workers)")
     seed: int = option(0, "seeds the initial weights (on rank 0) and the per-epoch shuffle",
                        swept=True)
     train_limit: int | None = option(None, "train on the first N training images only "

@@ -43,6 +43,7 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     sweep, left_out = request.sweep, request.left_out
     if request.gpu_from_cluster:
         sweep = with_gpu_from_cluster(sweep, cluster)
+    _refuse_pinned_gpu_workers(sweep.base)
     if request.workers_from_cluster and shares_one_gpu(sweep, cluster):
         # The exercises compare accuracies at 2 workers: on one GPU, two halves of it.
         sweep = dataclasses.replace(
@@ -185,8 +186,19 @@ def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,
     """train.py's run with its GPU use settled; refused if the cluster can never hold it."""
     if gpu_from_cluster:
         config = with_gpu_from_cluster(config, cluster)
+    _refuse_pinned_gpu_workers(config)
     cluster.require_room(config.num_workers, config.resources_per_worker)
     return config
+
+
+def _refuse_pinned_gpu_workers(config: TrainConfig) -> None:
+    """`--pin-cores` is for CPU workers: it pins a worker's every thread to cores
+    chosen by its local rank, blind to which CPUs sit near its GPU, and NCCL's
+    threads, started later, would inherit them and share the training thread's."""
+    if config.use_gpu and config.pin_cores:
+        raise UserError("--pin-cores pins CPU workers to cores by local rank; GPU workers' "
+                        "NCCL threads would share their training thread's cores, whatever "
+                        "CPUs sit near their GPU: drop --pin-cores, or --use-gpu no")
 
 
 def with_gpu_from_cluster(config, cluster: Cluster):

@@ -202,6 +202,7 @@ def test_a_cpu_grid_point_too_big_for_the_nodes_says_which_resource(tmp_path):
 
 CPU_STARVED = {"CPU": 4.0, "GPU": 8.0}
 NODE_OF_EIGHT = {"CPU": 16.0, "GPU": 8.0}
+CPU_NODE = {"CPU": 8.0}
 
 
 def test_gpu_counts_follow_the_gpus_and_those_the_cpus_cannot_hold_are_named(tmp_path):
@@ -271,10 +272,10 @@ def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
 
 def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
     """A review (2026-11-29): --pin-cores picks a worker's cores by its local rank,
-    which every trial counts from 0, so trials packed onto one node (8 one-GPU trials
-    on a node of eight) pinned every worker to the same cores."""
+    which every trial counts from 0, so trials packed onto one node (8 one-CPU
+    trials on a node of 8) pinned every worker to the same cores."""
     argv = ("--workers", "1", "--lr", "0.1,0.2", "--repeats", "4", "--pin-cores")
-    fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(NODE_OF_EIGHT))
+    fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(CPU_NODE))
     assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.pinned) == (1, False, True)
     plan_text.print_plan(fitted)
     assert ("timing: each trial timed with its nodes to itself: --pin-cores pins workers by "
@@ -285,7 +286,7 @@ def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
                                         "side by side on a node would share them; drop "
                                         "--max-concurrent-trials or --pin-cores$"):
         plan.fit_to_cluster(_request(tmp_path, *argv, "--max-concurrent-trials", "3"),
-                            _cluster(NODE_OF_EIGHT))
+                            _cluster(CPU_NODE))
     # One trial at a time for another reason: the plan does not blame --pin-cores.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "1,2", "--pin-cores"),
                                  _cluster({"CPU": 8.0}))
@@ -294,7 +295,7 @@ def test_pinned_workers_never_run_side_by_side(tmp_path, capsys):
     assert "--pin-cores" not in capsys.readouterr().out
     # Trials on whole nodes of their own share no core: as many at once as nodes.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--lr", "0.1,0.2",
-                                          "--pin-cores"), _cluster(NODE_OF_EIGHT, NODE_OF_EIGHT))
+                                          "--pin-cores"), _cluster(CPU_NODE, CPU_NODE))
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, False)
 
 
@@ -365,3 +366,15 @@ def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_pa
         assert fitted.sweep.graph_held_off is None, argv
         plan_text.print_plan(fitted)
         assert "CUDA graphs" not in capsys.readouterr().out, argv
+
+
+def test_gpu_workers_are_not_pinned_to_cores(tmp_path):
+    """`--pin-cores` is for CPU workers: on GPUs it is refused in one line, whether the
+    for a sweep whose GPUs came from the cluster and for train.py's run."""
+    message = "--pin-cores pins CPU workers to cores by local rank; GPU workers' NCCL threads"
+    with pytest.raises(UserError, match=re.escape(message)):
+        plan.fit_to_cluster(_request(tmp_path, "--pin-cores"), _cluster(ONE_GPU))
+    with pytest.raises(UserError, match=re.escape(message)):
+        plan.fit_run_to_cluster(TrainConfig(pin_cores=True), True, _cluster(ONE_GPU))
+    assert plan.fit_to_cluster(_request(tmp_path, "--pin-cores"), _cluster({"CPU": 4.0})
+                               ).sweep.base.pin_cores
