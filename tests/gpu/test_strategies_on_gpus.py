@@ -1,5 +1,5 @@
-"""The book's claim on CUDA: k workers that share one GPU and one device are the
-same optimizer.
+"""The book's claim on CUDA: k workers that share one GPU, or own one GPU each, and
+one device are the same optimizer.
 
 Workers that share a GPU (`--gpus-per-worker` below 1) run their process group
 on gloo, which sums CUDA tensors where NCCL refuses two ranks on one device;
@@ -12,6 +12,13 @@ tests' relative 1e-9 (tests/processes/test_equivalence.py: the same on CPUs),
 normalise as one device does. CUDA's fp64 kernels sum in their own orders, far
 below that tolerance; float32 is not checked here (its rounding is the CPU
 tests' subject).
+
+On a machine of k GPUs or more the same runs are made by k workers on GPUs of
+their own, cuda:0 to cuda:k-1, over NCCL, as Ray Train's GPU workers sum (the
+product's own case, and the one a node of eight runs): NCCL's allreduce,
+reduce-scatter, all-gather, broadcast and send/receive on fp64, DDP's hooks, the
+delayed sums' overlap and SyncBatchNorm on NCCL. Skipped, in one line, where the
+machine has fewer GPUs (the lent ones have one).
 
 Needs a CUDA GPU: skipped without one (tests/conftest.py); CI has none, and
 bench/gpu_check.py runs this layer on a lent GPU.
@@ -41,53 +48,69 @@ DDP_STRAGGLER = ("ddp", "lenet", 256, "fp32", "nchw")
 SMALL_RESNET_WIDTH = 4  # the book's ResNet-18 at 1/16 of its width, BatchNorms and all
 
 
-def _on_gpu(case, num_workers: int, **overrides) -> TrainConfig:
-    """`case` as `--use-gpu yes --gpus-per-worker 1/k` runs it: k workers on one GPU."""
+SHARED, OWN = "sharing one GPU", "on GPUs of their own"
+
+
+def _on_gpu(case, num_workers: int, placed: str = SHARED, **overrides) -> TrainConfig:
+    """`case` as `--use-gpu yes --gpus-per-worker 1/k` runs it (k workers on one GPU),
+    or as `--use-gpu yes` does (a GPU each: `placed` OWN)."""
     return equivalence_config(case, num_workers=num_workers, use_gpu=True,
-                              gpus_per_worker=1 / num_workers, **overrides)
+                              gpus_per_worker=1 / num_workers if placed == SHARED else 1.0,
+                              **overrides)
 
 
-def _split_on_gpu(num_workers: int, sync: str) -> TrainConfig:
+def _split_on_gpu(num_workers: int, sync: str, placed: str = SHARED) -> TrainConfig:
     return dataclasses.replace(proportional_config(num_workers, sync), use_gpu=True,
-                               gpus_per_worker=1 / num_workers)
+                               gpus_per_worker=1 / num_workers if placed == SHARED else 1.0)
 
 
-def _run(config: TrainConfig, dataset) -> tuple[list[dict], dict]:
+def _run(config: TrainConfig, dataset, device: torch.device = GPU) -> tuple[list[dict], dict]:
     """The history and the model's parameters (on the CPU: they leave the process)."""
-    history, state = run_here(config, dataset, GPU)
+    history, state = run_here(config, dataset, device)
     return history, {"model": state["model"]}
 
 
-def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> None:
-    torch.cuda.set_device(GPU)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+def _workers_body(rank: int, num_workers: int, placed: str, port: int, dataset,
+                  results) -> None:
+    device = GPU if placed == SHARED else torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group("gloo" if placed == SHARED else "nccl",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=num_workers)
     try:
         models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=SMALL_RESNET_WIDTH)
         # Every rank its own initial weights: only the broadcast can make them agree.
         loop.build_model = lambda name, *, seed, **shape: build_model(
             name, seed=seed + 1000 * rank, **shape)
-        runs = {case: _run(_on_gpu(case, num_workers), dataset) for case in CASES}
+        on = functools.partial(_on_gpu, num_workers=num_workers, placed=placed)
+        runs = {case: _run(on(case), dataset, device) for case in CASES}
         for sync in SPLIT_SYNCS:
-            runs[("split", sync)] = _run(_split_on_gpu(num_workers, sync), dataset)
-        runs[DELAYED] = _run(_on_gpu(DELAYED, num_workers, momentum=0.5), dataset)
+            runs[("split", sync)] = _run(_split_on_gpu(num_workers, sync, placed), dataset,
+                                         device)
+        runs[DELAYED] = _run(on(DELAYED, momentum=0.5), dataset, device)
         if num_workers == 2:
-            runs["sync_batchnorm"] = _run(_on_gpu(RESNET_CASE, 2, sync_batchnorm=True), dataset)
-            runs["ddp_straggler"] = _run(_on_gpu(DDP_STRAGGLER, 2, straggler_slowdown=3.0),
-                                         dataset)
+            runs["sync_batchnorm"] = _run(on(RESNET_CASE, sync_batchnorm=True), dataset, device)
+            runs["ddp_straggler"] = _run(on(DDP_STRAGGLER, straggler_slowdown=3.0), dataset,
+                                         device)
         if rank == 0:
             results.update(runs)
     finally:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda k: f"{k}-workers")
-def k_workers_on_one_gpu(request, fashion_mnist_small) -> tuple[int, dict]:
-    num_workers = request.param
+@pytest.fixture(scope="module", params=[(2, SHARED), (3, SHARED), (2, OWN), (3, OWN)],
+                ids=lambda param: f"{param[0]}-workers-{'shared' if param[1] == SHARED else 'own'}")
+def k_workers_on_gpus(request, fashion_mnist_small) -> tuple[int, dict]:
+    """(k, each case's (history, parameters)) of k workers sharing cuda:0 over gloo,
+    or on cuda:0 to cuda:k-1 over NCCL where the machine has k GPUs."""
+    num_workers, placed = request.param
+    if placed == OWN and torch.cuda.device_count() < num_workers:
+        pytest.skip(f"{num_workers} workers {OWN} need {num_workers} GPUs; this machine has "
+                    f"{torch.cuda.device_count()}")
     with shared_dict() as results:
-        mp.spawn(_workers_body, args=(num_workers, free_local_port(), fashion_mnist_small,
-                                      results), nprocs=num_workers)
-        return num_workers, dict(results)
+        mp.spawn(_workers_body, args=(num_workers, placed, free_local_port(),
+                                      fashion_mnist_small, results), nprocs=num_workers)
+        return num_workers, placed, dict(results)
 
 
 @pytest.fixture(scope="module")
@@ -105,12 +128,13 @@ def one_gpu(fashion_mnist_small):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case[0])
-def test_k_workers_sharing_a_gpu_match_one_gpu(k_workers_on_one_gpu, one_gpu, case):
-    num_workers, results = k_workers_on_one_gpu
+def test_k_workers_on_gpus_match_one_gpu(k_workers_on_gpus, one_gpu, case):
+    num_workers, placed, results = k_workers_on_gpus
     history, state = results[case]
-    assert [row["backend"] for row in history] == ["gloo"] * 2
-    assert [row["devices"] for row in history] == [
-        "[" + ", ".join(["cuda:0"] * num_workers) + "]"] * 2
+    assert [row["backend"] for row in history] == ["gloo" if placed == SHARED else "nccl"] * 2
+    devices = (["cuda:0"] * num_workers if placed == SHARED
+               else [f"cuda:{rank}" for rank in range(num_workers)])
+    assert [row["devices"] for row in history] == ["[" + ", ".join(devices) + "]"] * 2
     want_history, want_state = one_gpu(_on_gpu(("scratch", *case[1:]), 1))
     for row, want in zip(history, want_history, strict=True):
         assert row["status"] == want["status"] == "ok"
@@ -121,30 +145,30 @@ def test_k_workers_sharing_a_gpu_match_one_gpu(k_workers_on_one_gpu, one_gpu, ca
 
 
 @pytest.mark.parametrize("sync", SPLIT_SYNCS)
-def test_the_proportional_split_on_a_shared_gpu_is_one_gpus_update(k_workers_on_one_gpu,
-                                                                   one_gpu, sync):
-    num_workers, results = k_workers_on_one_gpu
+def test_the_proportional_split_on_gpus_is_one_gpus_update(k_workers_on_gpus, one_gpu, sync):
+    num_workers, _, results = k_workers_on_gpus
     history, state = results[("split", sync)]
     assert uneven(history), [row["worker_shares"] for row in history]
     _, want = one_gpu(_split_on_gpu(1, "scratch"))
     assert_same_updates(state["model"], want["model"])
 
 
-def test_delayed_on_a_shared_gpu_is_its_one_worker_run(k_workers_on_one_gpu, one_gpu):
+def test_delayed_on_gpus_is_its_one_worker_run(k_workers_on_gpus, one_gpu):
     """`delayed` is another optimizer (one-step-delayed SGD); on one worker it is
     the plain-torch reference (tests/processes/test_delayed_sync.py)."""
-    _, results = k_workers_on_one_gpu
+    _, _, results = k_workers_on_gpus
     _, state = results[DELAYED]
     _, want = one_gpu(_on_gpu(DELAYED, 1, momentum=0.5))
     assert_same_parameters(state["model"], want["model"],
                            build_model("lenet", seed=7).state_dict(), "fp64")
 
 
-def test_sync_batchnorm_over_gloo_makes_two_workers_one_gpu(k_workers_on_one_gpu, one_gpu):
+def test_sync_batchnorm_makes_two_workers_one_gpu(k_workers_on_gpus, one_gpu):
     """torch's SyncBatchNorm gathers its statistics with a list all-gather under
-    gloo (torch/nn/modules/_functions.py), so two workers on one GPU normalise
-    with the global batch's statistics: one device's parameters again."""
-    num_workers, results = k_workers_on_one_gpu
+    gloo (torch/nn/modules/_functions.py; into one tensor under NCCL), so two workers,
+    on one GPU or on two, normalise with the global batch's statistics: one device's
+    parameters again."""
+    num_workers, _, results = k_workers_on_gpus
     if num_workers != 2:
         pytest.skip("checked at 2 workers")
     _, state = results["sync_batchnorm"]
@@ -153,13 +177,13 @@ def test_sync_batchnorm_over_gloo_makes_two_workers_one_gpu(k_workers_on_one_gpu
                            build_model("resnet18", seed=7).state_dict(), "fp64")
 
 
-def test_ddps_compute_on_a_gpu_leaves_out_the_wait_for_a_slower_worker(k_workers_on_one_gpu):
+def test_ddps_compute_on_a_gpu_leaves_out_the_wait_for_a_slower_worker(k_workers_on_gpus):
     """A review (2026-11-29): on a GPU backward's end waits on the stream for every
     bucket's sum, so a worker's compute took in the other workers' pace, and a
     proportional split saw two equal speeds. With the last worker emulating a device
     3x slower, the first's forward and backward are its own: well under the other's
     (before the mark, as long as the other's)."""
-    num_workers, results = k_workers_on_one_gpu
+    num_workers, _, results = k_workers_on_gpus
     if num_workers != 2:
         pytest.skip("checked at 2 workers")
     history, _ = results["ddp_straggler"]
