@@ -3,7 +3,8 @@ measurements, checked against its multi-worker trials, extrapolated to 64 worker
 
 Per step on k workers (docs/SCALING_MODEL.md has the derivation):
 
-    compute(k) = s1 * largest_shard(k) * contention(k)   # s1: seconds per example, 1 worker
+    compute(k) = (f + s1 * largest_shard(k)) * contention(k)  # s1: seconds per example
+                                                          # beyond f, 1 worker; f: GPU
     other      = the 1-worker step's remainder            # optimizer update, slicing: not / k
     comm(k)    = sum over calls of steps(k) * alpha + volume(k) * bytes / beta
 
@@ -13,7 +14,9 @@ at worker 0; the node's shared memory two barriers and (5k+1) bytes through the
 node's one memory bandwidth. alpha is fitted per step at the calibration's k; how
 it grows with k is the algorithm's.
 
-`s1` and `other` come from the 1-worker trial; `contention` from the calibration's
+`s1` and `other` come from the 1-worker trial; `f`, the part of an eager GPU step
+no smaller shard saves (its kernels' launches), from the calibration's probe of one
+worker's step at two batch sizes (0 on CPUs); `contention` from the calibration's
 concurrent compute probe of the trial's model (never from the trials it validates:
 their own compute seconds check it); `alpha` and `beta` from its allreduce
 microbenchmark (per transport, a robust fit) or from a named interconnect, `bytes` from the gradient
@@ -58,10 +61,17 @@ class _Baseline:
     """What a 1-worker trial says about one step."""
 
     trial: pd.Series
-    per_example_s: float  # forward+backward seconds per example
+    per_example_s: float  # forward+backward seconds per example, beyond `fixed_s`
     other_s: float  # per step: neither compute nor communication
     epoch_s: float  # measured: the mean of its seeds' epochs in the timing window
     gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
+    # Per step, forward and backward seconds that no smaller shard saves: the
+    # launches of an eager GPU step (calibration's "step_fixed"); 0 on a CPU.
+    fixed_s: float = 0.0
+
+    def compute_s(self, shard: int) -> float:
+        """One worker's forward and backward seconds a step on `shard` examples."""
+        return self.fixed_s + self.per_example_s * shard
 
 
 def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
@@ -188,7 +198,7 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
             "contention": factor,
             "contention_source": "probe" if probed == trial["model"] else f"probe of {probed}",
             "measured_contention": compute_s.mean() / (
-                steps * int(trial["batch_size_per_worker"]) * baseline.per_example_s),
+                steps * baseline.compute_s(int(trial["batch_size_per_worker"]))),
             "measured_compute_s": compute_s.mean(), "predicted_compute_s": steps * step[0],
             "measured_sync_s": steady["sync_time_s"].mean(),
             "measured_sync_least_s": sync_least_s, "sync_measured_as": sync_column,
@@ -269,8 +279,25 @@ def _baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: di
                 for entry in calibration["gradient_bytes"]}
     layout = (single["model"], single["precision"],
               single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
-    return _Baseline(single, (compute_s / (steps * int(single["global_batch_size"]))).mean(),
-                     other_s.mean(), history["epoch_time_s"].mean(), recorded[layout])
+    compute_per_step = compute_s / steps
+    fixed_s = min(fixed_step_s(calibration, single["model"], history),
+                  float(compute_per_step.min()))
+    return _Baseline(single, ((compute_per_step - fixed_s)
+                              / int(single["global_batch_size"])).mean(),
+                     other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
+                     fixed_s)
+
+
+def fixed_step_s(calibration: dict, model: str, history: pd.DataFrame) -> float:
+    """The part of a step of `model` that no smaller shard saves, as the calibration
+    probed it on a GPU ("step_fixed": an eager step's launches); 0 where it was not
+    probed (CPUs, whose steps scale with the shard; calibrations from before it),
+    and where the baseline's own step was replayed as a CUDA graph (`history`'s
+    `step_graph`), which the probe's eager steps say nothing of."""
+    if "step_graph" in history and (history["step_graph"] == "on").any():
+        return 0.0
+    return next((float(entry["fixed_s"]) for entry in calibration.get("step_fixed", [])
+                 if entry and entry["model"] == model), 0.0)
 
 
 def _predict_curve(baseline: _Baseline, link: Link, contending,
@@ -324,7 +351,7 @@ def whole_epoch_examples(trial: pd.Series) -> int:
 def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: int,
             contention_factor: float) -> tuple[float, float, float]:
     """(compute, other, communication) seconds of one step."""
-    compute_s = baseline.per_example_s * largest_shard * contention_factor
+    compute_s = baseline.compute_s(largest_shard) * contention_factor
     sums_s = comm_s(link, baseline.trial["sync"], baseline.gradient_bytes, num_workers)
     return compute_s, baseline.other_s, sums_s
 
@@ -362,7 +389,7 @@ def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | Non
     num_workers, global_batch = cell.num_workers, cell.global_batch_size
     largest_shard = max(even_shares(global_batch, num_workers))
     # The same examples an epoch: fewer, larger steps with a larger global batch.
-    one_s = steps * (baseline.per_example_s * batch + baseline.other_s)
+    one_s = steps * (baseline.compute_s(batch) + baseline.other_s)
     rows = []
     for link in WHAT_IF_LINKS[use_gpu]:
         epoch_s = steps * batch / global_batch * sum(

@@ -46,6 +46,15 @@ FIRST_CALL_REPEATS = 5
 COMPUTE_PROBE_S = 0.3
 COMPUTE_ROUNDS = 10
 COMPUTE_BUDGET_S = 30.0
+# On a GPU a step is not only arithmetic: launched kernel by kernel, LeNet's step
+# took 2.2 ms on an H200 for a few microseconds of it, and ResNet-18's 9-11 ms at
+# batch 256 and 15 ms at 1024, four times the examples in 1.7 times the time (issue
+# 38, bench/notes/gpu_step.md). So one worker's step is
+# timed at the probe's batch and at half of it, FIXED_ROUNDS rounds each, taking
+# turns: seconds = fixed + per example * shard, whose fixed part a shard k times
+# smaller does not shrink (`_fixed_step_probe`; report/scaling_model.py).
+FIXED_ROUNDS = 5
+FIXED_PROBE_S = 0.1
 
 
 def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
@@ -91,7 +100,13 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
                             model if name == config.model else
                             model_of(dataclasses.replace(config, model=name)).to(device),
                             config, device, worker_counts, batch_per_worker, name=name)],
-            "gradient_bytes": layout_bytes}
+            "gradient_bytes": layout_bytes,
+            "step_fixed": [_fixed_step_probe(
+                model if name == config.model else
+                model_of(dataclasses.replace(config, model=name)).to(device),
+                config, device, batch_per_worker, name=name)
+                for name, batch_per_worker in probes
+                if device.type == "cuda" and batch_per_worker > 1]}
 
 
 def counted_alone(sweep: SweepConfig) -> dict:
@@ -289,6 +304,48 @@ def _compute_probe(model, config: TrainConfig, device: torch.device,
              "rounds": num_rounds, "steps_per_round": steps,
              "seconds_per_example": totals[count].max().item()
              / (num_rounds * steps * batch_per_worker)} for count in counts]
+
+
+def _fixed_step_probe(model, config: TrainConfig, device: torch.device, batch_per_worker: int,
+                      *, name: str) -> dict | None:
+    """One worker's forward and backward seconds a step at `batch_per_worker` and at half
+    of it, timed on rank 0 alone (the others wait at a barrier, as the compute
+    probe's 1-worker rounds do) in FIXED_ROUNDS rounds that take turns, each of
+    about FIXED_PROBE_S: their medians fit `seconds = fixed + per example * shard`
+    through both, "fixed_s" (at least 0) the part no smaller shard saves. Rank 0's
+    dict; None on the others (whose results are not kept)."""
+    half = batch_per_worker // 2
+    _barrier()
+    figures = None
+    if get_rank() == 0:
+        steps_of = {size: _train_step(model, config, device, size)
+                    for size in (batch_per_worker, half)}
+        for step in steps_of.values():
+            for _ in range(2):
+                step()
+        _synchronize(device)
+        started = time.perf_counter()
+        steps_of[batch_per_worker]()
+        _synchronize(device)
+        repeats = max(1, round(FIXED_PROBE_S / (time.perf_counter() - started)))
+        seconds: dict[int, list[float]] = {size: [] for size in steps_of}
+        for _ in range(FIXED_ROUNDS):
+            for size, step in steps_of.items():
+                _synchronize(device)
+                started = time.perf_counter()
+                for _ in range(repeats):
+                    step()
+                _synchronize(device)
+                seconds[size].append((time.perf_counter() - started) / repeats)
+        full_s, half_s = (statistics.median(seconds[size]) for size in (batch_per_worker, half))
+        # Through (half, half_s) and (batch, full_s): fixed = half_s - half * slope.
+        slope = (full_s - half_s) / (batch_per_worker - half)
+        figures = {"model": name, "batch_per_worker": batch_per_worker, "half_batch": half,
+                   "full_s": full_s, "half_s": half_s,
+                   "fixed_s": max(0.0, half_s - half * slope), "rounds": FIXED_ROUNDS,
+                   "steps_per_round": repeats}
+    _barrier()
+    return figures
 
 
 def _steps_for(step, device: torch.device, num_counts: int) -> tuple[int, int]:

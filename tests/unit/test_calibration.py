@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from orchestrator.training import calibration
@@ -23,6 +24,7 @@ def test_one_process_times_compute_only(monkeypatch):
     measured = measure(TrainConfig(global_batch_size=32), torch.device("cpu"), worker_counts=(1,),
                        transports=("shared memory", "group"), layouts=())
     assert measured["allreduce"] == []
+    assert measured["step_fixed"] == []  # probed on a GPU only
     assert [(row["num_workers"], row["model"], row["batch_per_worker"], row["rounds"])
             for row in measured["compute"]] == [(1, "lenet", 32, 10)]
     # The CPU and the kernels torch chose on it, which a figure depends on.
@@ -82,3 +84,42 @@ def test_the_probes_are_the_models_that_run_on_several_workers_at_their_usual_ba
     # LeNet at 2 and 4 workers, global 256 and 512: 128, 64, 256, 128 a worker.
     assert probes_of(sweep) == (("lenet", 128),)
     assert probes_of(SweepConfig(base=TrainConfig(), workers=(1,))) == ()
+
+
+class _ScriptedClock:
+    """`time` for the calibration, read from a clock the scripted steps advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("fixed_s, per_example_s, expected", [
+    (0.002, 1e-5, 0.002),  # an eager GPU step: its launches and its arithmetic
+    (0.0, 1e-5, 0.0),  # a step that scales with its shard alone
+    (0.0, 0.0, 0.0),  # all launches: a shard of any size takes as long
+])
+def test_a_steps_fixed_part_is_where_its_line_through_two_batches_meets_none(
+        monkeypatch, fixed_s, per_example_s, expected):
+    clock = _ScriptedClock()
+    sizes = []
+
+    def scripted_step(model, config, device, batch_per_worker):
+        sizes.append(batch_per_worker)
+
+        def step():
+            clock.now += fixed_s + per_example_s * batch_per_worker + 1e-4
+        return step
+    monkeypatch.setattr(calibration, "time", clock)
+    monkeypatch.setattr(calibration, "_train_step", scripted_step)
+    figures = calibration._fixed_step_probe(None, TrainConfig(), torch.device("cpu"), 128,
+                                            name="lenet")
+    assert sizes == [128, 64]
+    # 1e-4 s a step more, at any shard: fixed too.
+    assert figures["fixed_s"] == pytest.approx(expected + 1e-4)
+    assert figures["full_s"] == pytest.approx(fixed_s + 1e-4 + 128 * per_example_s)
+    assert figures["half_s"] == pytest.approx(fixed_s + 1e-4 + 64 * per_example_s)
+    assert (figures["model"], figures["batch_per_worker"], figures["half_batch"],
+            figures["rounds"]) == ("lenet", 128, 64, calibration.FIXED_ROUNDS)

@@ -434,3 +434,52 @@ def test_a_steps_first_sum_costs_what_it_cost_right_after_a_backward():
     nvlink = [frame[(frame["link"] == INTERCONNECTS[-1].name)]["comm_s"].tolist()
               for frame in (one.predictions, two.predictions)]
     assert nvlink[0] == nvlink[1]
+
+
+FIXED_S = 0.02  # a step's launches on a GPU: no smaller shard saves them
+
+
+def _with_fixed_part(made: tuple[dict, list[dict]], k: int, graphed: bool = False
+                     ) -> tuple[dict, list[dict]]:
+    """`trial`'s row and epochs with FIXED_S more compute a step on every worker, as
+    an eager GPU step pays its launches whatever its shard."""
+    row, epochs = made
+    extra_s = STEPS * FIXED_S * CONTENTION[k]
+    row = {**row, "mean_epoch_time_s": row["mean_epoch_time_s"] + extra_s}
+    for epoch in epochs:
+        computes = [float(value) + extra_s
+                    for value in epoch["worker_compute_s"].strip("[]").split(",")]
+        epoch.update(epoch_time_s=epoch["epoch_time_s"] + extra_s * (1.5 if epoch["epoch"] == 1
+                                                                    else 1.0),
+                     worker_compute_s="[" + ", ".join(f"{value:.9g}" for value in computes) + "]",
+                     step_graph="on" if graphed else "off: several workers")
+    return row, epochs
+
+
+def test_a_gpu_steps_fixed_part_is_not_divided_among_the_workers():
+    """On a GPU a step's launches do not shrink with its shard (calibration's
+    `step_fixed`): the model keeps them whole on every worker, and so validates
+    the trials that paid them; read as seconds per example, it would forecast
+    k workers k times faster than the launches allow."""
+    summary, epochs = sweep(*(_with_fixed_part(trial(f"scratch-{k}", "scratch", k), k)
+                              for k in (1, 2, 4)))
+    probed = {**calibration(), "step_fixed": [{"model": "lenet", "batch_per_worker": 128,
+                                               "fixed_s": FIXED_S}]}
+    result = fit_and_validate(summary, epochs, probed)
+    assert result.validation["error"].abs().max() < 0.01
+    assert result.validation["measured_contention"].tolist() == pytest.approx(
+        result.validation["contention"].tolist(), rel=0.01)
+    # Without the probe, its 2 and 4 workers are forecast faster than they ran.
+    unprobed = fit_and_validate(summary, epochs, calibration())
+    assert (unprobed.validation["error"] < -0.1).all()
+    nvlink = result.predictions[(result.predictions["link"] == INTERCONNECTS[2].name)
+                                & (result.predictions["batch_scaling"] == "global")]
+    at_64 = nvlink.set_index("num_workers").loc[64, "compute_s"]
+    assert at_64 == pytest.approx(STEPS * (FIXED_S + PER_EXAMPLE_S * 4), rel=1e-6)
+    # A baseline whose step was replayed as a CUDA graph: the probe's eager steps say
+    # nothing of it, and its compute is read per example, as before.
+    summary, epochs = sweep(*(_with_fixed_part(trial(f"scratch-{k}", "scratch", k), k,
+                                               graphed=(k == 1)) for k in (1, 2, 4)))
+    graphed = fit_and_validate(summary, epochs, probed)
+    assert graphed.validation["predicted_epoch_s"].tolist() == pytest.approx(
+        fit_and_validate(summary, epochs, calibration()).validation["predicted_epoch_s"].tolist())

@@ -94,7 +94,7 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
                                   "samples from at least two workers; this sweep has not both.",
                                   ""])
     lines += ["An alpha-beta model of an epoch (docs/SCALING_MODEL.md): compute per example "
-              "from the 1-worker trial, slowed by the contention the calibration's probe of "
+              f"from the 1-worker trial{_fixed_text(calibration)}, slowed by the contention the calibration's probe of "
               f"workers computing at once read ({_probe_text(calibration)}; never from the "
               "trials it validates, whose own compute seconds check it below); per call the "
               "transport's algorithm's latency "
@@ -135,6 +135,21 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
               "`scaling_model.csv`, `scaling_model.png`, and `answers.md` (the next section "
               "alone, for sharing).", ""]
     return "\n".join(lines)
+
+
+def _fixed_text(calibration: dict) -> str:
+    """The part of a GPU step no smaller shard saves, where the calibration probed it:
+    ", beyond a part of each step that no smaller shard saves (an eager GPU step's
+    launches), kept whole on every worker: lenet 2.10 ms at 128 a worker, ..."."""
+    parts = [f"{row['model']} {row['fixed_s'] * 1e3:.3g} ms of {row['full_s'] * 1e3:.3g} ms at "
+             f"{row['batch_per_worker']} a worker (timed at {row['half_batch']} too)"
+             for row in calibration.get("step_fixed", []) if row]
+    if not parts:
+        return ""
+    return (", beyond a part of each step that no smaller shard saves (an eager GPU step's "
+            f"launches), kept whole on every worker: {'; '.join(parts)}; not where the "
+            f"1-worker step was replayed as a CUDA graph, of which the probe's eager steps "
+            f"say nothing")
 
 
 def _probe_text(calibration: dict) -> str:
