@@ -312,7 +312,8 @@ def _fixed_step_probe(model, config: TrainConfig, device: torch.device, batch_pe
     of it, timed on rank 0 alone (the others wait at a barrier, as the compute
     probe's 1-worker rounds do) in FIXED_ROUNDS rounds that take turns, each of
     about FIXED_PROBE_S: their medians fit `seconds = fixed + per example * shard`
-    through both, "fixed_s" (at least 0) the part no smaller shard saves. Rank 0's
+    through both, "fixed_s" the part no smaller shard saves (0 to the half batch's
+    seconds: a half batch timed slower than the whole reads as all fixed). Rank 0's
     dict; None on the others (whose results are not kept)."""
     half = batch_per_worker // 2
     _barrier()
@@ -342,7 +343,8 @@ def _fixed_step_probe(model, config: TrainConfig, device: torch.device, batch_pe
         slope = (full_s - half_s) / (batch_per_worker - half)
         figures = {"model": name, "batch_per_worker": batch_per_worker, "half_batch": half,
                    "full_s": full_s, "half_s": half_s,
-                   "fixed_s": max(0.0, half_s - half * slope), "rounds": FIXED_ROUNDS,
+                   "fixed_s": min(max(0.0, half_s - half * slope), half_s),
+                   "rounds": FIXED_ROUNDS,
                    "steps_per_round": repeats}
     _barrier()
     return figures

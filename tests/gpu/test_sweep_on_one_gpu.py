@@ -3,6 +3,7 @@ embedded Ray, as a reader of the book with one GPU runs it). Needs a CUDA GPU:
 skipped without one (tests/conftest.py); the plans on a CPU Ray that declares a
 GPU are tested in tests/cluster/test_sweep_script_on_ray.py."""
 
+import json
 import os
 
 import pandas as pd
@@ -37,6 +38,11 @@ def test_two_workers_share_the_gpu_over_gloo_and_give_no_speedup(tmp_path):
     assert set(epochs[epochs["num_workers"] == 1]["step_graph"]) == {
         "off: auto, in a sweep that times 1 and 2 workers against each other, whose several "
         "workers' steps run eagerly (--cuda-graph on captures the 1-worker steps anyway)"}
+    # The calibration timed one worker's eager step at 32 and 16 a worker (SMALL's
+    # batch of 64 over 2): the part no smaller shard saves (report/scaling_model.py).
+    (fixed,) = json.loads((out_dir / "calibration.json").read_text())["step_fixed"]
+    assert (fixed["model"], fixed["batch_per_worker"], fixed["half_batch"]) == ("lenet", 32, 16)
+    assert 0 <= fixed["fixed_s"] <= fixed["full_s"]
     trials = pd.read_csv(out_dir / "trials.csv")
     shared = trials[trials["num_workers"] == 2]
     assert shared["shared_gpu"].all() and shared["speedup"].isna().all()

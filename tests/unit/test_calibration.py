@@ -100,6 +100,7 @@ class _ScriptedClock:
     (0.002, 1e-5, 0.002),  # an eager GPU step: its launches and its arithmetic
     (0.0, 1e-5, 0.0),  # a step that scales with its shard alone
     (0.0, 0.0, 0.0),  # all launches: a shard of any size takes as long
+    (0.001, -1e-6, 0.001 - 64 * 1e-6),  # a half batch slower than the whole: all fixed
 ])
 def test_a_steps_fixed_part_is_where_its_line_through_two_batches_meets_none(
         monkeypatch, fixed_s, per_example_s, expected):
