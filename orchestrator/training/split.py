@@ -15,6 +15,12 @@ shapes make cuDNN's autotuner (`cudnn.benchmark`, on for every GPU run) search
 for its kernels inside that step, and would make a worker look slower for
 having been given a new share. A split re-set at every step, whose every step
 may be a first, falls back to those steps.
+
+A re-split moves the shares only where the speeds just measured say the slowest
+worker's step would end at least MIN_GAIN sooner. Speeds measured anew each
+window differ by their noise: followed to the example, a converged split moved
+by an example or two at every re-split (each a new shape: a new cuDNN search on
+a GPU), and workers of equal speed drifted apart on noise alone.
 """
 
 import math
@@ -26,6 +32,8 @@ from orchestrator.training.sync.collectives import allreduce_, get_rank, get_wor
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.dataset import even_shares
 from orchestrator.training.timing import DeviceTimer
+
+MIN_GAIN = 0.02
 
 
 def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:
@@ -121,14 +129,21 @@ class BatchSplit:
         # A worker that has only first steps since the last re-split is timed by those.
         columns = _all_gathered([*self._window, *self._firsts], self.device)
         self._window, self._firsts = [0, 0.0], [0, 0.0]
-        self.shares = proportional_shares(self.total, [
-            examples / seconds if examples else first_examples / first_seconds
-            for examples, seconds, first_examples, first_seconds in zip(*columns)])
+        speeds = [examples / seconds if examples else first_examples / first_seconds
+                  for examples, seconds, first_examples, first_seconds in zip(*columns)]
+        proposed = proportional_shares(self.total, speeds)
+        if _slowest_s(proposed, speeds) < (1 - MIN_GAIN) * _slowest_s(self.shares, speeds):
+            self.shares = proposed
 
     def _drain(self) -> None:
         seconds = self.timer.take()
         self._window[1] += seconds
         self._epoch[1] += seconds
+
+
+def _slowest_s(shares: Sequence[int], speeds: Sequence[float]) -> float:
+    """The seconds of a step's slowest worker, each computing its share at its speed."""
+    return max(share / speed for share, speed in zip(shares, speeds))
 
 
 def _all_gathered(values: list, device: torch.device) -> list[list[float]]:

@@ -118,3 +118,24 @@ def test_a_split_re_set_at_every_step_falls_back_to_first_steps(monkeypatch):
     assert split.shares == (128, 128)
     _step(split, timer, 0.001)  # no longer a first step: 1000 a second
     assert split.shares == (170, 86)
+
+
+def test_a_re_split_moves_the_shares_only_for_a_gain_beyond_the_speeds_noise(monkeypatch):
+    # Rank 1 computes 500 examples/s throughout; rank 0 1000, then 1% faster: followed
+    # to the example, the shares would move by one (a new shape, a new cuDNN search on
+    # a GPU) for a step 0.5% shorter.
+    split, timer = _two_worker_split(monkeypatch, interval_steps=2)
+    for seconds_an_example in (0.001, 0.001, 0.00099, 0.00099, 0.00098, 0.00098):
+        _step(split, timer, seconds_an_example)
+    assert proportional_shares(256, [1 / 0.00098, 500]) == (171, 85)
+    assert split.shares == (170, 86)
+    # Equal speeds, 1% apart: the even split stays.
+    split, timer = _two_worker_split(monkeypatch, interval_steps=2)
+    for seconds_an_example in (0.00198, 0.00198):
+        _step(split, timer, seconds_an_example)
+    assert proportional_shares(256, [1 / 0.00198, 500]) == (129, 127)
+    assert split.shares == (128, 128)
+    # Beyond MIN_GAIN it moves: rank 0 at 1.1x rank 1's speed.
+    for seconds_an_example in (0.002 / 1.1, 0.002 / 1.1):
+        _step(split, timer, seconds_an_example)
+    assert split.shares == proportional_shares(256, [1.1 * 500, 500]) == (134, 122)
