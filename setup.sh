@@ -38,6 +38,8 @@ if [ ! -e "$stamp" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   if [ -n "${TORCH_INDEX_URL:-}" ]; then
     echo "setup: torch and torchvision from $TORCH_INDEX_URL"
+    # An existing environment would keep the torch it has: removed first.
+    "$VENV/bin/python" -m pip uninstall -q -y torch torchvision >/dev/null 2>&1 || true
     "$VENV/bin/python" -m pip install -q --index-url "$TORCH_INDEX_URL" torch torchvision
   fi
   "$VENV/bin/python" -m pip install -q -e '.[test,tracking]'

@@ -150,10 +150,12 @@ class SweepConfig:
         several workers' steps run eagerly (training/graphed.py), so its 1-worker
         trials' do too. A replayed 1-worker step against launched ones would read the
         graph's gain as a loss of scaling: on an H200 LeNet's step took 0.58 ms
-        replayed, 2.2 ms launched (bench/notes/gpu_step.md), which alone would read 2
-        workers at a speedup of 0.5."""
+        replayed, 2.2 ms launched (bench/notes/gpu_step.md), and as it is nothing but
+        launches, 2 workers' eager steps take as long as one's: a speedup of 0.26 from
+        the graph alone."""
         counts = sorted({point.train.num_workers for point in self.grid})
-        if self.base.cuda_graph != "auto" or not self.base.use_gpu or len(counts) < 2:
+        if (self.base.cuda_graph != "auto" or not self.base.use_gpu or len(counts) < 2
+                or counts[0] != 1):
             return None
         return (f"auto, in a sweep that times {', '.join(map(str, counts[:-1]))} and "
                 f"{counts[-1]} workers against each other, whose several workers' steps run "

@@ -15,7 +15,7 @@ from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
 from orchestrator.training import datasets
 from orchestrator.driver import checks, plan
-from orchestrator.driver import storage
+from orchestrator.driver import device_check, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
 from orchestrator.driver.model_check import parameters_text
@@ -77,6 +77,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
             print(resumed)
         if args.dry_run:
             return RunOutcome(DRY_RUN_LINE, failed=False)
+        if config.use_gpu:
+            device_check.require_usable_gpus()
         if args.check_equivalence:
             from orchestrator.driver import equivalence
             try:
@@ -133,6 +135,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
         ran_on = {"cluster": cluster.describe(), "timing": timing_line(sweep_plan)}
+        if sweep.base.use_gpu and not args.dry_run:  # before anything is written
+            device_check.require_usable_gpus()
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with"
                   + ("; --max-concurrent-trials is its own too (Tune restores it)"

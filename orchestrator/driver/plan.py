@@ -193,12 +193,14 @@ def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,
 
 def _refuse_pinned_gpu_workers(config: TrainConfig) -> None:
     """`--pin-cores` is for CPU workers: it pins a worker's every thread to cores
-    chosen by its local rank, blind to which CPUs sit near its GPU, and NCCL's
-    threads, started later, would inherit them and share the training thread's."""
+    chosen by its local rank, blind to which CPUs sit near its GPU, and the threads
+    of its sums (NCCL's, or gloo's where workers share a GPU), started later, would
+    inherit them and share the training thread's."""
     if config.use_gpu and config.pin_cores:
         raise UserError("--pin-cores pins CPU workers to cores by local rank; GPU workers' "
-                        "NCCL threads would share their training thread's cores, whatever "
-                        "CPUs sit near their GPU: drop --pin-cores, or --use-gpu no")
+                        "communication threads (NCCL's, gloo's) would share their training "
+                        "thread's cores, whatever CPUs sit near their GPU: drop --pin-cores, "
+                        "or --use-gpu no")
 
 
 def with_gpu_from_cluster(config, cluster: Cluster):

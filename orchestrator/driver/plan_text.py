@@ -94,7 +94,7 @@ def graph_line(sweep) -> str | None:
     """Which GPU trials replay their step as a CUDA graph, where a sweep times
     several worker counts against each other (graphed.py); None elsewhere."""
     counts = sorted({point.train.num_workers for point in sweep.grid})
-    if not sweep.base.use_gpu or len(counts) < 2:
+    if not sweep.base.use_gpu or len(counts) < 2 or counts[0] != 1:
         return None
     if sweep.graph_held_off:
         return ("CUDA graphs: none (--cuda-graph auto): several workers' steps run eagerly, "

@@ -280,24 +280,27 @@ def _baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: di
     layout = (single["model"], single["precision"],
               single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
     compute_per_step = compute_s / steps
-    fixed_s = min(fixed_step_s(calibration, single["model"], history),
-                  float(compute_per_step.min()))
+    fixed_s = min(fixed_step_s(calibration, single, history), float(compute_per_step.min()))
     return _Baseline(single, ((compute_per_step - fixed_s)
                               / int(single["global_batch_size"])).mean(),
                      other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
                      fixed_s)
 
 
-def fixed_step_s(calibration: dict, model: str, history: pd.DataFrame) -> float:
-    """The part of a step of `model` that no smaller shard saves, as the calibration
-    probed it on a GPU ("step_fixed": an eager step's launches); 0 where it was not
-    probed (CPUs, whose steps scale with the shard; calibrations from before it),
-    and where the baseline's own step was replayed as a CUDA graph (`history`'s
-    `step_graph`), which the probe's eager steps say nothing of."""
+def fixed_step_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> float:
+    """The part of the 1-worker trial `single`'s step that no smaller shard saves, as
+    the calibration probed it on a GPU ("step_fixed": an eager step's launches) for
+    its model, precision and memory layout (`history`'s); 0 where none was probed
+    so (CPUs, whose steps scale with the shard; calibrations from before it), and
+    where its step was replayed as a CUDA graph (`step_graph`), which the probe's
+    eager steps say nothing of."""
     if "step_graph" in history and (history["step_graph"] == "on").any():
         return 0.0
+    layouts = set(history["memory_format"]) if "memory_format" in history else set()
     return next((float(entry["fixed_s"]) for entry in calibration.get("step_fixed", [])
-                 if entry and entry["model"] == model), 0.0)
+                 if entry and (entry["model"], entry["precision"]) == (single["model"],
+                                                                       single["precision"])
+                 and {entry["memory_format"]} == layouts), 0.0)
 
 
 def _predict_curve(baseline: _Baseline, link: Link, contending,

@@ -163,17 +163,18 @@ def _time_split_section(rows: list[dict]) -> list[str]:
 def _mixed_graphs_text(summary: pd.DataFrame, epochs: pd.DataFrame) -> str:
     """A sentence where 1-worker trials replayed their step as a CUDA graph and
     several workers' launched theirs (`--cuda-graph on` in a GPU sweep of several
-    worker counts): their speedups set one kind of step against the other."""
+    worker counts, or such a sweep resumed from before `auto` held graphs off there):
+    their speedups set one kind of step against the other."""
     if "step_graph" not in epochs or not (summary["num_workers"] > 1).any():
         return ""
     graphed = set(epochs.loc[epochs["step_graph"] == "on", "trial_id"])
     alone = summary[summary["num_workers"] == 1]
     if not alone["trial_id"].isin(graphed).any():
         return ""
-    return (" Here the 1-worker trials' steps were replayed as CUDA graphs "
-            "(`--cuda-graph on`) and several workers' were launched kernel by kernel: "
-            "their speedups set the two kinds of step against each other, and part of "
-            "what they read is the graph's gain, not the workers'.")
+    return (" Here the 1-worker trials' steps were replayed as CUDA graphs and several "
+            "workers' were launched kernel by kernel (`step_graph` in epochs.csv): their "
+            "speedups set the two kinds of step against each other, and part of what they "
+            "read is the graph's gain, not the workers'.")
 
 
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],

@@ -24,7 +24,8 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
 from orchestrator.training.loop import model_of
-from orchestrator.training.step import PARAMETER_DTYPES, to_model_input
+from orchestrator.training.layout import TORCH_FORMATS
+from orchestrator.training.step import PARAMETER_DTYPES, forward_backward, to_model_input
 from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
 from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
                                              root_transport)
@@ -52,7 +53,10 @@ COMPUTE_BUDGET_S = 30.0
 # 38, bench/notes/gpu_step.md). So one worker's step is
 # timed at the probe's batch and at half of it, FIXED_ROUNDS rounds each, taking
 # turns: seconds = fixed + per example * shard, whose fixed part a shard k times
-# smaller does not shrink (`_fixed_step_probe`; report/scaling_model.py).
+# smaller does not shrink (`_fixed_step_probe`; report/scaling_model.py). Timed as
+# the trials step: their forward and backward (step.forward_backward), in each
+# precision the sweep trains the model in and each memory layout `auto` may take,
+# cuDNN's autotuner on; the scaling model reads the entry of a baseline's own.
 FIXED_ROUNDS = 5
 FIXED_PROBE_S = 0.1
 
@@ -101,12 +105,15 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
                             model_of(dataclasses.replace(config, model=name)).to(device),
                             config, device, worker_counts, batch_per_worker, name=name)],
             "gradient_bytes": layout_bytes,
-            "step_fixed": [_fixed_step_probe(
-                model if name == config.model else
-                model_of(dataclasses.replace(config, model=name)).to(device),
-                config, device, batch_per_worker, name=name)
-                for name, batch_per_worker in probes
-                if device.type == "cuda" and batch_per_worker > 1]}
+            "step_fixed": [_fixed_step_probe(config, device, batch_per_worker, name=name,
+                                             precision=precision, memory_format=layout)
+                           for name, batch_per_worker in probes
+                           if device.type == "cuda" and batch_per_worker > 1
+                           for precision in dict.fromkeys(
+                               [p for m, p, _ in layouts if m == name] or [config.precision])
+                           for layout in (("nchw", "channels-last")
+                                          if config.memory_format == "auto"
+                                          else (config.memory_format,))]}
 
 
 def counted_alone(sweep: SweepConfig) -> dict:
@@ -306,20 +313,22 @@ def _compute_probe(model, config: TrainConfig, device: torch.device,
              / (num_rounds * steps * batch_per_worker)} for count in counts]
 
 
-def _fixed_step_probe(model, config: TrainConfig, device: torch.device, batch_per_worker: int,
-                      *, name: str) -> dict | None:
-    """One worker's forward and backward seconds a step at `batch_per_worker` and at half
-    of it, timed on rank 0 alone (the others wait at a barrier, as the compute
-    probe's 1-worker rounds do) in FIXED_ROUNDS rounds that take turns, each of
-    about FIXED_PROBE_S: their medians fit `seconds = fixed + per example * shard`
-    through both, "fixed_s" the part no smaller shard saves (0 to the half batch's
-    seconds: a half batch timed slower than the whole reads as all fixed). Rank 0's
-    dict; None on the others (whose results are not kept)."""
+def _fixed_step_probe(config: TrainConfig, device: torch.device, batch_per_worker: int, *,
+                      name: str, precision: str, memory_format: str) -> dict | None:
+    """One worker's forward and backward seconds a step of model `name`, in `precision`
+    and `memory_format`, at `batch_per_worker` and at half of it, timed on rank 0
+    alone (the others wait at a barrier, as the compute probe's 1-worker rounds do)
+    in FIXED_ROUNDS rounds that take turns, each of about FIXED_PROBE_S: their
+    medians fit `seconds = fixed + per example * shard` through both, "fixed_s" the
+    part no smaller shard saves (0 to the half batch's seconds: a half batch timed
+    slower than the whole reads as all fixed). Rank 0's dict; None on the others
+    (whose results are not kept)."""
     half = batch_per_worker // 2
     _barrier()
     figures = None
     if get_rank() == 0:
-        steps_of = {size: _train_step(model, config, device, size)
+        steps_of = {size: _shaped_step(config, device, size, name=name, precision=precision,
+                                       memory_format=memory_format)
                     for size in (batch_per_worker, half)}
         for step in steps_of.values():
             for _ in range(2):
@@ -341,13 +350,29 @@ def _fixed_step_probe(model, config: TrainConfig, device: torch.device, batch_pe
         full_s, half_s = (statistics.median(seconds[size]) for size in (batch_per_worker, half))
         # Through (half, half_s) and (batch, full_s): fixed = half_s - half * slope.
         slope = (full_s - half_s) / (batch_per_worker - half)
-        figures = {"model": name, "batch_per_worker": batch_per_worker, "half_batch": half,
+        figures = {"model": name, "precision": precision, "memory_format": memory_format,
+                   "batch_per_worker": batch_per_worker, "half_batch": half,
                    "full_s": full_s, "half_s": half_s,
                    "fixed_s": min(max(0.0, half_s - half * slope), half_s),
-                   "rounds": FIXED_ROUNDS,
-                   "steps_per_round": repeats}
+                   "rounds": FIXED_ROUNDS, "steps_per_round": repeats}
     _barrier()
     return figures
+
+
+def _shaped_step(config: TrainConfig, device: torch.device, batch_per_worker: int, *,
+                 name: str, precision: str, memory_format: str):
+    """One forward and backward of a fresh `name` on random images, as a trial in
+    `precision` and `memory_format` steps (step.forward_backward), as a callable."""
+    shaped = dataclasses.replace(config, model=name, precision=precision,
+                                 memory_format=memory_format)
+    model = model_of(shaped).to(device, PARAMETER_DTYPES[precision]).to(
+        memory_format=TORCH_FORMATS[memory_format])
+    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8,
+                           device=device)
+    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as every GPU trial runs (loop.py)
+    return lambda: forward_backward(model, images, labels, shaped)
 
 
 def _steps_for(step, device: torch.device, num_counts: int) -> tuple[int, int]:

@@ -17,6 +17,7 @@ import ray.train
 import ray.train.torch
 import torch
 
+from orchestrator.driver import device_check
 from orchestrator.training import calibration
 from orchestrator import ray_fastpath
 from orchestrator.training.checkpoint import load_checkpoint, save_checkpoint
@@ -69,23 +70,16 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
 
 
 def usable_device(device: torch.device) -> torch.device:
-    """`device`, Ray Train's choice for this worker, once torch can use it. Ray
-    counts a node's GPUs through NVML and hands them out whatever torch was built
-    for; a torch built for a newer CUDA than the node's NVIDIA driver (PyPI's
-    default torch wheels follow CUDA's newest) sees none, and the first tensor
-    put there would fail deep in the loop. One error here names it and the ways out."""
-    if device.type != "cuda" or torch.cuda.is_available():
+    """`device`, Ray Train's choice for this worker, once torch can use it: the
+    driver's node check (driver/device_check.py) refuses a GPU node whose torch
+    cannot, before a run starts; a node that joined since, or whose GPUs the check
+    could not reach, is named here, in one error with the ways out."""
+    if device.type != "cuda":
         return device
-    try:
-        torch.cuda.init()
-        cause = "torch.cuda.is_available() is False"
-    except Exception as error:  # torch's own words: driver too old, no driver, ...
-        cause = str(error).splitlines()[0].rstrip(".")
-    raise RuntimeError(
-        f"Ray gave this worker a GPU, but torch {torch.__version__} (built for CUDA "
-        f"{torch.version.cuda}) cannot use it on this node: {cause}. Install a torch for "
-        f"the node's NVIDIA driver (e.g. TORCH_INDEX_URL=https://download.pytorch.org/whl/"
-        f"cu126 ./setup.sh: README), or run with --use-gpu no")
+    cause = device_check.cuda_unusable()
+    if cause is None:
+        return device
+    raise RuntimeError(f"Ray gave this worker a GPU, but {cause}: {device_check.WAYS_OUT}")
 
 
 def pin_to_own_cores(local_rank: int, num_cores: int) -> list[int]:

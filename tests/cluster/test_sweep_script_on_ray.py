@@ -247,6 +247,8 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
       has one) plans the 1-GPU trial and names the 2-worker one as not run: exit 0.
     - `--workers 1,2 --gpus-per-worker 0.5` plans both, no step as a CUDA graph.
     - `--workers 2`, the user's own, is refused in one line naming the ways out.
+    - Run for real (no --dry-run), sweep.py and train.py find that torch cannot use
+      the GPU the head declares, and say so in one line before anything is written.
     (The rules: tests/unit/test_plan.py; a sweep attached to a cluster and run to
     its report: the two-node test above.)"""
     port = free_local_port(preferred=6379)
@@ -287,6 +289,21 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
             (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
             assert "needs 2 workers of {1 CPU, 1 GPU} each" in line
             assert "--gpus-per-worker 0.5" in line and "--use-gpu no" in line
+            assert not out_dir.exists()
+
+            # Run for real, the main command and train.py: the GPU this head declares is
+            # one torch here cannot use (no CUDA device), as on a node whose driver is
+            # older than torch's CUDA: one line naming it, before anything is written.
+            not_dry = [arg for arg in attach if arg != "--dry-run"]
+            for script, args in (("sweep.py", not_dry),
+                                 ("train.py", [*not_dry[:2], "--workers", "1", "--epochs", "1",
+                                               "--train-limit", "256", "--test-limit", "100"])):
+                run = run_script(script, *args, env=env)
+                assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+                (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+                assert re.match(r"error: node \S+ has 1 GPU\(s\) for Ray, but torch ", line), line
+                assert "cannot use it: " in line and line.endswith("or run with --use-gpu no")
+                assert "TORCH_INDEX_URL=" in line
             assert not out_dir.exists()
     finally:
         current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"

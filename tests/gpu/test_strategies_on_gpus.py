@@ -100,7 +100,7 @@ def _workers_body(rank: int, num_workers: int, placed: str, port: int, dataset,
 
 @pytest.fixture(scope="module", params=[(2, SHARED), (3, SHARED), (2, OWN), (3, OWN)],
                 ids=lambda param: f"{param[0]}-workers-{'shared' if param[1] == SHARED else 'own'}")
-def k_workers_on_gpus(request, fashion_mnist_small) -> tuple[int, dict]:
+def k_workers_on_gpus(request, fashion_mnist_small) -> tuple[int, str, dict]:
     """(k, each case's (history, parameters)) of k workers sharing cuda:0 over gloo,
     or on cuda:0 to cuda:k-1 over NCCL where the machine has k GPUs."""
     num_workers, placed = request.param

@@ -206,14 +206,16 @@ def test_13_6_1_says_how_the_models_parts_erred_where_communication_erred_more()
 
 def test_the_model_section_names_a_gpu_steps_fixed_part_where_it_was_probed():
     summary = _summary()
-    probed = {**calibration(), "step_fixed": [{"model": "lenet", "batch_per_worker": 128,
+    probed = {**calibration(), "step_fixed": [{"model": "lenet", "precision": "fp32",
+                                               "memory_format": "nchw", "batch_per_worker": 128,
                                                "half_batch": 64, "full_s": 0.0031,
                                                "half_s": 0.0026, "fixed_s": 0.0021}]}
     sheet = answer_sheet.build(summary, _timed_epochs(summary), probed, data_note="",
                                use_gpu=True)
     assert ("compute per example from the 1-worker trial, beyond a part of each step that no "
             "smaller shard saves (an eager GPU step's launches), kept whole on every worker: "
-            "lenet 2.1 ms of 3.1 ms at 128 a worker (timed at 64 too); not where the 1-worker "
+            "lenet (fp32, nchw) 2.1 ms of 3.1 ms at 128 a worker (timed at 64 too); not where "
+            "the 1-worker "
             "step was replayed as a CUDA graph, of which the probe's eager steps say nothing, "
             "slowed by the contention") in sheet.model_section
     unprobed = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",

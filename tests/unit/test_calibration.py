@@ -107,20 +107,39 @@ def test_a_steps_fixed_part_is_where_its_line_through_two_batches_meets_none(
     clock = _ScriptedClock()
     sizes = []
 
-    def scripted_step(model, config, device, batch_per_worker):
-        sizes.append(batch_per_worker)
+    def scripted_step(config, device, batch_per_worker, *, name, precision, memory_format):
+        sizes.append((batch_per_worker, name, precision, memory_format))
 
         def step():
             clock.now += fixed_s + per_example_s * batch_per_worker + 1e-4
         return step
     monkeypatch.setattr(calibration, "time", clock)
-    monkeypatch.setattr(calibration, "_train_step", scripted_step)
-    figures = calibration._fixed_step_probe(None, TrainConfig(), torch.device("cpu"), 128,
-                                            name="lenet")
-    assert sizes == [128, 64]
+    monkeypatch.setattr(calibration, "_shaped_step", scripted_step)
+    figures = calibration._fixed_step_probe(TrainConfig(), torch.device("cpu"), 128,
+                                            name="lenet", precision="bf16",
+                                            memory_format="channels-last")
+    assert sizes == [(128, "lenet", "bf16", "channels-last"), (64, "lenet", "bf16",
+                                                               "channels-last")]
     # 1e-4 s a step more, at any shard: fixed too.
     assert figures["fixed_s"] == pytest.approx(expected + 1e-4)
     assert figures["full_s"] == pytest.approx(fixed_s + 1e-4 + 128 * per_example_s)
     assert figures["half_s"] == pytest.approx(fixed_s + 1e-4 + 64 * per_example_s)
-    assert (figures["model"], figures["batch_per_worker"], figures["half_batch"],
-            figures["rounds"]) == ("lenet", 128, 64, calibration.FIXED_ROUNDS)
+    assert (figures["model"], figures["precision"], figures["memory_format"],
+            figures["batch_per_worker"], figures["half_batch"], figures["rounds"]) == (
+        "lenet", "bf16", "channels-last", 128, 64, calibration.FIXED_ROUNDS)
+
+
+@pytest.mark.parametrize("precision, memory_format", [("fp32", "nchw"), ("bf16", "channels-last")])
+def test_the_fixed_part_is_probed_through_the_trials_own_step(monkeypatch, precision,
+                                                              memory_format):
+    """The probe's real steps (on a CPU here; a GPU sweep probes on its GPU): a fresh
+    model's forward and backward as step.forward_backward runs a trial's, in the
+    precision and layout asked for. What is timed, not how fast."""
+    monkeypatch.setattr(calibration, "FIXED_ROUNDS", 2)
+    monkeypatch.setattr(calibration, "FIXED_PROBE_S", 0.01)
+    figures = calibration._fixed_step_probe(TrainConfig(), torch.device("cpu"), 8, name="lenet",
+                                            precision=precision, memory_format=memory_format)
+    assert (figures["precision"], figures["memory_format"], figures["half_batch"]) == (
+        precision, memory_format, 4)
+    assert figures["full_s"] > 0 and figures["half_s"] > 0
+    assert 0 <= figures["fixed_s"] <= figures["half_s"]

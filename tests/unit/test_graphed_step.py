@@ -200,17 +200,37 @@ def test_the_loops_graphed_path_is_its_eager_step_on_a_cpu(fashion_mnist_small, 
 
 
 def test_why_a_sweep_holds_auto_off_reaches_the_workers_record(monkeypatch, fashion_mnist_small):
-    """SweepConfig.graph_held_off's reason, from the sweep's Tune point to the trial's Train
-    run to the workers' loop, where epochs.csv's `step_graph` records it (on a CPU
-    here, which never captures: the reason is checked before the device)."""
+    """SweepConfig.graph_held_off's reason, from the sweep's Tune points to the trial's
+    Train run to the workers' loop, where epochs.csv's `step_graph` records it (on a
+    CPU here, which never captures: the reason is checked before the device). Each
+    hop with its neighbours stubbed: Tune's Tuner, Ray Train's trainer and context."""
     from orchestrator.config.grid import SweepConfig
     from orchestrator.driver import trial, tune_experiment
+    from orchestrator.training import worker
     from orchestrator.training.loop import run_training
 
     sweep = SweepConfig(workers=(1, 2), base=TrainConfig(use_gpu=True, num_epochs=1))
-    why = "auto, in a sweep that times 1 and 2 workers against each other"
-    point = tune_experiment._point_to_dict(sweep.grid[0], None, why)
-    assert point["graph_held_off"] == why
+    why = sweep.graph_held_off
+    assert why.startswith("auto, in a sweep that times 1 and 2 workers against each other")
+
+    class _Stop(Exception):
+        pass
+    spaces = []
+
+    def tuner(trainable, *, param_space, **rest):
+        spaces.append(param_space)
+        raise _Stop
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "10")
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "0")
+    monkeypatch.setattr(tune_experiment.tune, "with_parameters", lambda function, **_: function)
+    monkeypatch.setattr(tune_experiment.tune, "with_resources", lambda function, _: function)
+    monkeypatch.setattr(tune_experiment.tune, "Tuner", tuner)
+    with pytest.raises(_Stop):
+        tune_experiment.run_experiment(sweep, "data", storage_path="/tmp/unused", sweep_id="s",
+                                       max_concurrent=1, resume=False)
+    points = spaces[-1]["point"]["grid_search"]
+    assert [point["graph_held_off"] for point in points] == [why] * len(sweep.grid)
+    point = points[0]
     calls = []
     monkeypatch.setattr(tune_experiment, "run_trial", lambda *args, **kwargs: calls.append(kwargs))
     monkeypatch.setattr(tune_experiment.tune, "get_context",
@@ -226,6 +246,19 @@ def test_why_a_sweep_holds_auto_off_reaches_the_workers_record(monkeypatch, fash
                         loop_configs.append(loop_config) or _Fitted())
     assert trial.run_trial(TrainConfig(), "data", name="t1", graph_held_off=why) == "fitted"
     assert loop_configs[-1]["graph_held_off"] == why
+    runs = []
+    context = type("Context", (), {"get_node_id": lambda self: "node",
+                                   "get_job_id": lambda self: "job"})()
+    monkeypatch.setattr(worker.ray, "get", lambda ref: fashion_mnist_small)
+    monkeypatch.setattr(worker.ray, "get_runtime_context", lambda: context)
+    monkeypatch.setattr(worker.ray.train, "get_checkpoint", lambda: None)
+    monkeypatch.setattr(worker.ray.train.torch, "get_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(worker, "run_training", lambda *args, **kwargs: runs.append(kwargs))
+    # A worker process's own settings, not this test process's.
+    monkeypatch.setattr(worker.torch, "set_num_threads", lambda count: None)
+    monkeypatch.setattr(worker.ray_fastpath, "prepare_worker_process", lambda: None)
+    worker.train_loop_per_worker({**loop_configs[-1], "train_config": TrainConfig().to_dict()})
+    assert runs[-1]["graph_held_off"] == why
     config = TrainConfig(num_epochs=1, train_limit=2 * 64, test_limit=64, global_batch_size=64)
     history = run_training(config, fashion_mnist_small, device=torch.device("cpu"),
                            report=lambda *_: None, graph_held_off=why)
@@ -248,9 +281,9 @@ def test_a_gpu_torch_cannot_use_is_named_before_the_loop_starts(monkeypatch):
         usable_device(GPU)
     message = str(raised.value)
     assert message.startswith(f"Ray gave this worker a GPU, but torch {torch.__version__} "
-                              f"(built for CUDA {torch.version.cuda}) cannot use it on this "
-                              f"node: The NVIDIA driver on your system is too old (found "
-                              f"version 12040). Install a torch for the node's NVIDIA driver")
+                              f"(built for CUDA {torch.version.cuda}) cannot use it: The NVIDIA "
+                              f"driver on your system is too old (found version 12040): install "
+                              f"a torch for the node's NVIDIA driver")
     assert "TORCH_INDEX_URL=" in message and message.endswith("or run with --use-gpu no")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert usable_device(GPU) == GPU

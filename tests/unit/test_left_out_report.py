@@ -108,14 +108,14 @@ def test_speedups_of_a_graphed_step_against_launched_ones_say_so(recorded):
     mixed = epochs.assign(step_graph=[
         "on" if trial_id in alone else "off: several workers (their sums run eagerly)"
         for trial_id in epochs["trial_id"]])
-    sentence = ("Here the 1-worker trials' steps were replayed as CUDA graphs (`--cuda-graph "
-                "on`) and several workers' were launched kernel by kernel: their speedups set "
-                "the two kinds of step against each other, and part of what they read is the "
-                "graph's gain, not the workers'.")
+    sentence = ("Here the 1-worker trials' steps were replayed as CUDA graphs and several "
+                "workers' were launched kernel by kernel (`step_graph` in epochs.csv): their "
+                "speedups set the two kinds of step against each other, and part of what they "
+                "read is the graph's gain, not the workers'.")
     scaling = render_report(trials, mixed, title_lines=[]).split("## Scaling")[1]
     assert sentence in scaling.split("## Strategies")[0]
     held = epochs.assign(step_graph="off: auto, in a sweep that times 1 and 2 workers against "
                                     "each other")
     for alike in (epochs, held, mixed[mixed["trial_id"].isin(alone)]):
-        assert "CUDA graphs (`--cuda-graph" not in render_report(
+        assert "replayed as CUDA graphs and several" not in render_report(
             trials[trials["trial_id"].isin(alike["trial_id"])], alike, title_lines=[])

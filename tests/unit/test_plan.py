@@ -359,8 +359,10 @@ def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_pa
     assert ("CUDA graphs: the 1-worker trials' steps (--cuda-graph on); several workers' run "
             "eagerly, so a speedup here sets a replayed step against launched ones"
             ) in capsys.readouterr().out.splitlines()
-    # Nothing held off, and no line, where one worker count runs, or on CPUs.
-    for argv, nodes in (((), ONE_GPU), (("--preset", "scaling"), {"CPU": 8.0}),
+    # Nothing held off, and no line, where one worker count runs, where none is 1
+    # worker (no step is captured), or on CPUs.
+    for argv, nodes in (((), ONE_GPU), (("--workers", "2,4"), {"CPU": 64.0, "GPU": 8.0}),
+                        (("--preset", "scaling"), {"CPU": 8.0}),
                         (("--preset", "scaling", "--cuda-graph", "off"), {"CPU": 64.0, "GPU": 8.0})):
         fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(nodes))
         assert fitted.sweep.graph_held_off is None, argv
@@ -369,9 +371,10 @@ def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_pa
 
 
 def test_gpu_workers_are_not_pinned_to_cores(tmp_path):
-    """`--pin-cores` is for CPU workers: on GPUs it is refused in one line, whether the
-    for a sweep whose GPUs came from the cluster and for train.py's run."""
-    message = "--pin-cores pins CPU workers to cores by local rank; GPU workers' NCCL threads"
+    """`--pin-cores` is for CPU workers: on GPUs it is refused in one line, for a sweep
+    whose GPUs came from the cluster and for train.py's run."""
+    message = ("--pin-cores pins CPU workers to cores by local rank; GPU workers' "
+               "communication threads (NCCL's, gloo's)")
     with pytest.raises(UserError, match=re.escape(message)):
         plan.fit_to_cluster(_request(tmp_path, "--pin-cores"), _cluster(ONE_GPU))
     with pytest.raises(UserError, match=re.escape(message)):

@@ -452,7 +452,8 @@ def _with_fixed_part(made: tuple[dict, list[dict]], k: int, graphed: bool = Fals
         epoch.update(epoch_time_s=epoch["epoch_time_s"] + extra_s * (1.5 if epoch["epoch"] == 1
                                                                     else 1.0),
                      worker_compute_s="[" + ", ".join(f"{value:.9g}" for value in computes) + "]",
-                     step_graph="on" if graphed else "off: several workers")
+                     step_graph="on" if graphed else "off: several workers",
+                     memory_format="nchw")
     return row, epochs
 
 
@@ -463,8 +464,9 @@ def test_a_gpu_steps_fixed_part_is_not_divided_among_the_workers():
     k workers k times faster than the launches allow."""
     summary, epochs = sweep(*(_with_fixed_part(trial(f"scratch-{k}", "scratch", k), k)
                               for k in (1, 2, 4)))
-    probed = {**calibration(), "step_fixed": [{"model": "lenet", "batch_per_worker": 128,
-                                               "fixed_s": FIXED_S}]}
+    entry = {"model": "lenet", "precision": "fp32", "memory_format": "nchw",
+             "batch_per_worker": 128, "fixed_s": FIXED_S}
+    probed = {**calibration(), "step_fixed": [entry]}
     result = fit_and_validate(summary, epochs, probed)
     assert result.validation["error"].abs().max() < 0.01
     assert result.validation["measured_contention"].tolist() == pytest.approx(
@@ -476,6 +478,12 @@ def test_a_gpu_steps_fixed_part_is_not_divided_among_the_workers():
                                 & (result.predictions["batch_scaling"] == "global")]
     at_64 = nvlink.set_index("num_workers").loc[64, "compute_s"]
     assert at_64 == pytest.approx(STEPS * (FIXED_S + PER_EXAMPLE_S * 4), rel=1e-6)
+    # Probed in another precision or layout only: it says nothing of these steps.
+    for other in ({"precision": "bf16"}, {"memory_format": "channels-last"}):
+        elsewhere = {**calibration(), "step_fixed": [{**entry, **other}]}
+        assert fit_and_validate(summary, epochs, elsewhere).validation[
+            "predicted_epoch_s"].tolist() == pytest.approx(
+            unprobed.validation["predicted_epoch_s"].tolist())
     # A baseline whose step was replayed as a CUDA graph: the probe's eager steps say
     # nothing of it, and its compute is read per example, as before.
     summary, epochs = sweep(*(_with_fixed_part(trial(f"scratch-{k}", "scratch", k), k,

@@ -140,8 +140,10 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
 def _fixed_text(calibration: dict) -> str:
     """The part of a GPU step no smaller shard saves, where the calibration probed it:
     ", beyond a part of each step that no smaller shard saves (an eager GPU step's
-    launches), kept whole on every worker: lenet 2.10 ms at 128 a worker, ..."."""
-    parts = [f"{row['model']} {row['fixed_s'] * 1e3:.3g} ms of {row['full_s'] * 1e3:.3g} ms at "
+    launches), kept whole on every worker: lenet (fp32, nchw) 2.1 ms of 3.1 ms at 128
+    a worker, ...", as probed (the model takes at most a baseline's compute a step)."""
+    parts = [f"{row['model']} ({row['precision']}, {row['memory_format']}) "
+             f"{row['fixed_s'] * 1e3:.3g} ms of {row['full_s'] * 1e3:.3g} ms at "
              f"{row['batch_per_worker']} a worker (timed at {row['half_batch']} too)"
              for row in calibration.get("step_fixed", []) if row]
     if not parts:

@@ -1,0 +1,72 @@
+"""Before a GPU run starts on the cluster: can torch on each GPU node use its GPUs?
+
+Ray counts a node's GPUs through NVML and hands them out whatever torch was
+built for. A torch built for a newer CUDA than the node's NVIDIA driver (PyPI's
+default wheels follow CUDA's newest) sees none, and Ray Train's first act, the
+NCCL process group, would fail every worker of every trial with "ProcessGroupNCCL
+is only supported with GPUs, no GPUs found!", retried to the end. One task per
+GPU node, holding a sliver of a GPU so that Ray shows it one, asks torch; a node
+that cannot is named in one line, before anything is written or started.
+"""
+
+from orchestrator.errors import UserError
+
+# How long the nodes' answers may take: a task per node, started at once. A node
+# whose GPUs are all taken (another job's) does not answer in time and is not
+# refused here: the worker's own check (worker.usable_device) stays.
+CHECK_TIMEOUT_S = 60.0
+GPU_SLIVER = 0.01
+WAYS_OUT = ("install a torch for the node's NVIDIA driver (e.g. TORCH_INDEX_URL="
+            "https://download.pytorch.org/whl/cu126 ./setup.sh: README), or run with "
+            "--use-gpu no")
+
+
+def require_usable_gpus() -> None:
+    """Refuse, in one line, a cluster with a GPU node whose torch cannot use its GPU."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [node for node in ray.nodes()
+             if node["Alive"] and node["Resources"].get("GPU", 0) > 0]
+    if not nodes:
+        return
+    ask = ray.remote(num_cpus=0, num_gpus=GPU_SLIVER, max_retries=0)(_torch_cannot_use())
+    pending = {ask.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node["NodeID"], soft=False)).remote(): node for node in nodes}
+    ready, unready = ray.wait(list(pending), num_returns=len(pending), timeout=CHECK_TIMEOUT_S)
+    for ref in unready:
+        ray.cancel(ref, force=True)
+    for ref in ready:
+        try:
+            cause = ray.get(ref)
+        except Exception:  # the task's own failure says nothing of torch's view
+            continue
+        if cause:
+            node = pending[ref]
+            raise UserError(
+                f"node {node['NodeManagerAddress']} has "
+                f"{node['Resources']['GPU']:g} GPU(s) for Ray, but {cause}: {WAYS_OUT}")
+
+
+def _torch_cannot_use():
+    """A function that says why torch cannot use the GPU Ray showed it, or None;
+    made here so that Ray ships it by value: a node runs it without this package."""
+    def torch_cannot_use() -> str | None:
+        import torch
+        if torch.cuda.is_available():
+            return None
+        return (f"torch {torch.__version__} (built for CUDA {torch.version.cuda}) cannot "
+                f"use it: {_cause(torch)}")
+
+    def _cause(torch) -> str:
+        try:
+            torch.cuda.init()
+        except Exception as error:  # torch's own words: driver too old, no driver, ...
+            return str(error).splitlines()[0].rstrip(".")
+        return "torch.cuda.is_available() is False"
+    return torch_cannot_use
+
+
+def cuda_unusable() -> str | None:
+    """Why torch in this process cannot use CUDA, in the node check's words, or None."""
+    return _torch_cannot_use()()
