@@ -37,7 +37,8 @@ from orchestrator.config.options import TrainConfig  # noqa: E402
 from orchestrator.training import calibration  # noqa: E402
 from orchestrator.training.loop import model_of  # noqa: E402
 from orchestrator.training.sync.base import group_transport, root_transport  # noqa: E402
-from orchestrator.training.sync.collectives import allreduce_, get_rank, get_world_size  # noqa: E402
+from orchestrator.training.sync.collectives import (allreduce_, get_rank,  # noqa: E402
+                                                    get_world_size)
 
 OUTLIER = 1.5
 PASSES = 3
@@ -176,7 +177,8 @@ def main() -> None:
         "runs": args.runs, "workers": 2, "passes_per_size": PASSES,
         "sizes": sorted({row[4] for row in rows}), **figures,
         **{f"{kind}_outliers_in_passes_over_one_burst":
-           (round(figures["in_passes"][kind]["outliers"] / figures["one_burst"][kind]["outliers"], 3)
+           (round(figures["in_passes"][kind]["outliers"]
+                  / figures["one_burst"][kind]["outliers"], 3)
             if figures["one_burst"][kind]["outliers"] else None)
            for kind in ("allreduce", "first_call")},
         "seconds": round(time.perf_counter() - started, 1)}, append=not args.no_append)

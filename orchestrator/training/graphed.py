@@ -16,8 +16,8 @@ batch: the warm-up steps are the run's own, nothing is trained twice.
 Where it applies (`off_reason`): a CUDA device, one worker (the sums of several
 stay eager: NCCL's can be captured, gloo's cannot, and neither was run here on
 several GPUs), no sweep that times it against several workers' steps under
-`auto` (SweepConfig.graph_held_off), a sync whose one-worker step is the plain SGD step (scratch,
-bucketed, root), fixed shapes (every batch is full: the loop drops the
+`auto` (SweepConfig.graph_held_off), a sync whose one-worker step is the plain
+SGD step (scratch, bucketed, root), fixed shapes (every batch is full: the loop drops the
 partial last one), and the book's models: your own model is captured only
 with `--cuda-graph on`, since a replay repeats its kernels and nothing of its
 Python (a counter, an attribute rebound each step, Python's `random` would be

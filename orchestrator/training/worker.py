@@ -72,8 +72,10 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
 def usable_device(device: torch.device) -> torch.device:
     """`device`, Ray Train's choice for this worker, once torch can use it: the
     driver's node check (driver/device_check.py) refuses a GPU node whose torch
-    cannot, before a run starts; a node that joined since, or whose GPUs the check
-    could not reach, is named here, in one error with the ways out."""
+    cannot, before a run starts. Workers that share a GPU (gloo) on a node that
+    joined since, or whose GPUs the check could not reach, are stopped here, in one
+    error with the ways out; whole-GPU workers' NCCL group, which Ray Train makes
+    before this runs, fails first, in NCCL's words."""
     if device.type != "cuda":
         return device
     cause = device_check.cuda_unusable()

@@ -363,7 +363,8 @@ def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_pa
     # worker (no step is captured), or on CPUs.
     for argv, nodes in (((), ONE_GPU), (("--workers", "2,4"), {"CPU": 64.0, "GPU": 8.0}),
                         (("--preset", "scaling"), {"CPU": 8.0}),
-                        (("--preset", "scaling", "--cuda-graph", "off"), {"CPU": 64.0, "GPU": 8.0})):
+                        (("--preset", "scaling", "--cuda-graph", "off"),
+                         {"CPU": 64.0, "GPU": 8.0})):
         fitted = plan.fit_to_cluster(_request(tmp_path, *argv), _cluster(nodes))
         assert fitted.sweep.graph_held_off is None, argv
         plan_text.print_plan(fitted)

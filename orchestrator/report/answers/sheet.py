@@ -94,7 +94,8 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
                                   "samples from at least two workers; this sweep has not both.",
                                   ""])
     lines += ["An alpha-beta model of an epoch (docs/SCALING_MODEL.md): compute per example "
-              f"from the 1-worker trial{_fixed_text(calibration)}, slowed by the contention the calibration's probe of "
+              f"from the 1-worker trial{_fixed_text(calibration)}, slowed by the contention "
+              "the calibration's probe of "
               f"workers computing at once read ({_probe_text(calibration)}; never from the "
               "trials it validates, whose own compute seconds check it below); per call the "
               "transport's algorithm's latency "
