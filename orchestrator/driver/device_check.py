@@ -12,8 +12,9 @@ that cannot is named in one line, before anything is written or started.
 from orchestrator.errors import UserError
 
 # How long the nodes' answers may take: a task per node, started at once. A node
-# whose GPUs are all taken (another job's) does not answer in time and is not
-# refused here: the worker's own check (worker.usable_device) stays.
+# whose GPUs are all taken (another job's) does not answer in time: it is named
+# in a line and not refused (workers that share a GPU meet worker.usable_device;
+# whole-GPU workers, NCCL's own error).
 CHECK_TIMEOUT_S = 60.0
 GPU_SLIVER = 0.01
 WAYS_OUT = ("install a torch for the node's NVIDIA driver (e.g. TORCH_INDEX_URL="
@@ -36,6 +37,10 @@ def require_usable_gpus() -> None:
     ready, unready = ray.wait(list(pending), num_returns=len(pending), timeout=CHECK_TIMEOUT_S)
     for ref in unready:
         ray.cancel(ref, force=True)
+    if unready:
+        print(f"GPU check: {', '.join(pending[ref]['NodeManagerAddress'] for ref in unready)} "
+              f"did not answer within {CHECK_TIMEOUT_S:g} s (its GPUs all taken?): not "
+              f"checked", flush=True)
     for ref in ready:
         try:
             cause = ray.get(ref)

@@ -291,16 +291,19 @@ def fixed_step_s(calibration: dict, single: pd.Series, history: pd.DataFrame) ->
     """The part of the 1-worker trial `single`'s step that no smaller shard saves, as
     the calibration probed it on a GPU ("step_fixed": an eager step's launches) for
     its model, precision and memory layout (`history`'s); 0 where none was probed
-    so (CPUs, whose steps scale with the shard; calibrations from before it), and
+    so (CPUs, whose steps scale with the shard; calibrations from before it; seeds
+    whose `auto` chose different layouts), and
     where its step was replayed as a CUDA graph (`step_graph`), which the probe's
     eager steps say nothing of."""
     if "step_graph" in history and (history["step_graph"] == "on").any():
         return 0.0
+    # Its seeds' one layout (each node's `auto` chooses its own: seeds that differ
+    # match no entry, and f is 0).
     layouts = set(history["memory_format"]) if "memory_format" in history else set()
     return next((float(entry["fixed_s"]) for entry in calibration.get("step_fixed", [])
-                 if entry and (entry["model"], entry["precision"]) == (single["model"],
-                                                                       single["precision"])
-                 and {entry["memory_format"]} == layouts), 0.0)
+                 if entry and (entry["model"], entry.get("precision")) == (single["model"],
+                                                                           single["precision"])
+                 and {entry.get("memory_format")} == layouts), 0.0)
 
 
 def _predict_curve(baseline: _Baseline, link: Link, contending,

@@ -213,11 +213,11 @@ def test_the_model_section_names_a_gpu_steps_fixed_part_where_it_was_probed():
     sheet = answer_sheet.build(summary, _timed_epochs(summary), probed, data_note="",
                                use_gpu=True)
     assert ("compute per example from the 1-worker trial, beyond a part of each step that no "
-            "smaller shard saves (an eager GPU step's launches), kept whole on every worker: "
-            "lenet (fp32, nchw) 2.1 ms of 3.1 ms at 128 a worker (timed at 64 too); not where "
-            "the 1-worker "
-            "step was replayed as a CUDA graph, of which the probe's eager steps say nothing, "
-            "slowed by the contention") in sheet.model_section
+            "smaller shard saves (an eager GPU step's launches), kept whole on every worker, "
+            "the probe's of the baseline's own model, precision and layout (probed: lenet "
+            "(fp32, nchw) 2.1 ms of 3.1 ms at 128 a worker (timed at 64 too)); none where the "
+            "1-worker step was replayed as a CUDA graph, of which the probe's eager steps say "
+            "nothing, slowed by the contention") in sheet.model_section
     unprobed = answer_sheet.build(summary, _timed_epochs(summary), calibration(), data_note="",
                                   use_gpu=False)
     assert "compute per example from the 1-worker trial, slowed by" in unprobed.model_section

@@ -137,9 +137,25 @@ def test_the_fixed_part_is_probed_through_the_trials_own_step(monkeypatch, preci
     precision and layout asked for. What is timed, not how fast."""
     monkeypatch.setattr(calibration, "FIXED_ROUNDS", 2)
     monkeypatch.setattr(calibration, "FIXED_PROBE_S", 0.01)
+    seen = []
+    real = calibration.forward_backward
+
+    def spy(model, images, labels, config):
+        # LeNet's second conv: the first's one input channel lays out alike either way.
+        conv = [module for module in model.modules() if isinstance(module, torch.nn.Conv2d)][1]
+        seen.append((config.precision, config.memory_format, len(images),
+                     conv.weight.is_contiguous(memory_format=torch.channels_last)
+                     and not conv.weight.is_contiguous()))
+        return real(model, images, labels, config)
+    monkeypatch.setattr(calibration, "forward_backward", spy)
     figures = calibration._fixed_step_probe(TrainConfig(), torch.device("cpu"), 8, name="lenet",
                                             precision=precision, memory_format=memory_format)
     assert (figures["precision"], figures["memory_format"], figures["half_batch"]) == (
         precision, memory_format, 4)
     assert figures["full_s"] > 0 and figures["half_s"] > 0
     assert 0 <= figures["fixed_s"] <= figures["half_s"]
+    # Every step timed is the trials' own forward and backward, in that precision and
+    # layout (the first conv's weight channels-last where asked), at 8 and at 4.
+    channels_last = memory_format == "channels-last"
+    assert set(seen) == {(precision, memory_format, 8, channels_last),
+                         (precision, memory_format, 4, channels_last)}

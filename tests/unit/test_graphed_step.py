@@ -221,6 +221,7 @@ def test_why_a_sweep_holds_auto_off_reaches_the_workers_record(monkeypatch, fash
         spaces.append(param_space)
         raise _Stop
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "10")
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")  # run_trial's setdefault
     monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "0")
     monkeypatch.setattr(tune_experiment.tune, "with_parameters", lambda function, **_: function)
     monkeypatch.setattr(tune_experiment.tune, "with_resources", lambda function, _: function)

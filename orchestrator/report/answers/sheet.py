@@ -141,18 +141,20 @@ def _model_section(scaling: ScalingResult | None, calibration: dict | None) -> s
 def _fixed_text(calibration: dict) -> str:
     """The part of a GPU step no smaller shard saves, where the calibration probed it:
     ", beyond a part of each step that no smaller shard saves (an eager GPU step's
-    launches), kept whole on every worker: lenet (fp32, nchw) 2.1 ms of 3.1 ms at 128
-    a worker, ...", as probed (the model takes at most a baseline's compute a step)."""
+    launches), kept whole on every worker, ... (probed: lenet (fp32, nchw) 2.1 ms of
+    3.1 ms at 128 a worker, ...)", as probed (the model takes at most a baseline's
+    compute a step)."""
     parts = [f"{row['model']} ({row['precision']}, {row['memory_format']}) "
              f"{row['fixed_s'] * 1e3:.3g} ms of {row['full_s'] * 1e3:.3g} ms at "
              f"{row['batch_per_worker']} a worker (timed at {row['half_batch']} too)"
-             for row in calibration.get("step_fixed", []) if row]
+             for row in calibration.get("step_fixed", [])
+             if row and "precision" in row and "memory_format" in row]
     if not parts:
         return ""
     return (", beyond a part of each step that no smaller shard saves (an eager GPU step's "
-            f"launches), kept whole on every worker: {'; '.join(parts)}; not where the "
-            f"1-worker step was replayed as a CUDA graph, of which the probe's eager steps "
-            f"say nothing")
+            "launches), kept whole on every worker, the probe's of the baseline's own model, "
+            f"precision and layout (probed: {'; '.join(parts)}); none where the 1-worker step "
+            "was replayed as a CUDA graph, of which the probe's eager steps say nothing")
 
 
 def _probe_text(calibration: dict) -> str:
