@@ -144,6 +144,12 @@ class SweepConfig:
         return tuple(points)
 
     @functools.cached_property
+    def times_one_gpu_worker_against_others(self) -> bool:
+        """Whether this GPU sweep times 1-worker trials against trials of more workers."""
+        counts = {point.train.num_workers for point in self.grid}
+        return self.base.use_gpu and len(counts) > 1 and min(counts) == 1
+
+    @functools.cached_property
     def graph_held_off(self) -> str | None:
         """Why `--cuda-graph auto` captures no trial's step here, or None: on GPUs, a
         sweep of several worker counts times their steps against each other, and
@@ -153,10 +159,9 @@ class SweepConfig:
         replayed, 2.2 ms launched (bench/notes/gpu_step.md), and as it is nothing but
         launches, 2 workers' eager steps take as long as one's: a speedup of 0.26 from
         the graph alone."""
-        counts = sorted({point.train.num_workers for point in self.grid})
-        if (self.base.cuda_graph != "auto" or not self.base.use_gpu or len(counts) < 2
-                or counts[0] != 1):
+        if self.base.cuda_graph != "auto" or not self.times_one_gpu_worker_against_others:
             return None
+        counts = sorted({point.train.num_workers for point in self.grid})
         return (f"auto, in a sweep that times {', '.join(map(str, counts[:-1]))} and "
                 f"{counts[-1]} workers against each other, whose several workers' steps run "
                 f"eagerly (--cuda-graph on captures the 1-worker steps anyway)")

@@ -93,8 +93,7 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
 def graph_line(sweep) -> str | None:
     """Which GPU trials replay their step as a CUDA graph, where a sweep times
     several worker counts against each other (graphed.py); None elsewhere."""
-    counts = sorted({point.train.num_workers for point in sweep.grid})
-    if not sweep.base.use_gpu or len(counts) < 2 or counts[0] != 1:
+    if not sweep.times_one_gpu_worker_against_others:
         return None
     if sweep.graph_held_off:
         return ("CUDA graphs: none (--cuda-graph auto): several workers' steps run eagerly, "
