@@ -6,7 +6,9 @@ default wheels follow CUDA's newest) sees none, and Ray Train's first act, the
 NCCL process group, would fail every worker of every trial with "ProcessGroupNCCL
 is only supported with GPUs, no GPUs found!", retried to the end. One task per
 GPU node, holding a sliver of a GPU so that Ray shows it one, asks torch; a node
-that cannot is named in one line, before anything is written or started.
+that cannot is named in one line, before anything is written or started. Each
+node that can says how much memory its GPU has: the memory check's room
+(model_check.require_room_in_memory).
 """
 
 from orchestrator.errors import UserError
@@ -22,16 +24,18 @@ WAYS_OUT = ("install a torch for the node's NVIDIA driver (e.g. TORCH_INDEX_URL=
             "--use-gpu no")
 
 
-def require_usable_gpus() -> None:
-    """Refuse, in one line, a cluster with a GPU node whose torch cannot use its GPU."""
+def require_usable_gpus() -> float | None:
+    """Refuse, in one line, a cluster with a GPU node whose torch cannot use its GPU;
+    else the most memory, in bytes, of the GPUs the nodes showed (one a node), or
+    None where no node answered."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [node for node in ray.nodes()
              if node["Alive"] and node["Resources"].get("GPU", 0) > 0]
     if not nodes:
-        return
-    ask = ray.remote(num_cpus=0, num_gpus=GPU_SLIVER, max_retries=0)(_torch_cannot_use())
+        return None
+    ask = ray.remote(num_cpus=0, num_gpus=GPU_SLIVER, max_retries=0)(_gpu_answer())
     pending = {ask.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
         node["NodeID"], soft=False)).remote(): node for node in nodes}
     ready, unready = ray.wait(list(pending), num_returns=len(pending), timeout=CHECK_TIMEOUT_S)
@@ -41,9 +45,10 @@ def require_usable_gpus() -> None:
         print(f"GPU check: {', '.join(pending[ref]['NodeManagerAddress'] for ref in unready)} "
               f"did not answer within {CHECK_TIMEOUT_S:g} s (its GPUs all taken?): not "
               f"checked", flush=True)
+    memories = []
     for ref in ready:
         try:
-            cause = ray.get(ref)
+            cause, memory_bytes = ray.get(ref)
         except Exception:  # the task's own failure says nothing of torch's view
             continue
         if cause:
@@ -51,6 +56,22 @@ def require_usable_gpus() -> None:
             raise UserError(
                 f"node {node['NodeManagerAddress']} has "
                 f"{node['Resources']['GPU']:g} GPU(s) for Ray, but {cause}: {WAYS_OUT}")
+        memories.append(memory_bytes)
+    return max(memories, default=None)
+
+
+def _gpu_answer():
+    """A function a GPU node runs: why torch cannot use the GPU Ray showed it, and
+    None; or None and that GPU's memory in bytes. Made here, as `_torch_cannot_use`."""
+    cannot_use = _torch_cannot_use()
+
+    def gpu_answer() -> tuple[str | None, int | None]:
+        cause = cannot_use()
+        if cause:
+            return cause, None
+        import torch
+        return None, torch.cuda.get_device_properties(0).total_memory
+    return gpu_answer
 
 
 def _torch_cannot_use():

@@ -87,12 +87,18 @@ def memory_advice(device: str, where: str, batch_size_per_worker: int | None,
         return f"{ran_out} in the calibration's probes: --no-calibrate skips them"
     each = (f", training {counted(batch_size_per_worker, 'image')} a step per worker"
             if batch_size_per_worker else "")
+    return f"{ran_out}{each}: {less_memory_ways(device, precision, where == TRIAL)}"
+
+
+def less_memory_ways(device: str, precision: str | None, trials: bool = False) -> str:
+    """What needs less memory where a GPU's (`device` "GPU") or a node's ran out;
+    `trials`: fewer trials at a time too (a sweep's trials share a node's)."""
     if device == "GPU":
-        return (f"{ran_out}{each}: fewer images per worker (a smaller --batch-size, or more "
-                f"--workers with --batch-scaling global)"
+        return ("fewer images per worker (a smaller --batch-size, or more --workers with "
+                "--batch-scaling global)"
                 + (" or --precision bf16" if precision != "bf16" else "") + " needs less")
-    return (f"{ran_out}{each}: a smaller --batch-size, or fewer workers on a node"
-            + (" or fewer trials at a time (--max-concurrent-trials)" if where == TRIAL else "")
+    return ("a smaller --batch-size, or fewer workers on a node"
+            + (" or fewer trials at a time (--max-concurrent-trials)" if trials else "")
             + ", needs less")
 
 

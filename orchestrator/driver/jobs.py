@@ -18,7 +18,7 @@ from orchestrator.driver import checks, plan
 from orchestrator.driver import device_check, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
-from orchestrator.driver.model_check import parameters_text
+from orchestrator.driver.model_check import memory_line, parameters_text, require_room_in_memory
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
 from orchestrator.driver.rundir import claim_out_dir
 from orchestrator.driver.sweep_files import Session, SweepOutcome, write_report
@@ -73,12 +73,14 @@ def train(args: argparse.Namespace) -> RunOutcome:
                  if config.target_acc is not None else "")
               + f", {config.num_train_examples} train / {config.num_test_examples} test images "
               f"of {data_text(config)}")
+        if memory_line([config]):
+            print(memory_line([config]))
         if resumed:
             print(resumed)
         if args.dry_run:
             return RunOutcome(DRY_RUN_LINE, failed=False)
         if config.use_gpu:
-            device_check.require_usable_gpus()
+            require_room_in_memory([config], cluster, device_check.require_usable_gpus())
         if args.check_equivalence:
             from orchestrator.driver import equivalence
             try:
@@ -136,7 +138,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         sweep = sweep_plan.sweep
         ran_on = {"cluster": cluster.describe(), "timing": timing_line(sweep_plan)}
         if sweep.base.use_gpu and not args.dry_run:  # before anything is written
-            device_check.require_usable_gpus()
+            require_room_in_memory([point.train for point in sweep.grid], cluster,
+                                   device_check.require_usable_gpus())
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with"
                   + ("; --max-concurrent-trials is its own too (Tune restores it)"

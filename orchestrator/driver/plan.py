@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from orchestrator.driver import placement
 from orchestrator.driver.checks import SweepRequest
 from orchestrator.driver.cluster import Cluster
+from orchestrator.driver.model_check import require_room_in_memory
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
@@ -67,6 +68,7 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     for point in sweep.grid:
         cluster.require_room(point.train.num_workers, point.train.resources_per_worker,
                              what=f"the grid point with {point.train.num_workers} workers")
+    require_room_in_memory([point.train for point in sweep.grid], cluster)
     # Said in the plan however the halves came: here, `--gpus-per-worker`, or a resumed
     # sweep's (sweep.json keeps the fitted sweep).
     shared_gpu = (sweep.study == "exercises" and sweep.base.use_gpu
@@ -188,6 +190,7 @@ def fit_run_to_cluster(config: TrainConfig, gpu_from_cluster: bool,
         config = with_gpu_from_cluster(config, cluster)
     _refuse_pinned_gpu_workers(config)
     cluster.require_room(config.num_workers, config.resources_per_worker)
+    require_room_in_memory([config], cluster)
     return config
 
 

@@ -4,7 +4,7 @@ how the trials are timed, one line a trial and the points left out
 
 from orchestrator.config.dataset import shape_text
 from orchestrator.driver import plan
-from orchestrator.driver.model_check import parameters_text
+from orchestrator.driver.model_check import memory_line, parameters_text
 from orchestrator.records import counted
 
 
@@ -45,6 +45,9 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
     print(f"model {base.model}{parameters_text(base)}, data {data_text(base)}: "
           f"{base.num_train_examples} train / "
           f"{base.num_test_examples} test images")
+    memory = memory_line(point.train for point in points)
+    if memory:
+        print(memory)
     timing = timing_line(sweep_plan)
     if (sweep_plan.max_concurrent_trials == 1 and len(points) > 1
             and len({point.train.num_workers for point in points}) > 1):

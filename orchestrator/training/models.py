@@ -7,6 +7,7 @@ it; a user's model must be too (`check_model` says so in one line).
 """
 
 import inspect
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from torch.nn import functional as F
 
 from orchestrator.config.references import resolve
 from orchestrator.errors import UserError
+from orchestrator.training.memory import MemoryFloor, measure_floor
 
 # Fashion-MNIST's: the book's models are drawn for it, and any other data set
 # gives its own (the run's `num_classes` and `input_shape`).
@@ -153,12 +155,23 @@ def _takes_input_shape(function) -> bool | None:
     return False
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the driver learnt of a model by building and running it (`check_model`)."""
+
+    parameters: int
+    """Its trainable parameters."""
+    memory_floor: MemoryFloor
+    """The least a worker's step holds, at any batch size (memory.py)."""
+
+
 def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
-                syncs: tuple[str, ...] = ()) -> int:
+                syncs: tuple[str, ...] = ()) -> ModelFacts:
     """Build the model once on the driver and run a batch of two through it: one
     line (UserError) for a model the workers could not train, before any starts;
     with `ddp` among `syncs`, also one whose parameters are not all used (DDP
-    waits for every gradient and fails the step). Returns its number of parameters."""
+    waits for every gradient and fails the step). Returns its parameter count and
+    its step's memory floor, counted in training mode."""
     model = build_model(name, seed=0, num_classes=num_classes, input_shape=input_shape)
     lazy = [type(module).__name__ for module in model.modules()
             if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
@@ -181,7 +194,12 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
                         f"expected logits of shape (2, {num_classes}), one per class")
     if "ddp" in syncs:
         _require_every_parameter_used(name, model, input_shape)
-    return sum(p.numel() for p in parameters)
+    try:
+        floor = measure_floor(model, input_shape, num_classes)
+    except Exception as error:
+        raise UserError(f"--model {name}: a batch in training mode raised "
+                        f"{type(error).__name__}: {error}") from None
+    return ModelFacts(parameters=sum(p.numel() for p in parameters), memory_floor=floor)
 
 
 def _require_every_parameter_used(name: str, model: nn.Module,

@@ -238,6 +238,30 @@ def test_a_grid_point_that_cannot_fit_fails_fast_with_the_resources(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.reliability(fault="sweep.py: a batch whose step no node's memory can hold",
+                         lost="nothing")
+def test_a_step_too_big_for_any_node_s_memory_is_refused_before_it_starts(tmp_path):
+    """A model of one's own whose first layer keeps 3.2 MB an image for backward
+    (tests/unit/own_code.py:upsampled): at 60000 images a worker its step holds at
+    least 193 GB, more than this machine's memory as the embedded Ray counts it.
+    Refused in one line once Ray knows the node, before a trial or a file; the
+    floor's figures and the pigeonholes: tests/unit/test_memory_floor.py."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(Path(__file__).parents[1] / "unit"), os.environ.get("PYTHONPATH")]))}
+    out_dir = tmp_path / "out"
+    run = run_script("sweep.py", "--model", "own_code:upsampled", "--workers", "1",
+                     "--batch-size", "64,60000", "--out", str(out_dir), "--storage",
+                     str(tmp_path / "store"), env=env, timeout_s=120)
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: 1 worker at global batch 60000, fp32: a worker's step holds "
+                           "at least 193GB at 60000 images a worker (weights 35.5kB + "
+                           "activations 193GB), more than a node of "), line
+    assert line.endswith("(the memory Ray counts there) holds; a smaller --batch-size, or fewer "
+                         "workers on a node, needs less"), line
+    assert not out_dir.exists() and not (tmp_path / "store").exists()
+
+
 def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
     """A real head that declares 4 CPUs and one GPU (`ray start --num-gpus 1`; nothing
     here trains on it: the runs are --dry-runs, the plan fitted to this cluster, but

@@ -59,7 +59,7 @@ class _FakeRay:
 
 def test_only_live_gpu_nodes_are_asked_and_one_that_cannot_is_refused(monkeypatch):
     cause = "torch 2.14.1 (built for CUDA 13.0) cannot use it: Found no NVIDIA driver"
-    fake = _FakeRay(monkeypatch, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE], {GPU_NODE["NodeID"]: cause})
+    fake = _FakeRay(monkeypatch, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE], {GPU_NODE["NodeID"]: (cause, None)})
     with pytest.raises(UserError) as refused:
         device_check.require_usable_gpus()
     assert fake.asked == [GPU_NODE["NodeID"]]
@@ -69,16 +69,16 @@ def test_only_live_gpu_nodes_are_asked_and_one_that_cannot_is_refused(monkeypatc
 
 def test_nothing_is_asked_of_a_cluster_without_gpus(monkeypatch):
     fake = _FakeRay(monkeypatch, [CPU_NODE], {})
-    device_check.require_usable_gpus()
+    assert device_check.require_usable_gpus() is None
     assert fake.asked == []
 
 
 def test_a_node_that_can_passes_and_one_that_does_not_answer_is_named_not_refused(
         monkeypatch, capsys):
     other = {**GPU_NODE, "NodeID": "d" * 56, "NodeManagerAddress": "10.0.0.3"}
-    fake = _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: None},
+    fake = _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: (None, 80e9)},
                     unanswered={other["NodeID"]})
-    device_check.require_usable_gpus()
+    assert device_check.require_usable_gpus() == 80e9  # the memory check's room
     assert fake.cancelled == [other["NodeID"]]
     assert capsys.readouterr().out == (
         f"GPU check: 10.0.0.3 did not answer within {device_check.CHECK_TIMEOUT_S:g} s (its "
@@ -87,7 +87,7 @@ def test_a_node_that_can_passes_and_one_that_does_not_answer_is_named_not_refuse
 
 def test_a_check_task_that_failed_refuses_nothing(monkeypatch):
     _FakeRay(monkeypatch, [GPU_NODE], {GPU_NODE["NodeID"]: RuntimeError("worker died")})
-    device_check.require_usable_gpus()
+    assert device_check.require_usable_gpus() is None
 
 
 def test_the_check_says_why_torch_here_cannot_use_cuda(monkeypatch):

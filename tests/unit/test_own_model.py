@@ -31,8 +31,8 @@ RECORDED = Path(__file__).parents[1] / "data" / "own-model-sweep"
 
 
 def test_a_model_of_the_users_own_is_built_seeded_and_checked_on_a_batch():
-    assert check_model("own_code:mlp", num_classes=3, input_shape=(1, 20, 20)) == (
-        400 * 32 + 32 + 32 * 3 + 3)
+    facts = check_model("own_code:mlp", num_classes=3, input_shape=(1, 20, 20))
+    assert facts.parameters == 400 * 32 + 32 + 32 * 3 + 3
     first, again, other = (build_model("own_code:mlp", seed=seed, num_classes=3,
                                        input_shape=(1, 20, 20)) for seed in (0, 0, 1))
     assert torch.equal(first[1].weight, again[1].weight)  # the seed repeats its own init
@@ -64,8 +64,8 @@ def test_a_model_with_parameters_the_loss_does_not_reach_is_refused_for_ddp_only
     it): refused in one line where a run or a sweep would use ddp; the other syncs
     sum the gradients there are, and the spare layer's 20 parameters still count."""
     shape = dict(num_classes=3, input_shape=(1, 20, 20))
-    assert check_model("own_code:unused_parameters", **shape, syncs=("scratch", "sharded")) == (
-        400 * 32 + 32 + 32 * 3 + 3 + 4 * 4 + 4)
+    facts = check_model("own_code:unused_parameters", **shape, syncs=("scratch", "sharded"))
+    assert facts.parameters == 400 * 32 + 32 + 32 * 3 + 3 + 4 * 4 + 4
     with pytest.raises(UserError) as error:
         check_model("own_code:unused_parameters", **shape, syncs=("scratch", "ddp"))
     assert str(error.value).startswith(
@@ -78,7 +78,7 @@ def test_a_builder_without_input_shape_gets_the_classes_alone():
     """torchvision's models take num_classes and no image shape: called with the
     classes alone; a data set of other channels than its stem's is one line."""
     assert check_model("torchvision.models:resnet18", num_classes=5,
-                       input_shape=(3, 32, 32)) == 11_179_077
+                       input_shape=(3, 32, 32)).parameters == 11_179_077
     with pytest.raises(UserError, match=r"expected input\[2, 1, 28, 28\] to have 3 channels"):
         check_model("torchvision.models:resnet18", num_classes=10, input_shape=(1, 28, 28))
 
@@ -91,7 +91,8 @@ def test_a_builder_that_names_input_shape_shows_its_own_error():
     assert "unexpected keyword argument 'input_shape'" in str(error.value)
     assert "missing 1 required positional argument" not in str(error.value)
     # A builder of the classes alone is called so from the start.
-    assert check_model("own_code:classes_only", num_classes=2, input_shape=(1, 20, 20)) == 802
+    facts = check_model("own_code:classes_only", num_classes=2, input_shape=(1, 20, 20))
+    assert facts.parameters == 802
 
 
 def test_lenet_on_images_too_small_for_it_is_one_line():

@@ -328,6 +328,16 @@ def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     assert model_check.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
 
 
+def test_the_plan_prints_the_memory_floor_of_a_model_it_built(tmp_path, capsys):
+    """The line's figures: tests/unit/test_memory_floor.py."""
+    request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
+                       "--batch-size", "16,32", "--workers", "1")
+    plan_text.print_plan(plan.fit_to_cluster(request, _cluster({"CPU": 2.0, "memory": 8e9})))
+    (line,) = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("memory: ")]
+    assert " at 32 images a worker, fp32 (weights 51.7kB + activations " in line, line
+
+
 def test_a_gpu_sweep_of_several_worker_counts_captures_no_step_under_auto(tmp_path, capsys):
     """Several workers' steps run eagerly (graphed.py): a 1-worker step replayed as a
     CUDA graph beside them would read the graph's gain as a loss of scaling, so under

@@ -1,0 +1,104 @@
+"""The least memory a worker's training step can need, measured on the driver.
+
+A model of one's own, or a batch size larger than any tried before, most often
+fails by running out of memory, on every worker of every trial. Some of what a
+step holds is known before any worker starts: the weights and buffers, SGD's
+momentum buffer (one per weight, from the first step on), and the activations
+autograd keeps from the forward pass for the backward one. Counted on the
+driver, on the CPU, at two small batch sizes, the activations are a fixed part
+and a part per image; at the workers' batch they are the step's floor.
+
+A floor, not an estimate of the peak: the gradients, the collectives' buffers,
+the allocator's slack, cuDNN's workspace and CUDA's own context come on top
+(torch's `max_memory_allocated` over a GPU trial is the peak: `peak_memory_mb`
+in epochs.csv). So a step whose floor exceeds a device's memory cannot run on
+it, and the driver refuses it before anything starts (driver/model_check.py).
+The kept activations are those of torch's derivative formulas, the same on
+every device; under bf16 autocast they are taken at half their fp32 bytes, the
+least a 2-byte type can hold them in (autocast keeps some in fp32: more).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# The two batch sizes the activations are counted at: their difference is the
+# part per image; the smaller's rest, the part no batch size changes.
+PROBE_BATCH_SIZES = (2, 4)
+
+
+@dataclass(frozen=True)
+class MemoryFloor:
+    """What a worker's step holds at the least, in bytes, at any batch size."""
+
+    state_bytes: int
+    """The weights and buffers (BatchNorm's running statistics)."""
+    momentum_bytes: int
+    """SGD's momentum buffer: one value per trainable weight, in fp32."""
+    fixed_bytes: int
+    """Activations kept for backward whatever the batch size."""
+    per_image_bytes: int
+    """Activations kept for backward per image of the worker's batch, in fp32: the
+    images and labels themselves among them."""
+
+    def worker_bytes(self, batch_size_per_worker: int, precision: str, momentum: float) -> int:
+        """The floor of a worker's step at its batch, precision and momentum."""
+        per_image = self.per_image_bytes // 2 if precision == "bf16" else self.per_image_bytes
+        return (self.state_bytes + (self.momentum_bytes if momentum else 0)
+                + self.fixed_bytes + per_image * batch_size_per_worker)
+
+
+def measure_floor(model: nn.Module, input_shape: tuple[int, ...],
+                  num_classes: int) -> MemoryFloor:
+    """Count what `model`'s step keeps on the CPU at PROBE_BATCH_SIZES images in
+    fp32: its weights and buffers, and the activations autograd saves for backward
+    (each storage once, the weights' own left out). Leaves the model in train mode;
+    its BatchNorm statistics moved by the probe's batches."""
+    state = [*model.parameters(), *model.buffers()]
+    state_storages = {tensor.untyped_storage().data_ptr() for tensor in state}
+    state_bytes = sum(_storage_bytes(state))
+    momentum_bytes = sum(parameter.numel() * 4 for parameter in model.parameters()
+                         if parameter.requires_grad)
+    model.train()
+    small, large = (_saved_bytes(model, batch, input_shape, num_classes, state_storages)
+                    for batch in PROBE_BATCH_SIZES)
+    per_image = max(0, (large - small) // (PROBE_BATCH_SIZES[1] - PROBE_BATCH_SIZES[0]))
+    return MemoryFloor(state_bytes=state_bytes, momentum_bytes=momentum_bytes,
+                       fixed_bytes=max(0, small - per_image * PROBE_BATCH_SIZES[0]),
+                       per_image_bytes=per_image)
+
+
+def _saved_bytes(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
+                 num_classes: int, left_out: set[int]) -> int:
+    """The bytes of the storages autograd saves in a forward pass and the loss of
+    `batch_size` images, each storage once (an in-place ReLU's output is its
+    convolution's), the storages in `left_out` not counted."""
+    saved = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # no storage of its own (sparse): a floor
+            return tensor
+        if storage.data_ptr() not in left_out:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    images = torch.zeros(batch_size, *input_shape)
+    labels = torch.arange(batch_size) % num_classes
+    # The graph, which holds every saved tensor, lives until the count is taken:
+    # no storage freed in between can lend its address to another.
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = F.cross_entropy(model(images), labels)
+    count = sum(saved.values())
+    del loss
+    return count
+
+
+def _storage_bytes(tensors: list[torch.Tensor]) -> list[int]:
+    """Each distinct storage's bytes once: tied weights count once."""
+    return list({tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes()
+                 for tensor in tensors}.values())
+
