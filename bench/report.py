@@ -53,6 +53,7 @@ HEADLINES = {
     "scaling_held_out": ["held_out_max_abs_error", "target_met"],
     "sweep_overhead_cluster": ["embedded_fixed_cost_per_trial_s", "netns_fixed_cost_per_trial_s",
                                "netns_to_embedded_fixed_cost"],
+    "memory_floor": ["floor_under_peak_everywhere", "min_floor_over_peak", "max_floor_over_peak"],
     "ray_train_api": ["ratio_ours_over_ray_train_api", "ours_epoch_s", "ray_train_api_epoch_s",
                       "target_met"],
 }
@@ -217,6 +218,17 @@ def held_out_section(history: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def rows_section(record: dict) -> list[str]:
+    """A record's `rows` (one dict of figures each, all of the same keys) as a table."""
+    rows = record.get("rows")
+    if not rows:
+        return []
+    columns = list(rows[0])
+    return (["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+            + ["| " + " | ".join(_format(row[column]) for column in columns) + " |"
+               for row in rows] + [""])
+
+
 def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
     lines = [HEADER]
     for history in histories:
@@ -227,8 +239,9 @@ def render(histories: list[list[dict]], notes: dict[str, str]) -> str:
                   *([f"- commit: {record['commit']}"] if "commit" in record else []), "",
                   "| figure | value |", "| --- | --- |"]
         lines += [f"| {key} | {_format(_without_steps(value))} |" for key, value in record.items()
-                  if key not in META]
+                  if key not in META and key != "rows"]
         lines.append("")
+        lines += rows_section(record)
         lines += _by_machine(history)
         if name == "sync_strategies":
             lines += sharded_section(record)
