@@ -7,7 +7,10 @@ peak (a refusal of a step that fits), and the nearer it is, the more it
 catches. The peak is the second step's (SGD with momentum 0.9: its buffers made
 by the first), forward, backward, update and the gradients cleared: on the CPU
 every tensor live at once as torch's MemTracker counts it, on a GPU
-`torch.cuda.max_memory_allocated` (cuDNN's workspaces included).
+`torch.cuda.max_memory_allocated` (cuDNN's workspaces included). A small vision
+transformer layer (`encoder`) is among the models: its attention is counted as
+CUDA's fused kernels keep it, less than the CPU's math path holds, so on a CPU
+its floor may sit far under the peak, and on a GPU it must still sit under it.
 
     python bench/memory_floor.py [--out DIR]   # DIR: a lent GPU's files come back there
 """
@@ -19,6 +22,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -29,8 +33,23 @@ from orchestrator.training.models import build_model  # noqa: E402
 
 NAME = "memory_floor"
 MODELS = {"lenet": (1, 28, 28), "resnet18": (1, 28, 28),
-          "torchvision.models:resnet18": (3, 64, 64)}
+          "torchvision.models:resnet18": (3, 64, 64), "memory_floor:encoder": (1, 28, 28)}
 BATCH_SIZES = {"cpu": (32, 256), "cuda": (32, 256, 1024)}
+
+
+def encoder(num_classes: int, input_shape: tuple) -> nn.Module:
+    """A vision transformer's layer: 196 tokens, one per 2x2 patch, of 64 values,
+    4 heads (nn.MultiheadAttention, through F.scaled_dot_product_attention)."""
+    channels, height, width = input_shape
+    return nn.Sequential(
+        nn.Conv2d(channels, 64, kernel_size=2, stride=2), nn.Flatten(2),
+        Transposed(), nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
+        nn.Flatten(), nn.Linear(64 * (height // 2) * (width // 2), num_classes))
+
+
+class Transposed(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)
 
 
 def peak_bytes(name: str, input_shape: tuple, batch_size: int, precision: str,

@@ -26,8 +26,9 @@ WAYS_OUT = ("install a torch for the node's NVIDIA driver (e.g. TORCH_INDEX_URL=
 
 def require_usable_gpus() -> float | None:
     """Refuse, in one line, a cluster with a GPU node whose torch cannot use its GPU;
-    else the most memory, in bytes, of the GPUs the nodes showed (one a node), or
-    None where no node answered."""
+    else the most memory, in bytes, of the GPUs the nodes showed (one a node: a node
+    of GPUs of several sizes is read by the one Ray chose), or None unless every GPU
+    node answered (one that did not may hold the largest)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -57,7 +58,7 @@ def require_usable_gpus() -> float | None:
                 f"node {node['NodeManagerAddress']} has "
                 f"{node['Resources']['GPU']:g} GPU(s) for Ray, but {cause}: {WAYS_OUT}")
         memories.append(memory_bytes)
-    return max(memories, default=None)
+    return max(memories) if len(memories) == len(nodes) else None
 
 
 def _gpu_answer():

@@ -1,8 +1,8 @@
 """The user's model, or a book's on another data set, built and run on the
 driver before Ray starts: refused in one line where the workers could not
-train it, and its size kept for the plan's lines; once the cluster is known, a
-step whose memory floor (training/memory.py) no device or node there can hold
-is refused too."""
+train it, and its size and memory floor (training/memory.py) kept for the
+plan's lines; once the cluster is known, a point whose floor cannot fit on the
+device that must hold the most of a trial is refused too."""
 
 import math
 from collections.abc import Iterable
@@ -43,85 +43,114 @@ def parameters_text(config: TrainConfig) -> str:
 def memory_line(configs: Iterable[TrainConfig]) -> str:
     """"memory: a worker's step holds at least 1.37GB at 512 images a worker, fp32
     (weights 44.8MB + momentum 44.7MB + activations 1.28GB), the most of the plan's
-    points": the floor of the point whose floor is highest; empty for the book's
-    models on Fashion-MNIST, which `check_model` does not build."""
-    needs = _needs(configs)
+    points": the floor of the point whose floor is highest, for its busiest worker;
+    empty for the book's models on Fashion-MNIST, which `check_model` does not build."""
+    needs = [(config, _parts(floor, config, config.batch_size_per_worker))
+             for config, floor in _floors(configs)]
     if not needs:
         return ""
-    need, config, floor = max(needs, key=lambda item: item[0])
+    config, parts = max(needs, key=lambda item: sum(item[1].values()))
     most = ", the most of the plan's points" if len(needs) > 1 else ""
-    return (f"memory: a worker's step holds at least {_bytes(need)} at "
+    return (f"memory: a worker's step holds at least {_bytes(sum(parts.values()))} at "
             f"{counted(config.batch_size_per_worker, 'image')} a worker, {config.precision} "
-            f"({_parts_text(floor, config)}){most}; gradients, the sums' buffers and the "
+            f"({_parts_text(parts)}){most}; gradients, the sums' buffers and the "
             f"allocator's slack come on top")
 
 
 def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
                            gpu_memory_bytes: float | None = None) -> None:
-    """Refuse, in one line, points whose step's memory floor cannot fit where their
-    workers would run: on a GPU (`gpu_memory_bytes`, a GPU's memory as the GPU check
-    read it; None: GPU points are not checked) or in a node's memory as Ray counts
-    it (`memory` and the object store's, the node's free memory when Ray started
-    there). Pigeonholes, so that no point that could fit is refused: a trial's k
-    workers on G GPUs put ceil(k / G) on one at least (one, when each owns its GPU),
-    and on n nodes that hold its workers, ceil(k / n) on one node."""
+    """Refuse, in one line, points whose step's memory floor cannot fit on the device
+    that must hold the most of a trial: a GPU (`gpu_memory_bytes`, the most a GPU
+    has as the GPU check read them; None: GPU points are not checked) or, for CPU
+    workers, a node, in its memory as Ray counts it (`memory` and the object
+    store's: the node's free memory when Ray started there, or what `ray start
+    --memory` declared). Floors throughout, so that no point that could fit is
+    refused (`_most_on_one_device`)."""
     too_big = []
-    for need, config, floor in _needs(configs):
+    for config, floor in _floors(configs):
         if config.use_gpu:
             if gpu_memory_bytes is None:
                 continue
-            together = math.ceil(config.num_workers / max(1, math.floor(cluster.num_gpus)))
+            devices = max(1, math.floor(cluster.num_gpus))
             room, where = gpu_memory_bytes, f"a GPU of {_bytes(gpu_memory_bytes)}"
         else:
             holding = [node for node, capacity in zip(
                 cluster.node_resources, cluster.node_capacities(config.resources_per_worker))
-                if capacity > 0] or cluster.node_resources
-            rooms = [node["memory"] + node.get("object_store_memory", 0.0)
-                     for node in holding if "memory" in node]
-            if not rooms:  # a node that counts no memory: not checked
+                if capacity > 0] or list(cluster.node_resources)
+            if not all("memory" in node for node in holding):  # a node that counts none
                 continue
-            together = math.ceil(config.num_workers / len(holding))
-            room = max(rooms)
+            devices = len(holding)
+            room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {_bytes(room)} (the memory Ray counts there)"
-        if need * together > room:
-            too_big.append((need, config, floor, together, where))
+        shares = _most_on_one_device(floor, config, min(devices, config.num_workers))
+        parts = _group_parts(floor, config, shares)
+        if sum(parts.values()) > room:
+            too_big.append((sum(parts.values()), config, parts, shares, where))
     if not too_big:
         return
-    need, config, floor, together, where = min(too_big, key=lambda item: item[0])
+    need, config, parts, shares, where = min(too_big, key=lambda item: item[0])
     from orchestrator.driver.failures import less_memory_ways
     more = (f" (the least of this plan's {len(too_big)} points that cannot fit)"
             if len(too_big) > 1 else "")
-    held = (f"and at least {together} of the trial's workers share {where}: more than it "
-            f"holds" if together > 1 else f"more than {where} holds")
+    whose = (f"a worker's step at {counted(shares[0], 'image')} holds" if len(shares) == 1 else
+             f"the steps of {len(shares)} workers that must share one, at "
+             f"{counted(sum(shares), 'image')} among them, hold")
     raise UserError(
         f"{counted(config.num_workers, 'worker')} at global batch {config.global_batch_size}, "
-        f"{config.precision}{more}: a worker's step holds at least {_bytes(need)} at "
-        f"{counted(config.batch_size_per_worker, 'image')} a worker "
-        f"({_parts_text(floor, config)}), {held}; "
+        f"{config.precision}{more}: {whose} at least {_bytes(need)} ({_parts_text(parts)}), "
+        f"more than {where} holds; "
         f"{less_memory_ways('GPU' if config.use_gpu else 'node', config.precision)}")
 
 
-def _needs(configs: Iterable[TrainConfig]) -> list[tuple[int, TrainConfig, object]]:
-    """Each config's step floor, with the config and the model's floor: for the models
-    `check_model` built."""
-    needs = []
+def _most_on_one_device(floor, config: TrainConfig, devices: int) -> list[int]:
+    """The images of each worker on the device that must hold the most of a trial of
+    `config` whose workers spread over `devices` (GPUs or nodes), at the least: of its
+    k workers, one device holds ceil(k / devices), which under the even split hold the
+    smallest shares at least, and under the proportional one an image each (a share
+    may shrink to one); and one device holds the busiest worker (even split), or
+    ceil(B / devices) of the global batch B (proportional)."""
+    together = math.ceil(config.num_workers / devices)
+    if config.split == "even":
+        shares = sorted(config.batch_sizes_per_worker)
+        crowded, busiest = shares[:together], [shares[-1]]
+    else:
+        crowded, busiest = [1] * together, [math.ceil(config.global_batch_size / devices)]
+    return max(crowded, busiest,
+               key=lambda shares: sum(_group_parts(floor, config, shares).values()))
+
+
+def _floors(configs: Iterable[TrainConfig]) -> list[tuple[TrainConfig, object]]:
+    """Each config with its model's memory floor (memory.MemoryFloor): for the models
+    `check_model` built and could count."""
+    floors = []
     for config in configs:
         facts = _FACTS.get(_model_key(config))
-        if facts is not None:
-            floor = facts.memory_floor
-            needs.append((floor.worker_bytes(config.batch_size_per_worker, config.precision,
-                                             config.momentum), config, floor))
-    return needs
+        if facts is not None and facts.memory_floor is not None:
+            floors.append((config, facts.memory_floor))
+    return floors
 
 
-def _parts_text(floor, config: TrainConfig) -> str:
+def _parts(floor, config: TrainConfig, images: int) -> dict[str, int]:
+    """The floor of one of `config`'s workers' step at `images`, by part. `--sync
+    sharded` keeps 1/k of the momentum on each worker (sync/sharded.py); a run of one
+    step frees its activations before the first update makes the momentum."""
+    momentum = config.momentum if config.steps_per_epoch * config.num_epochs > 1 else 0.0
+    return floor.parts(images, config.precision, momentum,
+                       optimizer_shards=config.num_workers if config.sync == "sharded" else 1)
+
+
+def _group_parts(floor, config: TrainConfig, shares: list[int]) -> dict[str, int]:
+    """The floors of workers at `shares` images each, by part, summed."""
+    total: dict[str, int] = {}
+    for share in shares:
+        for name, count in _parts(floor, config, share).items():
+            total[name] = total.get(name, 0) + count
+    return total
+
+
+def _parts_text(parts: dict[str, int]) -> str:
     """"weights 44.8MB + momentum 44.7MB + activations 1.28GB": a floor's parts."""
-    weights = floor.state_bytes + (floor.momentum_bytes if config.momentum else 0)
-    activations = floor.worker_bytes(config.batch_size_per_worker, config.precision,
-                                     config.momentum) - weights
-    return " + ".join([f"weights {_bytes(floor.state_bytes)}"]
-                      + ([f"momentum {_bytes(floor.momentum_bytes)}"] if config.momentum else [])
-                      + [f"activations {_bytes(activations)}"])
+    return " + ".join(f"{name} {_bytes(count)}" for name, count in parts.items())
 
 
 def _bytes(count: float) -> str:

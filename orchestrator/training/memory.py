@@ -13,9 +13,14 @@ the allocator's slack, cuDNN's workspace and CUDA's own context come on top
 (torch's `max_memory_allocated` over a GPU trial is the peak: `peak_memory_mb`
 in epochs.csv). So a step whose floor exceeds a device's memory cannot run on
 it, and the driver refuses it before anything starts (driver/model_check.py).
-The kept activations are those of torch's derivative formulas, the same on
-every device; under bf16 autocast they are taken at half their fp32 bytes, the
-least a 2-byte type can hold them in (autocast keeps some in fp32: more).
+The kept activations are those of torch's derivative formulas, which the CPU
+and the GPU share, but for attention: `F.scaled_dot_product_attention` keeps
+its whole attention matrix on the CPU's math path, and CUDA's fused kernels
+(flash, memory-efficient) a log-sum-exp per query instead, so it is counted as
+they keep it (`_AsFusedAttention`). Recurrent layers (cuDNN's against the
+CPU's) have not been compared. Under bf16 autocast the activations are taken at
+half their fp32 bytes, the least a 2-byte type can hold them in (autocast keeps
+some in fp32: more). Validated against real steps by bench/memory_floor.py.
 """
 
 from dataclasses import dataclass
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 # The two batch sizes the activations are counted at: their difference is the
 # part per image; the smaller's rest, the part no batch size changes.
@@ -36,18 +42,29 @@ class MemoryFloor:
     state_bytes: int
     """The weights and buffers (BatchNorm's running statistics)."""
     momentum_bytes: int
-    """SGD's momentum buffer: one value per trainable weight, in fp32."""
+    """SGD's momentum buffer: one value per trainable weight, in fp32, whole."""
     fixed_bytes: int
     """Activations kept for backward whatever the batch size."""
     per_image_bytes: int
     """Activations kept for backward per image of the worker's batch, in fp32: the
     images and labels themselves among them."""
 
-    def worker_bytes(self, batch_size_per_worker: int, precision: str, momentum: float) -> int:
-        """The floor of a worker's step at its batch, precision and momentum."""
+    def parts(self, batch_size_per_worker: int, precision: str, momentum: float,
+              optimizer_shards: int = 1) -> dict[str, int]:
+        """The floor of a worker's step at its batch, precision and momentum, by part:
+        weights, momentum (absent without; 1/`optimizer_shards` of it where each
+        worker updates its own part of the weights, as `--sync sharded` does) and
+        activations."""
         per_image = self.per_image_bytes // 2 if precision == "bf16" else self.per_image_bytes
-        return (self.state_bytes + (self.momentum_bytes if momentum else 0)
-                + self.fixed_bytes + per_image * batch_size_per_worker)
+        return {"weights": self.state_bytes,
+                **({"momentum": self.momentum_bytes // optimizer_shards} if momentum else {}),
+                "activations": self.fixed_bytes + per_image * batch_size_per_worker}
+
+    def worker_bytes(self, batch_size_per_worker: int, precision: str, momentum: float,
+                     optimizer_shards: int = 1) -> int:
+        """The floor of a worker's step: its `parts` together."""
+        return sum(self.parts(batch_size_per_worker, precision, momentum,
+                              optimizer_shards).values())
 
 
 def measure_floor(model: nn.Module, input_shape: tuple[int, ...],
@@ -88,17 +105,64 @@ def _saved_bytes(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
 
     images = torch.zeros(batch_size, *input_shape)
     labels = torch.arange(batch_size) % num_classes
+    attention = _AsFusedAttention(pack)
     # The graph, which holds every saved tensor, lives until the count is taken:
     # no storage freed in between can lend its address to another.
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with attention, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         loss = F.cross_entropy(model(images), labels)
-    count = sum(saved.values())
+    count = sum(saved.values()) + attention.log_sum_exp_bytes
     del loss
     return count
+
+
+class _AsFusedAttention(TorchFunctionMode):
+    """`F.scaled_dot_product_attention` counted as CUDA's fused kernels keep it: its
+    query, key, value and output, and a log-sum-exp per query in fp32; not as the
+    CPU's math path keeps it (the attention matrix and its dropout mask, L x L a
+    head), which a GPU step does not hold, and a floor must not count. Caught as a
+    torch function, whatever name calls it, and as torch.nn.functional's own name,
+    which nn.MultiheadAttention calls from inside a function the mode hands on."""
+
+    def __init__(self, pack):
+        super().__init__()
+        self.pack = pack
+        self.log_sum_exp_bytes = 0
+        self.original = F.scaled_dot_product_attention
+        self.inside = False
+
+    def __enter__(self):
+        F.scaled_dot_product_attention = self.counted
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        F.scaled_dot_product_attention = self.original
+        return super().__exit__(*exc_info)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is self.original and not self.inside:
+            return self.counted(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    def counted(self, *args, **kwargs) -> torch.Tensor:
+        self.inside = True
+        try:
+            # What the math path saves goes to these hooks, the innermost: uncounted.
+            with torch.autograd.graph.saved_tensors_hooks(lambda tensor: tensor,
+                                                          lambda tensor: tensor):
+                output = self.original(*args, **kwargs)
+        finally:
+            self.inside = False
+        query, key, value = [*args, *(kwargs[name] for name in ("query", "key", "value")
+                                      if name in kwargs)][:3]
+        if output.requires_grad:
+            for tensor in (query, key, value, output):
+                self.pack(tensor)
+            self.log_sum_exp_bytes += query.shape[:-1].numel() * 4
+        return output
 
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> list[int]:
     """Each distinct storage's bytes once: tied weights count once."""
     return list({tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes()
                  for tensor in tensors}.values())
-

@@ -246,6 +246,8 @@ def test_a_step_too_big_for_any_node_s_memory_is_refused_before_it_starts(tmp_pa
     least 193 GB, more than this machine's memory as the embedded Ray counts it.
     Refused in one line once Ray knows the node, before a trial or a file; the
     floor's figures and the pigeonholes: tests/unit/test_memory_floor.py."""
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 150e9:
+        pytest.skip("this machine's memory could hold the step: it would train")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(Path(__file__).parents[1] / "unit"), os.environ.get("PYTHONPATH")]))}
     out_dir = tmp_path / "out"
@@ -254,9 +256,9 @@ def test_a_step_too_big_for_any_node_s_memory_is_refused_before_it_starts(tmp_pa
                      str(tmp_path / "store"), env=env, timeout_s=120)
     assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: 1 worker at global batch 60000, fp32: a worker's step holds "
-                           "at least 193GB at 60000 images a worker (weights 35.5kB + "
-                           "activations 193GB), more than a node of "), line
+    assert line.startswith("error: 1 worker at global batch 60000, fp32: a worker's step at "
+                           "60000 images holds at least 193GB (weights 35.5kB + activations "
+                           "193GB), more than a node of "), line
     assert line.endswith("(the memory Ray counts there) holds; a smaller --batch-size, or fewer "
                          "workers on a node, needs less"), line
     assert not out_dir.exists() and not (tmp_path / "store").exists()

@@ -134,3 +134,31 @@ def upsampled(num_classes, input_shape):
     return nn.Sequential(nn.Upsample(scale_factor=32),
                          nn.Conv2d(channels, 1, kernel_size=32, stride=32), nn.Flatten(),
                          nn.Linear(height * width, num_classes))
+
+
+class _Attention(nn.Module):
+    """Images as 2 heads of 64 tokens of 4 values, attending to themselves."""
+
+    def __init__(self, num_classes, dropout):
+        super().__init__()
+        self.dropout = dropout
+        self.project = nn.Linear(4, 4)
+        self.classify = nn.Linear(2 * 64 * 4, num_classes)
+
+    def forward(self, images):
+        tokens = self.project(images.reshape(images.shape[0], 2, 64, 4))
+        attended = nn.functional.scaled_dot_product_attention(tokens, tokens, tokens,
+                                                              dropout_p=self.dropout)
+        return self.classify(attended.flatten(1))
+
+
+def attention(num_classes, input_shape):
+    return _Attention(num_classes, dropout=0.5)
+
+
+def encoder_layer(num_classes, input_shape):
+    """torch's own transformer layer (nn.MultiheadAttention inside) on 64 tokens of
+    8 values, with its default dropout."""
+    return nn.Sequential(nn.Flatten(), nn.Unflatten(1, (64, 8)),
+                         nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), nn.Flatten(),
+                         nn.Linear(64 * 8, num_classes))
