@@ -90,13 +90,17 @@ def memory_advice(device: str, where: str, batch_size_per_worker: int | None,
     return f"{ran_out}{each}: {less_memory_ways(device, precision, where == TRIAL)}"
 
 
-def less_memory_ways(device: str, precision: str | None, trials: bool = False) -> str:
+def less_memory_ways(device: str, precision: str | None, trials: bool = False,
+                     shared_gpus: bool = False) -> str:
     """What needs less memory where a GPU's (`device` "GPU") or a node's ran out;
-    `trials`: fewer trials at a time too (a sweep's trials share a node's)."""
+    `trials`: fewer trials at a time too (a sweep's trials share a node's);
+    `shared_gpus`: workers share GPUs (more of them would crowd each GPU more)."""
     if device == "GPU":
-        return ("fewer images per worker (a smaller --batch-size, or more --workers with "
-                "--batch-scaling global)"
-                + (" or --precision bf16" if precision != "bf16" else "") + " needs less")
+        fewer = ("fewer images on a GPU (a smaller --batch-size, or a larger "
+                 "--gpus-per-worker: fewer workers to a GPU)" if shared_gpus else
+                 "fewer images per worker (a smaller --batch-size, or more --workers with "
+                 "--batch-scaling global)")
+        return fewer + (" or --precision bf16" if precision != "bf16" else "") + " needs less"
     return ("a smaller --batch-size, or fewer workers on a node"
             + (" or fewer trials at a time (--max-concurrent-trials)" if trials else "")
             + ", needs less")

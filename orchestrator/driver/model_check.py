@@ -64,14 +64,15 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     has as the GPU check read them; None: GPU points are not checked) or, for CPU
     workers, a node, in its memory as Ray counts it (`memory` and the object
     store's: the node's free memory when Ray started there, or what `ray start
-    --memory` declared). Floors throughout, so that no point that could fit is
-    refused (`_most_on_one_device`)."""
+    --memory` declared: less than the node has, where memory was in use then or the
+    declaration is low; the refusal names the figure). Floors throughout, so that
+    no point that could fit in that room is refused (`_most_on_one_device`)."""
     too_big = []
     for config, floor in _floors(configs):
         if config.use_gpu:
             if gpu_memory_bytes is None:
                 continue
-            devices = max(1, math.floor(cluster.num_gpus))
+            devices, kind = max(1, math.floor(cluster.num_gpus)), "GPU"
             room, where = gpu_memory_bytes, f"a GPU of {_bytes(gpu_memory_bytes)}"
         else:
             holding = [node for node, capacity in zip(
@@ -79,44 +80,54 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
                 if capacity > 0] or list(cluster.node_resources)
             if not all("memory" in node for node in holding):  # a node that counts none
                 continue
-            devices = len(holding)
+            devices, kind = len(holding), "node"
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {_bytes(room)} (the memory Ray counts there)"
-        shares = _most_on_one_device(floor, config, min(devices, config.num_workers))
+        shares, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
+                                            kind)
         parts = _group_parts(floor, config, shares)
         if sum(parts.values()) > room:
-            too_big.append((sum(parts.values()), config, parts, shares, where))
+            too_big.append((sum(parts.values()), config, parts, whose, where))
     if not too_big:
         return
-    need, config, parts, shares, where = min(too_big, key=lambda item: item[0])
+    need, config, parts, whose, where = min(too_big, key=lambda item: item[0])
     from orchestrator.driver.failures import less_memory_ways
     more = (f" (the least of this plan's {len(too_big)} points that cannot fit)"
             if len(too_big) > 1 else "")
-    whose = (f"a worker's step at {counted(shares[0], 'image')} holds" if len(shares) == 1 else
-             f"the steps of {len(shares)} workers that must share one, at "
-             f"{counted(sum(shares), 'image')} among them, hold")
     raise UserError(
         f"{counted(config.num_workers, 'worker')} at global batch {config.global_batch_size}, "
         f"{config.precision}{more}: {whose} at least {_bytes(need)} ({_parts_text(parts)}), "
         f"more than {where} holds; "
-        f"{less_memory_ways('GPU' if config.use_gpu else 'node', config.precision)}")
+        + less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
+                           shared_gpus=config.shares_gpu))
 
 
-def _most_on_one_device(floor, config: TrainConfig, devices: int) -> list[int]:
-    """The images of each worker on the device that must hold the most of a trial of
-    `config` whose workers spread over `devices` (GPUs or nodes), at the least: of its
-    k workers, one device holds ceil(k / devices), which under the even split hold the
-    smallest shares at least, and under the proportional one an image each (a share
-    may shrink to one); and one device holds the busiest worker (even split), or
-    ceil(B / devices) of the global batch B (proportional)."""
+def _most_on_one_device(floor, config: TrainConfig, devices: int,
+                        kind: str) -> tuple[list[int], str]:
+    """The images of each worker on the device (a `kind`, "GPU" or "node") that must
+    hold the most of a trial of `config` whose workers spread over `devices` of them,
+    at the least, and whose steps those are, for the refusal's line: of its k
+    workers, one device holds ceil(k / devices), which under the even split hold
+    the smallest shares at least, and under the proportional one an image each (a
+    share may shrink to one); and one device holds the busiest worker (even split),
+    or ceil(B / devices) of the global batch B (proportional), among the workers on it."""
     together = math.ceil(config.num_workers / devices)
     if config.split == "even":
         shares = sorted(config.batch_sizes_per_worker)
         crowded, busiest = shares[:together], [shares[-1]]
+        busiest_whose = f"a worker's step at {counted(busiest[0], 'image')} holds"
     else:
-        crowded, busiest = [1] * together, [math.ceil(config.global_batch_size / devices)]
-    return max(crowded, busiest,
-               key=lambda shares: sum(_group_parts(floor, config, shares).values()))
+        busiest = [math.ceil(config.global_batch_size / devices)]
+        crowded = [1] * together
+        busiest_whose = (f"a worker's step at {counted(busiest[0], 'image')} holds"
+                         if together == 1 else
+                         f"the workers on one {kind}, at {counted(busiest[0], 'image')} "
+                         f"among them, hold")
+    if sum(_group_parts(floor, config, busiest).values()) >= sum(
+            _group_parts(floor, config, crowded).values()):
+        return busiest, busiest_whose
+    return crowded, (f"the {together} workers that must share a {kind}, at "
+                     f"{counted(sum(crowded), 'image')} among them, hold")
 
 
 def _floors(configs: Iterable[TrainConfig]) -> list[tuple[TrainConfig, object]]:

@@ -14,11 +14,12 @@ the allocator's slack, cuDNN's workspace and CUDA's own context come on top
 in epochs.csv). So a step whose floor exceeds a device's memory cannot run on
 it, and the driver refuses it before anything starts (driver/model_check.py).
 The kept activations are those of torch's derivative formulas, which the CPU
-and the GPU share, but for attention: `F.scaled_dot_product_attention` keeps
-its whole attention matrix on the CPU's math path, and CUDA's fused kernels
-(flash, memory-efficient) a log-sum-exp per query instead, so it is counted as
-they keep it (`_AsFusedAttention`). Recurrent layers (cuDNN's against the
-CPU's) have not been compared. Under bf16 autocast the activations are taken at
+and the GPU share, but for two (`_AsOnCuda`): `F.scaled_dot_product_attention`
+keeps its whole attention matrix on the CPU's math path, and CUDA's fused
+kernels (flash, memory-efficient) a log-sum-exp per query instead; and dropout
+keeps its noise in fp32 on the CPU, a mask of bytes on CUDA. Both are counted as
+CUDA keeps them. Recurrent layers (cuDNN's against the CPU's) have not been
+compared. Under bf16 autocast the activations are taken at
 half their fp32 bytes, the least a 2-byte type can hold them in (autocast keeps
 some in fp32: more). Validated against real steps by bench/memory_floor.py.
 """
@@ -105,44 +106,62 @@ def _saved_bytes(model: nn.Module, batch_size: int, input_shape: tuple[int, ...]
 
     images = torch.zeros(batch_size, *input_shape)
     labels = torch.arange(batch_size) % num_classes
-    attention = _AsFusedAttention(pack)
+    as_on_cuda = _AsOnCuda(pack)
     # The graph, which holds every saved tensor, lives until the count is taken:
     # no storage freed in between can lend its address to another.
-    with attention, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with as_on_cuda, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         loss = F.cross_entropy(model(images), labels)
-    count = sum(saved.values()) + attention.log_sum_exp_bytes
+    count = sum(saved.values()) + as_on_cuda.log_sum_exp_bytes
     del loss
     return count
 
 
-class _AsFusedAttention(TorchFunctionMode):
-    """`F.scaled_dot_product_attention` counted as CUDA's fused kernels keep it: its
-    query, key, value and output, and a log-sum-exp per query in fp32; not as the
-    CPU's math path keeps it (the attention matrix and its dropout mask, L x L a
-    head), which a GPU step does not hold, and a floor must not count. Caught as a
-    torch function, whatever name calls it, and as torch.nn.functional's own name,
-    which nn.MultiheadAttention calls from inside a function the mode hands on."""
+class _AsOnCuda(TorchFunctionMode):
+    """The two ops whose CPU kernels keep more for backward than CUDA's, run so that
+    they keep what CUDA's do: a floor must not count what a GPU step does not hold.
+
+    - `F.scaled_dot_product_attention`: its query, key, value and output, and a
+      log-sum-exp per query in fp32, as the fused kernels keep them; not the CPU
+      math path's attention matrix and its dropout mask (L x L a head). Caught as a
+      torch function, whatever name calls it, and as torch.nn.functional's own
+      name, which nn.MultiheadAttention calls from inside a function this mode
+      hands on (the mode is off inside its handler): patched for the probe, which
+      runs on the driver's one thread.
+    - `F.dropout` (nn.Dropout, and nn.MultiheadAttention's on its weights) in
+      training, not in place: through `native_dropout`, which keeps a mask of
+      bytes, as CUDA's dropout does, not the CPU's fp32 noise. Caught the same two
+      ways. In place, CUDA keeps fp32 noise too: left as it is.
+    """
 
     def __init__(self, pack):
         super().__init__()
         self.pack = pack
         self.log_sum_exp_bytes = 0
-        self.original = F.scaled_dot_product_attention
         self.inside = False
 
     def __enter__(self):
-        F.scaled_dot_product_attention = self.counted
-        return super().__enter__()
+        entered = super().__enter__()
+        self.original, self.original_dropout = F.scaled_dot_product_attention, F.dropout
+        F.scaled_dot_product_attention, F.dropout = self.counted, self.dropout
+        return entered
 
     def __exit__(self, *exc_info):
-        F.scaled_dot_product_attention = self.original
+        F.scaled_dot_product_attention, F.dropout = self.original, self.original_dropout
         return super().__exit__(*exc_info)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is self.original and not self.inside:
             return self.counted(*args, **kwargs)
+        if func is self.original_dropout:
+            return self.dropout(*args, **kwargs)
         return func(*args, **kwargs)
+
+    def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True,
+                inplace: bool = False) -> torch.Tensor:
+        if training and not inplace and 0 < p < 1:
+            return torch.native_dropout(input, p, True)[0]
+        return self.original_dropout(input, p, training, inplace)
 
     def counted(self, *args, **kwargs) -> torch.Tensor:
         self.inside = True

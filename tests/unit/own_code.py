@@ -162,3 +162,28 @@ def encoder_layer(num_classes, input_shape):
     return nn.Sequential(nn.Flatten(), nn.Unflatten(1, (64, 8)),
                          nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), nn.Flatten(),
                          nn.Linear(64 * 8, num_classes))
+
+
+def dropout(num_classes, input_shape):
+    channels, height, width = input_shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, 32),
+                         nn.Dropout(0.5), nn.Linear(32, num_classes))
+
+
+class _FailsInTraining(nn.Module):
+    """Scores a batch in evaluation; in training, fails once it has attended."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.classify = nn.Linear(input_shape[1] * input_shape[2] * input_shape[0], num_classes)
+
+    def forward(self, images):
+        if self.training:
+            nn.functional.dropout(nn.functional.scaled_dot_product_attention(
+                images, images, images), 0.5)
+            raise RuntimeError("training needs a GPU")
+        return self.classify(images.flatten(1))
+
+
+def fails_in_training(num_classes, input_shape):
+    return _FailsInTraining(num_classes, input_shape)

@@ -91,12 +91,29 @@ def test_attention_is_counted_as_cuda_s_fused_kernels_keep_it(monkeypatch):
     layer = check_model("own_code:encoder_layer", **shape).memory_floor
     from orchestrator.training import memory
 
-    class AsMathPath(memory._AsFusedAttention):
+    class AsMathPath(memory._AsOnCuda):
         def counted(self, *args, **kwargs):
             return self.original(*args, **kwargs)
-    monkeypatch.setattr(memory, "_AsFusedAttention", AsMathPath)
+    monkeypatch.setattr(memory, "_AsOnCuda", AsMathPath)
     math_path = check_model("own_code:encoder_layer", **shape).memory_floor
     assert math_path.per_image_bytes - layer.per_image_bytes >= 4 * 2 * 64 * 64
+
+
+def test_dropout_is_counted_as_cuda_keeps_it_a_mask_of_bytes():
+    """The CPU's dropout keeps its noise in fp32, CUDA's a byte a value. Per image:
+    the image (16 floats), the mask (32 bytes), the dropped values the second
+    layer reads (32 floats), and the loss's."""
+    floor = check_model("own_code:dropout", num_classes=3, input_shape=(1, 4, 4)).memory_floor
+    assert floor.per_image_bytes == 4 * 16 + 32 + 4 * 32 + 4 * 3 + 8
+
+
+def test_a_count_that_fails_leaves_torch_as_it_was():
+    """torch.nn.functional's two names are patched for the count alone, a failed one
+    included; a model whose count fails is not checked (its facts hold no floor)."""
+    scaled_dot_product_attention, dropout = F.scaled_dot_product_attention, F.dropout
+    facts = check_model("own_code:fails_in_training", num_classes=3, input_shape=(1, 4, 4))
+    assert facts.memory_floor is None and facts.parameters == 16 * 3 + 3
+    assert (F.scaled_dot_product_attention, F.dropout) == (scaled_dot_product_attention, dropout)
 
 
 def _config(**changes) -> TrainConfig:
@@ -123,8 +140,8 @@ def test_a_step_no_node_can_hold_is_refused_in_one_line_naming_the_least():
     # Each of the two workers' 4096 images fits alone; on the one node, together not.
     assert 4096 * per_image < 20e9 < 2 * 4096 * per_image
     assert line.startswith("2 workers at global batch 8192, fp32 (the least of this plan's 2 "
-                           "points that cannot fit): the steps of 2 workers that must share "
-                           "one, at 8192 images among them, hold at least 26.3GB (weights "
+                           "points that cannot fit): the 2 workers that must share a node, "
+                           "at 8192 images among them, hold at least 26.3GB (weights "
                            "71kB + momentum 71kB + activations 26.3GB), more than a node of "
                            "20GB (the memory Ray counts there) holds; a smaller --batch-size, "
                            "or fewer workers on a node, needs less"), line
@@ -138,16 +155,22 @@ def test_a_step_no_node_can_hold_is_refused_in_one_line_naming_the_least():
 
 
 def test_the_proportional_split_is_held_to_what_any_shares_must_hold():
-    """3 workers on 2 nodes: one node holds two. Under the even split they hold 4096
-    images each (26.3GB together: refused); the proportional split may shrink their
-    shares, and only a half of the batch, 6144 images, is sure to be on one node."""
+    """3 workers on 2 nodes of 24GB: one node holds two. Under the even split they
+    hold 4096 images each (26.3GB together: refused); the proportional split may
+    shrink their shares, and only half the batch, 6144 images (19.7GB), is sure
+    to be on one node: it passes; at 16384, half is 8192 (26.3GB): refused."""
     model_check.check_model(_config())
+    roomy = {**NODE, "memory": 20e9}
     even = _config(num_workers=3, global_batch_size=12288)
-    with pytest.raises(UserError, match="the steps of 2 workers that must share one, at 8192 "
+    with pytest.raises(UserError, match="the 2 workers that must share a node, at 8192 "
                                         "images among them, hold at least 26.3GB"):
-        model_check.require_room_in_memory([even], _cluster(NODE, NODE))
-    model_check.require_room_in_memory([dataclasses.replace(even, split="proportional")],
-                                       _cluster(NODE, NODE))
+        model_check.require_room_in_memory([even], _cluster(roomy, roomy))
+    proportional = dataclasses.replace(even, split="proportional")
+    model_check.require_room_in_memory([proportional], _cluster(roomy, roomy))
+    with pytest.raises(UserError, match=": the workers on one node, at 8192 images among "
+                                        "them, hold at least 26.3GB"):
+        model_check.require_room_in_memory(
+            [dataclasses.replace(proportional, global_batch_size=16384)], _cluster(roomy, roomy))
 
 
 def test_gpu_workers_are_checked_against_the_gpu_check_s_memory():
@@ -160,11 +183,11 @@ def test_gpu_workers_are_checked_against_the_gpu_check_s_memory():
     # 4 workers of 1024 images on 2 GPUs: two share one; 3.3GB each, on 5GB.
     with pytest.raises(UserError) as refused:
         model_check.require_room_in_memory([shared], _cluster(gpu_node), 5e9)
-    assert ("the steps of 2 workers that must share one, at 2048 images among them, hold at "
-            "least 6.58GB") in str(refused.value)
-    assert str(refused.value).endswith("more than a GPU of 5GB holds; fewer images per worker (a "
-                                       "smaller --batch-size, or more --workers with "
-                                       "--batch-scaling global) or --precision bf16 needs less")
+    assert ("the 2 workers that must share a GPU, at 2048 images among them, hold at least "
+            "6.58GB") in str(refused.value)
+    assert str(refused.value).endswith("more than a GPU of 5GB holds; fewer images on a GPU (a "
+                                       "smaller --batch-size, or a larger --gpus-per-worker: "
+                                       "fewer workers to a GPU) or --precision bf16 needs less")
     model_check.require_room_in_memory([alone], _cluster(gpu_node), 5e9)
 
 
