@@ -2,7 +2,9 @@
 driver before Ray starts: refused in one line where the workers could not
 train it, and its size and memory floor (training/memory.py) kept for the
 plan's lines; once the cluster is known, a point whose floor cannot fit on the
-device that must hold the most of a trial is refused too."""
+device that must hold the most of a trial is refused too, the book's models on
+Fashion-MNIST among them (their floors counted then, once torch's import costs
+nothing a bad input would wait for)."""
 
 import math
 from collections.abc import Iterable
@@ -15,6 +17,9 @@ from orchestrator.records import counted
 # What `check_model` learnt of the models it built (models.ModelFacts), for the
 # plan's lines and the memory check.
 _FACTS: dict[tuple, object] = {}
+# The book's models' floors on Fashion-MNIST, for the memory check alone: counted
+# when it first asks (`_book_floor`).
+_BOOK_FLOORS: dict[tuple, object] = {}
 
 
 def check_model(config: TrainConfig, syncs: tuple[str, ...] = ()) -> None:
@@ -68,7 +73,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     declaration is low; the refusal names the figure). Floors throughout, so that
     no point that could fit in that room is refused (`_most_on_one_device`)."""
     too_big = []
-    for config, floor in _floors(configs):
+    for config, floor in _floors(configs, book_models=True):
         if config.use_gpu:
             if gpu_memory_bytes is None:
                 continue
@@ -130,15 +135,33 @@ def _most_on_one_device(floor, config: TrainConfig, devices: int,
                      f"{counted(sum(crowded), 'image')} among them, hold")
 
 
-def _floors(configs: Iterable[TrainConfig]) -> list[tuple[TrainConfig, object]]:
+def _floors(configs: Iterable[TrainConfig],
+            book_models: bool = False) -> list[tuple[TrainConfig, object]]:
     """Each config with its model's memory floor (memory.MemoryFloor): for the models
-    `check_model` built and could count."""
+    `check_model` built and could count, and with `book_models` the book's on
+    Fashion-MNIST (the plan's line leaves them out: a student's LeNet needs none)."""
     floors = []
     for config in configs:
+        if config.is_book_model:
+            if book_models:
+                floors.append((config, _book_floor(config)))
+            continue
         facts = _FACTS.get(_model_key(config))
         if facts is not None and facts.memory_floor is not None:
             floors.append((config, facts.memory_floor))
     return floors
+
+
+def _book_floor(config: TrainConfig):
+    """The memory floor of the book's `config.model` on Fashion-MNIST, counted once."""
+    key = _model_key(config)
+    if key not in _BOOK_FLOORS:
+        from orchestrator.training.memory import measure_floor
+        from orchestrator.training.models import build_model
+        model = build_model(config.model, seed=0, num_classes=config.num_classes,
+                            input_shape=config.input_shape)
+        _BOOK_FLOORS[key] = measure_floor(model, tuple(config.input_shape), config.num_classes)
+    return _BOOK_FLOORS[key]
 
 
 def _parts(floor, config: TrainConfig, images: int) -> dict[str, int]:

@@ -201,6 +201,21 @@ def test_a_run_of_one_step_holds_no_momentum_beside_its_activations():
     assert "momentum" in model_check.memory_line([dataclasses.replace(one_step, num_epochs=2)])
 
 
+def test_the_book_s_models_are_checked_too_though_the_plan_leaves_their_line_out():
+    """The book's ResNet-18 keeps about 3.5MB an image (28x28 images, 64 channels
+    from the first layer on): the whole of Fashion-MNIST in one worker's batch does
+    not fit an H200's 141GB; 4096 images do. LeNet's line is no news to print."""
+    resnet = TrainConfig(model="resnet18", use_gpu=True, num_workers=1,
+                         global_batch_size=60000, momentum=0.9)
+    gpu_node = {"CPU": 16.0, "GPU": 1.0, "memory": 1e11}
+    with pytest.raises(UserError, match=r"^1 worker at global batch 60000, fp32: a worker's "
+                                        r"step at 60000 images holds at least 2\d\dGB "):
+        model_check.require_room_in_memory([resnet], _cluster(gpu_node), 141e9)
+    model_check.require_room_in_memory([dataclasses.replace(resnet, global_batch_size=4096)],
+                                       _cluster(gpu_node), 141e9)
+    assert model_check.memory_line([resnet]) == ""
+
+
 def test_the_plan_s_memory_line_names_the_largest_floor(capsys):
     model_check.check_model(_config())
     line = model_check.memory_line([_config(), _config(global_batch_size=256)])
