@@ -73,8 +73,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
                  if config.target_acc is not None else "")
               + f", {config.num_train_examples} train / {config.num_test_examples} test images "
               f"of {data_text(config)}")
-        if memory_line([config]):
-            print(memory_line([config]))
+        memory = memory_line([config])
+        if memory:
+            print(memory)
         if resumed:
             print(resumed)
         if args.dry_run:
