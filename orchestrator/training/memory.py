@@ -21,7 +21,8 @@ keeps its noise in fp32 on the CPU, a mask of bytes on CUDA. Both are counted as
 CUDA keeps them. Recurrent layers (cuDNN's against the CPU's) have not been
 compared. Under bf16 autocast the activations are taken at
 half their fp32 bytes, the least a 2-byte type can hold them in (autocast keeps
-some in fp32: more). Validated against real steps by bench/memory_floor.py.
+some in fp32: more); under fp64, everything at its fp32 bytes (a floor at about
+half). Validated against real steps by bench/memory_floor.py.
 """
 
 from dataclasses import dataclass
