@@ -59,7 +59,8 @@ class _FakeRay:
 
 def test_only_live_gpu_nodes_are_asked_and_one_that_cannot_is_refused(monkeypatch):
     cause = "torch 2.14.1 (built for CUDA 13.0) cannot use it: Found no NVIDIA driver"
-    fake = _FakeRay(monkeypatch, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE], {GPU_NODE["NodeID"]: (cause, None)})
+    fake = _FakeRay(monkeypatch, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE],
+                    {GPU_NODE["NodeID"]: (cause, None)})
     with pytest.raises(UserError) as refused:
         device_check.require_usable_gpus()
     assert fake.asked == [GPU_NODE["NodeID"]]

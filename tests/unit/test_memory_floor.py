@@ -32,7 +32,8 @@ def test_an_mlp_s_floor_is_its_weights_and_what_its_backward_reads():
     assert floor.fixed_bytes < 64  # the loss's scalars
     assert floor.worker_bytes(10, "fp32", 0.9) == (8 * parameters + floor.fixed_bytes
                                                    + 10 * floor.per_image_bytes)
-    assert floor.worker_bytes(10, "fp32", 0.0) == floor.worker_bytes(10, "fp32", 0.9) - 4 * parameters
+    assert (floor.worker_bytes(10, "fp32", 0.0)
+            == floor.worker_bytes(10, "fp32", 0.9) - 4 * parameters)
     assert floor.worker_bytes(10, "bf16", 0.0) == (4 * parameters + floor.fixed_bytes
                                                    + 10 * (floor.per_image_bytes // 2))
     # --sync sharded: each of 4 workers updates a quarter of the weights, and holds the
