@@ -88,9 +88,8 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             devices, kind = len(holding), "node"
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {_bytes(room)} (the memory Ray counts there)"
-        shares, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
-                                            kind)
-        parts = _group_parts(floor, config, shares)
+        parts, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
+                                           kind)
         if sum(parts.values()) > room:
             too_big.append((sum(parts.values()), config, parts, whose, where))
     if not too_big:
@@ -108,10 +107,10 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
 
 
 def _most_on_one_device(floor, config: TrainConfig, devices: int,
-                        kind: str) -> tuple[list[int], str]:
-    """The images of each worker on the device (a `kind`, "GPU" or "node") that must
-    hold the most of a trial of `config` whose workers spread over `devices` of them,
-    at the least, and whose steps those are, for the refusal's line: of its k
+                        kind: str) -> tuple[dict[str, int], str]:
+    """The floor, by part, of the device (a `kind`, "GPU" or "node") that must hold
+    the most of a trial of `config` whose workers spread over `devices` of them, and
+    whose steps those are, for the refusal's line: of its k
     workers, one device holds ceil(k / devices), which under the even split hold
     the smallest shares at least, and under the proportional one an image each (a
     share may shrink to one); and one device holds the busiest worker (even split),
@@ -128,11 +127,12 @@ def _most_on_one_device(floor, config: TrainConfig, devices: int,
                          if together == 1 else
                          f"the workers on one {kind}, at {counted(busiest[0], 'image')} "
                          f"among them, hold")
-    if sum(_group_parts(floor, config, busiest).values()) >= sum(
-            _group_parts(floor, config, crowded).values()):
-        return busiest, busiest_whose
-    return crowded, (f"the {together} workers that must share a {kind}, at "
-                     f"{counted(sum(crowded), 'image')} among them, hold")
+    busiest_parts, crowded_parts = (_group_parts(floor, config, shares)
+                                    for shares in (busiest, crowded))
+    if sum(busiest_parts.values()) >= sum(crowded_parts.values()):
+        return busiest_parts, busiest_whose
+    return crowded_parts, (f"the {together} workers that must share a {kind}, at "
+                           f"{counted(sum(crowded), 'image')} among them, hold")
 
 
 def _floors(configs: Iterable[TrainConfig],
