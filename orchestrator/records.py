@@ -55,6 +55,9 @@ FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # run_started_unix_s, started_unix_s, ended_unix_s: when the worker group began its
 # loop, and when the epoch began and ended (report/timeline.py: the sweep's time line
 # and where its time went).
+# peak_memory_mb: on a GPU, the most memory the first worker's tensors held since it
+# started (torch.cuda.max_memory_allocated, MiB: the allocator's cache left out); NaN
+# on CPUs.
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
 # measurements (training/step_metrics.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
@@ -68,7 +71,7 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "step_graph", "transport", "backend", "model", "dataset", "device", "devices",
                  "worker_nodes",
                  "status", "run_started_unix_s", "started_unix_s", "ended_unix_s",
-                 "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
+                 "peak_memory_mb", "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 
@@ -138,6 +141,33 @@ def step_graph_text(metrics) -> str:
     """", step replayed as a CUDA graph" where a run's step was one (training/graphed.py);
     nothing otherwise, and for records from before the column."""
     return ", step replayed as a CUDA graph" if metrics.get("step_graph") == "on" else ""
+
+
+def memory_text(history: list[dict], floor_mb: float | None = None) -> str:
+    """", peak memory 1.21GB a worker (its step's floor 983MB)": the first worker's
+    peak on a GPU (`peak_memory_mb`) beside the least its step must hold
+    (training/memory.py; None or NaN: not counted); nothing on CPUs."""
+    peaks = [row.get("peak_memory_mb") for row in history]
+    peaks = [peak for peak in peaks if peak is not None and not math.isnan(peak)]
+    if not peaks:
+        return ""
+    floor = (f" (its step's floor {bytes_text(floor_mb * 2**20)})"
+             if floor_mb is not None and not math.isnan(floor_mb) else "")
+    return f", peak memory {bytes_text(max(peaks) * 2**20)} a worker{floor}"
+
+
+def bytes_text(count: float) -> str:
+    """"1.37GB", "35.5kB": powers of 1000 (torch's and nvidia-smi's MiB are 1.05MB)."""
+    return f"{si_text(count)}B"
+
+
+def si_text(value: float) -> str:
+    """3 significant digits and an SI prefix: 13.1k, 833M, 1M (999,600), 100."""
+    value = float(f"{value:.3g}")
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g}{prefix}"
+    return f"{value:.3g}"
 
 
 def evaluation_line(metrics: dict) -> str:

@@ -18,7 +18,8 @@ from orchestrator.driver import checks, plan
 from orchestrator.driver import device_check, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
-from orchestrator.driver.model_check import memory_line, parameters_text, require_room_in_memory
+from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line, parameters_text,
+                                             require_room_in_memory)
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
 from orchestrator.driver.rundir import claim_out_dir
 from orchestrator.driver.sweep_files import Session, SweepOutcome, write_report
@@ -46,7 +47,8 @@ def train(args: argparse.Namespace) -> RunOutcome:
 
     from orchestrator.training.checkpoint import load_checkpoint
     from orchestrator.driver.printers import EpochPrinter
-    from orchestrator.records import book_line, memory_format_text, step_graph_text, target_line
+    from orchestrator.records import (book_line, memory_format_text, memory_text,
+                                      step_graph_text, target_line)
     from orchestrator.driver.trial import run_trial
 
     storage_path = storage.resolve(args.storage) if args.storage else None
@@ -104,7 +106,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
                 failed=True)
         final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
                       f"{step_graph_text(result.return_value[-1])}\n"
-                      + book_line(result.return_value))
+                      + book_line(result.return_value)
+                      + memory_text(result.return_value, (first_worker_floor_mb(config)
+                                                          if config.use_gpu else None)))
         if config.target_acc is not None:
             with result.checkpoint.as_directory() as folder:
                 _, _, evaluations = load_checkpoint(Path(folder))

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
-from orchestrator.records import counted
+from orchestrator.records import bytes_text, counted, si_text
 
 
 # What `check_model` learnt of the models it built (models.ModelFacts), for the
@@ -42,7 +42,7 @@ def parameters_text(config: TrainConfig) -> str:
     if facts is None:
         return ""
     count = facts.parameters
-    return f" ({_si(count)} parameters, {_si(count * 4)} bytes a replica in fp32)"
+    return f" ({si_text(count)} parameters, {si_text(count * 4)} bytes a replica in fp32)"
 
 
 def memory_line(configs: Iterable[TrainConfig]) -> str:
@@ -56,10 +56,20 @@ def memory_line(configs: Iterable[TrainConfig]) -> str:
         return ""
     config, parts = max(needs, key=lambda item: sum(item[1].values()))
     most = ", the most of the plan's points" if len(needs) > 1 else ""
-    return (f"memory: a worker's step holds at least {_bytes(sum(parts.values()))} at "
+    return (f"memory: a worker's step holds at least {bytes_text(sum(parts.values()))} at "
             f"{counted(config.batch_size_per_worker, 'image')} a worker, {config.precision} "
             f"({_parts_text(parts)}){most}; gradients, the sums' buffers and the "
             f"allocator's slack come on top")
+
+
+def first_worker_floor_mb(config: TrainConfig) -> float:
+    """The floor of the first worker's step at its share of the first epoch (every
+    run's is the even split's), in MiB as torch's peaks are: the least its
+    `peak_memory_mb` can be on a GPU; NaN where the model's floor was not counted."""
+    floors = _floors([config], book_models=True)
+    if not floors:
+        return math.nan
+    return sum(_parts(floors[0][1], config, config.batch_sizes_per_worker[0]).values()) / 2**20
 
 
 def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
@@ -78,7 +88,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             if gpu_memory_bytes is None:
                 continue
             devices, kind = max(1, math.floor(cluster.num_gpus)), "GPU"
-            room, where = gpu_memory_bytes, f"a GPU of {_bytes(gpu_memory_bytes)}"
+            room, where = gpu_memory_bytes, f"a GPU of {bytes_text(gpu_memory_bytes)}"
         else:
             holding = [node for node, capacity in zip(
                 cluster.node_resources, cluster.node_capacities(config.resources_per_worker))
@@ -87,7 +97,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
                 continue
             devices, kind = len(holding), "node"
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
-            where = f"a node of {_bytes(room)} (the memory Ray counts there)"
+            where = f"a node of {bytes_text(room)} (the memory Ray counts there)"
         parts, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
                                            kind)
         if sum(parts.values()) > room:
@@ -100,7 +110,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             if len(too_big) > 1 else "")
     raise UserError(
         f"{counted(config.num_workers, 'worker')} at global batch {config.global_batch_size}, "
-        f"{config.precision}{more}: {whose} at least {_bytes(need)} ({_parts_text(parts)}), "
+        f"{config.precision}{more}: {whose} at least {bytes_text(need)} ({_parts_text(parts)}), "
         f"more than {where} holds; "
         + less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
                            shared_gpus=config.shares_gpu))
@@ -184,21 +194,7 @@ def _group_parts(floor, config: TrainConfig, shares: list[int]) -> dict[str, int
 
 def _parts_text(parts: dict[str, int]) -> str:
     """"weights 44.8MB + momentum 44.7MB + activations 1.28GB": a floor's parts."""
-    return " + ".join(f"{name} {_bytes(count)}" for name, count in parts.items())
-
-
-def _bytes(count: float) -> str:
-    """"1.37GB", "35.5kB": powers of 1000 (torch's and nvidia-smi's MiB are 1.05MB)."""
-    return f"{_si(count)}B"
-
-
-def _si(value: float) -> str:
-    """3 significant digits and an SI prefix: 13.1k, 833M, 1M (999,600), 100."""
-    value = float(f"{value:.3g}")
-    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= factor:
-            return f"{value / factor:.3g}{prefix}"
-    return f"{value:.3g}"
+    return " + ".join(f"{name} {bytes_text(count)}" for name, count in parts.items())
 
 
 def _model_key(config: TrainConfig) -> tuple:

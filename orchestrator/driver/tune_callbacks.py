@@ -20,7 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.estimate import PointShape, SweepEstimate
-from orchestrator.records import Status, book_line, target_line
+from orchestrator.records import Status, book_line, memory_text, target_line
 
 
 class LiveEstimate(tune.Callback, tune.stopper.Stopper):
@@ -124,7 +124,7 @@ class TrialLinePrinter(tune.Callback):
         history = [row for row in evaluations if row["end_of_epoch"]]
         parts = []
         if history:
-            parts.append(book_line(history)
+            parts.append(book_line(history) + memory_text(history)
                          + (" (diverged)" if history[-1]["status"] == Status.DIVERGED else ""))
         if evaluations and self.target_acc is not None:
             parts.append(target_line(evaluations, self.target_acc))

@@ -12,6 +12,7 @@ from ray.tune.experiment import Trial
 from orchestrator.training import checkpoint
 from orchestrator.driver import storage
 from orchestrator.driver.failures import TRIAL, failure_text
+from orchestrator.driver.model_check import first_worker_floor_mb
 from orchestrator.driver.tune_experiment import train_runs_path
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS
@@ -58,6 +59,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
                                    train.precision) if result.error else ""),
             "early_stopping": sweep.scheduler != "fifo" and trial_id in ended,
             "stop_at_target": sweep.stop_at_target,
+            "memory_floor_mb": first_worker_floor_mb(train),
         })
         # From the newest checkpoint, not Tune's record: a report reaches Tune
         # only after its checkpoint is stored, so an epoch trained and kept

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.records import (LeftOut, Status, book_line, counted, memory_format_text,
-                                  seconds_text, step_graph_text, write_atomically)
+                                  memory_text, seconds_text, step_graph_text, write_atomically)
 from orchestrator.report import time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
@@ -199,8 +199,9 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                 label += f", over {transport}"
             label += (f", memory format {memory_format_text(history.iloc[0])}"
                       f"{step_graph_text(history.iloc[-1])}")
-        outcome = (book_line(history.to_dict("records")) if len(history)
-                   else f"no epoch finished: {row.error}")
+        outcome = (book_line(history.to_dict("records"))
+                   + memory_text(history.to_dict("records"), getattr(row, "memory_floor_mb", None))
+                   if len(history) else f"no epoch finished: {row.error}")
         if len(history) > 1 and not pd.isna(row.epoch_s):
             outcome += f" (epochs after the first: {seconds_text(row.epoch_s)} s each)"
         lines.append(f"- {label}: {outcome} [{row.status}]")

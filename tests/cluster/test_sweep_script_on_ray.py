@@ -39,6 +39,8 @@ def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFr
     assert trials["speedup"].notna().all()
     epochs = pd.read_csv(out_dir / "epochs.csv")
     assert len(epochs) == num_trials * trials["num_epochs"].iloc[0]
+    # The book's model's floor, counted on the driver; a peak only where a GPU measured one.
+    assert (trials["memory_floor_mb"] > 0).all() and epochs["peak_memory_mb"].isna().all()
     report = (out_dir / "report.md").read_text()
     assert len(re.findall(r"test acc: \d\.\d\d, [\d.]+ sec/epoch on \d workers?", report)) == num_trials
     assert "## Scaling" in report and "## Learning rate per (workers, batch)" in report

@@ -63,3 +63,8 @@ def test_the_main_job_on_one_gpu_runs_what_fits_and_estimates_the_rest(tmp_path)
     assert set(pd.read_csv(out_dir / "epochs.csv")["step_graph"]) == {"on"}
     report = (out_dir / "report.md").read_text()
     assert "## Not run on this cluster" in report and "What-if: " in report
+    # The floor the driver counted before the run (training/memory.py) is under the
+    # peak the worker's GPU measured: a floor, on CUDA's own kernels.
+    peak = pd.read_csv(out_dir / "epochs.csv")["peak_memory_mb"].max()
+    assert 0 < trials["memory_floor_mb"].iloc[0] <= peak
+    assert ", peak memory " in report and " a worker (its step's floor " in report

@@ -5,6 +5,7 @@ never above a real step's peak (torch's MemTracker over forward, backward and
 SGD with momentum), and not far below it either."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from orchestrator.config.options import TrainConfig
 from orchestrator.driver import device_check, model_check
 from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
+from orchestrator.records import bytes_text, memory_text
 from orchestrator.training.memory import measure_floor
 from orchestrator.training.models import build_model, check_model
 
@@ -225,10 +227,10 @@ def test_the_plan_s_memory_line_names_the_largest_floor(capsys):
     assert line.endswith(", the most of the plan's points; gradients, the sums' buffers and "
                          "the allocator's slack come on top")
     assert model_check.memory_line([TrainConfig()]) == ""  # the book's LeNet: not built
-    weights = model_check._bytes(4 * 8875)  # upsampled's 8875 parameters
+    weights = bytes_text(4 * 8875)  # upsampled's 8875 parameters
     assert f"(weights {weights} + momentum {weights} + activations " in line
     sharded = model_check.memory_line([_config(sync="sharded", global_batch_size=256)])
-    assert f"(weights {weights} + momentum {model_check._bytes(2 * 8875)} + " in sharded
+    assert f"(weights {weights} + momentum {bytes_text(2 * 8875)} + " in sharded
 
 
 def test_the_gpu_check_reads_each_node_s_gpu_memory(monkeypatch):
@@ -242,3 +244,22 @@ def test_the_gpu_check_reads_each_node_s_gpu_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "init", lambda: None)
     cause, memory = device_check._gpu_answer()()
     assert cause.endswith("torch.cuda.is_available() is False") and memory is None
+
+
+def test_a_gpu_run_s_lines_set_its_peak_beside_the_floor():
+    """trials.csv's memory_floor_mb is the first worker's floor at its share of the
+    first epoch (even: 33 of 65 images), the least its GPU peak can be; the lines
+    print both on a GPU, nothing on CPUs."""
+    model_check.check_model(_config())
+    config = _config(global_batch_size=65)
+    floor = model_check._FACTS[model_check._model_key(config)].memory_floor
+    assert model_check.first_worker_floor_mb(config) == sum(
+        floor.parts(33, "fp32", 0.9).values()) / 2**20
+    assert math.isnan(model_check.first_worker_floor_mb(
+        TrainConfig(model="own_code:never_checked")))
+    assert model_check.first_worker_floor_mb(TrainConfig()) > 0  # the book's LeNet
+    gpu = [{"peak_memory_mb": 900.0}, {"peak_memory_mb": 1200.0}]
+    assert memory_text(gpu, 700.0) == ", peak memory 1.26GB a worker (its step's floor 734MB)"
+    assert memory_text(gpu, math.nan) == memory_text(gpu) == ", peak memory 1.26GB a worker"
+    assert memory_text([{"peak_memory_mb": math.nan}], 700.0) == ""
+    assert memory_text([{"peak_memory_mb": None}, {}]) == ""

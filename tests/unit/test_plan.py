@@ -11,6 +11,7 @@ from orchestrator.driver import checks, model_check, plan, plan_text
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
+from orchestrator.records import si_text
 from orchestrator.training import graphed
 
 
@@ -323,7 +324,7 @@ def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
                        "--batch-size", "32")
     assert model_check.parameters_text(request.sweep.base) == (
         " (12.9k parameters, 51.7k bytes a replica in fp32)")
-    assert [model_check._si(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
+    assert [si_text(value) for value in (999_600, 999_499_000, 100, 13_092)] == [
         "1M", "999M", "100", "13.1k"]
     assert model_check.parameters_text(TrainConfig()) == ""  # the book's LeNet: not built here
 
