@@ -49,6 +49,19 @@ def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
         max_failures=0)
 
 
+def require_room(config: TrainConfig, cluster, gpu_memory_bytes: float | None) -> None:
+    """The check's one device holds the whole global batch: refused in one line,
+    before either run starts, where that step's memory floor cannot fit
+    (model_check.require_room_in_memory; its floor in fp64 is counted at fp32's
+    bytes, so that the fp32 run it falls back to is held to it as well)."""
+    from orchestrator.driver.model_check import require_room_in_memory
+    require_room_in_memory(
+        [dataclasses.replace(check_config(config), num_workers=1)], cluster, gpu_memory_bytes,
+        run="--check-equivalence runs the global batch on one device: ",
+        ways="a smaller --batch-size checks the same model (its layers, not the batch size, "
+             "make it agree or not)")
+
+
 class Diverged(Exception):
     """A run of the check diverged: its weights, not finite, compare to nothing."""
 

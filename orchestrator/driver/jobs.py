@@ -82,10 +82,13 @@ def train(args: argparse.Namespace) -> RunOutcome:
             print(resumed)
         if args.dry_run:
             return RunOutcome(DRY_RUN_LINE, failed=False)
+        gpu_memory_bytes = None
         if config.use_gpu:
-            require_room_in_memory([config], cluster, device_check.require_usable_gpus())
+            gpu_memory_bytes = device_check.require_usable_gpus()
+            require_room_in_memory([config], cluster, gpu_memory_bytes)
         if args.check_equivalence:
             from orchestrator.driver import equivalence
+            equivalence.require_room(config, cluster, gpu_memory_bytes)
             try:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)

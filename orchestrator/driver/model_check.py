@@ -73,7 +73,8 @@ def first_worker_floor_mb(config: TrainConfig) -> float:
 
 
 def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
-                           gpu_memory_bytes: float | None = None) -> None:
+                           gpu_memory_bytes: float | None = None, *, run: str = "",
+                           ways: str = "") -> None:
     """Refuse, in one line, points whose step's memory floor cannot fit on the device
     that must hold the most of a trial: a GPU (`gpu_memory_bytes`, the most a GPU
     has as the GPU check read them; None: GPU points are not checked) or, for CPU
@@ -81,7 +82,8 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     store's: the node's free memory when Ray started there, or what `ray start
     --memory` declared: less than the node has, where memory was in use then or the
     declaration is low; the refusal names the figure). Floors throughout, so that
-    no point that could fit in that room is refused (`_most_on_one_device`)."""
+    no point that could fit in that room is refused (`_most_on_one_device`). `run`
+    names the run the refusal is of, and `ways` replaces what needs less memory."""
     too_big = []
     for config, floor in _floors(configs, book_models=True):
         if config.use_gpu:
@@ -109,11 +111,11 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     more = (f" (the least of this plan's {len(too_big)} points that cannot fit)"
             if len(too_big) > 1 else "")
     raise UserError(
-        f"{counted(config.num_workers, 'worker')} at global batch {config.global_batch_size}, "
-        f"{config.precision}{more}: {whose} at least {bytes_text(need)} ({_parts_text(parts)}), "
-        f"more than {where} holds; "
-        + less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
-                           shared_gpus=config.shares_gpu))
+        f"{run}{counted(config.num_workers, 'worker')} at global batch "
+        f"{config.global_batch_size}, {config.precision}{more}: {whose} at least "
+        f"{bytes_text(need)} ({_parts_text(parts)}), more than {where} holds; "
+        + (ways or less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
+                                    shared_gpus=config.shares_gpu)))
 
 
 def _most_on_one_device(floor, config: TrainConfig, devices: int,

@@ -13,7 +13,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.nn import functional as F
 
 from orchestrator.config.options import TrainConfig
-from orchestrator.driver import device_check, model_check
+from orchestrator.driver import device_check, equivalence, model_check
 from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
 from orchestrator.records import bytes_text, memory_text
@@ -155,6 +155,25 @@ def test_a_step_no_node_can_hold_is_refused_in_one_line_naming_the_least():
         model_check.require_room_in_memory([larger], _cluster(NODE, NODE))
     # A node that counts no memory: that cluster is not checked.
     model_check.require_room_in_memory([larger], _cluster({"CPU": 8.0}, NODE))
+
+
+def test_the_equivalence_check_s_one_device_must_hold_the_global_batch():
+    """Two workers of 4096 images fit on two nodes; the check's one-device run of
+    the 8192 does not: refused before either run, with the way that still checks
+    the model (its layers, not the batch size, decide)."""
+    model_check.check_model(_config())
+    two_nodes = _cluster(NODE, NODE)
+    split = _config(global_batch_size=8192)
+    model_check.require_room_in_memory([split], two_nodes)
+    with pytest.raises(UserError) as refused:
+        equivalence.require_room(split, two_nodes, None)
+    assert str(refused.value) == (
+        "--check-equivalence runs the global batch on one device: 1 worker at global batch "
+        "8192, fp64: a worker's step at 8192 images holds at least 26.3GB (weights 35.5kB + "
+        "momentum 35.5kB + activations 26.3GB), more than a node of 20GB (the memory Ray "
+        "counts there) holds; a smaller --batch-size checks the same model (its layers, not "
+        "the batch size, make it agree or not)")
+    equivalence.require_room(_config(global_batch_size=4096), two_nodes, None)
 
 
 def test_the_proportional_split_is_held_to_what_any_shares_must_hold():
