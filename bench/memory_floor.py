@@ -11,6 +11,8 @@ every tensor live at once as torch's MemTracker counts it, on a GPU
 transformer layer (`encoder`) is among the models: its attention is counted as
 CUDA's fused kernels keep it, less than the CPU's math path holds, so on a CPU
 its floor may sit far under the peak, and on a GPU it must still sit under it.
+So is an LSTM over the image's rows (`recurrent`): counted as cuDNN's backward
+reads it (input, initial states, output sequence), not the CPU's workspace.
 
     python bench/memory_floor.py [--out DIR]   # DIR: a lent GPU's files come back there
 """
@@ -33,7 +35,8 @@ from orchestrator.training.models import build_model  # noqa: E402
 
 NAME = "memory_floor"
 MODELS = {"lenet": (1, 28, 28), "resnet18": (1, 28, 28),
-          "torchvision.models:resnet18": (3, 64, 64), "memory_floor:encoder": (1, 28, 28)}
+          "torchvision.models:resnet18": (3, 64, 64), "memory_floor:encoder": (1, 28, 28),
+          "memory_floor:recurrent": (1, 28, 28)}
 BATCH_SIZES = {"cpu": (32, 256), "cuda": (32, 256, 1024)}
 
 
@@ -45,6 +48,21 @@ def encoder(num_classes: int, input_shape: tuple) -> nn.Module:
         nn.Conv2d(channels, 64, kernel_size=2, stride=2), nn.Flatten(2),
         Transposed(), nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
         nn.Flatten(), nn.Linear(64 * (height // 2) * (width // 2), num_classes))
+
+
+def recurrent(num_classes: int, input_shape: tuple) -> nn.Module:
+    """Two LSTM layers of 128 over an image's rows, classified from the last step."""
+    return nn.Sequential(nn.Flatten(1, 2), Recurrent(input_shape[2], 128),
+                         nn.Linear(128, num_classes))
+
+
+class Recurrent(nn.Module):
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.lstm = nn.LSTM(width, hidden, num_layers=2, batch_first=True)
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.lstm(rows)[0][:, -1]
 
 
 class Transposed(nn.Module):

@@ -14,17 +14,24 @@ the allocator's slack, cuDNN's workspace and CUDA's own context come on top
 in epochs.csv). So a step whose floor exceeds a device's memory cannot run on
 it, and the driver refuses it before anything starts (driver/model_check.py).
 The kept activations are those of torch's derivative formulas, which the CPU
-and the GPU share, but for two (`_AsOnCuda`): `F.scaled_dot_product_attention`
+and the GPU share, but for three (`_AsOnCuda`): `F.scaled_dot_product_attention`
 keeps its whole attention matrix on the CPU's math path, and CUDA's fused
-kernels (flash, memory-efficient) a log-sum-exp per query instead; and dropout
-keeps its noise in fp32 on the CPU, a mask of bytes on CUDA. Both are counted as
-CUDA keeps them. Recurrent layers (cuDNN's against the CPU's) have not been
-compared. Under bf16 autocast the activations are taken at
+kernels (flash, memory-efficient) a log-sum-exp per query instead; dropout
+keeps its noise in fp32 on the CPU, a mask of bytes on CUDA; and recurrent
+layers (LSTM, GRU, RNN) keep the CPU's own workspace, and cuDNN its own, of
+which only the layer's input, states and output are sure. Each is counted as
+the least CUDA keeps. Only what the graph still holds when the loss is computed
+counts: a branch whose result was detached (a logged statistic) is freed
+before backward. Under bf16 autocast the activations are taken at
 half their fp32 bytes, the least a 2-byte type can hold them in (autocast keeps
 some in fp32: more); under fp64, everything at its fp32 bytes (a floor at about
-half). Validated against real steps by bench/memory_floor.py.
+half); the weights as the workers hold them (cast to fp32: a model built in fp64
+is counted at fp32's bytes). SGD keeps a momentum buffer for the weights the
+loss reaches: a weight that gets no gradient gets none under the syncs that
+leave its gradient unset. Validated against real steps by bench/memory_floor.py.
 """
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +51,8 @@ class MemoryFloor:
     state_bytes: int
     """The weights and buffers (BatchNorm's running statistics)."""
     momentum_bytes: int
-    """SGD's momentum buffer: one value per trainable weight, in fp32, whole."""
+    """SGD's momentum buffer: one value per trainable weight the loss reaches, in
+    fp32, whole."""
     fixed_bytes: int
     """Activations kept for backward whatever the batch size."""
     per_image_bytes: int
@@ -57,10 +65,11 @@ class MemoryFloor:
         weights, momentum (absent without; 1/`optimizer_shards` of it where each
         worker updates its own part of the weights, as `--sync sharded` does) and
         activations."""
-        per_image = self.per_image_bytes // 2 if precision == "bf16" else self.per_image_bytes
+        halved = 2 if precision == "bf16" else 1
         return {"weights": self.state_bytes,
                 **({"momentum": self.momentum_bytes // optimizer_shards} if momentum else {}),
-                "activations": self.fixed_bytes + per_image * batch_size_per_worker}
+                "activations": (self.fixed_bytes // halved
+                                + self.per_image_bytes // halved * batch_size_per_worker)}
 
     def worker_bytes(self, batch_size_per_worker: int, precision: str, momentum: float,
                      optimizer_shards: int = 1) -> int:
@@ -73,16 +82,18 @@ def measure_floor(model: nn.Module, input_shape: tuple[int, ...],
                   num_classes: int) -> MemoryFloor:
     """Count what `model`'s step keeps on the CPU at PROBE_BATCH_SIZES images in
     fp32: its weights and buffers, and the activations autograd saves for backward
-    (each storage once, the weights' own left out). Leaves the model in train mode;
-    its BatchNorm statistics moved by the probe's batches."""
+    (each storage once, the weights' own left out). Leaves the model in fp32 and
+    train mode, its BatchNorm statistics moved by the probe's batches."""
+    model.to(torch.float32)  # as the workers hold it (loop.py): a float64 buffer in fp32
     state = [*model.parameters(), *model.buffers()]
     state_storages = {tensor.untyped_storage().data_ptr() for tensor in state}
     state_bytes = sum(_storage_bytes(state))
-    momentum_bytes = sum(parameter.numel() * 4 for parameter in model.parameters()
-                         if parameter.requires_grad)
     model.train()
-    small, large = (_saved_bytes(model, batch, input_shape, num_classes, state_storages)
-                    for batch in PROBE_BATCH_SIZES)
+    reached: set[int] = set()
+    small, large = (_saved_bytes(model, batch, input_shape, num_classes, state_storages,
+                                 reached) for batch in PROBE_BATCH_SIZES)
+    momentum_bytes = sum(parameter.numel() * 4 for parameter in model.parameters()
+                         if parameter.requires_grad and id(parameter) in reached)
     per_image = max(0, (large - small) // (PROBE_BATCH_SIZES[1] - PROBE_BATCH_SIZES[0]))
     return MemoryFloor(state_bytes=state_bytes, momentum_bytes=momentum_bytes,
                        fixed_bytes=max(0, small - per_image * PROBE_BATCH_SIZES[0]),
@@ -90,36 +101,88 @@ def measure_floor(model: nn.Module, input_shape: tuple[int, ...],
 
 
 def _saved_bytes(model: nn.Module, batch_size: int, input_shape: tuple[int, ...],
-                 num_classes: int, left_out: set[int]) -> int:
-    """The bytes of the storages autograd saves in a forward pass and the loss of
-    `batch_size` images, each storage once (an in-place ReLU's output is its
-    convolution's), the storages in `left_out` not counted."""
-    saved = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
+                 num_classes: int, left_out: set[int], reached: set[int] | None = None) -> int:
+    """The bytes of the storages autograd holds for backward once the forward pass
+    and the loss of `batch_size` images are done, each storage once (an in-place
+    ReLU's output is its convolution's), the storages in `left_out` not counted;
+    the ids of the parameters the loss reaches are added to `reached`."""
+    held = _Held()
+    images = torch.zeros(batch_size, *input_shape)
+    labels = torch.arange(batch_size) % num_classes
+    as_on_cuda = _AsOnCuda()
+    with as_on_cuda, torch.autograd.graph.saved_tensors_hooks(held.pack, _Saved.unpack):
+        loss = F.cross_entropy(model(images), labels)
+    # Counted while the graph lives: each storage it holds once (none freed in between
+    # can lend its address to another), none it let go.
+    storages = {}
+    for tensor in [*held.alive(), *as_on_cuda.alive()]:
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):  # no storage of its own (sparse): a floor
-            return tensor
+            continue
         if storage.data_ptr() not in left_out:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    images = torch.zeros(batch_size, *input_shape)
-    labels = torch.arange(batch_size) % num_classes
-    as_on_cuda = _AsOnCuda(pack)
-    # The graph, which holds every saved tensor, lives until the count is taken:
-    # no storage freed in between can lend its address to another.
-    with as_on_cuda, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = F.cross_entropy(model(images), labels)
-    count = sum(saved.values()) + as_on_cuda.log_sum_exp_bytes
+            storages[storage.data_ptr()] = storage.nbytes()
+    if reached is not None:
+        reached |= _reached_parameters(loss)
+    count = sum(storages.values()) + as_on_cuda.log_sum_exp_bytes()
     del loss
     return count
 
 
+class _Saved:
+    """A tensor autograd saved, detached (a saved output would hold its own node: a
+    cycle only the garbage collector frees) and weakly referenced by `_Held`: it
+    lives as long as the graph that keeps it."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    @staticmethod
+    def unpack(saved: "_Saved") -> torch.Tensor:
+        return saved.tensor
+
+
+class _Held:
+    """The saved tensors of one forward pass: `pack` is autograd's hook."""
+
+    def __init__(self):
+        self.refs: list[weakref.ref] = []
+
+    def pack(self, tensor: torch.Tensor) -> _Saved:
+        saved = _Saved(tensor.detach())
+        self.refs.append(weakref.ref(saved))
+        return saved
+
+    def alive(self) -> list[torch.Tensor]:
+        """Those the graph still holds."""
+        return [saved.tensor for saved in (ref() for ref in self.refs) if saved is not None]
+
+    def any_alive(self) -> bool:
+        return any(ref() is not None for ref in self.refs)
+
+
+def _reached_parameters(loss: torch.Tensor) -> set[int]:
+    """The ids of the leaf tensors (the parameters among them) that `loss`'s graph
+    reaches: those backward gives a gradient."""
+    reached, seen, nodes = set(), set(), [loss.grad_fn]
+    while nodes:
+        node = nodes.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad's leaf
+        if variable is not None:
+            reached.add(id(variable))
+        nodes.extend(next_node for next_node, _ in node.next_functions)
+    return reached
+
+
 class _AsOnCuda(TorchFunctionMode):
-    """The two ops whose CPU kernels keep more for backward than CUDA's, run so that
-    they keep what CUDA's do: a floor must not count what a GPU step does not hold.
+    """The ops whose CPU kernels keep more for backward than CUDA's, run so that
+    what is counted of them is what CUDA's keep at the least: a floor must not
+    count what a GPU step does not hold.
 
     - `F.scaled_dot_product_attention`: its query, key, value and output, and a
       log-sum-exp per query in fp32, as the fused kernels keep them; not the CPU
@@ -128,16 +191,28 @@ class _AsOnCuda(TorchFunctionMode):
       name, which nn.MultiheadAttention calls from inside a function this mode
       hands on (the mode is off inside its handler): patched for the probe, which
       runs on the driver's one thread.
-    - `F.dropout` (nn.Dropout, and nn.MultiheadAttention's on its weights) in
-      training, not in place: through `native_dropout`, which keeps a mask of
-      bytes, as CUDA's dropout does, not the CPU's fp32 noise. Caught the same two
-      ways. In place, CUDA keeps fp32 noise too: left as it is.
+    - `F.dropout` (nn.Dropout, and nn.MultiheadAttention's on its weights) and
+      `torch.dropout` in training, not in place: through `native_dropout`, which
+      keeps a mask of bytes, as CUDA's dropout does, not the CPU's fp32 noise.
+      Caught the same two ways. In place, CUDA keeps fp32 noise too: left as it is.
+    - `torch.lstm`, `torch.gru`, `torch.rnn_tanh`, `torch.rnn_relu` (nn.LSTM, GRU,
+      RNN): their input, initial states and output sequence, which cuDNN's backward
+      reads (`_cudnn_rnn_backward`; not the final states); not the CPU's workspace
+      (oneDNN's: some 16 values a hidden unit a step), nor cuDNN's reserve space,
+      which is its own.
+
+    What such an op's own kernel saves is held apart: the op's counted tensors
+    count while the graph still holds that (a branch whose result was detached lets
+    it go, and them with it).
     """
 
-    def __init__(self, pack):
+    RECURRENT = (torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu)
+
+    def __init__(self):
         super().__init__()
-        self.pack = pack
-        self.log_sum_exp_bytes = 0
+        # Per op run as fused: what its own kernel saved, what is counted of it while
+        # that lives, and the bytes of its log-sum-exps.
+        self.fused: list[tuple[_Held, list[torch.Tensor], int]] = []
         self.inside = False
 
     def __enter__(self):
@@ -156,6 +231,14 @@ class _AsOnCuda(TorchFunctionMode):
             return self.counted(*args, **kwargs)
         if func is self.original_dropout:
             return self.dropout(*args, **kwargs)
+        if func is torch.dropout:  # torch.dropout(input, p, train)
+            named = dict(zip(("input", "p", "train"), args), **kwargs)
+            if named["train"] and 0 < named["p"] < 1:
+                return torch.native_dropout(named["input"], named["p"], True)[0]
+            return func(*args, **kwargs)
+        if func in self.RECURRENT:
+            return self._run_fused(func, args, kwargs, lambda output: (
+                [*_tensors(args), output[0]], 0))
         return func(*args, **kwargs)
 
     def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True,
@@ -165,21 +248,42 @@ class _AsOnCuda(TorchFunctionMode):
         return self.original_dropout(input, p, training, inplace)
 
     def counted(self, *args, **kwargs) -> torch.Tensor:
-        self.inside = True
-        try:
-            # What the math path saves goes to these hooks, the innermost: uncounted.
-            with torch.autograd.graph.saved_tensors_hooks(lambda tensor: tensor,
-                                                          lambda tensor: tensor):
-                output = self.original(*args, **kwargs)
-        finally:
-            self.inside = False
         query, key, value = [*args, *(kwargs[name] for name in ("query", "key", "value")
                                       if name in kwargs)][:3]
-        if output.requires_grad:
-            for tensor in (query, key, value, output):
-                self.pack(tensor)
-            self.log_sum_exp_bytes += query.shape[:-1].numel() * 4
+        self.inside = True
+        try:
+            return self._run_fused(self.original, args, kwargs, lambda output: (
+                [query, key, value, output], query.shape[:-1].numel() * 4))
+        finally:
+            self.inside = False
+
+    def _run_fused(self, func, args, kwargs, kept) -> object:
+        """`func` run with its own saved tensors held apart; `kept(output)`: the
+        tensors counted of it, and the bytes of its log-sum-exps."""
+        own = _Held()
+        with torch.autograd.graph.saved_tensors_hooks(own.pack, _Saved.unpack):
+            output = func(*args, **kwargs)
+        if any(tensor.requires_grad for tensor in _tensors(output)):
+            tensors, extra_bytes = kept(output)
+            self.fused.append((own, [tensor.detach() for tensor in tensors], extra_bytes))
         return output
+
+    def alive(self) -> list[torch.Tensor]:
+        """The counted tensors of the ops whose saved tensors the graph still holds."""
+        return [tensor for own, tensors, _ in self.fused if own.any_alive()
+                for tensor in tensors]
+
+    def log_sum_exp_bytes(self) -> int:
+        return sum(extra for own, _, extra in self.fused if own.any_alive())
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    """The tensors in `value`, a tensor or a (nested) tuple or list of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
 
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> list[int]:

@@ -173,7 +173,9 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
     with `ddp` among `syncs`, also one whose parameters are not all used (DDP
     waits for every gradient and fails the step). Returns its parameter count and
     its step's memory floor, counted in training mode."""
-    model = build_model(name, seed=0, num_classes=num_classes, input_shape=input_shape)
+    # In fp32, as the workers hold it (loop.py): a buffer built in numpy's float64 is cast.
+    model = build_model(name, seed=0, num_classes=num_classes,
+                        input_shape=input_shape).to(torch.float32)
     lazy = [type(module).__name__ for module in model.modules()
             if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
     if lazy:

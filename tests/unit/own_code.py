@@ -170,6 +170,76 @@ def dropout(num_classes, input_shape):
                          nn.Dropout(0.5), nn.Linear(32, num_classes))
 
 
+class _DropsThroughTorch(nn.Module):
+    """`dropout`'s layers, its dropout called as torch.dropout."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.layers = dropout(num_classes, input_shape)
+
+    def forward(self, images):
+        hidden = self.layers[1](self.layers[0](images))
+        return self.layers[3](torch.dropout(hidden, 0.5, self.training))
+
+
+def drops_through_torch(num_classes, input_shape):
+    return _DropsThroughTorch(num_classes, input_shape)
+
+
+class _LogsStatistics(nn.Module):
+    """The mlp, logging a statistic of a wide transform of its hidden values:
+    detached, its graph is freed as soon as it is made."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.used = mlp(num_classes, input_shape)
+        self.logged = []
+
+    def forward(self, images):
+        hidden = self.used[1](self.used[0](images))
+        self.logged = [torch.tanh(hidden.repeat(1, 64)).detach().mean()]
+        return self.used[3](self.used[2](hidden))
+
+
+def logs_statistics(num_classes, input_shape):
+    return _LogsStatistics(num_classes, input_shape)
+
+
+class _Standardised(nn.Module):
+    """The mlp on images less a mean kept in float64 (numpy's float), as the workers
+    cast it: to fp32."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.used = mlp(num_classes, input_shape)
+        self.register_buffer("mean", torch.from_numpy(np.full(input_shape, 0.5)))
+
+    def forward(self, images):
+        return self.used(images - self.mean)
+
+
+def standardised(num_classes, input_shape):
+    return _Standardised(num_classes, input_shape)
+
+
+class _Recurrent(nn.Module):
+    """An LSTM over an image's rows (a row of values a step), classified from its
+    last output."""
+
+    def __init__(self, num_classes, input_shape):
+        super().__init__()
+        self.lstm = nn.LSTM(input_shape[2], 16, batch_first=True)
+        self.classify = nn.Linear(16, num_classes)
+
+    def forward(self, images):
+        output, _ = self.lstm(images.flatten(1, 2))
+        return self.classify(output[:, -1])
+
+
+def recurrent(num_classes, input_shape):
+    return _Recurrent(num_classes, input_shape)
+
+
 class _FailsInTraining(nn.Module):
     """Scores a batch in evaluation; in training, fails once it has attended."""
 
