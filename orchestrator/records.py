@@ -55,9 +55,10 @@ FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # run_started_unix_s, started_unix_s, ended_unix_s: when the worker group began its
 # loop, and when the epoch began and ended (report/timeline.py: the sweep's time line
 # and where its time went).
-# peak_memory_mb: on a GPU, the most memory the first worker's tensors held since it
-# started (torch.cuda.max_memory_allocated, MiB: the allocator's cache left out); NaN
-# on CPUs.
+# peak_memory_mb: on a GPU, the most memory the first worker's tensors held at once
+# from the run's model on (torch.cuda.max_memory_allocated, MiB: the allocator's cache
+# and `auto`'s layout timing before the run left out; the data set on the device and
+# evaluations in); NaN on CPUs.
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
 # measurements (training/step_metrics.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
@@ -144,8 +145,8 @@ def step_graph_text(metrics) -> str:
 
 
 def memory_text(history: list[dict], floor_mb: float | None = None) -> str:
-    """", peak memory 1.21GB a worker (its step's floor 983MB)": the first worker's
-    peak on a GPU (`peak_memory_mb`) beside the least its step must hold
+    """", the first worker's peak memory 1.26GB (its step's floor 734MB)": its peak
+    on a GPU (`peak_memory_mb`) beside the least its step must hold
     (training/memory.py; None or NaN: not counted); nothing on CPUs."""
     peaks = [row.get("peak_memory_mb") for row in history]
     peaks = [peak for peak in peaks if peak is not None and not math.isnan(peak)]
@@ -153,7 +154,7 @@ def memory_text(history: list[dict], floor_mb: float | None = None) -> str:
         return ""
     floor = (f" (its step's floor {bytes_text(floor_mb * 2**20)})"
              if floor_mb is not None and not math.isnan(floor_mb) else "")
-    return f", peak memory {bytes_text(max(peaks) * 2**20)} a worker{floor}"
+    return f", the first worker's peak memory {bytes_text(max(peaks) * 2**20)}{floor}"
 
 
 def bytes_text(count: float) -> str:

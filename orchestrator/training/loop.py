@@ -123,6 +123,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                                               graphed=graph_off is None),
         scope=layout_scope or layout.process_scope(), graphed=graph_off is None)
     config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
+    if device.type == "cuda":  # the peak is the run's: the layouts' timing is gone by now
+        torch.cuda.reset_peak_memory_stats(device)
     model = model_of(config)
     if config.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)

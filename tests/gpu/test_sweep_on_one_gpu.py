@@ -71,4 +71,4 @@ def test_the_main_job_on_one_gpu_runs_what_fits_and_estimates_the_rest(tmp_path)
     # peak the worker's GPU measured: a floor, on CUDA's own kernels.
     peak = pd.read_csv(out_dir / "epochs.csv")["peak_memory_mb"].max()
     assert 0 < trials["memory_floor_mb"].iloc[0] <= peak
-    assert ", peak memory " in report and " a worker (its step's floor " in report
+    assert ", the first worker's peak memory " in report and " (its step's floor " in report

@@ -329,7 +329,9 @@ def test_a_gpu_run_s_lines_set_its_peak_beside_the_floor():
         TrainConfig(model="own_code:never_checked")))
     assert model_check.first_worker_floor_mb(TrainConfig()) > 0  # the book's LeNet
     gpu = [{"peak_memory_mb": 900.0}, {"peak_memory_mb": 1200.0}]
-    assert memory_text(gpu, 700.0) == ", peak memory 1.26GB a worker (its step's floor 734MB)"
-    assert memory_text(gpu, math.nan) == memory_text(gpu) == ", peak memory 1.26GB a worker"
+    assert memory_text(gpu, 700.0) == (", the first worker's peak memory 1.26GB (its step's "
+                                       "floor 734MB)")
+    assert memory_text(gpu, math.nan) == memory_text(gpu) == (
+        ", the first worker's peak memory 1.26GB")
     assert memory_text([{"peak_memory_mb": math.nan}], 700.0) == ""
     assert memory_text([{"peak_memory_mb": None}, {}]) == ""
