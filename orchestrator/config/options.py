@@ -111,6 +111,9 @@ class TrainConfig:
     precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
                                           "(loss, weights, gradients and optimizer stay fp32); "
                                           "fp64: all in double precision", swept=True)
+    tf32: bool = option(True, "on GPUs, fp32 convolutions and recurrent layers run in "
+                              "TensorFloat-32 on tensor cores (PyTorch's default: a 10-bit "
+                              "mantissa); matrix products stay IEEE fp32 either way")
     memory_format: MemoryFormat = option(
         "auto", "layout of the model and its inputs; auto: the faster of nchw and channels-last, "
                 "timed on the workers' devices at the run's start (a few steps each)")

@@ -113,6 +113,11 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         # dropped), so cuDNN's search for its fastest convolutions pays once; a
         # proportional split's, once a share (split.py leaves it out of the speeds).
         torch.backends.cudnn.benchmark = True
+        # fp32's convolutions: TensorFloat-32 (PyTorch's default) or IEEE (--no-tf32, and
+        # the equivalence check, whose fp32 tolerance TF32's rounding would exceed).
+        fp32_math = "tf32" if config.tf32 else "ieee"
+        torch.backends.cudnn.conv.fp32_precision = torch.backends.cudnn.rnn.fp32_precision = (
+            fp32_math)
     # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps
     # `auto` times: launched kernel by kernel, a step is bound by the launches whatever
     # its layout (bench/notes/gpu_step.md).

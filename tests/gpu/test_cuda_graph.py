@@ -89,6 +89,15 @@ def test_bf16_channels_last_graphed_trains(fashion_mnist_small, small_resnet):
     assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"], history
 
 
+def test_fp32_convolutions_run_in_tf32_unless_told_not_to(fashion_mnist_small):
+    """PyTorch's default on GPUs, kept; --no-tf32 (and the equivalence check) sets
+    IEEE fp32 for the run's convolutions and recurrent layers."""
+    for tf32, want in ((False, "ieee"), (True, "tf32")):
+        run_here(_config(precision="fp32", num_epochs=1, tf32=tf32), fashion_mnist_small, GPU)
+        assert (torch.backends.cudnn.conv.fp32_precision,
+                torch.backends.cudnn.rnn.fp32_precision) == (want, want)
+
+
 def test_auto_times_each_layout_as_a_replayed_graph(fashion_mnist_small, monkeypatch, tmp_path):
     """`--memory-format auto` on a graphed run times the layouts' steps as graphs too:
     eager, a step is bound by its launches whatever its layout. Three captures (the

@@ -343,6 +343,7 @@ def test_the_check_runs_the_users_run_short_in_fp64():
     assert (check.precision, check.num_epochs, check.steps_per_epoch, check.sync) == (
         "fp64", 1, 1, "ddp")
     assert check.memory_format == "nchw" and check.max_failures == 0
+    assert config.tf32 and not check.tf32  # on GPUs, fp32 as IEEE's: TF32 rounds to 10 bits
 
 
 def test_a_sweep_of_a_model_not_the_books_answers_the_questions_of_any_model():
