@@ -216,12 +216,15 @@ class TrainConfig:
         if not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UserError(f"bucket cap must be > 0 MB, got {self.bucket_cap_mb!r}")
         require_int(self.split_interval_steps, "split interval steps", minimum=0)
-        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "pin_cores"):
+        for name in ("use_gpu", "sync_batchnorm", "shared_memory", "pin_cores", "tf32"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sync_batchnorm and not self.use_gpu:
             raise UserError("synchronised BatchNorm needs GPU workers: torch's SyncBatchNorm "
                             "does not run on CPUs")
+        if not self.tf32 and not self.use_gpu:
+            raise UserError("--no-tf32 is for GPU workers: TensorFloat-32 is a GPU's "
+                            "tensor cores' format, and CPUs compute fp32 in IEEE fp32 already")
         if self.sync_batchnorm and self.model == "lenet":
             raise UserError("--sync-batchnorm: the book's LeNet has no BatchNorm layer, so it "
                             "would change nothing; leave it out (ResNet-18 has BatchNorm)")

@@ -44,7 +44,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
             "dataset": train.dataset, "num_classes": train.num_classes,
             "train_size": train.train_size,  # the data set's, whatever the trial's subset
             "sync": train.sync,
-            "split": train.split, "precision": train.precision,
+            "split": train.split, "precision": train.precision, "tf32": train.tf32,
             "threads_per_worker": train.threads_per_worker,
             "straggler_slowdown": train.straggler_slowdown,
             "num_workers": train.num_workers, "batch_size": point.batch_size,

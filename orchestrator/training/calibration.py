@@ -23,7 +23,7 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR
-from orchestrator.training.loop import model_of
+from orchestrator.training.loop import model_of, set_cudnn
 from orchestrator.training.layout import TORCH_FORMATS
 from orchestrator.training.step import PARAMETER_DTYPES, forward_backward, to_model_input
 from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
@@ -371,7 +371,7 @@ def _shaped_step(config: TrainConfig, device: torch.device, batch_per_worker: in
                            device=device)
     labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # as every GPU trial runs (loop.py)
+        set_cudnn(config)  # as every GPU trial runs
     return lambda: forward_backward(model, images, labels, shaped)
 
 

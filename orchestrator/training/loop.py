@@ -49,6 +49,22 @@ Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
 OnEvaluation = Callable[[int, float], None]
 
 
+def set_cudnn(config: TrainConfig) -> None:
+    """cuDNN as a GPU run uses it, set in this process (calibration's probes too).
+
+    Every training step has the same shapes (the partial last batch is dropped),
+    so cuDNN's search for its fastest convolutions (`benchmark`) pays once; a
+    proportional split's, once a share (split.py leaves it out of the speeds).
+    fp32's convolutions and recurrent layers run in TensorFloat-32 (PyTorch's
+    default) or in IEEE fp32 (--no-tf32, and the equivalence check, whose fp32
+    tolerance TF32's rounding may exceed). Set through `allow_tf32`, the flag
+    torch's own `cudnn.flags()` reads: setting `cudnn.conv.fp32_precision` apart
+    from it makes that read raise (torch 2.14), in a user's model too.
+    """
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = config.tf32
+
+
 def model_of(config: TrainConfig) -> nn.Module:
     """The run's network, fresh from its seed, for its data set's classes and images."""
     return build_model(config.model, seed=config.seed, num_classes=config.num_classes,
@@ -109,15 +125,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     test_images = test_images[:config.num_test_examples]
     test_labels = test_labels[:config.num_test_examples]
     if device.type == "cuda":
-        # Every training step has the same shapes (the partial last batch is
-        # dropped), so cuDNN's search for its fastest convolutions pays once; a
-        # proportional split's, once a share (split.py leaves it out of the speeds).
-        torch.backends.cudnn.benchmark = True
-        # fp32's convolutions: TensorFloat-32 (PyTorch's default) or IEEE (--no-tf32, and
-        # the equivalence check, whose fp32 tolerance TF32's rounding would exceed).
-        fp32_math = "tf32" if config.tf32 else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = torch.backends.cudnn.rnn.fp32_precision = (
-            fp32_math)
+        set_cudnn(config)
     # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps
     # `auto` times: launched kernel by kernel, a step is bound by the launches whatever
     # its layout (bench/notes/gpu_step.md).

@@ -22,7 +22,10 @@ layers (LSTM, GRU, RNN) keep the CPU's own workspace, and cuDNN its own, of
 which only the layer's input, states and output are sure. Each is counted as
 the least CUDA keeps. Only what the graph still holds when the loss is computed
 counts: a branch whose result was detached (a logged statistic) is freed
-before backward. Under bf16 autocast the activations are taken at
+before backward. What autograd's hooks do not see is not counted, which keeps
+the count a floor: tensors a custom autograd.Function keeps as `ctx`
+attributes, the inputs `torch.utils.checkpoint` keeps, tensors a model keeps on
+itself, cuDNN's reserve space. Under bf16 autocast the activations are taken at
 half their fp32 bytes, the least a 2-byte type can hold them in (autocast keeps
 some in fp32: more); under fp64, everything at its fp32 bytes (a floor at about
 half); the weights as the workers hold them (cast to fp32: a model built in fp64
@@ -238,7 +241,8 @@ class _AsOnCuda(TorchFunctionMode):
             return func(*args, **kwargs)
         if func in self.RECURRENT:
             return self._run_fused(func, args, kwargs, lambda output: (
-                [*_tensors(args), output[0]], 0))
+                [tensor for tensor in _tensors(args) if tensor.is_floating_point()]
+                + [output[0]], 0))
         return func(*args, **kwargs)
 
     def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True,

@@ -91,11 +91,13 @@ def test_bf16_channels_last_graphed_trains(fashion_mnist_small, small_resnet):
 
 def test_fp32_convolutions_run_in_tf32_unless_told_not_to(fashion_mnist_small):
     """PyTorch's default on GPUs, kept; --no-tf32 (and the equivalence check) sets
-    IEEE fp32 for the run's convolutions and recurrent layers."""
-    for tf32, want in ((False, "ieee"), (True, "tf32")):
+    IEEE fp32 for the run's convolutions and recurrent layers, through the flag
+    torch's `cudnn.flags()` reads, which a model may call."""
+    for tf32 in (False, True):
         run_here(_config(precision="fp32", num_epochs=1, tf32=tf32), fashion_mnist_small, GPU)
-        assert (torch.backends.cudnn.conv.fp32_precision,
-                torch.backends.cudnn.rnn.fp32_precision) == (want, want)
+        assert torch.backends.cudnn.allow_tf32 is tf32
+        with torch.backends.cudnn.flags(enabled=True):
+            pass
 
 
 def test_auto_times_each_layout_as_a_replayed_graph(fashion_mnist_small, monkeypatch, tmp_path):

@@ -5,6 +5,7 @@ their facts told to the run, the user's code shipped to an attached cluster,
 the answers written for any model, and the equivalence check's verdict. The
 runs on Ray: tests/cluster/test_own_model_on_ray.py and test_code_shipping.py."""
 
+import dataclasses
 import json
 import shutil
 import time
@@ -343,7 +344,11 @@ def test_the_check_runs_the_users_run_short_in_fp64():
     assert (check.precision, check.num_epochs, check.steps_per_epoch, check.sync) == (
         "fp64", 1, 1, "ddp")
     assert check.memory_format == "nchw" and check.max_failures == 0
-    assert config.tf32 and not check.tf32  # on GPUs, fp32 as IEEE's: TF32 rounds to 10 bits
+    # On GPUs, fp32 as IEEE's: TF32 rounds to 10 bits. (CPUs have no TF32 to turn off.)
+    assert check.tf32 and not equivalence.check_config(
+        dataclasses.replace(config, use_gpu=True)).tf32
+    with pytest.raises(UserError, match=r"^--no-tf32 is for GPU workers: "):
+        dataclasses.replace(config, tf32=False)
 
 
 def test_a_sweep_of_a_model_not_the_books_answers_the_questions_of_any_model():
