@@ -14,7 +14,7 @@ its floor may sit far under the peak, and on a GPU it must still sit under it.
 So is an LSTM over the image's rows (`recurrent`): counted as cuDNN's backward
 reads it (input, initial states, output sequence), not the CPU's workspace.
 
-    python bench/memory_floor.py [--out DIR]   # DIR: a lent GPU's files come back there
+    python bench/memory_floor.py [--out DIR] [--cuda-only]   # DIR: a lent GPU's files
 """
 
 import argparse
@@ -121,9 +121,15 @@ def rows_on(device: torch.device) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the record here (a lent GPU's files)")
+    parser.add_argument("--cuda-only", action="store_true",
+                        help="the GPU's rows alone (a lent GPU's minutes are few; the CPU's "
+                             "are measured here)")
     args = parser.parse_args(argv)
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available()
-                                       else [])
+    if args.cuda_only and not torch.cuda.is_available():
+        print("no CUDA device here: --cuda-only has nothing to measure", file=sys.stderr)
+        return 2
+    devices = ([] if args.cuda_only else [torch.device("cpu")]) + (
+        [torch.device("cuda")] if torch.cuda.is_available() else [])
     rows = [row for device in devices for row in rows_on(device)]
     figures = {"devices": [device.type for device in devices],
                **({"device_name": torch.cuda.get_device_name()} if torch.cuda.is_available()
