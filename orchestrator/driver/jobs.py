@@ -71,6 +71,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"{config.precision}, {counted(config.num_epochs, 'epoch')} of "
               f"{counted(config.steps_per_epoch, 'step')}"
               + (", SyncBatchNorm" if config.sync_batchnorm else "")
+              + (", no TF32" if not config.tf32 else "")
               + (f", target test accuracy {config.target_acc:g}"
                  if config.target_acc is not None else "")
               + f", {config.num_train_examples} train / {config.num_test_examples} test images "

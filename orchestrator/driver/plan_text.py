@@ -123,6 +123,8 @@ def _settings_text(sweep) -> str:
         parts.append(f"evaluated {base.evals_per_epoch} times an epoch")
     if base.sync_batchnorm:
         parts.append("BatchNorm statistics synchronised across workers (--sync-batchnorm)")
+    if not base.tf32:
+        parts.append("fp32 convolutions in IEEE fp32, not TensorFloat-32 (--no-tf32)")
     return "; ".join(parts)
 
 

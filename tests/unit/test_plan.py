@@ -316,6 +316,13 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
     plan_text.print_plan(fitted)
     out = capsys.readouterr().out
     assert "1 trial, up to 1 at a time" in out and "every trial:" not in out
+    # --no-tf32 with GPU workers from the cluster (auto) is said; with CPU workers, refused.
+    request = _request(tmp_path, "--workers", "1", "--no-tf32")
+    plan_text.print_plan(plan.fit_to_cluster(request, _cluster(ONE_GPU)))
+    assert ("every trial: fp32 convolutions in IEEE fp32, not TensorFloat-32 (--no-tf32)"
+            in capsys.readouterr().out.splitlines())
+    with pytest.raises(UserError, match=r"^--no-tf32 is for GPU workers: "):
+        plan.fit_to_cluster(request, _cluster({"CPU": 2.0}))
     assert "timing: each trial timed with its nodes to itself" in out
 
 
