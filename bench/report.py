@@ -219,13 +219,15 @@ def held_out_section(history: list[dict]) -> list[str]:
 
 
 def rows_section(record: dict) -> list[str]:
-    """A record's `rows` (one dict of figures each, all of the same keys) as a table."""
+    """A record's `rows` (one dict of figures each) as a table: every key any row has
+    (a row that could not be measured has an `error` and fewer figures)."""
     rows = record.get("rows")
     if not rows:
         return []
-    columns = list(rows[0])
+    columns = list(dict.fromkeys(column for row in rows for column in row))
     return (["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-            + ["| " + " | ".join(_format(row[column]) for column in columns) + " |"
+            + ["| " + " | ".join(_format(row[column]) if column in row else ""
+                                  for column in columns) + " |"
                for row in rows] + [""])
 
 

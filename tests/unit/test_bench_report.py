@@ -101,3 +101,11 @@ def test_every_scaling_model_validation_is_a_row_of_its_own_processor():
                           record("2 cores, X, torch's AVX2 kernels", "qs-avx2", 0.014)]], {})
     assert "| 2026-11-25 | 2 cores, X, torch's AVX512 kernels | `qs` | 2 | 1 | 1.2% | True |" in doc
     assert "| 2026-11-25 | 2 cores, X, torch's AVX2 kernels | `qs-avx2` | 2 | 1 | 1.4% | True |" in doc
+
+
+def test_a_row_that_could_not_be_measured_keeps_its_place_in_the_table():
+    record = {"rows": [{"model": "lstm", "precision": "bf16", "error": "RuntimeError: no"},
+                       {"model": "lstm", "precision": "fp32", "floor_over_peak": 0.5}]}
+    assert report.rows_section(record) == [
+        "| model | precision | error | floor_over_peak |", "| --- | --- | --- | --- |",
+        "| lstm | bf16 | RuntimeError: no |  |", "| lstm | fp32 |  | 0.5 |", ""]
