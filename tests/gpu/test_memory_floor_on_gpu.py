@@ -8,6 +8,8 @@ an LSTM (what cuDNN's backward reads). bench/memory_floor.py records how near
 the floor comes. Needs a CUDA GPU: skipped without one (tests/conftest.py).
 """
 
+import gc
+
 import pytest
 import torch
 from torch import nn
@@ -67,6 +69,7 @@ CASES = [(name, precision) for name in MODELS for precision in ("fp32", "bf16")
 @pytest.mark.parametrize("name, precision", CASES)
 def test_the_floor_is_under_a_cuda_step_s_peak(name, precision):
     floor = measure_floor(MODELS[name](), IMAGE, 10).worker_bytes(BATCH_SIZE, precision, 0.9)
+    gc.collect()  # nothing of an earlier test freed during this step: `before` stays
     torch.cuda.synchronize(GPU)
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated(GPU)  # what earlier tests left: not this step's
