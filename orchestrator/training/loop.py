@@ -59,9 +59,12 @@ def set_cudnn(config: TrainConfig) -> None:
     default) or in IEEE fp32 (--no-tf32, and the equivalence check, whose fp32
     tolerance TF32's rounding may exceed). Set through `allow_tf32`, the flag
     torch's own `cudnn.flags()` reads: setting `cudnn.conv.fp32_precision` apart
-    from it makes that read raise (torch 2.14), in a user's model too.
+    from it makes that read raise (torch 2.14), in a user's model too. Under it,
+    cuDNN's own fp32 setting is IEEE, so that off means off even where something
+    set the global one (`torch.backends.fp32_precision`) to TF32.
     """
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.fp32_precision = "ieee"
     torch.backends.cudnn.allow_tf32 = config.tf32
 
 
