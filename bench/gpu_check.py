@@ -187,7 +187,9 @@ def descendants(pid: int) -> list[int]:
 
 
 def sweep_figures(folder: Path) -> dict:
-    """A finished sweep's 1-worker trial: seconds per epoch, test accuracy, time to 0.90."""
+    """A finished sweep's 1-worker trial: seconds per epoch, test accuracy, time to 0.90,
+    and its GPU memory: the peak beside the floor the driver counted (training/memory.py;
+    None where the sweep's files predate them)."""
     trials = _read_csv(folder / "trials.csv")
     epochs = _read_csv(folder / "epochs.csv")
     if trials is None or epochs is None:
@@ -207,6 +209,10 @@ def sweep_figures(folder: Path) -> dict:
                "trials": len(trials)}
     if "train_s_to_target" in trial and trial["train_s_to_target"] == trial["train_s_to_target"]:
         figures["train_s_to_target"] = float(trial["train_s_to_target"])
+    peaks = history["peak_memory_mb"].dropna() if "peak_memory_mb" in history else []
+    figures["peak_memory_mb"] = float(peaks.max()) if len(peaks) else None
+    floor = trial.get("memory_floor_mb")
+    figures["memory_floor_mb"] = float(floor) if floor == floor and floor is not None else None
     figures["time_split_s"] = time_split(folder, epochs)
     return figures
 

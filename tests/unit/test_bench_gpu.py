@@ -93,6 +93,14 @@ def test_gpu_check_records_where_each_sweeps_time_went(tmp_path, monkeypatch):
     assert split["training"] == pytest.approx(epochs["epoch_time_s"].sum(), abs=0.01)
     assert split["evaluating"] == pytest.approx(epochs["eval_time_s"].sum(), abs=0.01)
     assert split["starting workers"] > 0 and split["preparing"] > 0
+    # Recorded on CPUs, before the columns: no GPU peak, no floor.
+    assert figures["peak_memory_mb"] is None and figures["memory_floor_mb"] is None
+    epochs["peak_memory_mb"] = 300.0
+    epochs.to_csv(folder / "epochs.csv", index=False)
+    trials = pd.read_csv(folder / "trials.csv").assign(memory_floor_mb=120.5)
+    trials.to_csv(folder / "trials.csv", index=False)
+    figures = import_bench("gpu_check", monkeypatch).sweep_figures(folder)
+    assert (figures["peak_memory_mb"], figures["memory_floor_mb"]) == (300.0, 120.5)
 
 
 def test_gpu_check_on_a_machine_of_several_gpus_checks_the_first(monkeypatch, capsys):
