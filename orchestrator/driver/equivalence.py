@@ -46,9 +46,8 @@ def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
     steps = min(STEPS, config.num_train_examples // config.global_batch_size)
     return dataclasses.replace(
         config, precision=precision, memory_format="nchw", tf32=not config.use_gpu,
-        num_epochs=1,
-        warmup_epochs=0,
-        train_limit=steps * config.global_batch_size, evals_per_epoch=1, target_acc=None,
+        num_epochs=1, warmup_epochs=0, train_limit=steps * config.global_batch_size,
+        evals_per_epoch=1, target_acc=None,
         test_limit=min(config.num_test_examples, max(config.num_workers, 100)),
         max_failures=0)
 

@@ -234,11 +234,9 @@ class _AsOnCuda(TorchFunctionMode):
             return self.counted(*args, **kwargs)
         if func is self.original_dropout:
             return self.dropout(*args, **kwargs)
-        if func is torch.dropout:  # torch.dropout(input, p, train)
+        if func is torch.dropout:  # torch.dropout(input, p, train): F.dropout's own kernel
             named = dict(zip(("input", "p", "train"), args), **kwargs)
-            if named["train"] and 0 < named["p"] < 1:
-                return torch.native_dropout(named["input"], named["p"], True)[0]
-            return func(*args, **kwargs)
+            return self.dropout(named["input"], named["p"], named["train"])
         if func in self.RECURRENT:
             return self._run_fused(func, args, kwargs, lambda output: (
                 [tensor for tensor in _tensors(args) if tensor.is_floating_point()]

@@ -33,10 +33,9 @@ def lenet(num_classes: int = NUM_CLASSES,
         raise UserError(f"LeNet needs images of at least 12x12 pixels, got "
                         f"{image_size[0]}x{image_size[1]}")
     # In place: no layer's backward reads the output a ReLU overwrites (a
-    # convolution's and a dense layer's read their input, an average pool's its
-    # input, which is the ReLU's own result): the same values and gradients
-    # without the activations' copies,
-    # 2% of LeNet's step on a CPU core (bench/lenet_step.py).
+    # convolution's and a dense layer's read their input; an average pool reads
+    # its input, the ReLU's own result): the same values and gradients without the
+    # activations' copies, 2% of LeNet's step on a CPU core (bench/lenet_step.py).
     return nn.Sequential(
         nn.Conv2d(in_channels, 20, kernel_size=3), nn.ReLU(inplace=True),
         nn.AvgPool2d(kernel_size=2, stride=2),
