@@ -82,15 +82,21 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     store's: the node's free memory when Ray started there, or what `ray start
     --memory` declared: less than the node has, where memory was in use then or the
     declaration is low; the refusal names the figure). Floors throughout, so that
-    no point that could fit in that room is refused (`_most_on_one_device`). `run`
-    names the run the refusal is of, and `ways` replaces what needs less memory."""
+    no point that could fit in that room is refused (`_most_on_one_device`), but for
+    workers on fractions of a GPU: those crowd one GPU as Ray places them
+    (`_workers_on_one_gpu`), not spread over the GPUs there are. `run` names the run
+    the refusal is of, and `ways` replaces what needs less memory."""
     too_big = []
     for config, floor in _floors(configs, book_models=True):
+        together = None
         if config.use_gpu:
             if gpu_memory_bytes is None:
                 continue
-            devices, kind = max(1, math.floor(cluster.num_gpus)), "GPU"
-            room, where = gpu_memory_bytes, f"a GPU of {bytes_text(gpu_memory_bytes)}"
+            together = _workers_on_one_gpu(config)
+            devices = min(max(1, math.floor(cluster.num_gpus)),
+                          math.ceil(config.num_workers / together))
+            kind, room = "GPU", gpu_memory_bytes
+            where = f"a GPU of {bytes_text(gpu_memory_bytes)}"
         else:
             holding = [node for node, capacity in zip(
                 cluster.node_resources, cluster.node_capacities(config.resources_per_worker))
@@ -101,7 +107,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {bytes_text(room)} (the memory Ray counts there)"
         parts, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
-                                           kind)
+                                           kind, together)
         if sum(parts.values()) > room:
             too_big.append((sum(parts.values()), config, parts, whose, where))
     if not too_big:
@@ -118,16 +124,25 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
                                     shared_gpus=config.shares_gpu)))
 
 
-def _most_on_one_device(floor, config: TrainConfig, devices: int,
-                        kind: str) -> tuple[dict[str, int], str]:
+def _workers_on_one_gpu(config: TrainConfig) -> int:
+    """How many of a trial's GPU workers Ray puts on one GPU: one each at
+    --gpus-per-worker 1; below, Ray gives each fraction from the GPU with the least
+    left that holds it (best fit: Ray's resource_instance_set.cc), so that the
+    first GPU takes floor(1 / F) of them (measured with Ray 2.60: four workers at
+    0.5 on four GPUs share two)."""
+    return min(config.num_workers, math.floor(1 / config.gpus_per_worker + 1e-9))
+
+
+def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,
+                        together: int | None = None) -> tuple[dict[str, int], str]:
     """The floor, by part, of the device (a `kind`, "GPU" or "node") that must hold
-    the most of a trial of `config` whose workers spread over `devices` of them, and
-    whose steps those are, for the refusal's line: of its k
-    workers, one device holds ceil(k / devices), which under the even split hold
+    the most of a trial of `config` whose workers use `devices` of them, and
+    whose steps those are, for the refusal's line: of its k workers, one device
+    holds `together` (spread: ceil(k / devices)), which under the even split hold
     the smallest shares at least, and under the proportional one an image each (a
     share may shrink to one); and one device holds the busiest worker (even split),
     or ceil(B / devices) of the global batch B (proportional), among the workers on it."""
-    together = math.ceil(config.num_workers / devices)
+    together = together or math.ceil(config.num_workers / devices)
     if config.split == "even":
         shares = sorted(config.batch_sizes_per_worker)
         crowded, busiest = shares[:together], [shares[-1]]

@@ -262,6 +262,20 @@ def test_gpu_workers_are_checked_against_the_gpu_check_s_memory():
                                        "smaller --batch-size, or a larger --gpus-per-worker: "
                                        "fewer workers to a GPU) or --precision bf16 needs less")
     model_check.require_room_in_memory([alone], _cluster(gpu_node), 5e9)
+    # Two workers on halves of the two GPUs: Ray gives both halves of the first
+    # (best fit), so they share it, though a GPU each would have held them.
+    halves = dataclasses.replace(alone, gpus_per_worker=0.5)
+    with pytest.raises(UserError, match="the 2 workers that must share a GPU, at 2048 images "
+                                        "among them, hold at least 6.58GB"):
+        model_check.require_room_in_memory([halves], _cluster(gpu_node), 5e9)
+    # Four at 0.3 on four GPUs: three share the first (not one each, nor two).
+    four_gpus = {**gpu_node, "GPU": 4.0}
+    thirds = _config(use_gpu=True, num_workers=4, gpus_per_worker=0.3, global_batch_size=2048)
+    with pytest.raises(UserError, match="the 3 workers that must share a GPU, at 1536 images "
+                                        "among them, hold at least 4.9"):
+        model_check.require_room_in_memory([thirds], _cluster(four_gpus), 4.5e9)
+    model_check.require_room_in_memory([dataclasses.replace(thirds, gpus_per_worker=0.5)],
+                                       _cluster(four_gpus), 4.5e9)
 
 
 def test_a_run_of_one_step_holds_no_momentum_beside_its_activations():
