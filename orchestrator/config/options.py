@@ -96,8 +96,9 @@ class TrainConfig:
                                   "auto: when the cluster has GPUs", auto=True)
     gpus_per_worker: float = option(
         1.0, "with GPU workers: the share of a GPU each reserves (Ray's fractional GPUs), "
-             "0 < F <= 1; below 1 workers may share a GPU and sum over gloo, not NCCL (two "
-             "NCCL ranks cannot share a device): accuracies to compare, no speedup to read")
+             "0 < F <= 1; at 0.5 or less Ray puts workers together on a GPU and they sum over "
+             "gloo, not NCCL (two NCCL ranks cannot share a device): accuracies to compare, "
+             "no speedup to read")
     sync_batchnorm: bool = option(False, "synchronise BatchNorm statistics across workers "
                                          "(GPU workers only)")
     warmup_epochs: int = option(0, "linear learning-rate warm-up epochs (Goyal et al., 2017)")
@@ -261,9 +262,16 @@ class TrainConfig:
                 **({"GPU": float(self.gpus_per_worker)} if self.use_gpu else {})}
 
     @property
+    def two_fit_one_gpu(self) -> bool:
+        """GPU workers of which two fit one GPU (--gpus-per-worker at most 0.5, as Ray
+        counts it, to 1e-4); Ray then puts them together (model_check's best fit)."""
+        return self.use_gpu and round(self.gpus_per_worker, 4) <= 0.5
+
+    @property
     def shares_gpu(self) -> bool:
-        """Several GPU workers that may share one device (--gpus-per-worker below 1)."""
-        return self.use_gpu and self.gpus_per_worker < 1 and self.num_workers > 1
+        """Several GPU workers that may share one device: above 0.5 of one each, no two
+        of them fit on one GPU, and each owns one, as at 1."""
+        return self.two_fit_one_gpu and self.num_workers > 1
 
     @property
     def backend(self) -> str:

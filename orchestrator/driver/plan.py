@@ -72,7 +72,7 @@ def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
     # Said in the plan however the halves came: here, `--gpus-per-worker`, or a resumed
     # sweep's (sweep.json keeps the fitted sweep).
     shared_gpu = (sweep.study == "exercises" and sweep.base.use_gpu
-                  and sweep.base.gpus_per_worker < 1 and max(sweep.workers) > 1
+                  and sweep.base.two_fit_one_gpu and max(sweep.workers) > 1
                   and cluster.max_workers({"GPU": 1.0}) == 1)
     return dataclasses.replace(_concurrency(request, cluster, sweep, left_out),
                                shared_gpu=shared_gpu)

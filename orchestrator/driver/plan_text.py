@@ -26,9 +26,11 @@ def workers_text(config) -> str:
     """What the workers run on, and the backend their sums go over."""
     if not config.use_gpu:
         return "CPUs (gloo)"
-    if config.gpus_per_worker < 1:
+    if config.two_fit_one_gpu:
         return (f"GPUs, {config.gpus_per_worker:g} of one each: workers may share a GPU "
                 f"(gloo, where NCCL refuses two ranks on one device)")
+    if config.gpus_per_worker < 1:
+        return f"GPUs, {config.gpus_per_worker:g} of one each: no two fit one GPU (NCCL)"
     return "GPUs (NCCL)"
 
 

@@ -145,9 +145,9 @@ def trial_transports(epochs: pd.DataFrame) -> pd.Series:
 
 def shared_gpu_trials(epochs: pd.DataFrame) -> set[str]:
     """Trials in which two workers ran on one GPU of one node (`--gpus-per-worker`
-    below 1): a device string such as "cuda:0" twice among a node's ranks; and
-    trials whose GPU workers summed over gloo, which only a fraction of a GPU each
-    asks for (Ray may have put them on GPUs of their own, but their sums went
+    0.5 or less): a device string such as "cuda:0" twice among a node's ranks; and
+    trials whose GPU workers summed over gloo, which only such a fraction of a GPU
+    each asks for (Ray may have put them on GPUs of their own, but their sums went
     through the host, not NCCL's: no GPU speedup either)."""
     if "devices" not in epochs:
         return set()

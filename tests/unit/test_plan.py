@@ -1,6 +1,7 @@
 """The plan fitted to a cluster: GPUs, open worker counts, room and concurrency,
 decided once from what the cluster's nodes hold (a `Cluster` as `connect` returns it)."""
 
+import dataclasses
 import re
 
 import pytest
@@ -151,6 +152,11 @@ def test_workers_that_share_a_gpu_fit_and_sum_over_gloo(tmp_path):
     assert "workers may share a GPU (gloo" in plan_text.workers_text(two)
     config = TrainConfig(num_workers=3, use_gpu=True, gpus_per_worker=1 / 3)
     assert plan.fit_run_to_cluster(config, False, _cluster(ONE_GPU)).backend == "gloo"
+    # Above half a GPU each no two fit one: each owns its GPU, and NCCL sums.
+    roomy = dataclasses.replace(config, num_workers=2, gpus_per_worker=0.6)
+    fitted = plan.fit_run_to_cluster(roomy, False, _cluster({**ONE_GPU, "GPU": 2.0}))
+    assert fitted.backend == "nccl" and not fitted.shares_gpu
+    assert plan_text.workers_text(fitted) == "GPUs, 0.6 of one each: no two fit one GPU (NCCL)"
     # A share is for GPU workers: on a cluster without GPUs, `auto` makes CPU ones.
     with pytest.raises(UserError, match="--gpus-per-worker 0.5 is for GPU workers"):
         plan.fit_to_cluster(request, _cluster({"CPU": 4.0}))

@@ -294,7 +294,7 @@ def render_answers(summary: pd.DataFrame, epochs: pd.DataFrame, scaling, *,
 
 
 def _shared_gpu_lead(summary: pd.DataFrame) -> list[str]:
-    """Where workers shared a GPU (`--gpus-per-worker` below 1: the exercises on a
+    """Where workers shared a GPU (`--gpus-per-worker` 0.5 or less: the exercises on a
     machine of one GPU), what their trials can answer and what not."""
     shared = summary[shared_gpu_mask(summary)]
     if shared.empty:
