@@ -24,12 +24,18 @@ TRAIN_RUNS_API = "/api/train/v2/runs/v1"
 
 
 def _get(url: str, token: str | None) -> tuple[int, str]:
+    """The status and text of a GET; (0, why) where no answer came in time: the
+    dashboard shares a machine's cores with the sweep's trials, and on a 2-core
+    CPU without AVX-512 its Train API once took over 10 s to answer."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=hang_limit(10)) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+    except (TimeoutError, urllib.error.URLError) as error:
+        return 0, str(error)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,10 @@ def listed_sweep(tmp_path_factory) -> tuple[list[dict], Path]:
         url = re.search(r"Ray dashboard: (http://\S+)", line).group(1)
         token = subprocess.run([RAY_CLI, "get-auth-token"], capture_output=True, text=True,
                                check=True).stdout.strip()
-        assert _get(url + TRAIN_RUNS_API, None)[0] == 401  # the token is what lets one in
+        refused = _get(url + TRAIN_RUNS_API, None)
+        while refused[0] == 0 and sweep.poll() is None:  # no answer in time: ask again
+            refused = _get(url + TRAIN_RUNS_API, None)
+        assert refused[0] == 401, refused  # the token is what lets one in
         runs: list[dict] = []
         while len(runs) < 2:
             assert sweep.poll() is None, "the sweep ended before its runs were listed:\n" + \
