@@ -38,16 +38,21 @@ def machine() -> str:
 
 
 def emit(name: str, command: str, figures: dict, *, append: bool = True,
-         measured_on: str | None = None) -> dict:
+         measured_on: str | None = None, out: str | None = None) -> dict:
     """Print the BENCH line and append it to the results, unless `append` is
     false: a smoke run of a script, whose figures must not become the newest.
     `measured_on`: the machine that measured, where it is not this one (a
-    benchmark that reads a sweep's files records the processor the sweep ran on)."""
+    benchmark that reads a sweep's files records the processor the sweep ran on).
+    `out`: a folder whose files come back from a lent GPU: the record is written
+    there as <name>.jsonl, to be appended here, and not appended where it ran."""
     record = {"benchmark": name, "date": datetime.date.today().isoformat(),
               "machine": measured_on or machine(), "command": command, "commit": commit(),
               **figures}
     print("BENCH " + json.dumps(record), flush=True)
-    if not append:
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.jsonl").write_text(json.dumps(record) + "\n")
+    if not append or out:
         return record
     RESULTS_DIR.mkdir(exist_ok=True)
     with open(RESULTS_DIR / f"{name}.jsonl", "a") as results:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -148,10 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                "max_floor_over_peak": max(row["floor_over_peak"] for row in measured),
                "rows_not_measured": len(rows) - len(measured),
                "rows": rows}
-    record = emit(NAME, command_line(), figures, append=args.out is None)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{NAME}.jsonl").write_text(json.dumps(record) + "\n")
+    emit(NAME, command_line(), figures, out=args.out)
     return 0
 
 

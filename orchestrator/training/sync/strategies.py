@@ -133,6 +133,15 @@ class DDPSync(GradientSync):
     def synchronize(self) -> None:
         pass  # the reduction already happened inside backward
 
+    def zero_grad(self) -> None:
+        # In place, in one call: after the first backward each grad is a view of its
+        # DDP bucket (gradient_as_bucket_view). A grad set to None comes back from
+        # backward as a new tensor, which DDP's reducer copies into the bucket, every
+        # gradient at every step (torch's Reducer::mark_variable_ready_dense).
+        grads = [param.grad for param in self.model.parameters() if param.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
+
     def _timed_sum_hook(self, _state, bucket: dist.GradBucket
                         ) -> torch.futures.Future[torch.Tensor]:
         started = self.timer.start()
