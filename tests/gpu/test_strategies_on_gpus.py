@@ -1,7 +1,7 @@
 """The book's claim on CUDA: k workers that share one GPU, or own one GPU each, and
 one device are the same optimizer.
 
-Workers that share a GPU (`--gpus-per-worker` below 1) run their process group
+Workers that share a GPU (`--gpus-per-worker` 0.5 or less) run their process group
 on gloo, which sums CUDA tensors where NCCL refuses two ranks on one device;
 the calls gloo does not take on CUDA tensors go through host memory
 (collectives.staged_through_host). Here k = 2 and 3 plain gloo processes, each
