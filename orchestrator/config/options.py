@@ -269,8 +269,8 @@ class TrainConfig:
 
     @property
     def shares_gpu(self) -> bool:
-        """Several GPU workers that may share one device: above 0.5 of one each, no two
-        of them fit on one GPU, and each owns one, as at 1."""
+        """Several GPU workers of which two fit one GPU (at most 0.5 of one each),
+        which Ray puts together; above 0.5 no two fit, and each owns its GPU as at 1."""
         return self.two_fit_one_gpu and self.num_workers > 1
 
     @property

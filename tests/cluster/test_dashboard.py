@@ -64,6 +64,7 @@ def listed_sweep(tmp_path_factory) -> tuple[list[dict], Path]:
                                check=True).stdout.strip()
         refused = _get(url + TRAIN_RUNS_API, None)
         while refused[0] == 0 and sweep.poll() is None:  # no answer in time: ask again
+            time.sleep(0.5)
             refused = _get(url + TRAIN_RUNS_API, None)
         assert refused[0] == 401, refused  # the token is what lets one in
         runs: list[dict] = []
