@@ -72,7 +72,7 @@ def main() -> None:
             arms[name] = (model, sync, loop.make_optimizer(model.parameters(), config))
 
         def steps(name: str, count: int) -> list[float]:
-            model, sync, optimizer = arms[name]
+            _, sync, optimizer = arms[name]
             times = []
             for _ in range(count):
                 started = time.perf_counter()

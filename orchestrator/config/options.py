@@ -207,9 +207,12 @@ class TrainConfig:
             raise UserError(f"straggler slowdown must be a number >= 1, got "
                             f"{self.straggler_slowdown!r}")
         if not (isinstance(self.gpus_per_worker, (int, float)) and not isinstance(
-                self.gpus_per_worker, bool) and 0 < self.gpus_per_worker <= 1):
+                self.gpus_per_worker, bool) and 0 < round(self.gpus_per_worker, 4) <= 1):
+            zero = (", which Ray counts as 0 (to 1e-4)"
+                    if isinstance(self.gpus_per_worker, float) and 0 < self.gpus_per_worker < 1
+                    else "")
             raise UserError(f"GPUs per worker must be a share of one GPU, 0 < F <= 1, got "
-                            f"{self.gpus_per_worker!r}")
+                            f"{self.gpus_per_worker!r}{zero}")
         if self.gpus_per_worker != 1 and not self.use_gpu:
             raise UserError(f"--gpus-per-worker {self.gpus_per_worker:g} is for GPU workers, "
                             f"but these are CPU workers (--use-gpu no, or a cluster without "
@@ -262,10 +265,17 @@ class TrainConfig:
                 **({"GPU": float(self.gpus_per_worker)} if self.use_gpu else {})}
 
     @property
+    def workers_per_gpu(self) -> int:
+        """How many workers of --gpus-per-worker F fit one GPU: floor(1 / F), F as Ray
+        counts it, to 1e-4 (1 at 1, 2 at 0.5, 3 at 0.3). Ray fills a GPU with them
+        before it starts the next (model_check's best fit)."""
+        return math.floor(1 / round(self.gpus_per_worker, 4) + 1e-9)
+
+    @property
     def two_fit_one_gpu(self) -> bool:
-        """GPU workers of which two fit one GPU (--gpus-per-worker at most 0.5, as Ray
-        counts it, to 1e-4); Ray then puts them together (model_check's best fit)."""
-        return self.use_gpu and round(self.gpus_per_worker, 4) <= 0.5
+        """GPU workers of which two fit one GPU (--gpus-per-worker at most 0.5); Ray
+        then puts them together."""
+        return self.use_gpu and self.workers_per_gpu >= 2
 
     @property
     def shares_gpu(self) -> bool:

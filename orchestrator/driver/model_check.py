@@ -128,9 +128,9 @@ def _workers_on_one_gpu(config: TrainConfig) -> int:
     """How many of a trial's GPU workers Ray puts on one GPU: one each at
     --gpus-per-worker 1; below, Ray gives each fraction from the GPU with the least
     left that holds it (best fit: Ray's resource_instance_set.cc), so that the
-    first GPU takes floor(1 / F) of them (measured with Ray 2.60: four workers at
-    0.5 on four GPUs share two). Ray counts shares to 1e-4."""
-    return min(config.num_workers, math.floor(1 / round(config.gpus_per_worker, 4) + 1e-9))
+    first GPU takes as many as fit it (measured with Ray 2.60: four workers at
+    0.5 on four GPUs share two)."""
+    return min(config.num_workers, config.workers_per_gpu)
 
 
 def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,

@@ -38,6 +38,7 @@ from orchestrator.errors import UserError
     ({"evals_per_epoch": 0}, "evaluations per epoch must be >= 1"),
     ({"evals_per_epoch": 5, "train_limit": 1024}, "5 evaluations per epoch exceed the 4 steps"),
     ({"gpus_per_worker": 0, "use_gpu": True}, "a share of one GPU, 0 < F <= 1, got 0"),
+    ({"gpus_per_worker": 4e-5, "use_gpu": True}, "got 4e-05, which Ray counts as 0"),
     ({"gpus_per_worker": 1.5, "use_gpu": True}, "a share of one GPU, 0 < F <= 1, got 1.5"),
     ({"gpus_per_worker": math.nan, "use_gpu": True}, "a share of one GPU"),
     ({"gpus_per_worker": 0.5}, "--gpus-per-worker 0.5 is for GPU workers"),
