@@ -26,6 +26,7 @@ from orchestrator.training import graphed as step_graph
 from orchestrator.training import layout
 from orchestrator.training.data import Images
 from orchestrator.training.models import build_model
+from orchestrator.training.sgd import SGD
 from orchestrator.training.split import BatchSplit
 from orchestrator.training.step import (PARAMETER_DTYPES, evaluate, forward, memory_format, step_on,
                                         train_batch)
@@ -75,8 +76,9 @@ def model_of(config: TrainConfig) -> nn.Module:
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
-    """The run's SGD, built in this one place so every sync strategy steps the same one."""
-    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+    """The run's SGD, built in this one place so every sync strategy steps the same one
+    (torch.optim.SGD's update; training/sgd.py says why not that class itself)."""
+    return SGD(params, lr=config.lr, momentum=config.momentum)
 
 
 def run_training(config: TrainConfig, data: Images, *, device: torch.device,

@@ -20,6 +20,7 @@ other strategies. No Ray here, and no import of sync.py (which uses this).
 import torch
 from torch import nn
 
+from orchestrator.training.sgd import SGD
 from orchestrator.training.sync.collectives import (all_gather_, get_rank, get_world_size, reduce_scatter_,
                                       views_like)
 
@@ -32,7 +33,7 @@ class ParameterShards:
     def __init__(self, model: nn.Module, optimizer: torch.optim.SGD, device: torch.device):
         self.params = list(model.parameters())
         (group,) = optimizer.param_groups
-        assert type(optimizer) is torch.optim.SGD and len(group["params"]) == len(self.params) \
+        assert isinstance(optimizer, torch.optim.SGD) and len(group["params"]) == len(self.params) \
             and all(a is b for a, b in zip(group["params"], self.params))
         dtype = self.params[0].dtype
         assert all(p.dtype == dtype for p in self.params), "one flat buffer holds one dtype"
@@ -52,7 +53,7 @@ class ParameterShards:
         # itself; its gradient is where the reduce-scatter leaves the sum.
         self.own_param = self.flat_param.view(num_workers, part_numel)[get_rank()]
         self.own_param.grad = self.flat_grad.view(num_workers, part_numel)[get_rank()]
-        self.optimizer = torch.optim.SGD([self.own_param], **_hyperparameters(optimizer))
+        self.optimizer = SGD([self.own_param], **_hyperparameters(optimizer))
         for key in _state_keys(optimizer):  # SGD's: momentum_buffer, once it has stepped
             flat = torch.zeros_like(self.flat_param)
             for param, view in zip(self.params, views_like(self.params, flat)):
