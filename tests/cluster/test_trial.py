@@ -2,11 +2,16 @@
 helper actors a fit starts beside its workers, and where its controller runs.
 The stock path is tested in test_ray_fastpath_on_ray.py."""
 
+import dataclasses
+import time
+
+import pytest
 import ray
+from ray.util.state import list_actors, list_placement_groups
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.trial import run_trial
-from helpers import num_actors
+from helpers import hang_limit, num_actors
 
 
 CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
@@ -16,8 +21,10 @@ CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_
 class _TrialDriver:
     """An actor that fits a trial, as a Tune trial does."""
 
-    def fit(self, data_refs: list[ray.ObjectRef], storage_path: str) -> list[int]:
-        result = run_trial(CONFIG, data_refs[0], name="in-actor", storage_path=storage_path,
+    def fit(self, data_refs: list[ray.ObjectRef], storage_path: str,
+            num_epochs: int = CONFIG.num_epochs) -> list[int]:
+        config = dataclasses.replace(CONFIG, num_epochs=num_epochs)
+        result = run_trial(config, data_refs[0], name="in-actor", storage_path=storage_path,
                            max_failures=0)
         return [row["epoch"] for row in result.return_value]
 
@@ -44,9 +51,45 @@ def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mn
                                                          tmp_path):
     controllers_before = num_actors("TrainController")
     cleaners_before = num_actors("PlacementGroupCleaner")
+    live_cleaners_before = _live_actors("PlacementGroupCleaner")
+    live_groups_before = _num_live_placement_groups()
     driver = _TrialDriver.remote()
-    assert ray.get(driver.fit.remote([ray.put(fashion_mnist_small)], str(tmp_path))) == [1]
+    data_refs = [ray.put(fashion_mnist_small)]
+    for _ in range(2):  # as Tune runs trial after trial in one process
+        assert ray.get(driver.fit.remote(data_refs, str(tmp_path))) == [1]
     assert num_actors("TrainController") == controllers_before
-    # The cleaner now watches the actor that holds the controller.
+    # One cleaner watches the actor that holds the controller, for all its fits.
     assert num_actors("PlacementGroupCleaner") == cleaners_before + 1
+    cleaner = _live_actors("PlacementGroupCleaner") - live_cleaners_before
+    # The process dies during a fit: the cleaner frees that fit's placement
+    # group (Ray ties it to the job, not to the actor that made it), then exits.
+    # Killed once an epoch is checkpointed: its group is registered by then,
+    # when its workers have started.
+    third = tmp_path / "third"
+    running = driver.fit.remote(data_refs, str(third), num_epochs=50)
+    _wait_for(lambda: any(third.rglob("checkpoint_*")), "the third fit's first epoch")
+    assert _num_live_placement_groups() > live_groups_before
     ray.kill(driver)
+    _wait_for(lambda: _num_live_placement_groups() == live_groups_before
+              and ray.available_resources().get("CPU") == 2.0, "the dead process's group freed")
+    _wait_for(lambda: not cleaner & _live_actors("PlacementGroupCleaner"), "the cleaner's exit")
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running)
+
+
+def _num_live_placement_groups() -> int:
+    return sum(group.state != "REMOVED"
+               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
+
+
+def _live_actors(class_name: str) -> set[str]:
+    return {actor.actor_id for actor in list_actors(limit=10_000, raise_on_missing_output=False)
+            if actor.class_name.endswith(class_name) and actor.state != "DEAD"}
+
+
+def _wait_for(condition, what: str, limit_s: float = 30) -> None:
+    """Poll until `condition()`; the cleaner checks its process every 5 s."""
+    deadline = time.monotonic() + hang_limit(limit_s)
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {limit_s} s for {what}"
+        time.sleep(0.5)
