@@ -13,7 +13,10 @@ included, are checked on the recorded two-seed sweep). Batch 32 and 200 test
 images: ResNet-18's part on CPUs (its steps, its compute probe in the
 calibration, its test images) took about 100 of the sweep's 277 s at batch 64
 and 500 images, about 55 of 220 s at these (2-core EPYC with AVX-512, one run
-each), and compute is what a CPU without AVX-512 slows most. The answers' numbers
+each), and compute is what a CPU without AVX-512 slows most. One memory layout: under
+`auto` the first trial of each model and batch, and the calibration's compute
+probe, time both (tests/processes/test_memory_format_agreement.py runs that
+choice). The answers' numbers
 are checked on recorded sweeps (tests/unit/test_answers_recorded.py); this
 test runs the whole path. The `--resume` of the finished sweep rewrites the
 report from the stored results without Ray; a resume with trials left to run:
@@ -33,7 +36,8 @@ from orchestrator.report.answers.sheet import EXERCISES
 STUDY = {"study": "exercises", "model": "lenet", "workers": [1, 2], "batch_sizes": [32],
          "lrs": [0.2, 0.4], "seeds": [0], "sync": ["scratch", "bucketed", "delayed"],
          "split": ["even", "proportional"], "straggler_slowdown": 2.0,
-         "baseline_threads": None, "num_epochs": 2, "train_limit": 2048, "test_limit": 200}
+         "baseline_threads": None, "num_epochs": 2, "train_limit": 2048, "test_limit": 200,
+         "memory_format": "channels-last"}
 
 
 def test_the_exercises_study_answers_every_exercise_and_resume_rewrites_it(tmp_path):
