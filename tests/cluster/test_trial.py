@@ -61,12 +61,13 @@ def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mn
     # One cleaner watches the actor that holds the controller, for all its fits.
     assert num_actors("PlacementGroupCleaner") == cleaners_before + 1
     cleaner = _live_actors("PlacementGroupCleaner") - live_cleaners_before
+    assert len(cleaner) == 1
     # The process dies during a fit: the cleaner frees that fit's placement
     # group (Ray ties it to the job, not to the actor that made it), then exits.
     # Killed once an epoch is checkpointed: its group is registered by then,
     # when its workers have started.
     third = tmp_path / "third"
-    running = driver.fit.remote(data_refs, str(third), num_epochs=50)
+    running = driver.fit.remote(data_refs, str(third), num_epochs=500)
     _wait_for(lambda: any(third.rglob("checkpoint_*")), "the third fit's first epoch")
     assert _num_live_placement_groups() > live_groups_before
     ray.kill(driver)
@@ -89,7 +90,8 @@ def _live_actors(class_name: str) -> set[str]:
 
 def _wait_for(condition, what: str, limit_s: float = 30) -> None:
     """Poll until `condition()`; the cleaner checks its process every 5 s."""
-    deadline = time.monotonic() + hang_limit(limit_s)
+    limit_s = hang_limit(limit_s)
+    deadline = time.monotonic() + limit_s
     while not condition():
-        assert time.monotonic() < deadline, f"waited {limit_s} s for {what}"
+        assert time.monotonic() < deadline, f"waited {limit_s:.0f} s for {what}"
         time.sleep(0.5)

@@ -3,6 +3,7 @@ without importing torch._dynamo (training/sgd.py)."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,10 +28,7 @@ def _trained(optimizer_class, momentum: float, steps: int = 4):
     return model, optimizer
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_the_run_s_sgd_is_torch_s_update_state_and_state_dict(momentum):
-    theirs, their_optimizer = _trained(torch.optim.SGD, momentum)
-    ours, our_optimizer = _trained(sgd.SGD, momentum)
+def _assert_same(theirs, their_optimizer, ours, our_optimizer) -> None:
     for a, b in zip(theirs.parameters(), ours.parameters()):
         assert torch.equal(a, b)
     their_state, our_state = their_optimizer.state_dict(), our_optimizer.state_dict()
@@ -42,27 +40,50 @@ def test_the_run_s_sgd_is_torch_s_update_state_and_state_dict(momentum):
             assert torch.equal(value, our_state["state"][index][key])
 
 
-def test_a_process_that_builds_steps_and_saves_it_imports_no_dynamo():
+def test_without_dynamo_it_is_torch_s_update_state_and_state_dict():
+    """In a process of its own: ours trains first, with torch._dynamo never
+    imported (torch.optim.SGD imports it), then torch's, from the same start."""
     code = """if True:
-        import sys, torch
-        from orchestrator.training.sgd import DYNAMO_FREE, SGD
-        assert DYNAMO_FREE, "this torch wraps its optimizers otherwise"
-        model = torch.nn.Linear(3, 2)
-        optimizer = SGD(model.parameters(), lr=0.1, momentum=0.9)
-        model(torch.randn(4, 3)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        optimizer.load_state_dict(optimizer.state_dict())
-        print("torch._dynamo" in sys.modules)
+        import sys
+        from test_sgd import _assert_same, _trained
+        from orchestrator.training import sgd
+        import torch
+        assert sgd.DYNAMO_FREE, "this torch wraps its optimizers otherwise"
+        ours = {momentum: _trained(sgd.SGD, momentum) for momentum in (0.0, 0.9)}
+        assert "torch._dynamo" not in sys.modules, "imported by its build, step or save"
+        for momentum, trained in ours.items():
+            _assert_same(*_trained(torch.optim.SGD, momentum), *trained)
+        print("same")
     """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=Path(__file__).parent)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "False"
+    assert run.stdout.strip() == "same"
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_with_dynamo_imported_it_is_torch_s_sgd_through_torch_s_wrappers(momentum):
+    _assert_same(*_trained(torch.optim.SGD, momentum), *_trained(sgd.SGD, momentum))
+    assert "torch._dynamo" in sys.modules  # imported by torch.optim.SGD
+
+
+def test_step_hooks_run_once_a_step_either_way(monkeypatch):
+    torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)  # hooks torch's SGD.step too
+    model = torch.nn.Linear(3, 2)
+    optimizer = sgd.SGD(model.parameters(), lr=0.1)
+    calls = []
+    optimizer.register_step_pre_hook(lambda *args: calls.append(1))
+    for dynamo in (True, False):
+        monkeypatch.setattr(sgd, "_dynamo_imported", lambda: dynamo)
+        model(torch.randn(4, 3)).sum().backward()
+        optimizer.step()
+    assert calls == [1, 1]
 
 
 def test_torch_s_wrappers_are_found_behind_the_step_hooks_of_a_built_optimizer():
     torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)  # wraps SGD.step in hooks
+    assert sgd._torch_wrapper(torch.optim.SGD, "step", "_use_grad_for_differentiable.") \
+        is sgd._TORCH_STEP is not None
     assert sgd._undecorated(torch.optim.SGD, "step", "_use_grad_for_differentiable.") \
         is sgd._PLAIN_STEP is not None
 
