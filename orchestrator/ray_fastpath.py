@@ -55,6 +55,8 @@ SWITCH_ENV_VAR = "ORCHESTRATOR_RAY_FAST_PATH"
 FIXED_SIZE_ENV_VAR = "ORCHESTRATOR_FIXED_SIZE_CLUSTER"
 HEALTH_CHECK_INTERVAL_S = "0.5"  # Ray's default: 2 s
 PLACEMENT_GROUP_CHECK_INTERVAL_S = 5.0  # Ray's default: 1 s
+# A live cleaner answers in milliseconds; one silent this long is taken as
+# gone, and the fit starts a cleaner of its own.
 CLEANER_ANSWER_TIMEOUT_S = 10.0
 # The synchronization actor and the placement-group cleaner, started with the
 # workers of every fit.
