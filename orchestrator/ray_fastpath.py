@@ -185,7 +185,7 @@ class _LeanTorchTrainer(TorchTrainer):
         if _is_fixed_size():
             controller_init_kwargs["scaling_policy"] = _NoAutoscalerScalingPolicy(
                 self.scaling_config)
-        if ray.get_runtime_context().get_actor_id() is None:
+        if not _controller_runs_here():
             return super()._initialize_and_run_controller(**controller_init_kwargs)
         controller = TrainController(**controller_init_kwargs)
         try:
@@ -202,8 +202,7 @@ class _LeanTorchTrainer(TorchTrainer):
             if isinstance(callback, DatasetsCallback) and not self.datasets:
                 continue
             if type(callback) is PlacementGroupCleanerCallback:
-                callback = _NonBlockingPlacementGroupCleaner(
-                    shared=ray.get_runtime_context().get_actor_id() is not None)
+                callback = _NonBlockingPlacementGroupCleaner(shared=_controller_runs_here())
             callbacks.append(callback)
         return callbacks
 
@@ -273,6 +272,12 @@ class _NoAutoscalerScalingPolicy(FixedScalingPolicy):
 
     def _maybe_send_resource_request(self):
         pass
+
+
+def _controller_runs_here() -> bool:
+    """Whether a fit from this process runs Ray Train's controller in it: in an
+    actor (a Tune trial's process), not in a plain driver (`_LeanTorchTrainer`)."""
+    return ray.get_runtime_context().get_actor_id() is not None
 
 
 def _is_fixed_size() -> bool:

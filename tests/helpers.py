@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import torch
-from ray.util.state import list_actors
+from ray.util.state import list_actors, list_placement_groups
 
 from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.config.dataset import even_shares
@@ -86,6 +86,12 @@ def num_actors(class_name: str, address: str | None = None) -> int:
     return sum(actor["class_name"] == class_name or actor["class_name"].endswith(f".{class_name}")
                for actor in list_actors(address=address, limit=10_000,
                                         raise_on_missing_output=False))
+
+
+def num_live_placement_groups() -> int:
+    """How many placement groups the connected Ray holds that are not removed."""
+    return sum(group.state != "REMOVED"
+               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
 
 
 def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> subprocess.CompletedProcess:

@@ -207,7 +207,7 @@ class TrainConfig:
             raise UserError(f"straggler slowdown must be a number >= 1, got "
                             f"{self.straggler_slowdown!r}")
         if not (isinstance(self.gpus_per_worker, (int, float)) and not isinstance(
-                self.gpus_per_worker, bool) and 0 < round(self.gpus_per_worker, 4) <= 1):
+                self.gpus_per_worker, bool) and 0 < self.ray_gpu_share <= 1):
             zero = (", which Ray counts as 0 (to 1e-4)"
                     if isinstance(self.gpus_per_worker, float) and 0 < self.gpus_per_worker < 1
                     else "")
@@ -265,11 +265,16 @@ class TrainConfig:
                 **({"GPU": float(self.gpus_per_worker)} if self.use_gpu else {})}
 
     @property
+    def ray_gpu_share(self) -> float:
+        """--gpus-per-worker as Ray counts a share of a GPU: to 1e-4."""
+        return round(self.gpus_per_worker, 4)
+
+    @property
     def workers_per_gpu(self) -> int:
         """How many workers of --gpus-per-worker F fit one GPU: floor(1 / F), F as Ray
         counts it, to 1e-4 (1 at 1, 2 at 0.5, 3 at 0.3). Ray fills a GPU with them
         before it starts the next (model_check's best fit)."""
-        return math.floor(1 / round(self.gpus_per_worker, 4) + 1e-9)
+        return math.floor(1 / self.ray_gpu_share + 1e-9)
 
     @property
     def two_fit_one_gpu(self) -> bool:

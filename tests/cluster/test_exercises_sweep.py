@@ -13,11 +13,11 @@ included, are checked on the recorded two-seed sweep). Batch 32 and 200 test
 images: ResNet-18's part on CPUs (its steps, its compute probe in the
 calibration, its test images) took about 100 of the sweep's 277 s at batch 64
 and 500 images, about 55 of 220 s at these (2-core EPYC with AVX-512, one run
-each), and compute is what a CPU without AVX-512 slows most. One memory layout: under
-`auto` the first trial of each model and batch, and the calibration's compute
-probe, time both (tests/processes/test_memory_format_agreement.py runs that
-choice). The answers' numbers
-are checked on recorded sweeps (tests/unit/test_answers_recorded.py); this
+each), and compute is what a CPU without AVX-512 slows most. One memory
+layout: under `auto` the first trial of each model and batch, and the
+calibration's compute probe, time both (tests/processes/
+test_memory_format_agreement.py runs that choice). The answers' numbers are
+checked on recorded sweeps (tests/unit/test_answers_recorded.py); this
 test runs the whole path. The `--resume` of the finished sweep rewrites the
 report from the stored results without Ray; a resume with trials left to run:
 tests/cluster/test_faults.py.

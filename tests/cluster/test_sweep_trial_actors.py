@@ -4,17 +4,11 @@ they leave behind."""
 import time
 
 import ray
-from ray.util.state import list_placement_groups
 
 from orchestrator.config.grid import SweepConfig
 from orchestrator.driver.tune_experiment import run_experiment
 from orchestrator.driver.tune_results import collect
-from helpers import hang_limit, num_actors
-
-
-def _num_live_placement_groups() -> int:
-    return sum(group.state != "REMOVED"
-               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
+from helpers import hang_limit, num_actors, num_live_placement_groups
 
 
 def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fashion_mnist_small,
@@ -30,7 +24,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
                                        num_epochs=2, train_limit=8192, test_limit=1000,
                                        scheduler="asha"))
     trial_processes_before = num_actors("ImplicitFunc")
-    live_groups_before = _num_live_placement_groups()
+    live_groups_before = num_live_placement_groups()
     result_grid = run_experiment(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
                             sweep_id="asha", max_concurrent=1, resume=False)
     _, epochs, _ = collect(result_grid, sweep, str(tmp_path), sweep_id="asha")
@@ -43,7 +37,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     # trial's process is not kept for another: Tune ends it, and its
     # placement group goes with the cleaner's next check (5 s apart).
     deadline = time.monotonic() + hang_limit(15)
-    while (_num_live_placement_groups() > live_groups_before
+    while (num_live_placement_groups() > live_groups_before
            or ray.available_resources().get("CPU") != 2.0):
         assert time.monotonic() < deadline, "a stopped trial's workers kept their CPUs"
         time.sleep(0.5)

@@ -7,11 +7,11 @@ import time
 
 import pytest
 import ray
-from ray.util.state import list_actors, list_placement_groups
+from ray.util.state import list_actors
 
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.trial import run_trial
-from helpers import hang_limit, num_actors
+from helpers import hang_limit, num_actors, num_live_placement_groups
 
 
 CONFIG = TrainConfig(global_batch_size=128, num_epochs=1, train_limit=256, test_limit=100)
@@ -52,7 +52,7 @@ def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mn
     controllers_before = num_actors("TrainController")
     cleaners_before = num_actors("PlacementGroupCleaner")
     live_cleaners_before = _live_actors("PlacementGroupCleaner")
-    live_groups_before = _num_live_placement_groups()
+    live_groups_before = num_live_placement_groups()
     driver = _TrialDriver.remote()
     data_refs = [ray.put(fashion_mnist_small)]
     for _ in range(2):  # as Tune runs trial after trial in one process
@@ -69,18 +69,13 @@ def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mn
     third = tmp_path / "third"
     running = driver.fit.remote(data_refs, str(third), num_epochs=500)
     _wait_for(lambda: any(third.rglob("checkpoint_*")), "the third fit's first epoch")
-    assert _num_live_placement_groups() > live_groups_before
+    assert num_live_placement_groups() > live_groups_before
     ray.kill(driver)
-    _wait_for(lambda: _num_live_placement_groups() == live_groups_before
+    _wait_for(lambda: num_live_placement_groups() == live_groups_before
               and ray.available_resources().get("CPU") == 2.0, "the dead process's group freed")
     _wait_for(lambda: not cleaner & _live_actors("PlacementGroupCleaner"), "the cleaner's exit")
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(running)
-
-
-def _num_live_placement_groups() -> int:
-    return sum(group.state != "REMOVED"
-               for group in list_placement_groups(limit=10_000, raise_on_missing_output=False))
 
 
 def _live_actors(class_name: str) -> set[str]:
