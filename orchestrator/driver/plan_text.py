@@ -87,6 +87,7 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
               + (f", {train.threads_per_worker} threads" if train.threads_per_worker > 1 else "")
               + (f", last worker slowed {train.straggler_slowdown:g}x"
                  if train.straggler_slowdown > 1 else "")
+              + _sockets_part(train)
               + _placement_part(sweep_plan.placements, train.num_workers))
     if sweep_plan.left_out:
         print(f"{counted(len(sweep_plan.left_out), 'point')} of the preset left out, the report "
@@ -128,6 +129,16 @@ def _settings_text(sweep) -> str:
     if not base.tf32:
         parts.append("fp32 convolutions in IEEE fp32, not TensorFloat-32 (--no-tf32)")
     return "; ".join(parts)
+
+
+def _sockets_part(train) -> str:
+    """Where CPU workers that could sum through a node's shared memory sum over
+    gloo's sockets (`shared_memory` off: 13.6.3's `bucketed` beside `delayed`, which
+    sums over the process group), so that its line is not another trial's."""
+    uses_shared_memory = (not train.use_gpu and train.num_workers > 1
+                          and train.sync in ("scratch", "bucketed"))
+    return ", summed over gloo's sockets, not shared memory" if (
+        uses_shared_memory and not train.shared_memory) else ""
 
 
 def _placement_part(placements, num_workers: int) -> str:

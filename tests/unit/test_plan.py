@@ -332,6 +332,18 @@ def test_the_plan_says_why_trials_run_one_at_a_time_and_what_ends_them(tmp_path,
     assert "timing: each trial timed with its nodes to itself" in out
 
 
+def test_every_trial_of_the_exercises_has_a_line_of_its_own(tmp_path, capsys):
+    """13.6.3's `bucketed` reference sums over gloo's sockets, as `delayed` does; the
+    strategies part's `bucketed` through shared memory: two lines that once read alike."""
+    plan_text.print_plan(plan.fit_to_cluster(_request(tmp_path, "--preset", "exercises"),
+                                             _cluster({"CPU": 2.0})))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  [")]
+    assert len(lines) == len(set(lines)) > 30
+    sockets = [line for line in lines if "summed over gloo's sockets" in line]
+    assert len(sockets) == 1 and sockets[0].startswith("  [delayed] 2 workers, ")
+    assert "sync bucketed" in sockets[0]
+
+
 def test_a_model_of_the_users_own_is_sized_in_the_plan(tmp_path):
     request = _request(tmp_path, "--model", "own_code:mlp", "--dataset", "own_code:grey_pairs",
                        "--batch-size", "32")
