@@ -140,6 +140,7 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
                            *(tracker_callbacks(trackers) if trackers else [])],
                 progress_reporter=_progress_table(),
                 verbose=1))  # the table, not every result in full
+    ray_fastpath.light_usage_tags()
     return tuner.fit()
 
 

@@ -2,13 +2,16 @@
 switch that turns it off. (tests/cluster/test_ray_fastpath_on_ray.py runs the
 stock path it falls back to.)"""
 
+import json
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
 from ray.train.torch import TorchTrainer
 
-from helpers import REPO
+from helpers import REPO, hang_limit
 from orchestrator import ray_fastpath
 
 
@@ -36,3 +39,69 @@ def test_pyproject_pins_ray_to_the_versions_the_fast_path_was_tested_on():
                     re.search(r">=(\d+\.\d+),<(\d+\.\d+)", ray_requirement).groups())
     tested = ray_fastpath.TESTED_RAY_VERSIONS
     assert (lower, upper) == (tested[0], (tested[-1][0], tested[-1][1] + 1))
+
+
+# Callbacks of each kind Ray's usage tag tells apart: the trackers' names, Tune's
+# default loggers, a logger and a callback of one's own, and no callback at all.
+CALLBACKS = """
+from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, LoggerCallback
+
+class Own(Callback):
+    pass
+
+class OwnLogger(LoggerCallback):
+    pass
+
+callbacks = [type("MLflowLoggerCallback", (LoggerCallback,), {})(), CSVLoggerCallback(),
+             CSVLoggerCallback(), Own(), OwnLogger(), object(),
+             type("WandbLoggerCallback", (LoggerCallback,), {})()]
+"""
+
+
+def test_tunes_usage_tag_is_rays_without_importing_the_trackers():
+    """Ray's `tag_callbacks` imports mlflow and wandb (2 s on a 2-core CPU) to learn
+    four class names; the fast path's records the same tag without them, in a
+    Python of its own (this one may have imported them)."""
+    code = CALLBACKS + """
+import json, sys
+from ray._common.usage import usage_lib
+from ray.air._internal import usage
+from orchestrator import ray_fastpath
+
+ray_fastpath.light_usage_tags()
+usage.tag_callbacks(callbacks)
+print(json.dumps({"imported": sorted({"mlflow", "wandb"} & set(sys.modules)),
+                  "tag": usage_lib._recorded_extra_usage_tags["air_callbacks"]}))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=hang_limit(120))
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["imported"] == []
+    from ray.air._internal.usage import _count_callbacks
+    namespace = {}
+    exec(CALLBACKS, namespace)
+    assert seen["tag"] == json.dumps(_count_callbacks(namespace["callbacks"]))  # Ray's own
+    assert json.loads(seen["tag"]) == {"MLflowLoggerCallback": 1, "CSVLoggerCallback": 2,
+                                       "CustomCallback": 1, "CustomLoggerCallback": 1,
+                                       "WandbLoggerCallback": 1}
+
+
+def test_the_usage_tag_counts_rays_own_tracker_classes_by_their_names():
+    """Against the classes themselves, which Ray's count imports."""
+    from ray.air._internal.usage import _count_callbacks
+    from ray.air.integrations.comet import CometLoggerCallback
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback
+    from ray.tune.logger.aim import AimLoggerCallback
+    namespace = {}
+    exec(CALLBACKS, namespace)
+    # Unconfigured: each class under its own name, without its __init__ or __del__.
+    trackers = [object.__new__(type(cls.__name__, (cls,), {"__del__": lambda self: None}))
+                for cls in (CometLoggerCallback, MLflowLoggerCallback, WandbLoggerCallback,
+                            AimLoggerCallback)]
+    callbacks = [*namespace["callbacks"], *trackers]
+    assert ray_fastpath.count_callbacks(callbacks) == dict(_count_callbacks(callbacks))
+    assert {type(tracker).__name__ for tracker in trackers} == set(
+        ray_fastpath.TRACKER_CALLBACK_NAMES)
