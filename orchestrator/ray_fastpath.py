@@ -40,7 +40,7 @@ import ray
 from ray.train import UserCallback
 from ray.train.torch import TorchTrainer
 
-try:  # Ray Train's internals as laid out in the versions tested
+try:  # Ray Train's and Ray's usage tags' internals as laid out in the versions tested
     from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
     from ray.air._internal import usage as _air_usage
     from ray.train.v2._internal.callbacks import DatasetsCallback
@@ -142,7 +142,8 @@ def light_usage_tags() -> None:
 
 
 def _tag_callbacks(callbacks) -> bool:
-    """Ray's `tag_callbacks`, its counts from `count_callbacks`."""
+    """Ray's `tag_callbacks` (whose value Tune ignores), its counts from
+    `count_callbacks`."""
     if not callbacks:
         return False
     counts = count_callbacks(callbacks)
@@ -162,7 +163,7 @@ def count_callbacks(callbacks) -> dict[str, int]:
     for callback in callbacks:
         if not isinstance(callback, Callback):
             continue  # Tune refuses it later
-        name = type(callback).__name__
+        name = callback.__class__.__name__  # as Ray reads it
         if name in built_in:
             counts[name] += 1
         elif isinstance(callback, LoggerCallback):

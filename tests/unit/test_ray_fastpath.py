@@ -3,6 +3,7 @@ switch that turns it off. (tests/cluster/test_ray_fastpath_on_ray.py runs the
 stock path it falls back to.)"""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def test_pyproject_pins_ray_to_the_versions_the_fast_path_was_tested_on():
 
 
 # Callbacks of each kind Ray's usage tag tells apart: the trackers' names, Tune's
-# default loggers, a logger and a callback of one's own, and no callback at all.
+# default loggers, a logger and a callback of one's own, and an object that is none.
 CALLBACKS = """
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, LoggerCallback
@@ -74,8 +75,10 @@ usage.tag_callbacks(callbacks)
 print(json.dumps({"imported": sorted({"mlflow", "wandb"} & set(sys.modules)),
                   "tag": usage_lib._recorded_extra_usage_tags["air_callbacks"]}))
 """
+    env = {name: value for name, value in os.environ.items()
+           if name != ray_fastpath.SWITCH_ENV_VAR}  # on, whatever this run's switch
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, timeout=hang_limit(120))
+                         cwd=REPO, env=env, timeout=hang_limit(120))
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["imported"] == []
@@ -86,6 +89,18 @@ print(json.dumps({"imported": sorted({"mlflow", "wandb"} & set(sys.modules)),
     assert json.loads(seen["tag"]) == {"MLflowLoggerCallback": 1, "CSVLoggerCallback": 2,
                                        "CustomCallback": 1, "CustomLoggerCallback": 1,
                                        "WandbLoggerCallback": 1}
+
+
+def test_the_switch_leaves_rays_usage_tag_as_it_is(monkeypatch):
+    from ray.air._internal import usage
+    monkeypatch.setattr(usage, "tag_callbacks", usage.tag_callbacks)  # restored after
+    original = usage.tag_callbacks
+    monkeypatch.setenv(ray_fastpath.SWITCH_ENV_VAR, "0")
+    ray_fastpath.light_usage_tags()
+    assert usage.tag_callbacks is original
+    monkeypatch.delenv(ray_fastpath.SWITCH_ENV_VAR)
+    ray_fastpath.light_usage_tags()
+    assert usage.tag_callbacks is not original and not usage.tag_callbacks([])
 
 
 def test_the_usage_tag_counts_rays_own_tracker_classes_by_their_names():
