@@ -15,7 +15,9 @@ Each trial carries its part, which the answers (report/answers/) select by:
 - "strategies": the other sync strategies, timed (13.5.3, 13.6.3), `delayed` but;
 - "delayed": two steps overlapped (13.6.3), a different optimizer: at the largest
   k for every epoch, beside batch-global's trial there (its synchronous twin),
-  and `bucketed` summing over the process group as `delayed` does, timed; and
+  and `bucketed` summing over the process group as `delayed` does, timed (on
+  CPUs a trial of its own, the strategies part's `bucketed` summing through
+  shared memory; on GPUs that trial sums as `delayed` does and is the twin); and
   `delayed` at half the lr (first seed): on a quadratic of curvature c,
   w(t+1) = w(t) - lr c w(t-1) is stable only for lr c < 1, where synchronous
   SGD's w(t+1) = (1 - lr c) w(t) is for lr c < 2, so an lr tuned for the
@@ -111,14 +113,17 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
                         {**reference, **timing, "sync": sync})
               for sync in syncs[1:] if sync != "delayed" for k in workers]
     if "delayed" in syncs and largest > 1:
-        specs += [PointSpec("delayed", largest, batch_size, "global", lrs[0],
-                            {**reference, "sync": "delayed"}, True),
-                  PointSpec("delayed", largest, batch_size, "global", lrs[0],
-                            {**reference, **timing, "sync": "bucketed", "shared_memory": False}),
-                  # Staleness's price: one-step-delayed SGD is stable only for about half
-                  # the step size of synchronous SGD (studies' docstring), so half the lr.
-                  PointSpec("delayed", largest, batch_size, "global", lrs[0],
-                            {**reference, "sync": "delayed", "lr": lrs[0] / 2})]
+        specs.append(PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                               {**reference, "sync": "delayed"}, True))
+        # Its bucketed twin: on GPUs the strategies part's, whose sums go as delayed's do.
+        if not use_gpu or "bucketed" not in syncs[1:]:
+            specs.append(PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                                   {**reference, **timing, "sync": "bucketed",
+                                    "shared_memory": False}))
+        # Staleness's price: one-step-delayed SGD is stable only for about half the step
+        # size of synchronous SGD (studies' docstring), so half the lr.
+        specs.append(PointSpec("delayed", largest, batch_size, "global", lrs[0],
+                               {**reference, "sync": "delayed", "lr": lrs[0] / 2}))
     if largest > 1:
         specs += [PointSpec("split", largest, batch_size, "global", lrs[0],
                             {**reference, **timing, "split": split,

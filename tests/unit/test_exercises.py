@@ -85,6 +85,14 @@ def test_on_gpus_resnet18_joins_and_the_threads_baseline_goes(tmp_path):
     assert [(t.model, t.num_workers, t.global_batch_size, t.lr) for t in resnet] == [
         ("resnet18", 1, 256, 0.1), ("resnet18", 2, 512, 0.2)]
     assert not any(p.part == "threads" for p in sweep.grid)
+    # 13.6.3's bucketed twin is the strategies part's own, its sums going as delayed's
+    # do (NCCL; gloo where two workers share a GPU): not run twice, as on CPUs it is
+    # beside the strategies' shared memory.
+    twins = [p.part for p in sweep.grid if p.train.sync == "bucketed" and
+             p.train.num_workers == 2 and p.train.global_batch_size == 256]
+    assert twins == ["strategies"]
+    assert sorted((p.train.sync, p.train.lr) for p in sweep.grid if p.part == "delayed") == [
+        ("delayed", 0.1), ("delayed", 0.2), ("delayed", 0.2), ("delayed", 0.2)]
 
 
 def test_one_worker_count_has_no_split_part(tmp_path):
