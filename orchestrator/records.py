@@ -36,6 +36,10 @@ SHARDED_PAIR = "reduce-scatter + all-gather"
 # --sync root's transport, and calibration.json's: "<group> root", the book's
 # allreduce through worker 0 over the group's sends and receives.
 ROOT_FUNNEL = "root"
+# The strategies whose sums CPU workers on one node may take through the node's
+# shared memory (make_transport with shared_memory on; the others sum over the
+# process group): what the plan, the calibration and the scaling model read.
+SHARED_MEMORY_SYNCS = ("scratch", "bucketed")
 # Reading a value off a GPU waits for every queued step and then idles it, so
 # there the non-finite-gradient count is read only every this many steps: a
 # diverged run may take that many more steps to stop (bench/notes/gpu.md),

@@ -5,7 +5,7 @@ how the trials are timed, one line a trial and the points left out
 from orchestrator.config.dataset import shape_text
 from orchestrator.driver import plan
 from orchestrator.driver.model_check import memory_line, parameters_text
-from orchestrator.records import counted
+from orchestrator.records import SHARED_MEMORY_SYNCS, counted
 
 
 def timing_line(sweep_plan: plan.SweepPlan) -> str:
@@ -136,7 +136,7 @@ def _sockets_part(train) -> str:
     gloo's sockets (`shared_memory` off: 13.6.3's `bucketed` beside `delayed`, which
     sums over the process group), so that its line is not another trial's."""
     uses_shared_memory = (not train.use_gpu and train.num_workers > 1
-                          and train.sync in ("scratch", "bucketed"))
+                          and train.sync in SHARED_MEMORY_SYNCS)
     return ", summed over gloo's sockets, not shared memory" if (
         uses_shared_memory and not train.shared_memory) else ""
 

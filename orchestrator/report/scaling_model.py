@@ -32,7 +32,8 @@ import pandas as pd
 
 from orchestrator.config.dataset import FASHION_MNIST, TRAIN_SIZE, even_shares
 from orchestrator.config.options import TrainConfig
-from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, LeftOut, Status
+from orchestrator.records import (ROOT_FUNNEL, SHARDED_PAIR, SHARED_MEMORY_SYNCS, LeftOut,
+                                  Status)
 from orchestrator.report.costs import (INTERCONNECTS, P2_16XLARGE, SHARED_MEMORY, Link, comm_s,
                                        contention, fit_link, probed_model, with_first_call)
 from orchestrator.report.summary import (SCALING_GROUP, per_worker_values, shared_gpu_mask,
@@ -240,7 +241,7 @@ def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
     group = next((t for t in measured if t in ("gloo", "nccl")), None)
     if sync == ROOT_FUNNEL and f"{group} {ROOT_FUNNEL}" in measured:
         return measured[f"{group} {ROOT_FUNNEL}"]
-    if sync in ("scratch", "bucketed") and SHARED_MEMORY in measured:
+    if sync in SHARED_MEMORY_SYNCS and SHARED_MEMORY in measured:
         return measured[SHARED_MEMORY]
     if sync == "sharded" and f"{group} {SHARDED_PAIR}" in measured:
         return measured[f"{group} {SHARDED_PAIR}"]

@@ -22,7 +22,7 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get
                                                     get_world_size, reduce_scatter_)
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
-from orchestrator.records import SHARDED_PAIR
+from orchestrator.records import SHARDED_PAIR, SHARED_MEMORY_SYNCS
 from orchestrator.training.loop import model_of, set_cudnn
 from orchestrator.training.layout import TORCH_FORMATS
 from orchestrator.training.step import PARAMETER_DTYPES, forward_backward, to_model_input
@@ -149,7 +149,7 @@ def processor(device: torch.device) -> str:
 def transports_of(sweep: SweepConfig) -> tuple[str, ...]:
     """Which transports the sweep's trials sum their gradients over."""
     node_memory = (not sweep.base.use_gpu and sweep.base.shared_memory
-                   and bool({"scratch", "bucketed"} & set(sweep.sync)))
+                   and bool(set(SHARED_MEMORY_SYNCS) & set(sweep.sync)))
     return (("shared memory",) if node_memory else ()) + ("group",) + (
         ("root",) if "root" in sweep.sync else ())
 

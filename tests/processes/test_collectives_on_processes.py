@@ -17,6 +17,7 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, bro
                                                     gather_strings, get_rank, get_world_size,
                                                     reduce_scatter_, root_allreduce_,
                                                     staged_through_host)
+from orchestrator.records import SHARED_MEMORY_SYNCS
 from orchestrator.training.sync.shm_allreduce import stores_in_program_order
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
@@ -33,7 +34,7 @@ def _two_process_body(rank: int, port: int, results) -> None:
         # shared memory and through gloo.
         grads, transports = {}, {}
         for shared_memory in (True, False):
-            for name in ("bucketed", "scratch"):
+            for name in SHARED_MEMORY_SYNCS:
                 model, sync = _model_with_gradient(rank, name, shared_memory=shared_memory,
                                                    bucket_cap_mb=64 / 2**20)
                 key = f"{name}, shared memory {shared_memory}"

@@ -229,6 +229,7 @@ def make_sync(name: str, model: nn.Module, device: torch.device, *,
     """Strategy `name` for `model`, with its transport chosen once, here.
 
     A collective call (see `make_transport`): every worker makes it.
+    `shared_memory` is read by SHARED_MEMORY_SYNCS (records.py) alone.
     `sharded` takes over `optimizer`'s update, so it needs it.
     """
     if name == "scratch":
