@@ -103,6 +103,27 @@ def test_gpu_check_records_where_each_sweeps_time_went(tmp_path, monkeypatch):
     assert (figures["peak_memory_mb"], figures["memory_floor_mb"]) == (300.0, 120.5)
 
 
+def test_gpu_check_reads_a_trial_that_failed_before_its_first_epoch(tmp_path, monkeypatch):
+    """A review (2026-11-30): a 1-worker trial that fails before its first epoch ends
+    (a capture fault, memory) leaves trials.csv and a header-only epochs.csv; reading
+    them raised IndexError, and the check's later steps never ran."""
+    import shutil
+    folder = tmp_path / "sweep"
+    shutil.copytree(REPO / "tests" / "data" / "exercises-quick-current", folder)
+    trials = pd.read_csv(folder / "trials.csv")
+    single = trials["trial_id"][trials["num_workers"] == 1].iloc[0]
+    trials = trials.astype({"error": object})  # every trial of the recording finished
+    trials.loc[trials["trial_id"] == single, ["status", "error"]] = ["error", "OutOfMemoryError"]
+    trials.to_csv(folder / "trials.csv", index=False)
+    epochs = pd.read_csv(folder / "epochs.csv")
+    epochs[epochs["trial_id"] != single].to_csv(folder / "epochs.csv", index=False)
+    check = import_bench("gpu_check", monkeypatch)
+    assert check.sweep_figures(folder) == {"trials": len(trials), "status": "error",
+                                           "error": "OutOfMemoryError"}
+    (folder / "epochs.csv").write_text("")  # a sweep stopped before it wrote a row
+    assert check.sweep_figures(folder) == {}
+
+
 def test_gpu_check_on_a_machine_of_several_gpus_checks_the_first(monkeypatch, capsys):
     """A review (2026-11-29): the check is of one GPU (its main job names the 2-worker
     point as not run), so on a node of eight every step it starts sees one."""
