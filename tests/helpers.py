@@ -102,6 +102,14 @@ def run_script(script: str, *args: str, timeout_s: float = 600, env=None) -> sub
                           cwd=REPO)
 
 
+def popen_script(script: str, *args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
+    """Start one of experiments/*.py as a user would, its output (stderr too) as
+    text lines, in a session of its own: a test signals or kills its process group."""
+    return subprocess.Popen([sys.executable, "-u", str(REPO / "experiments" / script), *args],
+                            stdout=stdout, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            start_new_session=True)
+
+
 def read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: list[str]) -> str:
     """Read the process's output line by line until a line matches `pattern`;
     every line read goes to `seen`. `timeout_s` is a hang limit (`hang_limit`)."""

@@ -31,6 +31,8 @@ def train_main(argv: list[str] | None = None) -> int:
     args = cli.train_parser(_title(train_main)).parse_args(argv)
     outcome = jobs.train(args)
     print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
     return EXIT_TRAINING_FAILED if outcome.failed else 0
 
 

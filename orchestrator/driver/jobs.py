@@ -31,6 +31,8 @@ class RunOutcome:
     final_line: str
     """The book's line (`test acc: 0.84, ...`), or why training failed."""
     failed: bool
+    interrupted: bool = False
+    """Ctrl-C stopped it; `final_line` says what the same command resumes."""
 
 
 DRY_RUN_LINE = "dry run: the plan above, fitted to this cluster; nothing trained, nothing written"
@@ -93,6 +95,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
             try:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)
+            except SystemExit:  # Ctrl-C: see below
+                return RunOutcome("equivalence: not checked: interrupted (Ctrl-C)",
+                                  failed=True, interrupted=True)
             except (TrainingFailedError, equivalence.Diverged) as error:
                 reason = (failure_text(error, EQUIVALENCE)
                           if isinstance(error, TrainingFailedError)
@@ -103,6 +108,14 @@ def train(args: argparse.Namespace) -> RunOutcome:
             result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=storage_path,
                                callbacks=[EpochPrinter(config.num_epochs)])
+        except SystemExit:
+            # Ctrl-C. In a plain driver Ray Train's fit handles SIGINT: it aborts the
+            # run's controller and workers and calls sys.exit, which reaches here from
+            # the fit's wait (as SystemExit(1)); nothing else in this process exits
+            # there. The run keeps its checkpoints; the line says how to resume it.
+            return RunOutcome(_interrupted_line(
+                config, name, storage.join(storage_path or DEFAULT_STORAGE_PATH, name),
+                named=bool(args.name)), failed=True, interrupted=True)
         except TrainingFailedError as error:
             return RunOutcome(
                 f"training failed: "
@@ -120,6 +133,26 @@ def train(args: argparse.Namespace) -> RunOutcome:
         return RunOutcome(final_line, failed=False)
     finally:
         ray.shutdown()
+
+
+def _interrupted_line(config, name: str, run_folder: str, *, named: bool) -> str:
+    """What a Ctrl-C'd run kept, read from its newest checkpoint as a resume reads
+    it (checks.resumed_run_line), and the command that resumes it."""
+    from orchestrator.training.checkpoint import read_newest_history
+    try:
+        found = read_newest_history(run_folder)
+    except OSError:
+        found = None
+    again = "the same command" + ("" if named else f" with --name {name}")
+    if not found or not found[0]:
+        return (f"interrupted before the first epoch's checkpoint: nothing kept; "
+                f"{again} starts it again")
+    done = found[0][-1]["epoch"]
+    if done >= config.num_epochs:
+        return (f"interrupted after the last epoch ({done} of {config.num_epochs}): "
+                f"{again} reads its result back from its checkpoint")
+    return (f"interrupted after epoch {done} of {config.num_epochs}: {again} resumes "
+            f"the run from that epoch's checkpoint")
 
 
 def sweep(args: argparse.Namespace) -> SweepOutcome:

@@ -15,15 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import REPO, hang_limit, read_until
+from helpers import REPO, hang_limit, popen_script, read_until
 
 SMALL = ["--batch-size", "64", "--train-limit", "4096", "--test-limit", "500"]
-
-
-def _popen(script: str, *args: str, stdout=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-u", str(REPO / "experiments" / script), *args],
-                            stdout=stdout, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            start_new_session=True)
 
 
 def _training_worker_pids() -> list[int]:
@@ -37,7 +31,7 @@ def _sweep_with_a_worker_killed_in_epoch_2(out_dir, log, *args: str) -> tuple[in
     the sweep to end; returns its exit status, its output and the killed pid.
     The output goes to a file, not a pipe: nothing reads while we wait."""
     with log.open("w") as log_file:
-        process = _popen("sweep.py", *args, "--out", str(out_dir), stdout=log_file)
+        process = popen_script("sweep.py", *args, "--out", str(out_dir), stdout=log_file)
     try:
         deadline = time.monotonic() + hang_limit(180)
         while not list((out_dir / "ray" / "train-runs").glob("*/*/checkpoint_*")):
@@ -59,7 +53,7 @@ def _sweep_with_a_worker_killed_in_epoch_2(out_dir, log, *args: str) -> tuple[in
 def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     # Epochs of 16,384 images (about 3 s on 2 cores), so that the kill half a
     # second after epoch 1's line lands in epoch 2, not after the last epoch.
-    process = _popen("train.py", "--workers", "2", "--epochs", "3", "--lr", "0.2",
+    process = popen_script("train.py", "--workers", "2", "--epochs", "3", "--lr", "0.2",
                      "--max-failures", "2", "--storage", str(tmp_path), *SMALL,
                      "--train-limit", "16384")
     seen: list[str] = []
@@ -119,7 +113,7 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
     out_dir = tmp_path / "out"
     args = ["--workers", "1,2", "--lr", "0.2", "--epochs", "2", *SMALL, "--no-calibrate",
             "--out", str(out_dir)]
-    process = _popen("sweep.py", *args)
+    process = popen_script("sweep.py", *args)
     seen: list[str] = []
     try:
         first_done = read_until(process, r"trial (\S+) done: test acc", 300, seen)

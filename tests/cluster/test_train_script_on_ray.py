@@ -1,13 +1,19 @@
 """experiments/train.py as a user runs it: real Ray, real data subset.
 (tests/unit/test_train_script.py: bad input.)"""
 
+import os
 import re
+import signal
 
 import pytest
 
-from helpers import run_script
+from helpers import hang_limit, popen_script, read_until, run_script
 
 
+@pytest.mark.reliability(
+    fault="train.py stopped by Ctrl-C (SIGINT to its process group) in a resumed run's epoch",
+    lost="the epoch under way: exit 130 and one line naming the last checkpointed epoch and "
+         "the command that resumes from it")
 def test_two_workers_learn_and_print_the_books_line(tmp_path):
     # 512 steps: the one-worker run of tests/unit/test_worker_loop.py reaches about 0.70.
     options = ["--storage", str(tmp_path), "--name", "books-line", "--workers", "2",
@@ -44,13 +50,26 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     assert subset.returncode == 2, subset.stdout[-2000:] + subset.stderr[-2000:]
     assert ("but steps an epoch (--train-limit, --batch-size) 128 (the run's: 256) differ"
             in subset.stderr), subset.stderr[-2000:]
-    # The same options and one epoch more: the run resumes after its second epoch.
-    more = run_script("train.py", *options, "--epochs", "3")
-    assert more.returncode == 0, more.stderr[-3000:]
-    assert ("resuming run books-line from its checkpoint after epoch 2: 1 of 3 epochs to go"
-            in more.stdout)
-    assert re.search(r"epoch 3/3: train loss", more.stdout + more.stderr)
-    assert not re.search(r"epoch [12]/3: train loss", more.stdout + more.stderr)
+    # The same options and more epochs: the run resumes after its second epoch. Then
+    # Ctrl-C (SIGINT to the process group, as a terminal sends it) once its third
+    # epoch is printed: Ray Train aborts the run, which ends with exit 130 and the
+    # line that says what was kept and what resumes it (a later epoch's, if one
+    # ended meanwhile), not Ray's exit 1 without a word.
+    more, seen = popen_script("train.py", *options, "--epochs", "8"), []
+    try:
+        read_until(more, r"epoch 3/8: train loss", 300, seen)
+        os.killpg(more.pid, signal.SIGINT)
+        code = more.wait(timeout=hang_limit(120))
+    finally:
+        if more.poll() is None:
+            os.killpg(more.pid, signal.SIGKILL)
+    output = "".join(seen) + more.stdout.read()
+    assert code == 130, output[-3000:]
+    assert ("resuming run books-line from its checkpoint after epoch 2: 6 of 8 epochs to go"
+            in output)
+    assert not re.search(r"epoch [12]/8: train loss", output)
+    assert re.search(r"^interrupted after epoch [3-7] of 8: the same command resumes the run "
+                     r"from that epoch's checkpoint$", output, flags=re.MULTILINE), output[-3000:]
 
 
 @pytest.mark.reliability(

@@ -1,6 +1,7 @@
 """experiments/train.py as a user runs it with bad input: one line, exit
-status 2, before any worker (tests/cluster/test_train_script_on_ray.py: the
-runs on real Ray)."""
+status 2, before any worker; and the line an interrupted run ends with
+(tests/cluster/test_train_script_on_ray.py: the runs on real Ray, Ctrl-C
+included)."""
 
 import subprocess
 import sys
@@ -54,3 +55,30 @@ def test_bad_input_is_rejected_before_torch_and_ray_are_imported(script, args):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          timeout=60)
     assert run.stdout.strip() == "2 []", run.stdout + run.stderr
+
+
+def test_an_interrupted_run_says_what_it_kept_and_the_command_that_resumes_it(tmp_path):
+    """Read from the newest checkpoint as a resume reads it; a run without --name
+    gets its generated name in the command, since the same command names another run."""
+    from orchestrator.config.options import TrainConfig
+    from orchestrator.driver.jobs import _interrupted_line
+    from orchestrator.training.checkpoint import save_checkpoint
+
+    config, run = TrainConfig(num_epochs=5), tmp_path / "lenet-2w-20261130-203246"
+    assert _interrupted_line(config, run.name, str(run), named=False) == (
+        "interrupted before the first epoch's checkpoint: nothing kept; the same command "
+        "with --name lenet-2w-20261130-203246 starts it again")
+    for epoch, name in ((1, "checkpoint_2026-11-30_20-34-57.1"),
+                        (2, "checkpoint_2026-11-30_20-35-01.2")):
+        (run / name).mkdir(parents=True)
+        save_checkpoint(run / name, None, [{"epoch": e} for e in range(1, epoch + 1)], [])
+    assert _interrupted_line(config, run.name, str(run), named=True) == (
+        "interrupted after epoch 2 of 5: the same command resumes the run from that "
+        "epoch's checkpoint")
+    assert _interrupted_line(config, run.name, str(run), named=False) == (
+        "interrupted after epoch 2 of 5: the same command with --name "
+        "lenet-2w-20261130-203246 resumes the run from that epoch's checkpoint")
+    short = TrainConfig(num_epochs=2)
+    assert _interrupted_line(short, run.name, str(run), named=True) == (
+        "interrupted after the last epoch (2 of 2): the same command reads its result back "
+        "from its checkpoint")
