@@ -14,8 +14,12 @@ from orchestrator.report import timeline
 def test_trials_run_side_by_side_on_disjoint_nodes(three_node_cluster, tmp_path):
     cluster = three_node_cluster
     out_dir = tmp_path / "out"
+    # 256 steps a 1-worker epoch, not 32: the second 1-worker trial's workers start
+    # seconds after the first's (5 s in the run that missed), and with 32 steps
+    # (about 2 s here) the first had ended its training 0.2 s before the second
+    # began: a trial's span is its training, from its loop's start to its last epoch.
     run = sweep_on(cluster, "--workers", "1,2", "--lr", "0.1,0.2", "--epochs", "1",
-                   "--train-limit", "2048", "--test-limit", "500", "--batch-size", "64",
+                   "--train-limit", "16384", "--test-limit", "500", "--batch-size", "64",
                    "--no-calibrate", "--out", str(out_dir), "--storage", str(tmp_path / "storage"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert f"Ray cluster at {cluster.head_address}: 3 nodes, 2 CPUs" in run.stdout
