@@ -54,8 +54,8 @@ def test_a_killed_worker_restarts_from_the_last_epoch_and_finishes(tmp_path):
     # Epochs of 16,384 images (about 3 s on 2 cores), so that the kill half a
     # second after epoch 1's line lands in epoch 2, not after the last epoch.
     process = popen_script("train.py", "--workers", "2", "--epochs", "3", "--lr", "0.2",
-                     "--max-failures", "2", "--storage", str(tmp_path), *SMALL,
-                     "--train-limit", "16384")
+                           "--max-failures", "2", "--storage", str(tmp_path), *SMALL,
+                           "--train-limit", "16384")
     seen: list[str] = []
     try:
         read_until(process, r"epoch 1/3:", 240, seen)
