@@ -7,10 +7,8 @@ from pathlib import Path
 
 from orchestrator.driver import checks, plan
 from orchestrator.driver.failures import CALIBRATION, failure_text
+from orchestrator.driver.rundir import CALIBRATION_FILE
 from orchestrator.records import write_atomically
-
-# The sweep's microbenchmark, kept beside its results (training/calibration.py).
-CALIBRATION_FILE = "calibration.json"
 
 
 def sweep_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:

@@ -11,11 +11,15 @@ import sys
 
 from orchestrator.config import cli
 from orchestrator.driver import jobs
+from orchestrator.driver.sweep_files import RESUME_HINT
 from orchestrator.records import counted
 
 EXIT_TRAINING_FAILED = 1
 EXIT_TRIALS_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
+# A Ctrl-C outside the windows where a job says what it kept: the imports, Ray's
+# start and shutdown, the checks before anything is written.
+INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
 @cli.exits_2_on_user_error
@@ -29,7 +33,11 @@ def train_main(argv: list[str] | None = None) -> int:
     options; each is a field of orchestrator.config.options.TrainConfig.
     """
     args = cli.train_parser(_title(train_main)).parse_args(argv)
-    outcome = jobs.train(args)
+    try:
+        outcome = jobs.train(args)
+    except KeyboardInterrupt:  # before the run's fit, or in Ray's shutdown after it
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
@@ -51,15 +59,21 @@ def sweep_main(argv: list[str] | None = None) -> int:
     orchestrator.config.grid.SweepConfig.
     """
     args = cli.sweep_parser(_title(sweep_main)).parse_args(argv)
-    outcome = jobs.sweep(args)
+    try:
+        outcome = jobs.sweep(args)
+    except KeyboardInterrupt:  # before the sweep's folder is claimed, or in Ray's shutdown
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if outcome.stopped_line:
+        print("\n" + outcome.stopped_line, file=sys.stderr)
+        return EXIT_INTERRUPTED
     if outcome.dry_run:
         print(jobs.DRY_RUN_LINE)
         return 0
     print("\n" + outcome.tables)
     print("\nResults:\n" + "\n".join(f"  {path}" for path in outcome.paths))
     if outcome.interrupted:
-        print("\nThe sweep was interrupted: run the same command with --resume to "
-              "finish it (finished trials are kept).", file=sys.stderr)
+        print(f"\nThe sweep was interrupted: {RESUME_HINT}.", file=sys.stderr)
         return EXIT_INTERRUPTED
     if outcome.failed_trials:
         # The other trials' results are written; the exit status still tells

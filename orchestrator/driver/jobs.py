@@ -21,8 +21,8 @@ from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_
 from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line, parameters_text,
                                              require_room_in_memory)
 from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
-from orchestrator.driver.rundir import claim_out_dir
-from orchestrator.driver.sweep_files import Session, SweepOutcome, write_report
+from orchestrator.driver.rundir import claim_out_dir, release_claim, tune_began
+from orchestrator.driver.sweep_files import RESUME_HINT, Session, SweepOutcome, write_report
 from orchestrator.records import counted
 
 
@@ -95,7 +95,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
             try:
                 verdict = equivalence.run(config, ray.put(dataset), name=f"{name}-equivalence",
                                           storage_path=storage_path)
-            except SystemExit:  # Ctrl-C: see below
+            except (SystemExit, KeyboardInterrupt):  # Ctrl-C: see below
                 return RunOutcome("equivalence: not checked: interrupted (Ctrl-C)",
                                   failed=True, interrupted=True)
             except (TrainingFailedError, equivalence.Diverged) as error:
@@ -108,11 +108,13 @@ def train(args: argparse.Namespace) -> RunOutcome:
             result = run_trial(config, ray.put(dataset), name=name,
                                storage_path=storage_path,
                                callbacks=[EpochPrinter(config.num_epochs)])
-        except SystemExit:
+        except (SystemExit, KeyboardInterrupt):
             # Ctrl-C. In a plain driver Ray Train's fit handles SIGINT: it aborts the
             # run's controller and workers and calls sys.exit, which reaches here from
             # the fit's wait (as SystemExit(1)); nothing else in this process exits
-            # there. The run keeps its checkpoints; the line says how to resume it.
+            # there. Before Train's handler is installed, and after the fit puts ours
+            # back (interrupts.py), a Ctrl-C is a KeyboardInterrupt. The run keeps its
+            # checkpoints; the line says how to resume it.
             return RunOutcome(_interrupted_line(
                 config, name, storage.join(storage_path or DEFAULT_STORAGE_PATH, name),
                 named=bool(args.name)), failed=True, interrupted=True)
@@ -182,13 +184,16 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if sweep.base.use_gpu and not args.dry_run:  # before anything is written
             require_room_in_memory([point.train for point in sweep.grid], cluster,
                                    device_check.require_usable_gpus())
+        made_out_dir = False
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with"
                   + ("; --max-concurrent-trials is its own too (Tune restores it)"
                      if args.max_concurrent_trials is not None else ""))
         elif not args.dry_run:
-            claim_out_dir(request.out_dir, sweep, request.storage, request.sweep_id,
-                          [cell.to_dict() for cell in sweep_plan.left_out], ran_on)
+            made_out_dir = claim_out_dir(request.out_dir, sweep, request.storage,
+                                         request.sweep_id,
+                                         [cell.to_dict() for cell in sweep_plan.left_out],
+                                         ran_on)
         print_plan(sweep_plan)
         trackers = request.trackers
         for line in trackers.lines():
@@ -200,19 +205,48 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if trackers.tensorboard_command:
             print(trackers.tensorboard_command)  # a line to paste, alone
         started = time.monotonic()
-        calibration = sweep_calibration(request, sweep_plan)
+        try:
+            calibration = sweep_calibration(request, sweep_plan)
+        except (SystemExit, KeyboardInterrupt):  # Ctrl-C, as in train()'s fit
+            return _stopped_before_trials(request, made_out_dir)
         calibrated = time.monotonic()
-        result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
-                                sweep_id=request.sweep_id,
-                                max_concurrent=sweep_plan.max_concurrent_trials,
-                                resume=request.resume, max_hours=request.max_hours,
-                                trackers=trackers, placements=sweep_plan.placements)
+        try:
+            # Tune's own handler makes a first Ctrl-C end the experiment and the
+            # report say so; a second one, while Tune saves its state, reaches here,
+            # as does one before Tune's handler is installed.
+            result_grid = run_experiment(sweep, ray.put(dataset), storage_path=request.storage,
+                                         sweep_id=request.sweep_id,
+                                         max_concurrent=sweep_plan.max_concurrent_trials,
+                                         resume=request.resume, max_hours=request.max_hours,
+                                         trackers=trackers, placements=sweep_plan.placements)
+        except KeyboardInterrupt:
+            if not tune_began(request.storage, request.sweep_id):
+                return _stopped_before_trials(request, made_out_dir)
+            return SweepOutcome.stopped(f"The sweep was interrupted before its report was "
+                                        f"written: {RESUME_HINT}.")
         session = Session(started, calibration_s=calibrated - started,
                           trials_s=time.monotonic() - calibrated)
-        return write_report(request, sweep, result_grid, calibration, ran_on=ran_on,
-                            left_out=sweep_plan.left_out, session=session)
+        try:
+            return write_report(request, sweep, result_grid, calibration, ran_on=ran_on,
+                                left_out=sweep_plan.left_out, session=session)
+        except KeyboardInterrupt:  # every file is written whole or not at all
+            return SweepOutcome.stopped(f"The sweep was interrupted while its report was "
+                                        f"written: {RESUME_HINT}.")
     finally:
         ray.shutdown()
+
+
+def _stopped_before_trials(request: checks.SweepRequest, made_out_dir: bool) -> SweepOutcome:
+    """Ctrl-C before Tune began (in the calibration): a new sweep's folder is left
+    as it was before the command (rundir.release_claim), so that the same command
+    starts it again; a resumed one keeps its folder, and resumes it again."""
+    if request.resume:
+        return SweepOutcome.stopped(f"The sweep was interrupted before its trials "
+                                    f"resumed: {RESUME_HINT}.")
+    release_claim(request.out_dir, request.storage, request.sweep_id, made_out_dir)
+    return SweepOutcome.stopped("The sweep was interrupted before its first trial (in its "
+                                "calibration): nothing was kept, and the same command starts "
+                                "it again.")
 
 
 def _ended_sweep(request: checks.SweepRequest, calibration: dict | None):

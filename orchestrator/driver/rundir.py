@@ -12,6 +12,7 @@ checkpoints. A folder without it (written by an earlier version) or with
 another value is refused by `--resume` with one line, before Ray starts.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -34,7 +35,9 @@ SWEEP_FILE = "sweep.json"
 SWEEP_FORMAT = 4
 TEMPORARY = "a temporary copy that Ray may delete once the job ends"
 DEFAULT_STORAGE = "ray"  # without --storage, a sweep keeps Ray's state in <out>/ray
+TRAIN_RUNS_DIR = "train-runs"  # <storage>/train-runs/<sweep id>: the sweep's Train runs
 TUNER_STATE = "tuner.pkl"  # what Tuner.restore reads first in the experiment's folder
+CALIBRATION_FILE = "calibration.json"  # the sweep's microbenchmark (driver/calibrate.py)
 
 
 class StoredSweep(NamedTuple):
@@ -163,9 +166,11 @@ def new_sweep_id(out_dir: Path) -> str:
 
 
 def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str,
-                  left_out: list[dict] = (), ran_on: dict[str, str] | None = None) -> None:
+                  left_out: list[dict] = (), ran_on: dict[str, str] | None = None) -> bool:
     """Create `sweep.json` whole and exclusively: of two sweeps claiming one
-    folder at once, one wins and the other gets a `UserError`."""
+    folder at once, one wins and the other gets a `UserError`. Returns whether
+    the folder was made here (`release_claim` removes it then)."""
+    made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"format": SWEEP_FORMAT, "sweep": sweep.to_dict(), "storage": storage,
                        "id": sweep_id, "left_out": list(left_out), "ran_on": ran_on},
@@ -181,6 +186,32 @@ def claim_out_dir(out_dir: Path, sweep: SweepConfig, storage: str, sweep_id: str
                         f"--out") from None
     finally:
         os.unlink(temporary)
+    return made
+
+
+def tune_began(storage_location: str, sweep_id: str) -> bool:
+    """Whether Tune wrote the sweep's state (`TUNER_STATE`), which --resume restores."""
+    return storage.exists(storage.join(storage_location, sweep_id, TUNER_STATE))
+
+
+def release_claim(out_dir: Path, storage_location: str, sweep_id: str, made: bool) -> None:
+    """Undo a new sweep's claim of `out_dir` (`claim_out_dir`), for a sweep stopped
+    before Tune began: its storage's folders named by `sweep_id` (Tune's experiment and
+    the Train runs, in a bucket too), the own `ray/` folder once empty, `sweep.json`
+    and the calibration's file, and the folder itself where the claim made it. Only
+    what the sweep wrote goes: its id is unique, and the folder held nothing before."""
+    for folder in (storage.join(storage_location, sweep_id),
+                   storage.join(storage_location, TRAIN_RUNS_DIR, sweep_id)):
+        storage.remove_tree(folder)
+    own = out_dir / DEFAULT_STORAGE
+    for folder in (own / TRAIN_RUNS_DIR, own):
+        with contextlib.suppress(OSError):  # not empty (another sweep's), or absent
+            folder.rmdir()
+    for name in (SWEEP_FILE, CALIBRATION_FILE):
+        (out_dir / name).unlink(missing_ok=True)
+    if made:
+        with contextlib.suppress(OSError):
+            out_dir.rmdir()
 
 
 def require_writable(folder: Path, flag: str) -> None:

@@ -9,8 +9,10 @@ reads them back through pyarrow's filesystems, which Ray itself uses for its
 storage (`pyarrow.fs.FileSystem.from_uri`, which reads the query).
 """
 
+import contextlib
 import os
 import secrets
+import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -112,6 +114,34 @@ def require_reachable(uri: str, flag: str = "--storage") -> None:
     if found.type == pyarrow.fs.FileType.NotFound:
         raise UserError(f"{flag} {uri}: the bucket {bucket!r} does not exist at "
                         f"{endpoint(uri)}; create it first")
+
+
+def exists(location: str) -> bool:
+    """Whether a file or folder is at `location`, on this machine or in a bucket; a
+    store that does not answer in seconds reads as holding it."""
+    import pyarrow.fs
+
+    folder = local_path(location)
+    if folder is not None:
+        return folder.exists()
+    filesystem, path = _open(location, "--storage")
+    try:
+        found = _with_short_timeouts(filesystem).get_file_info(path)
+    except OSError:
+        return True
+    return found.type != pyarrow.fs.FileType.NotFound
+
+
+def remove_tree(location: str) -> None:
+    """Remove the folder `location` and everything in it, on this machine or in a
+    bucket (through pyarrow, as Ray stores); absent, or not removable, it is left."""
+    folder = local_path(location)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    filesystem, path = _open(location, "--storage")
+    with contextlib.suppress(OSError):  # absent, or the store does not answer in seconds
+        _with_short_timeouts(filesystem).delete_dir(path)
 
 
 def _with_short_timeouts(filesystem):

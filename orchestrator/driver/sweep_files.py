@@ -13,6 +13,9 @@ from orchestrator.driver import checks
 from orchestrator.driver.plan_text import data_text
 from orchestrator.records import counted, write_atomically
 
+RESUME_HINT = ("run the same command with --resume to finish it and write its report "
+               "(finished trials are kept)")
+
 
 @dataclass(frozen=True)
 class SweepOutcome:
@@ -24,6 +27,13 @@ class SweepOutcome:
     failed_trials: dict[str, str]  # trial id: its error, one line
     dry_run: bool = False
     """--dry-run: the plan was printed, and nothing else done."""
+    stopped_line: str = ""
+    """Ctrl-C where no report could be written (before the trials, or a second one while
+    Tune saved its state, or in the report): the one line saying what was kept."""
+
+    @classmethod
+    def stopped(cls, line: str) -> "SweepOutcome":
+        return cls(tables="", paths=[], interrupted=True, failed_trials={}, stopped_line=line)
 
 
 def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: dict | None, *,

@@ -20,6 +20,7 @@ from orchestrator.training import calibration
 from orchestrator import ray_fastpath
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
+from orchestrator.driver.interrupts import sigint_handler_kept
 from orchestrator.driver.placement import Placement
 from orchestrator.training.worker import calibration_loop_per_worker, train_loop_per_worker
 
@@ -87,7 +88,7 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
     # Read where the trainer is built: the dashboard's Train API
     # (/api/train/v2/runs/v1) lists each run with its status. The user's setting wins.
     os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
-    return _trainer(
+    return _fit(_trainer(
         train_loop_per_worker, config,
         {"train_config": config.to_dict(), "data": data_ref,
          "started_at": time.time() if started_at is None else started_at,
@@ -98,7 +99,7 @@ def run_trial(config: TrainConfig, data_ref: ray.ObjectRef, *, name: str,
                   # are only disk, and a resumed trial restarts from the newest.
                   checkpoint_config=CheckpointConfig(num_to_keep=1),
                   callbacks=[*callbacks, RetryPrinter(name, max_failures)],
-                  logging_config=LoggingConfig(log_level="WARNING")), placement).fit()
+                  logging_config=LoggingConfig(log_level="WARNING")), placement))
 
 
 def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str,
@@ -115,8 +116,14 @@ def run_calibration(sweep: SweepConfig, *, name: str, storage_path: str,
     run_config = RunConfig(name=name, storage_path=storage_path,
                            failure_config=FailureConfig(max_failures=0),
                            logging_config=LoggingConfig(log_level="WARNING"))
-    return _trainer(calibration_loop_per_worker, config, loop_config, run_config,
-                    placement).fit().return_value
+    return _fit(_trainer(calibration_loop_per_worker, config, loop_config, run_config,
+                         placement)).return_value
+
+
+def _fit(trainer) -> ray.train.Result:
+    """`trainer.fit()`, leaving the SIGINT handler as it found it (interrupts.py)."""
+    with sigint_handler_kept():
+        return trainer.fit()
 
 
 def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig,

@@ -17,7 +17,9 @@ from ray.tune.schedulers import ASHAScheduler
 
 from orchestrator import ray_fastpath
 from orchestrator.driver import storage, tracking
+from orchestrator.driver.interrupts import sigint_handler_kept
 from orchestrator.driver.placement import Placement
+from orchestrator.driver.rundir import TRAIN_RUNS_DIR
 from orchestrator.config.dataset import shape_text
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import GridPoint, SweepConfig
@@ -27,7 +29,6 @@ from orchestrator.driver.trial import run_trial
 from orchestrator.driver.tune_callbacks import (LiveEstimate, ReachedTarget, TimeToAccuracyASHA,
                                                 TrialLinePrinter)
 
-TRAIN_RUNS_DIR = "train-runs"
 # The per-trial driver only waits on its TorchTrainer: it reserves memory but no
 # CPU, so that a 2-worker trial fits a 2-CPU machine. (Tune rejects an empty
 # request, and any CPU fraction would leave 1.99 CPUs for two 1-CPU workers.)
@@ -141,7 +142,8 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
                 progress_reporter=_progress_table(),
                 verbose=1))  # the table, not every result in full
     ray_fastpath.light_usage_tags()
-    return tuner.fit()
+    with sigint_handler_kept():  # Tune's handler would swallow a Ctrl-C after the fit
+        return tuner.fit()
 
 
 def tracker_callbacks(trackers: tracking.Trackers) -> list[tune.Callback]:

@@ -156,6 +156,36 @@ def test_a_stopped_sweep_resumes_without_rerunning_finished_trials(tmp_path, sto
     assert not list(out_dir.glob(".*partial*"))
 
 
+@pytest.mark.reliability(
+    fault="Ctrl-C (SIGINT to the process group) in the sweep's calibration, before its first "
+          "trial",
+    lost="the calibration; the folder is left as it was (here: not there), so that the same "
+         "command starts the sweep again")
+def test_a_sweep_stopped_in_its_calibration_leaves_no_folder_to_refuse(tmp_path):
+    """Before, Ray Train's handler ended the driver with exit 1 and not a word, and the
+    claimed folder held no Tune state: --resume refused it, and so did a new sweep."""
+    out_dir = tmp_path / "out"
+    process = popen_script("sweep.py", "--workers", "1,2", "--epochs", "1", *SMALL,
+                           "--out", str(out_dir))
+    seen: list[str] = []
+    try:
+        read_until(process, r"^calibrating: allreduce", 300, seen)
+        assert (out_dir / "sweep.json").is_file()  # claimed before the calibration
+        # Within its worker group's start (seconds): before Ray Train installs its
+        # handler the Ctrl-C is a KeyboardInterrupt, after it a SystemExit; both end so.
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(timeout=hang_limit(120))
+        rest = process.stdout.read()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert code == 130, "".join(seen[-30:]) + rest[-3000:]
+    assert ("The sweep was interrupted before its first trial (in its calibration): nothing "
+            "was kept, and the same command starts it again.") in rest, rest[-3000:]
+    assert not out_dir.exists()
+
+
 def _files(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under `folder`: its size and modification time (ns)."""
     return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)

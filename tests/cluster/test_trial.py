@@ -3,6 +3,8 @@ helper actors a fit starts beside its workers, and where its controller runs.
 The stock path is tested in test_ray_fastpath_on_ray.py."""
 
 import dataclasses
+import signal
+import threading
 import time
 
 import pytest
@@ -33,9 +35,23 @@ def test_a_fit_keeps_the_placement_group_cleaner_and_starts_no_dataset_manager(
         ray_session, fashion_mnist_small, tmp_path):
     cleaners_before = num_actors("PlacementGroupCleaner")
     controllers_before = num_actors("TrainController")
-    result = run_trial(CONFIG, ray.put(fashion_mnist_small), name="helpers",
-                       storage_path=str(tmp_path), max_failures=0)
+    previous = signal.signal(signal.SIGINT, _ours)
+    seen, fitted = set(), threading.Event()
+    watcher = threading.Thread(target=_watch_sigint_handlers, args=(seen, fitted))
+    watcher.start()
+    try:
+        result = run_trial(CONFIG, ray.put(fashion_mnist_small), name="helpers",
+                           storage_path=str(tmp_path), max_failures=0)
+    finally:
+        fitted.set()
+        watcher.join()
+        after = signal.signal(signal.SIGINT, previous)
     assert [row["epoch"] for row in result.return_value] == [1]
+    # Ray Train's fit, in a main thread, installs its own SIGINT handler (a Ctrl-C
+    # aborts the run); the fit puts ours back (interrupts.py), not to swallow a
+    # Ctrl-C after it.
+    assert any("sigint_handler" in getattr(handler, "__qualname__", "") for handler in seen)
+    assert after is _ours
     # No run passes Ray Data datasets, so the actor that serves them is never started.
     assert num_actors("DatasetManager") == 0
     # The cleaner still guards the run's placement group; it was stopped
@@ -45,6 +61,15 @@ def test_a_fit_keeps_the_placement_group_cleaner_and_starts_no_dataset_manager(
     assert num_actors("_AutoscalingCoordinatorActor") == 0
     # A plain driver keeps Ray Train's controller actor.
     assert num_actors("TrainController") == controllers_before + 1
+
+
+def _ours(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _watch_sigint_handlers(seen: set, done: threading.Event) -> None:
+    while not done.wait(0.05):
+        seen.add(signal.getsignal(signal.SIGINT))
 
 
 def test_a_fit_inside_an_actor_runs_its_controller_there(ray_session, fashion_mnist_small,

@@ -15,7 +15,8 @@ from orchestrator.driver import checks, plan, sweep_files
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.grid import SweepConfig
 from orchestrator.errors import UserError
-from orchestrator.driver.rundir import SWEEP_FILE, TUNER_STATE, claim_out_dir
+from orchestrator.driver.rundir import (CALIBRATION_FILE, SWEEP_FILE, TUNER_STATE, claim_out_dir,
+                                        release_claim, tune_began)
 from orchestrator.driver.tune_experiment import train_runs_path
 
 
@@ -274,3 +275,50 @@ def test_a_resume_runs_the_sweep_it_started_and_refuses_other_options(tmp_path):
         checks.sweep_request(parser.parse_args(["--no-calibrate", *resume]))
     with pytest.raises(UserError, match=r"in its own storage, .*out/ray: drop --storage"):
         checks.sweep_request(parser.parse_args(["--storage", str(tmp_path / "s"), *resume]))
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_sweep_stopped_before_tune_leaves_its_folder_as_it_found_it(tmp_path, existed):
+    """Ctrl-C in the calibration (jobs._stopped_before_trials): what the claim and the
+    calibration wrote goes, and the same command then starts the sweep again; a
+    folder the user had made stays (empty), and another sweep's runs in the storage stay."""
+    out_dir = tmp_path / "out"
+    if existed:
+        out_dir.mkdir()
+    request = checks.sweep_request(cli.sweep_parser("").parse_args(["--out", str(out_dir)]))
+    made = claim_out_dir(out_dir, SweepConfig(workers=(1, 2)), request.storage, request.sweep_id)
+    assert made is not existed
+    assert not tune_began(request.storage, request.sweep_id)
+    _tune_began(request.storage, request.sweep_id)  # as if Tune's state were written too
+    assert tune_began(request.storage, request.sweep_id)
+    calibration = Path(train_runs_path(request.storage, request.sweep_id)) / "calibration"
+    calibration.mkdir(parents=True)
+    (calibration / "checkpoint_manager_snapshot.json").write_text("{}")
+    other = Path(train_runs_path(request.storage, "other-1234")) / "calibration"
+    other.mkdir(parents=True)
+    (out_dir / CALIBRATION_FILE).write_text("{}")
+    release_claim(out_dir, request.storage, request.sweep_id, made)
+    assert [str(path.relative_to(tmp_path)) for path in sorted(tmp_path.rglob("*"))] == [
+        "out", "out/ray", "out/ray/train-runs", "out/ray/train-runs/other-1234",
+        "out/ray/train-runs/other-1234/calibration"]  # another sweep's runs, kept
+    shutil.rmtree(other.parent)
+    release_claim(out_dir, request.storage, request.sweep_id, made)
+    assert out_dir.is_dir() is existed and not list(tmp_path.glob("out/*"))
+    again = checks.sweep_request(cli.sweep_parser("").parse_args(["--out", str(out_dir)]))
+    assert again.sweep_id != request.sweep_id  # the same command: a new sweep, not refused
+
+
+def test_a_sweep_stopped_before_tune_removes_its_runs_from_a_bucket(tmp_path, s3_store):
+    """As from a local storage, only the folders named by the sweep's own id go."""
+    uri = s3_store.uri("sweeps")
+    for key in ("sweeps/out-1234/tuner.pkl", "sweeps/train-runs/out-1234/calibration/x.json",
+                "sweeps/train-runs/out-5678/calibration/x.json", "sweeps/out-12345/tuner.pkl"):
+        s3_store.client.put_object(Bucket=s3_store.bucket, Key=key, Body=b"{}")
+    made = claim_out_dir(tmp_path / "out", SweepConfig(workers=(1, 2)), uri, "out-1234")
+    assert tune_began(uri, "out-1234") and not tune_began(uri, "out-5678")
+    release_claim(tmp_path / "out", uri, "out-1234", made)
+    assert not tune_began(uri, "out-1234")
+    # Keys ending in / are the folder markers pyarrow (and so Ray) writes.
+    assert [key for key in s3_store.keys() if not key.endswith("/")] == [
+        "sweeps/out-12345/tuner.pkl", "sweeps/train-runs/out-5678/calibration/x.json"]
+    assert not (tmp_path / "out").exists()

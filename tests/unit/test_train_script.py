@@ -82,3 +82,17 @@ def test_an_interrupted_run_says_what_it_kept_and_the_command_that_resumes_it(tm
     assert _interrupted_line(short, run.name, str(run), named=True) == (
         "interrupted after the last epoch (2 of 2): the same command reads its result back "
         "from its checkpoint")
+
+
+@pytest.mark.parametrize("script", ["train", "sweep"])
+def test_a_ctrl_c_outside_a_fit_is_one_line_and_exit_130(monkeypatch, capsys, script):
+    """The imports, Ray's start and shutdown: a KeyboardInterrupt (interrupts.py puts
+    Python's handler back after each fit) is one line, not a traceback."""
+    from orchestrator.driver import commands, jobs
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, script, interrupted)
+    assert getattr(commands, f"{script}_main")([]) == commands.EXIT_INTERRUPTED == 130
+    assert capsys.readouterr() == ("", "interrupted (Ctrl-C)\n")
