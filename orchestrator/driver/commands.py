@@ -7,6 +7,7 @@ torch and Ray Train and Tune once they are, so a typo exits 2 in a second.
 Each `main`'s docstring is its usage text; its first line the `--help` title.
 """
 
+import functools
 import sys
 
 from orchestrator.config import cli
@@ -22,7 +23,21 @@ EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
 INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
+def exits_130_on_ctrl_c(main):
+    """A KeyboardInterrupt that the job did not turn into its own line (one it
+    raised outside those windows) is INTERRUPTED_LINE and exit 130, not a traceback."""
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print(INTERRUPTED_LINE, file=sys.stderr)
+            return EXIT_INTERRUPTED
+    return wrapper
+
+
 @cli.exits_2_on_user_error
+@exits_130_on_ctrl_c
 def train_main(argv: list[str] | None = None) -> int:
     """One data-parallel training run of the book's 13.5 / 13.6 on Ray Train workers.
 
@@ -33,11 +48,7 @@ def train_main(argv: list[str] | None = None) -> int:
     options; each is a field of orchestrator.config.options.TrainConfig.
     """
     args = cli.train_parser(_title(train_main)).parse_args(argv)
-    try:
-        outcome = jobs.train(args)
-    except KeyboardInterrupt:  # before the run's fit, or in Ray's shutdown after it
-        print(INTERRUPTED_LINE, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    outcome = jobs.train(args)  # a Ctrl-C before its fit, or in Ray's shutdown: exit 130
     print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
@@ -45,6 +56,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 @cli.exits_2_on_user_error
+@exits_130_on_ctrl_c
 def sweep_main(argv: list[str] | None = None) -> int:
     """The scaling sweep: Ray Tune over workers x batch size x learning rate, then a report.
 
@@ -59,11 +71,7 @@ def sweep_main(argv: list[str] | None = None) -> int:
     orchestrator.config.grid.SweepConfig.
     """
     args = cli.sweep_parser(_title(sweep_main)).parse_args(argv)
-    try:
-        outcome = jobs.sweep(args)
-    except KeyboardInterrupt:  # before the sweep's folder is claimed, or in Ray's shutdown
-        print(INTERRUPTED_LINE, file=sys.stderr)
-        return EXIT_INTERRUPTED
+    outcome = jobs.sweep(args)  # a Ctrl-C before its folder is claimed, or in Ray's shutdown
     if outcome.stopped_line:
         print("\n" + outcome.stopped_line, file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -119,11 +119,11 @@ def require_reachable(uri: str, flag: str = "--storage") -> None:
 def exists(location: str) -> bool:
     """Whether a file or folder is at `location`, on this machine or in a bucket; a
     store that does not answer in seconds reads as holding it."""
-    import pyarrow.fs
-
     folder = local_path(location)
     if folder is not None:
         return folder.exists()
+    import pyarrow.fs
+
     filesystem, path = _open(location, "--storage")
     try:
         found = _with_short_timeouts(filesystem).get_file_info(path)
