@@ -19,7 +19,8 @@ EXIT_TRAINING_FAILED = 1
 EXIT_TRIALS_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for a Ctrl-C
 # A Ctrl-C outside the windows where a job says what it kept: the imports, Ray's
-# start and shutdown, the checks before anything is written.
+# start, the checks before anything is written (one in Ray's shutdown after the
+# job is held until it ends: jobs.shut_down).
 INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
@@ -48,7 +49,7 @@ def train_main(argv: list[str] | None = None) -> int:
     options; each is a field of orchestrator.config.options.TrainConfig.
     """
     args = cli.train_parser(_title(train_main)).parse_args(argv)
-    outcome = jobs.train(args)  # a Ctrl-C before its fit, or in Ray's shutdown: exit 130
+    outcome = jobs.train(args)  # a Ctrl-C before its fit: exit 130
     print(outcome.final_line, file=sys.stderr if outcome.failed else sys.stdout)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
@@ -71,7 +72,7 @@ def sweep_main(argv: list[str] | None = None) -> int:
     orchestrator.config.grid.SweepConfig.
     """
     args = cli.sweep_parser(_title(sweep_main)).parse_args(argv)
-    outcome = jobs.sweep(args)  # a Ctrl-C before its folder is claimed, or in Ray's shutdown
+    outcome = jobs.sweep(args)  # a Ctrl-C before its folder is claimed: exit 130
     if outcome.stopped_line:
         print("\n" + outcome.stopped_line, file=sys.stderr)
         return EXIT_INTERRUPTED

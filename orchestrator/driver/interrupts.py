@@ -9,6 +9,11 @@ third exited with status 0; after Tune's, the first set an event that nothing
 reads. `sigint_handler_kept` puts the driver's own handler back after each fit,
 so that a Ctrl-C there is Python's KeyboardInterrupt, which the jobs turn into
 a line and exit 130 as they do a Ctrl-C inside a fit.
+
+Once a job has ended, Ray's shutdown (seconds) is all that is left: a first
+Ctrl-C there is held until it ends (`first_sigint_held`), so that the job's
+outcome, its book's line or its report's files, is still printed; before, it
+was a KeyboardInterrupt that replaced the outcome with `interrupted (Ctrl-C)`.
 """
 
 import contextlib
@@ -31,3 +36,28 @@ def sigint_handler_kept() -> Iterator[None]:
     finally:
         if handler is not None:  # None: installed outside Python, not ours to restore
             signal.signal(signal.SIGINT, handler)
+
+
+@contextlib.contextmanager
+def first_sigint_held() -> Iterator[list[int]]:
+    """A first SIGINT in the block is held, not raised: the block is a bounded end
+    (Ray's shutdown after a job) whose job's outcome is worth printing. The list
+    yielded holds the signal once one came; a second one is handled as before the
+    block (a KeyboardInterrupt). Off a main thread, or where SIGINT is ignored or
+    handled outside Python, nothing changes."""
+    came: list[int] = []
+    handler = (signal.getsignal(signal.SIGINT)
+               if threading.current_thread() is threading.main_thread() else None)
+    if handler in (None, signal.SIG_IGN):
+        yield came
+        return
+
+    def hold(signum, frame):
+        came.append(signum)
+        signal.signal(signal.SIGINT, handler)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, handler)

@@ -7,6 +7,7 @@ imports take on a 2-core machine.
 """
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
 from orchestrator.training import datasets
 from orchestrator.driver import checks, plan
-from orchestrator.driver import device_check, storage
+from orchestrator.driver import device_check, interrupts, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
 from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line, parameters_text,
@@ -36,6 +37,8 @@ class RunOutcome:
 
 
 DRY_RUN_LINE = "dry run: the plan above, fitted to this cluster; nothing trained, nothing written"
+HELD_CTRL_C_LINE = ("Ctrl-C while Ray shut down, after the job had ended: held until the "
+                    "shutdown ended (a second Ctrl-C stops it at once)")
 
 
 def train(args: argparse.Namespace) -> RunOutcome:
@@ -134,7 +137,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
             final_line += "\n" + target_line(evaluations, config.target_acc)
         return RunOutcome(final_line, failed=False)
     finally:
-        ray.shutdown()
+        shut_down(ray)
 
 
 def _interrupted_line(config, name: str, run_folder: str, *, named: bool) -> str:
@@ -233,7 +236,16 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             return SweepOutcome.stopped(f"The sweep was interrupted while its report was "
                                         f"written: {RESUME_HINT}.")
     finally:
+        shut_down(ray)
+
+
+def shut_down(ray) -> None:
+    """`ray.shutdown()` once a job has ended, a first Ctrl-C during it held
+    (interrupts.first_sigint_held): the job's outcome is whole, and printed."""
+    with interrupts.first_sigint_held() as came:
         ray.shutdown()
+    if came:
+        print(HELD_CTRL_C_LINE, file=sys.stderr)
 
 
 def _stopped_before_trials(request: checks.SweepRequest, made_out_dir: bool) -> SweepOutcome:
