@@ -12,13 +12,22 @@ import pytest
 from orchestrator.driver import interrupts, jobs
 
 
+@pytest.fixture
+def python_handles_sigint():
+    """Python's own SIGINT handler for the test, whatever the test run inherited
+    (a run started in the background of a shell inherits SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_self() -> None:
     """SIGINT to this process, as a Ctrl-C sends it; returns once it was handled."""
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)  # Python runs handlers between bytecodes of the main thread
 
 
-def test_a_first_ctrl_c_is_held_and_a_second_raises():
+def test_a_first_ctrl_c_is_held_and_a_second_raises(python_handles_sigint):
     before = signal.getsignal(signal.SIGINT)
     with interrupts.first_sigint_held() as came:
         _interrupt_self()
@@ -31,7 +40,7 @@ def test_a_first_ctrl_c_is_held_and_a_second_raises():
     assert came == [] and signal.getsignal(signal.SIGINT) is before
 
 
-def test_an_ignored_sigint_stays_ignored(monkeypatch):
+def test_an_ignored_sigint_stays_ignored():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a shell
     try:
         with interrupts.first_sigint_held() as came:
@@ -66,7 +75,7 @@ class _Ray:
         self.shut = True
 
 
-def test_a_ctrl_c_in_rays_shutdown_lets_it_end_and_says_so(capsys):
+def test_a_ctrl_c_in_rays_shutdown_lets_it_end_and_says_so(python_handles_sigint, capsys):
     ray = _Ray()
     jobs.shut_down(ray)  # no KeyboardInterrupt: the job's outcome is returned whole
     assert ray.shut
