@@ -22,19 +22,25 @@ import threading
 from collections.abc import Iterator
 
 
+def _own_sigint_handler():
+    """This process's SIGINT handler where this thread may replace it; None off a
+    main thread (no handler can be installed there) or where it was installed
+    outside Python (not ours to replace)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
 @contextlib.contextmanager
 def sigint_handler_kept() -> Iterator[None]:
     """The SIGINT handler of the block's start is the one after it, whatever the
     block installed. Off a main thread (a Tune trial's fit) it does nothing:
     there no handler can be installed, and Ray Train installs none."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handler = signal.getsignal(signal.SIGINT)
+    handler = _own_sigint_handler()
     try:
         yield
     finally:
-        if handler is not None:  # None: installed outside Python, not ours to restore
+        if handler is not None:
             signal.signal(signal.SIGINT, handler)
 
 
@@ -46,8 +52,7 @@ def first_sigint_held() -> Iterator[list[int]]:
     block (a KeyboardInterrupt). Off a main thread, or where SIGINT is ignored or
     handled outside Python, nothing changes."""
     came: list[int] = []
-    handler = (signal.getsignal(signal.SIGINT)
-               if threading.current_thread() is threading.main_thread() else None)
+    handler = _own_sigint_handler()
     if handler in (None, signal.SIG_IGN):
         yield came
         return
