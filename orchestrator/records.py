@@ -66,6 +66,9 @@ FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
 # measurements (training/step_metrics.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
+# loss_scale, skipped_steps: --precision fp16's loss scale at the epoch's end and the
+# steps it skipped in the epoch, their gradients not finite (training/loss_scale.py);
+# NaN and 0 in the other precisions.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
                  "wall_s",
@@ -76,7 +79,8 @@ EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "step_graph", "transport", "backend", "model", "dataset", "device", "devices",
                  "worker_nodes",
                  "status", "run_started_unix_s", "started_unix_s", "ended_unix_s",
-                 "peak_memory_mb", "grad_sq_shard", "grad_sq_batch", "noise_shard_examples"]
+                 "peak_memory_mb", "grad_sq_shard", "grad_sq_batch", "noise_shard_examples",
+                 "loss_scale", "skipped_steps"]
 # What each row of evaluations.csv keeps: one per evaluation of the test set.
 EVALUATION_COLUMNS = ["epoch", "test_acc", "train_s", "wall_s", "eval_s"]
 
@@ -119,7 +123,17 @@ def epoch_line(metrics: dict, num_epochs: int) -> str:
             f"train acc {metrics['train_acc']:.3f}, test acc {metrics['test_acc']:.3f}, "
             f"{seconds_text(metrics['epoch_time_s'], 2)} s ({metrics['samples_per_s']:.0f} "
             f"samples/s, sync {seconds_text(metrics['sync_time_s'], 2)} s)" + _split_part(metrics)
+            + _loss_scale_part(metrics)
             + ("  DIVERGED: non-finite gradients" if metrics["status"] == Status.DIVERGED else ""))
+
+
+def _loss_scale_part(metrics: dict) -> str:
+    """fp16's loss scale at the epoch's end, and the steps it skipped in the epoch."""
+    scale = metrics.get("loss_scale", math.nan)
+    if scale is None or math.isnan(scale):
+        return ""
+    skipped = metrics["skipped_steps"]
+    return f", loss scale {scale:g}" + (f" ({skipped} skipped)" if skipped else "")
 
 
 def _split_part(metrics: dict) -> str:

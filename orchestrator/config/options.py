@@ -22,7 +22,7 @@ from orchestrator.records import counted
 Model = Literal["lenet", "resnet18"]
 Sync = Literal["scratch", "bucketed", "ddp", "sharded", "root", "delayed"]
 Split = Literal["even", "proportional"]
-Precision = Literal["fp32", "bf16", "fp64"]
+Precision = Literal["fp32", "bf16", "fp16", "fp64"]
 MemoryFormat = Literal["auto", "nchw", "channels-last"]
 CudaGraph = Literal["auto", "on", "off"]
 MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
@@ -111,7 +111,11 @@ class TrainConfig:
                                        "gradients through its shared memory, not gloo's sockets")
     precision: Precision = option("fp32", "fp32; bf16: the forward pass under bfloat16 autocast "
                                           "(loss, weights, gradients and optimizer stay fp32); "
-                                          "fp64: all in double precision", swept=True)
+                                          "fp16: under float16 autocast, with a dynamic loss "
+                                          "scale (a step whose gradients overflow is skipped "
+                                          "and the scale halved): for GPUs without bfloat16 "
+                                          "(T4, V100); fp64: all in double precision",
+                                  swept=True)
     tf32: bool = option(True, "on GPUs, fp32 convolutions and recurrent layers run in "
                               "TensorFloat-32 on tensor cores (PyTorch's default: a 10-bit "
                               "mantissa); matrix products stay IEEE fp32 either way")

@@ -100,7 +100,8 @@ def less_memory_ways(device: str, precision: str | None, trials: bool = False,
                  "--gpus-per-worker: fewer workers to a GPU)" if shared_gpus else
                  "fewer images per worker (a smaller --batch-size, or more --workers with "
                  "--batch-scaling global)")
-        return fewer + (" or --precision bf16" if precision != "bf16" else "") + " needs less"
+        lowered = precision in ("bf16", "fp16")
+        return fewer + ("" if lowered else " or --precision bf16") + " needs less"
     return ("a smaller --batch-size, or fewer workers on a node"
             + (" or fewer trials at a time (--max-concurrent-trials)" if trials else "")
             + ", needs less")

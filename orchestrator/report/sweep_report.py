@@ -177,6 +177,16 @@ def _mixed_graphs_text(summary: pd.DataFrame, epochs: pd.DataFrame) -> str:
             "read is the graph's gain, not the workers'.")
 
 
+def _loss_scale_text(history: pd.DataFrame) -> str:
+    """fp16's loss scale over a trial's epochs (training/loss_scale.py): the steps it
+    skipped, their gradients not finite on some worker, and where it ended."""
+    if "loss_scale" not in history or history["loss_scale"].isna().all():
+        return ""
+    skipped = int(history["skipped_steps"].sum())
+    return (f"; fp16 loss scale {history['loss_scale'].iloc[-1]:g} at the end, "
+            f"{counted(skipped, 'step')} skipped (overflowed)")
+
+
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
                   not_run: list[str] = (), time_split: list[dict] = ()) -> str:
@@ -204,6 +214,7 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                    if len(history) else f"no epoch finished: {row.error}")
         if len(history) > 1 and not pd.isna(row.epoch_s):
             outcome += f" (epochs after the first: {seconds_text(row.epoch_s)} s each)"
+        outcome += _loss_scale_text(history)
         lines.append(f"- {label}: {outcome} [{row.status}]")
     lines += ["", *_time_split_section(time_split), *not_run, "## Scaling", "",
               "Every time, throughput, speedup and sync share comes from one window of each "

@@ -25,11 +25,12 @@ from orchestrator.records import Status
 from orchestrator.training import graphed as step_graph
 from orchestrator.training import layout
 from orchestrator.training.data import Images
+from orchestrator.training.loss_scale import LossScale
 from orchestrator.training.models import build_model
 from orchestrator.training.sgd import SGD
 from orchestrator.training.split import BatchSplit
-from orchestrator.training.step import (PARAMETER_DTYPES, evaluate, forward, memory_format, step_on,
-                                        train_batch)
+from orchestrator.training.step import (PARAMETER_DTYPES, apply_sum, evaluate, forward,
+                                        memory_format, step_on, train_batch)
 from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck, StepSync
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
@@ -149,6 +150,9 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     model.to(device, dtype=PARAMETER_DTYPES[config.precision], memory_format=memory_format(config))
     optimizer = make_optimizer(model.parameters(), config)
     shares = None
+    # fp16's loss scale goes on from the checkpoint's, as the weights do.
+    scale = (LossScale(state and state.get("loss_scale")) if config.precision == "fp16"
+             else None)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -191,7 +195,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
 
     def state_now() -> dict:
         return {"model": model.state_dict(), "optimizer": sync.optimizer_state_dict(optimizer),
-                "split_shares": list(split.shares), "layout": chosen_layout}
+                "split_shares": list(split.shares), "layout": chosen_layout,
+                **({"loss_scale": scale.state_dict()} if scale is not None else {})}
 
     # A mid-epoch checkpoint holds the last finished epoch's state (a copy:
     # state dicts share the live tensors), so a restart redoes that epoch whole.
@@ -227,7 +232,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
             stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
                                     epoch=epoch, device=device,
                                     on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
-                                        epoch, steps, seconds), graphed=graphed, check=check)
+                                        epoch, steps, seconds), graphed=graphed, check=check,
+                                    scale=scale)
         except _ReachedTarget:
             break
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
@@ -260,13 +266,15 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
                     epoch: int, device: torch.device,
                     on_evaluation: OnEvaluation | None = None,
                     graphed: "step_graph.GraphedStep | None" = None,
-                    check: NonFiniteCheck | None = None) -> dict:
+                    check: NonFiniteCheck | None = None,
+                    scale: LossScale | None = None) -> dict:
     """One pass over the training set; returns the epoch's training statistics.
 
     `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
     mid-epoch evaluation points; its time is not counted as training. `graphed`
     runs each step once the lr's warm-up is over (the lr is then fixed, as a
     captured step needs it), `check` being the one its capture counts into.
+    `scale`: fp16's loss scale (loss_scale.py), going on from epoch to epoch.
     """
     batch_size = config.global_batch_size
     # Every worker draws the same permutation, then takes its own slice of
@@ -286,6 +294,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     num_steps = 0
     epoch_time_s = 0.0
     step_sync = StepSync(sync, config, device)
+    skipped_before = scale.skipped_steps if scale is not None else 0
     start = time.perf_counter()
     for step in range(config.steps_per_epoch):
         global_step = epoch * config.steps_per_epoch + step
@@ -302,7 +311,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         else:
             y = labels[index].long()
             outcome = train_batch(sync, optimizer, images[index], y, config, check,
-                                  split.timer, noise)
+                                  split.timer, noise, scale)
         step_sync.after_step(step)
         if outcome is None:
             status = Status.DIVERGED
@@ -318,12 +327,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             sync.module.train()
             start = time.perf_counter()
     # delayed: the epoch's last gradient, still in flight, applied now (if it ran well)
-    if sync.drain() and status == Status.OK:
-        if check.failed():
-            status = Status.DIVERGED
-        else:
-            sync.step(optimizer)
-            sync.zero_grad()
+    if sync.drain() and status == Status.OK and not apply_sum(sync, optimizer, check, scale):
+        status = Status.DIVERGED
     epoch_time_s += _seconds_since(start, device)
     if check.read():  # steps after the last read
         status = Status.DIVERGED
@@ -350,9 +355,12 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         # Every rank's total (each holds its waits for the others), and the sums' own time.
         "worker_sync_s": totals[4:4 + get_world_size()].tolist(),
         "sync_least_s": step_sync.least_s(totals[4 + get_world_size():]),
-        **(noise.epoch_metrics(totals[2:4], num_steps, config.num_workers) if noise is not None
+        **(noise.epoch_metrics(totals[2:4], config.num_workers) if noise is not None
            else GradientNoise.NOT_MEASURED),
         "status": status,
+        # fp16's loss scale at the epoch's end, and the steps it skipped in the epoch.
+        "loss_scale": scale.scale if scale is not None else math.nan,
+        "skipped_steps": scale.skipped_steps - skipped_before if scale is not None else 0,
         **split.end_epoch(num_steps),
     }
 

@@ -68,7 +68,7 @@ class MemoryFloor:
         weights, momentum (absent without; 1/`optimizer_shards` of it where each
         worker updates its own part of the weights, as `--sync sharded` does) and
         activations."""
-        halved = 2 if precision == "bf16" else 1
+        halved = 2 if precision in ("bf16", "fp16") else 1
         return {"weights": self.state_bytes,
                 **({"momentum": self.momentum_bytes // optimizer_shards} if momentum else {}),
                 "activations": (self.fixed_bytes // halved

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 from orchestrator.config.dataset import shard_bounds
 from orchestrator.config.options import TrainConfig
 from orchestrator.training import layout
+from orchestrator.training.loss_scale import LossScale
 from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.collectives import allreduce_, get_rank, get_world_size
@@ -30,47 +31,74 @@ EVAL_BATCH_SIZE_CUDA = 1024
 EVAL_BATCH_SIZE_CPU = 128
 # Per model, the test batch that fit once a larger one did not (`evaluate`).
 _EVAL_BATCH_SIZES: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
-# The dtype of the weights, the gradients and their sync, by precision: bf16
-# lowers only the forward pass (under autocast), the weights stay fp32.
-PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp64": torch.float64}
+# The dtype of the weights, the gradients and their sync, by precision: bf16 and
+# fp16 lower only the forward pass (under autocast), the weights stay fp32.
+PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp16": torch.float32,
+                    "fp64": torch.float64}
+# The forward pass's dtype under autocast, where it is lowered.
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: torch.Tensor,
                 labels: torch.Tensor, config: TrainConfig, check: NonFiniteCheck,
-                timer: DeviceTimer, noise: GradientNoise | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+                timer: DeviceTimer, noise: GradientNoise | None = None,
+                scale: LossScale | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
     forward, loss over the global batch, backward, gradient sync, SGD step.
 
     Returns the shard's per-example losses and logits; None, without the
     step, once `check` reads a non-finite gradient. `timer` times this
     worker's own forward and backward (what a proportional split divides by).
+    `scale`: fp16's loss scale (loss_scale.py), whose overflowing steps are
+    skipped, not the run's end.
     """
     waited_s = sync.backward_wait_s
     started = timer.start()
-    losses, logits = forward_backward(sync.module, images, labels, config)
+    losses, logits = forward_backward(sync.module, images, labels, config,
+                                      loss_scale=scale.scale if scale is not None else 1.0)
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s, at=sync.take_compute_end())
+    if scale is not None:  # this backward's gradients, before any sum (ddp's: after)
+        scale.unscale_([p.grad for p in sync.module.parameters() if p.grad is not None])
     if noise is not None:
         noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
     sync.synchronize()  # every worker now holds the sum over all workers (sharded: of its part)
-    if check.failed():
+    if not apply_sum(sync, optimizer, check, scale, noise):
         return None
+    return losses.detach(), logits.detach()
+
+
+def apply_sum(sync: GradientSync, optimizer: torch.optim.Optimizer, check: NonFiniteCheck,
+              scale: LossScale | None, noise: GradientNoise | None = None) -> bool:
+    """The SGD step with the summed gradients, which are then cleared; False, without
+    it, once `check` reads a non-finite one. With fp16's `scale`, every step's are
+    read: a step whose are not finite is skipped on every worker and the scale
+    halved; False only where it could not be halved."""
+    if scale is None:
+        if check.failed():
+            return False
+    elif check.overflowed():
+        sync.zero_grad()
+        return scale.skip()
+    else:
+        scale.stepped()
     if noise is not None:
         noise.add_batch(check.last_norm)
     sync.step(optimizer)  # optimizer.step(); sharded: of its part, then all-gather the parameters
     sync.zero_grad()
-    return losses.detach(), logits.detach()
+    return True
 
 
 def forward_backward(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward, the per-example losses and backward of their sum over the global batch;
-    returns the losses and the logits."""
+                      config: TrainConfig, *, loss_scale: float = 1.0
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward, the per-example losses and backward of their sum over the global batch
+    (times fp16's `loss_scale`); returns the losses and the logits."""
     logits = forward(model, images, config)
     losses = F.cross_entropy(logits, labels, reduction="none")
     # Dividing by the *global* batch makes the summed gradients over workers
     # the single-device mean gradient, even when shards differ in size.
-    (losses.sum() / config.global_batch_size).backward()
+    loss = losses.sum() / config.global_batch_size
+    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
     return losses, logits
 
 
@@ -137,10 +165,12 @@ def forward(model: nn.Module, images: torch.Tensor, config: TrainConfig) -> torc
     whatever the precision of the forward pass."""
     dtype = PARAMETER_DTYPES[config.precision]
     x = to_model_input(images).to(dtype, memory_format=memory_format(config))
-    # Autocast runs the convolutions and matrix products in bfloat16 and keeps
-    # the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
-    # mantissa is too coarse for the loss and its sum over a batch.
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+    # Autocast runs the convolutions and matrix products in bfloat16 (float16) and
+    # keeps the weights fp32; the logits go back to fp32 because bfloat16's 8-bit
+    # (float16's 11-bit) mantissa is too coarse for the loss and its sum over a batch.
+    lowered = AUTOCAST_DTYPES.get(config.precision)
+    with torch.autocast(x.device.type, dtype=lowered or torch.bfloat16,
+                        enabled=lowered is not None):
         logits = model(x)
     return logits.to(dtype)
 

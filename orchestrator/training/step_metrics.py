@@ -93,6 +93,14 @@ class NonFiniteCheck:
         """Whether any step so far had a non-finite gradient, on any worker."""
         return bool(self.sync.agreed_count(self.count).item())
 
+    def overflowed(self) -> bool:
+        """fp16's verdict on this step alone, read now whatever the device (the loss
+        scale skips the step, on every worker alike): whether its summed gradients
+        are not finite. Not counted: a skipped step is not a diverged run."""
+        self.num_steps += 1
+        self.last_norm = torch.nn.utils.get_total_norm(self.sync.summed_grads())
+        return bool(self.sync.agreed_count((~torch.isfinite(self.last_norm)).long()).item())
+
 
 class GradientNoise:
     """The gradient noise scale's two measurements, free in data-parallel training
@@ -122,6 +130,10 @@ class GradientNoise:
         self.shard_sq = torch.zeros((), dtype=torch.float64, device=device)
         self.inverse_shard = 0.0
         self.batch_sq = torch.zeros((), dtype=torch.float64, device=device)
+        # The step's shard measurement, added with its batch's (`add_batch`): a step
+        # that fp16's loss scale skips adds neither.
+        self._shard: tuple[torch.Tensor, float] | None = None
+        self.num_steps = 0  # steps measured (a skipped step is not)
 
     @property
     def shard_sums(self) -> torch.Tensor:
@@ -133,17 +145,22 @@ class GradientNoise:
         """The shard's gradient before the sum: its losses were divided by the global
         batch, so its mean gradient is B/b times it."""
         norm = torch.nn.utils.get_total_norm(grads).double() * (global_batch_size / shard_examples)
-        self.shard_sq += norm.square()
-        self.inverse_shard += 1 / shard_examples
+        self._shard = (norm.square(), 1 / shard_examples)
 
     def add_batch(self, norm: torch.Tensor) -> None:
-        """The summed gradient's norm: the global batch's mean gradient."""
+        """The summed gradient's norm: the global batch's mean gradient; with it, the
+        step's shard measurement."""
+        shard_sq, inverse_shard = self._shard
+        self.shard_sq += shard_sq
+        self.inverse_shard += inverse_shard
+        self._shard = None
         self.batch_sq += norm.double().square()
+        self.num_steps += 1
 
-    def epoch_metrics(self, shard_totals: torch.Tensor, num_steps: int,
-                      num_workers: int) -> dict:
-        """The epoch's means: |g_b|^2 over every worker and step, |G_B|^2 over the
-        steps, and the shard's size (the harmonic mean of each worker's)."""
+    def epoch_metrics(self, shard_totals: torch.Tensor, num_workers: int) -> dict:
+        """The epoch's means: |g_b|^2 over every worker and measured step, |G_B|^2
+        over those steps, and the shard's size (the harmonic mean of each worker's)."""
+        num_steps = self.num_steps  # the same on every worker: they skip steps alike
         if num_steps == 0:
             return dict(self.NOT_MEASURED)
         shard_sq, inverse = (shard_totals / (num_workers * num_steps)).tolist()

@@ -28,7 +28,7 @@ from orchestrator.errors import UserError
     ({"warmup_start_lr": -0.1, "warmup_epochs": 1}, "start lr must be in .0, lr = 0.2., got"),
     ({"threads_per_worker": 1.5}, "must be an integer"),
     ({"sync_batchnorm": True, "use_gpu": False}, "SyncBatchNorm does not run on CPUs"),
-    ({"precision": "fp16"}, "unknown precision 'fp16'; choose one of fp32, bf16, fp64"),
+    ({"precision": "fp8"}, "unknown precision 'fp8'; choose one of fp32, bf16, fp16, fp64"),
     ({"memory_format": "nhwc"},
      "unknown memory format 'nhwc'; choose one of auto, nchw, channels-last"),
     ({"momentum": 1.0}, "momentum must be in"),

@@ -24,6 +24,7 @@ GPU = torch.device("cuda", 0)  # only named: nothing here runs on it
     ({"num_workers": 2}, "off: several workers (their sums run eagerly)"),
     ({"sync": "ddp"}, "off: sync ddp"),
     ({"sync": "delayed"}, "off: sync delayed"),
+    ({"precision": "fp16"}, "off: fp16 (its loss scale reads each step's verdict on the host)"),
     ({"model": "examples.own_model:cnn"}, "off: your own model (--cuda-graph on captures it)"),
     ({"model": "examples.own_model:cnn", "cuda_graph": "on"}, None),
 ])

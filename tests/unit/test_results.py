@@ -13,7 +13,7 @@ from orchestrator.config.grid import SweepConfig
 from orchestrator.records import Status
 from orchestrator.report.plots import PLOT_FILES
 from orchestrator.report.summary import summarize_trials
-from orchestrator.report.sweep_report import write_results
+from orchestrator.report.sweep_report import render_report, write_results
 from orchestrator.report.tables import isolation_table, scaling_table
 from orchestrator.records import seconds_text, write_atomically
 from orchestrator.driver.tune_results import all_trials_ended
@@ -327,3 +327,18 @@ def test_seconds_in_sentences_keep_two_digits_however_short():
         "15.1", "9.1", "1.0", "0.13", "0.068", "0.0"]
     assert [seconds_text(value, 2) for value in (0.832, 0.47, 0.1, 0.0053)] == [
         "0.83", "0.47", "0.10", "0.0053"]
+
+
+def test_the_report_names_the_steps_fp16s_loss_scale_skipped():
+    trials, epochs, evaluations = _recorded()
+    fp16 = trials["trial_id"] == "t1-lr0.2"
+    trials.loc[fp16, "precision"] = "fp16"
+    rows = epochs["trial_id"] == "t1-lr0.2"
+    epochs["loss_scale"] = [32768.0 if fp16_row else math.nan for fp16_row in rows]
+    epochs["skipped_steps"] = [2 if fp16_row and epoch == 1 else 0
+                               for fp16_row, epoch in zip(rows, epochs["epoch"])]
+    report = render_report(summarize_trials(trials, epochs, evaluations), epochs,
+                           title_lines=[])
+    line = next(line for line in report.splitlines() if line.startswith("- `t1-lr0.2`"))
+    assert "fp16" in line and "fp16 loss scale 32768 at the end, 2 steps skipped" in line
+    assert sum("loss scale" in line for line in report.splitlines()) == 1
