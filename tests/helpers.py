@@ -19,6 +19,8 @@ from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.config.dataset import even_shares
 from orchestrator.training.loop import run_training
 from orchestrator.training.models import build_model
+# As imported here, before a test replaces the module's (`overflowing`).
+from orchestrator.training.step import forward_backward as forward_backward_unpatched
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -318,3 +320,52 @@ def refusal(run: subprocess.CompletedProcess, out_dir: Path) -> str:
     assert not run.stdout, run.stdout[-2000:]
     assert not out_dir.exists()
     return run.stderr
+
+
+# fp16's loss scale across workers (tests/processes/test_fp16_loss_scale.py, and on
+# CUDA tests/gpu/test_strategies_on_gpus.py): 3 steps of LeNet at an uneven global
+# batch, the 2nd of which overflows float16 on one worker.
+FP16_OVERFLOW_STEP = 1  # from 0, of 3: a step before it and one after it, at half the scale
+# Small enough that LeNet's gradients never overflow float16 of themselves: the one
+# overflow is the injected one, so that a skip cannot hinge on a shard's rounding.
+FP16_INITIAL_SCALE = 2.0 ** 8
+# Of the whole update's norm (test_fp16_loss_scale.py says why).
+FP16_UPDATE_RTOL = 2.5e-3
+OVERFLOW_RANK = 1  # the worker whose batch overflows
+
+
+def fp16_config(sync: str, **overrides) -> TrainConfig:
+    """One epoch of 3 steps of 257 (uneven shards) in fp16, with momentum."""
+    config = equivalence_config((sync, "lenet", 257, "fp16", "nchw"), momentum=0.5, **overrides)
+    return TrainConfig(**{**config.to_dict(), "num_epochs": 1})
+
+
+def overflowing(overflows: bool):
+    """The step's forward and backward (step.forward_backward), whose
+    FP16_OVERFLOW_STEP-th call from this one on multiplies the loss by 2^30 where
+    `overflows`: a batch whose backward overflows float16 on this worker."""
+    calls = [0]
+
+    def forward_backward(model, images, labels, config, *, loss_scale=1.0):
+        calls[0] += 1
+        if calls[0] - 1 == FP16_OVERFLOW_STEP and overflows:
+            loss_scale *= 2.0 ** 30
+        return forward_backward_unpatched(model, images, labels, config, loss_scale=loss_scale)
+
+    return forward_backward
+
+
+def assert_fp16_runs_agree(history: list[dict], state: dict, want_history: list[dict],
+                           want_state: dict) -> None:
+    """The same skipped step and scale, and the whole update to FP16_UPDATE_RTOL."""
+    assert [row["skipped_steps"] for row in history] == [
+        row["skipped_steps"] for row in want_history] == [1]
+    assert [row["loss_scale"] for row in history] == [
+        row["loss_scale"] for row in want_history] == [FP16_INITIAL_SCALE / 2]
+    initial = build_model("lenet", seed=7).state_dict()
+    want_update = torch.cat([(want - initial[name]).flatten()
+                             for name, want in want_state["model"].items()])
+    got_update = torch.cat([(state["model"][name] - initial[name]).flatten()
+                            for name in want_state["model"]])
+    difference = ((got_update - want_update).norm() / want_update.norm()).item()
+    assert difference < FP16_UPDATE_RTOL, difference

@@ -11,7 +11,11 @@ tests' relative 1e-9 (tests/processes/test_equivalence.py: the same on CPUs),
 `delayed` with its own one-worker run, and with `--sync-batchnorm` two workers
 normalise as one device does. CUDA's fp64 kernels sum in their own orders, far
 below that tolerance; float32 is not checked here (its rounding is the CPU
-tests' subject).
+tests' subject). In fp16, with one worker's batch overflowing float16 at one
+step, every strategy skips that step on every worker and ends where one GPU
+ends with the same overflow, to the CPU test's tolerance
+(tests/processes/test_fp16_loss_scale.py; cuDNN's and cuBLAS's float16 kernels
+round otherwise than the CPU's: not yet run on a GPU).
 
 On a machine of k GPUs or more the same runs are made by k workers on GPUs of
 their own, cuda:0 to cuda:k-1, over NCCL, as Ray Train's GPU workers sum (the
@@ -32,11 +36,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import (EXACT_STRATEGIES, assert_same_parameters, assert_same_updates,
-                     equivalence_config, proportional_config, run_here, shared_dict, uneven)
-from orchestrator.config.options import TrainConfig
+from helpers import (EXACT_STRATEGIES, FP16_INITIAL_SCALE, OVERFLOW_RANK, assert_fp16_runs_agree,
+                     assert_same_parameters, assert_same_updates, equivalence_config,
+                     fp16_config, overflowing, proportional_config, run_here, shared_dict,
+                     uneven)
+from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.training import loop, models
+from orchestrator.training import loop, loss_scale, models, step
 from orchestrator.training.models import build_model
 
 GPU = torch.device("cuda", 0)
@@ -62,6 +68,11 @@ def _on_gpu(case, num_workers: int, placed: str = SHARED, **overrides) -> TrainC
 def _split_on_gpu(num_workers: int, sync: str, placed: str = SHARED) -> TrainConfig:
     return dataclasses.replace(proportional_config(num_workers, sync), use_gpu=True,
                                gpus_per_worker=1 / num_workers if placed == SHARED else 1.0)
+
+
+def _fp16_on_gpu(sync: str, num_workers: int, placed: str = SHARED) -> TrainConfig:
+    return fp16_config(sync, num_workers=num_workers, use_gpu=True,
+                       gpus_per_worker=1 / num_workers if placed == SHARED else 1.0)
 
 
 def _run(config: TrainConfig, dataset, device: torch.device = GPU) -> tuple[list[dict], dict]:
@@ -92,6 +103,11 @@ def _workers_body(rank: int, num_workers: int, placed: str, port: int, dataset,
             runs["sync_batchnorm"] = _run(on(RESNET_CASE, sync_batchnorm=True), dataset, device)
             runs["ddp_straggler"] = _run(on(DDP_STRAGGLER, straggler_slowdown=3.0), dataset,
                                          device)
+            loss_scale.INITIAL_SCALE = FP16_INITIAL_SCALE
+            for sync in SYNC_STRATEGIES:
+                step.forward_backward = overflowing(rank == OVERFLOW_RANK)
+                runs[("fp16", sync)] = _run(_fp16_on_gpu(sync, num_workers, placed), dataset,
+                                            device)
         if rank == 0:
             results.update(runs)
     finally:
@@ -189,3 +205,16 @@ def test_ddps_compute_on_a_gpu_leaves_out_the_wait_for_a_slower_worker(k_workers
     history, _ = results["ddp_straggler"]
     fast, slow = history[-1]["worker_compute_s"]
     assert fast < 0.6 * slow, history[-1]["worker_compute_s"]
+
+
+@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+def test_an_fp16_overflow_on_one_worker_is_skipped_on_all(k_workers_on_gpus, monkeypatch, sync,
+                                                          fashion_mnist_small):
+    num_workers, placed, results = k_workers_on_gpus
+    if num_workers != 2:
+        pytest.skip("checked at 2 workers")
+    history, state = results[("fp16", sync)]
+    monkeypatch.setattr(step, "forward_backward", overflowing(True))
+    monkeypatch.setattr(loss_scale, "INITIAL_SCALE", FP16_INITIAL_SCALE)
+    want_history, want_state = _run(_fp16_on_gpu(sync, 1), fashion_mnist_small)
+    assert_fp16_runs_agree(history, {"model": state["model"]}, want_history, want_state)
