@@ -8,8 +8,13 @@ is only supported with GPUs, no GPUs found!", retried to the end. One task per
 GPU node, holding a sliver of a GPU so that Ray shows it one, asks torch; a node
 that cannot is named in one line, before anything is written or started. Each
 node that can says how much memory its GPU has: the memory check's room
-(model_check.require_room_in_memory).
+(model_check.require_room_in_memory), and whether its tensor cores take bfloat16
+(compute capability 8.0, Ampere, and later). Before that (a T4, a V100) torch runs
+bfloat16 emulated, slower than fp32: a run in bf16 is told so in a line, and that
+fp16 is those GPUs' half precision.
 """
+
+from collections.abc import Collection
 
 from orchestrator.errors import UserError
 
@@ -24,11 +29,12 @@ WAYS_OUT = ("install a torch for the node's NVIDIA driver (e.g. TORCH_INDEX_URL=
             "--use-gpu no")
 
 
-def require_usable_gpus() -> float | None:
+def require_usable_gpus(precisions: Collection[str] = ()) -> float | None:
     """Refuse, in one line, a cluster with a GPU node whose torch cannot use its GPU;
     else the most memory, in bytes, of the GPUs the nodes showed (one a node: a node
     of GPUs of several sizes is read by the one Ray chose), or None unless every GPU
-    node answered (one that did not may hold the largest)."""
+    node answered (one that did not may hold the largest). Where `precisions` (the
+    run's, or its sweep's) hold bf16, a line names each node whose GPU emulates it."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -49,29 +55,40 @@ def require_usable_gpus() -> float | None:
     memories = []
     for ref in ready:
         try:
-            cause, memory_bytes = ray.get(ref)
+            cause, memory_bytes, no_bf16 = ray.get(ref)
         except Exception:  # the task's own failure says nothing of torch's view
             continue
+        node = pending[ref]
         if cause:
-            node = pending[ref]
             raise UserError(
                 f"node {node['NodeManagerAddress']} has "
                 f"{node['Resources']['GPU']:g} GPU(s) for Ray, but {cause}: {WAYS_OUT}")
+        if no_bf16 and "bf16" in precisions:
+            print(f"GPU check: {node['NodeManagerAddress']}'s {no_bf16} has no bfloat16 "
+                  f"tensor cores (compute capability 8.0 and later): --precision bf16 runs "
+                  f"emulated there, slower than fp32; fp16 is its half precision "
+                  f"(--precision fp16)", flush=True)
         memories.append(memory_bytes)
     return max(memories) if len(memories) == len(nodes) else None
 
 
 def _gpu_answer():
     """A function a GPU node runs: why torch cannot use the GPU Ray showed it, and
-    None; or None and that GPU's memory in bytes. Made here, as `_torch_cannot_use`."""
+    None twice; or None, that GPU's memory in bytes, and, where its tensor cores take
+    no bfloat16, its name and compute capability (else None). Made here, as
+    `_torch_cannot_use`."""
     cannot_use = _torch_cannot_use()
 
-    def gpu_answer() -> tuple[str | None, int | None]:
+    def gpu_answer() -> tuple[str | None, int | None, str | None]:
         cause = cannot_use()
         if cause:
-            return cause, None
+            return cause, None, None
         import torch
-        return None, torch.cuda.get_device_properties(0).total_memory
+        gpu = torch.cuda.get_device_properties(0)
+        # torch.cuda.is_bf16_supported(including_emulation=False)'s own test.
+        native_bf16 = bool(torch.version.hip) or gpu.major >= 8
+        return None, gpu.total_memory, (
+            None if native_bf16 else f"{gpu.name} (compute capability {gpu.major}.{gpu.minor})")
     return gpu_answer
 
 

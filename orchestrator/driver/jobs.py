@@ -90,7 +90,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
             return RunOutcome(DRY_RUN_LINE, failed=False)
         gpu_memory_bytes = None
         if config.use_gpu:
-            gpu_memory_bytes = device_check.require_usable_gpus()
+            gpu_memory_bytes = device_check.require_usable_gpus((config.precision,))
             require_room_in_memory([config], cluster, gpu_memory_bytes)
         if args.check_equivalence:
             from orchestrator.driver import equivalence
@@ -186,7 +186,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         ran_on = {"cluster": cluster.describe(), "timing": timing_line(sweep_plan)}
         if sweep.base.use_gpu and not args.dry_run:  # before anything is written
             require_room_in_memory([point.train for point in sweep.grid], cluster,
-                                   device_check.require_usable_gpus())
+                                   device_check.require_usable_gpus(
+                                       {point.train.precision for point in sweep.grid}))
         made_out_dir = False
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with"

@@ -60,7 +60,7 @@ class _FakeRay:
 def test_only_live_gpu_nodes_are_asked_and_one_that_cannot_is_refused(monkeypatch):
     cause = "torch 2.14.1 (built for CUDA 13.0) cannot use it: Found no NVIDIA driver"
     fake = _FakeRay(monkeypatch, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE],
-                    {GPU_NODE["NodeID"]: (cause, None)})
+                    {GPU_NODE["NodeID"]: (cause, None, None)})
     with pytest.raises(UserError) as refused:
         device_check.require_usable_gpus()
     assert fake.asked == [GPU_NODE["NodeID"]]
@@ -77,16 +77,28 @@ def test_nothing_is_asked_of_a_cluster_without_gpus(monkeypatch):
 def test_a_node_that_can_passes_and_one_that_does_not_answer_is_named_not_refused(
         monkeypatch, capsys):
     other = {**GPU_NODE, "NodeID": "d" * 56, "NodeManagerAddress": "10.0.0.3"}
-    fake = _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: (None, 80e9)},
+    fake = _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: (None, 80e9, None)},
                     unanswered={other["NodeID"]})
     assert device_check.require_usable_gpus() is None  # the other may have the larger GPU
-    _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: (None, 80e9),
-                                              other["NodeID"]: (None, 141e9)})
+    _FakeRay(monkeypatch, [GPU_NODE, other], {GPU_NODE["NodeID"]: (None, 80e9, None),
+                                              other["NodeID"]: (None, 141e9, None)})
     assert device_check.require_usable_gpus() == 141e9  # the memory check's room
     assert fake.cancelled == [other["NodeID"]]
     assert capsys.readouterr().out == (
         f"GPU check: 10.0.0.3 did not answer within {device_check.CHECK_TIMEOUT_S:g} s (its "
         f"GPUs all taken?): not checked\n")
+
+
+def test_a_bf16_run_is_told_which_gpus_emulate_bfloat16(monkeypatch, capsys):
+    t4 = "Tesla T4 (compute capability 7.5)"
+    _FakeRay(monkeypatch, [GPU_NODE], {GPU_NODE["NodeID"]: (None, 15e9, t4)})
+    assert device_check.require_usable_gpus({"fp32", "fp16"}) == 15e9
+    assert capsys.readouterr().out == ""  # no bf16 run: nothing to say
+    assert device_check.require_usable_gpus({"fp32", "bf16"}) == 15e9  # a line, not a refusal
+    assert capsys.readouterr().out == (
+        f"GPU check: 10.0.0.2's {t4} has no bfloat16 tensor cores (compute capability 8.0 "
+        f"and later): --precision bf16 runs emulated there, slower than fp32; fp16 is its "
+        f"half precision (--precision fp16)\n")
 
 
 def test_a_check_task_that_failed_refuses_nothing(monkeypatch):

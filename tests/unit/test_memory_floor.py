@@ -319,14 +319,21 @@ def test_the_plan_s_memory_line_names_the_largest_floor(capsys):
 
 def test_the_gpu_check_reads_each_node_s_gpu_memory(monkeypatch):
     """The function the GPU nodes run, run here with torch's CUDA calls stubbed."""
-    class Properties:
-        total_memory = 150_000_000_000
+    class Properties:  # an H200's
+        total_memory, name, major, minor = 150_000_000_000, "NVIDIA H200", 9, 0
+
+    class T4Properties:
+        total_memory, name, major, minor = 15_000_000_000, "Tesla T4", 7, 5
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Properties)
-    assert device_check._gpu_answer()() == (None, 150_000_000_000)
+    assert device_check._gpu_answer()() == (None, 150_000_000_000, None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: T4Properties)
+    assert device_check._gpu_answer()() == (None, 15_000_000_000,
+                                            "Tesla T4 (compute capability 7.5)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "init", lambda: None)
-    cause, memory = device_check._gpu_answer()()
+    cause, memory, _ = device_check._gpu_answer()()
     assert cause.endswith("torch.cuda.is_available() is False") and memory is None
 
 
