@@ -20,8 +20,16 @@ previous step's, and would let the workers' decisions differ.
 A step that overflows with S already at MIN_SCALE overflows without any scale:
 the run diverged, as a non-finite gradient in fp32 says.
 
+Each backward's S is recorded (`record`) and each sum judged takes the oldest
+(`skip`, `stepped`): `delayed` judges step t's sum at step t+1, after step t+1's
+backward ran at the same S. When that one overflows too, S was halved already
+for step t's: its step is skipped, S not halved again (as one overflow costs the
+other strategies one halving).
+
 Nothing here may import ray.
 """
+
+from collections import deque
 
 import torch
 
@@ -39,6 +47,9 @@ class LossScale:
         self.scale = float(state.get("scale", INITIAL_SCALE))
         self.good_steps = int(state.get("good_steps", 0))
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        # The S of each backward whose sum is not judged yet, oldest first (empty at
+        # an epoch's end, where checkpoints are taken).
+        self._taken_at: deque[float] = deque()
 
     def state_dict(self) -> dict:
         return {"scale": self.scale, "good_steps": self.good_steps,
@@ -50,11 +61,20 @@ class LossScale:
         if grads:
             torch._foreach_mul_(grads, 1.0 / self.scale)
 
+    def record(self) -> float:
+        """The scale for a backward, recorded for its sum's verdict."""
+        self._taken_at.append(self.scale)
+        return self.scale
+
     def skip(self) -> bool:
-        """A step whose summed gradients were not finite, skipped: the scale halved.
+        """A step whose summed gradients (the oldest recorded) were not finite,
+        skipped: the scale halved, unless it was halved since they were taken.
         False where it was already MIN_SCALE: the run diverged."""
+        taken_at = self._taken_at.popleft()
         self.skipped_steps += 1
         self.good_steps = 0
+        if self.scale < taken_at:
+            return True
         if self.scale <= MIN_SCALE:
             return False
         self.scale /= 2
@@ -63,6 +83,7 @@ class LossScale:
     def stepped(self) -> None:
         """A step with finite gradients taken: the scale doubles after
         GROWTH_INTERVAL of them in a row."""
+        self._taken_at.popleft()
         self.good_steps += 1
         if self.good_steps == GROWTH_INTERVAL:
             self.scale *= 2

@@ -55,7 +55,7 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     waited_s = sync.backward_wait_s
     started = timer.start()
     losses, logits = forward_backward(sync.module, images, labels, config,
-                                      loss_scale=scale.scale if scale is not None else 1.0)
+                                      loss_scale=scale.record() if scale is not None else 1.0)
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s, at=sync.take_compute_end())
     if scale is not None:  # this backward's gradients, before any sum (ddp's: after)
         scale.unscale_([p.grad for p in sync.module.parameters() if p.grad is not None])
@@ -72,10 +72,13 @@ def apply_sum(sync: GradientSync, optimizer: torch.optim.Optimizer, check: NonFi
     """The SGD step with the summed gradients, which are then cleared; False, without
     it, once `check` reads a non-finite one. With fp16's `scale`, every step's are
     read: a step whose are not finite is skipped on every worker and the scale
-    halved; False only where it could not be halved."""
+    halved; False only where it could not be halved. (`delayed`'s first step of an
+    epoch has no sum yet: nothing to judge.)"""
     if scale is None:
         if check.failed():
             return False
+    elif not sync.has_sum:
+        pass
     elif check.overflowed():
         sync.zero_grad()
         return scale.skip()

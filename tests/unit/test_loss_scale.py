@@ -21,25 +21,48 @@ CPU = torch.device("cpu")
 ONE_LAYOUT = {"memory_format": "nchw"}  # runs compared bit for bit
 
 
+def _step(scale: LossScale, overflowed: bool) -> bool:
+    """One backward at the scale, and its sum judged at once (every strategy but delayed)."""
+    scale.record()
+    if overflowed:
+        return scale.skip()
+    scale.stepped()
+    return True
+
+
 def test_an_overflow_halves_the_scale_and_finite_steps_double_it():
     scale = LossScale()
     assert scale.scale == 2.0 ** 16  # torch.amp.GradScaler's default
-    assert scale.skip() and scale.scale == 2.0 ** 15
+    assert _step(scale, overflowed=True) and scale.scale == 2.0 ** 15
     for _ in range(GROWTH_INTERVAL - 1):
-        scale.stepped()
+        _step(scale, overflowed=False)
     assert scale.scale == 2.0 ** 15
-    scale.stepped()
+    _step(scale, overflowed=False)
     assert scale.scale == 2.0 ** 16 and scale.good_steps == 0
-    scale.stepped()
-    assert scale.skip() and scale.good_steps == 0  # a skip starts the count again
+    _step(scale, overflowed=False)
+    assert _step(scale, overflowed=True) and scale.good_steps == 0  # the count starts again
     assert LossScale(scale.state_dict()).state_dict() == {
         "scale": 2.0 ** 15, "good_steps": 0, "skipped_steps": 2}
 
 
 def test_an_overflow_at_the_least_scale_is_divergence():
     scale = LossScale({"scale": 2 * MIN_SCALE})
-    assert scale.skip() and scale.scale == MIN_SCALE
-    assert not scale.skip()
+    assert _step(scale, overflowed=True) and scale.scale == MIN_SCALE
+    assert not _step(scale, overflowed=True)
+
+
+def test_delayed_s_two_overflows_at_one_scale_halve_it_once():
+    """`delayed` judges a sum a step late, after the next backward ran at the same
+    scale: both overflow, both are skipped, and the scale is halved once, as one
+    overflow halves it on the other strategies."""
+    scale = LossScale()
+    scale.record()  # step t's backward
+    scale.record()  # step t+1's, before step t's sum is judged
+    assert scale.skip() and scale.scale == 2.0 ** 15
+    scale.record()  # step t+2's, at the halved scale
+    assert scale.skip() and scale.scale == 2.0 ** 15  # step t+1's: taken before the halving
+    assert scale.skip() and scale.scale == 2.0 ** 14  # step t+2's: at the halved one
+    assert scale.skipped_steps == 3
 
 
 def test_unscaling_is_exact():
@@ -132,6 +155,17 @@ def test_one_worker_follows_torchs_grad_scaler(fashion_mnist_small, monkeypatch)
     assert history[0]["skipped_steps"] >= 10 and history[1]["skipped_steps"] >= 1
     for name, tensor in reports[-1][1]["model"].items():
         assert torch.equal(tensor, weights[name]), name
+
+
+def test_delayed_counts_each_applied_sum_once(fashion_mnist_small, monkeypatch):
+    """An epoch's first step of `delayed` applies no sum: it is no finite step of the
+    scale's count. 16 steps an epoch apply 16 sums (15, and the drain's)."""
+    monkeypatch.setattr(loss_scale, "INITIAL_SCALE", 2.0 ** 8)  # no overflow
+    config = TrainConfig(global_batch_size=32, lr=0.1, num_epochs=1, sync="delayed",
+                         train_limit=512, test_limit=100, precision="fp16", **ONE_LAYOUT)
+    history, reports = _train(config, fashion_mnist_small)
+    assert history[0]["skipped_steps"] == 0
+    assert reports[-1][1]["loss_scale"]["good_steps"] == config.steps_per_epoch == 16
 
 
 @pytest.mark.reliability(fault="a learning rate that diverges in fp16 (lr 50)",

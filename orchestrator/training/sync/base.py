@@ -104,6 +104,12 @@ class GradientSync:
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
 
+    @property
+    def has_sum(self) -> bool:
+        """Whether `step` has a summed gradient to apply: always, but at `delayed`'s
+        first step of an epoch."""
+        return True
+
     def drain(self) -> bool:
         """At an epoch's end: whether a summed gradient is still to be applied (`delayed`'s
         last); if so it is now the one `summed_grads` returns and `step` applies."""

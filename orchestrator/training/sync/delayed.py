@@ -111,6 +111,10 @@ class DelayedSync(GradientSync):
         self.timer.stop(started)
         return self._ready
 
+    @property
+    def has_sum(self) -> bool:
+        return self._ready
+
     def summed_grads(self) -> list[torch.Tensor]:
         return [p.grad for p in self.params] if self._ready else []
 
