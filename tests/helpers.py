@@ -190,6 +190,24 @@ def equivalence_config(case, **overrides) -> TrainConfig:
                        memory_format=memory_format, **overrides)
 
 
+# Two runs compared bit for bit need one layout: `auto` times NCHW and channels-last
+# at each run's start and may pick either under a busy CPU, and the two layouts'
+# kernels sum in other orders (a mid-epoch checkpoint test failed so beside a CI run).
+ONE_LAYOUT = {"memory_format": "nchw"}
+
+
+def train_reporting(config: TrainConfig, dataset, resume_from=None, stop_at=None
+                    ) -> tuple[list[dict], list[tuple]]:
+    """One run in this process on the CPU: its epoch history, and every report it made
+    as (metrics, state, history, evaluations)."""
+    reports = []
+    history = run_training(config, dataset, device=CPU, resume_from=resume_from,
+                           report=lambda metrics, state, hist, evaluations: reports.append(
+                               (metrics, state, list(hist), list(evaluations))),
+                           stop_at=stop_at)
+    return history, reports
+
+
 def run_here(config: TrainConfig, dataset, device: torch.device = CPU) -> tuple[list[dict], dict]:
     """The epoch history and the final state (model, optimizer) of one run in
     this process (on the CPU unless told)."""

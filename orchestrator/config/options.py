@@ -25,6 +25,9 @@ Split = Literal["even", "proportional"]
 Precision = Literal["fp32", "bf16", "fp16", "fp64"]
 MemoryFormat = Literal["auto", "nchw", "channels-last"]
 CudaGraph = Literal["auto", "on", "off"]
+# The precisions whose forward pass runs under autocast in a 16-bit float (the weights,
+# gradients and optimizer stay fp32): its activations take half of fp32's memory.
+HALF_PRECISIONS = ("bf16", "fp16")
 MODELS, SYNC_STRATEGIES, SPLITS, PRECISIONS = (typing.get_args(kind)
                                                for kind in (Model, Sync, Split, Precision))
 

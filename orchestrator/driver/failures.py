@@ -13,6 +13,7 @@ failure of a model of one's own, the ways out that apply where it happened.
 
 import re
 
+from orchestrator.config.options import HALF_PRECISIONS
 from orchestrator.records import counted
 
 # What torch's CUDA allocator (and CUDA or NCCL allocating outside it), its CPU
@@ -100,8 +101,8 @@ def less_memory_ways(device: str, precision: str | None, trials: bool = False,
                  "--gpus-per-worker: fewer workers to a GPU)" if shared_gpus else
                  "fewer images per worker (a smaller --batch-size, or more --workers with "
                  "--batch-scaling global)")
-        lowered = precision in ("bf16", "fp16")
-        return fewer + ("" if lowered else " or --precision bf16") + " needs less"
+        half = "" if precision in HALF_PRECISIONS else " or --precision bf16"
+        return fewer + half + " needs less"
     return ("a smaller --batch-size, or fewer workers on a node"
             + (" or fewer trials at a time (--max-concurrent-trials)" if trials else "")
             + ", needs less")

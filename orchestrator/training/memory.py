@@ -42,6 +42,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
+from orchestrator.config.options import HALF_PRECISIONS
+
 # The two batch sizes the activations are counted at: their difference is the
 # part per image; the smaller's rest, the part no batch size changes.
 PROBE_BATCH_SIZES = (2, 4)
@@ -68,7 +70,7 @@ class MemoryFloor:
         weights, momentum (absent without; 1/`optimizer_shards` of it where each
         worker updates its own part of the weights, as `--sync sharded` does) and
         activations."""
-        halved = 2 if precision in ("bf16", "fp16") else 1
+        halved = 2 if precision in HALF_PRECISIONS else 1
         return {"weights": self.state_bytes,
                 **({"momentum": self.momentum_bytes // optimizer_shards} if momentum else {}),
                 "activations": (self.fixed_bytes // halved

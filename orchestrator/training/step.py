@@ -35,7 +35,7 @@ _EVAL_BATCH_SIZES: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKey
 # fp16 lower only the forward pass (under autocast), the weights stay fp32.
 PARAMETER_DTYPES = {"fp32": torch.float32, "bf16": torch.float32, "fp16": torch.float32,
                     "fp64": torch.float64}
-# The forward pass's dtype under autocast, where it is lowered.
+# The forward pass's dtype under autocast, where it is lowered (HALF_PRECISIONS).
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

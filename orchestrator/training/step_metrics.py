@@ -80,9 +80,7 @@ class NonFiniteCheck:
 
     def count_step(self) -> None:
         """This step's gradients counted, on the device (a captured step's part)."""
-        grads = self.sync.summed_grads()
-        self.last_norm = torch.nn.utils.get_total_norm(grads)
-        self.count += ~torch.isfinite(self.last_norm)
+        self.count += ~torch.isfinite(self._summed_norm())
 
     def after_step(self) -> bool:
         """True if this step is one that reads the count, and it is nonzero."""
@@ -97,9 +95,13 @@ class NonFiniteCheck:
         """fp16's verdict on this step alone, read now whatever the device (the loss
         scale skips the step, on every worker alike): whether its summed gradients
         are not finite. Not counted: a skipped step is not a diverged run."""
-        self.num_steps += 1
+        return bool(self.sync.agreed_count((~torch.isfinite(self._summed_norm())).long()).item())
+
+    def _summed_norm(self) -> torch.Tensor:
+        """The norm of this step's summed gradients (this worker's part of them), kept as
+        `last_norm`: the noise probe's batch gradient."""
         self.last_norm = torch.nn.utils.get_total_norm(self.sync.summed_grads())
-        return bool(self.sync.agreed_count((~torch.isfinite(self.last_norm)).long()).item())
+        return self.last_norm
 
 
 class GradientNoise:

@@ -9,16 +9,15 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from helpers import ONE_LAYOUT, train_reporting
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import Status, epoch_line
 from orchestrator.training import loss_scale
-from orchestrator.training.loop import make_optimizer, run_training
+from orchestrator.training.loop import make_optimizer
 from orchestrator.training.models import build_model
 from orchestrator.training.step import to_model_input
 from orchestrator.training.loss_scale import GROWTH_INTERVAL, MIN_SCALE, LossScale
 
-CPU = torch.device("cpu")
-ONE_LAYOUT = {"memory_format": "nchw"}  # runs compared bit for bit
 
 
 def _step(scale: LossScale, overflowed: bool) -> bool:
@@ -72,14 +71,6 @@ def test_unscaling_is_exact():
     assert all(torch.equal(got, want) for got, want in zip(scaled, grads))
 
 
-def _train(config, dataset, resume_from=None):
-    reports = []
-    history = run_training(config, dataset, device=CPU, resume_from=resume_from,
-                           report=lambda metrics, state, hist, evaluations: reports.append(
-                               (metrics, state, list(hist), list(evaluations))))
-    return history, reports
-
-
 def test_overflows_are_skipped_and_a_resumed_run_keeps_the_scale(fashion_mnist_small,
                                                                   monkeypatch):
     # Started at 2^30, LeNet's float16 backward overflows until the scale is down
@@ -87,7 +78,7 @@ def test_overflows_are_skipped_and_a_resumed_run_keeps_the_scale(fashion_mnist_s
     monkeypatch.setattr(loss_scale, "INITIAL_SCALE", 2.0 ** 30)
     config = TrainConfig(global_batch_size=32, lr=0.1, momentum=0.9, num_epochs=2,
                          train_limit=512, test_limit=100, precision="fp16", **ONE_LAYOUT)
-    history, full = _train(config, fashion_mnist_small)
+    history, full = train_reporting(config, fashion_mnist_small)
     first = history[0]
     assert first["status"] == history[1]["status"] == Status.OK
     assert 5 <= first["skipped_steps"] < config.steps_per_epoch
@@ -103,11 +94,11 @@ def test_overflows_are_skipped_and_a_resumed_run_keeps_the_scale(fashion_mnist_s
     assert full[-1][1]["loss_scale"]["skipped_steps"] == skipped
     # The checkpoint keeps the scale: the resumed run skips what the uninterrupted
     # run's second epoch skipped, and ends bit for bit where it ended.
-    _, partial = _train(TrainConfig(**{**config.to_dict(), "num_epochs": 1}),
-                        fashion_mnist_small)
+    _, partial = train_reporting(TrainConfig(**{**config.to_dict(), "num_epochs": 1}),
+                                 fashion_mnist_small)
     _, state, first_history, evaluations = partial[-1]
-    _, resumed = _train(config, fashion_mnist_small,
-                        resume_from=(state, first_history, evaluations))
+    _, resumed = train_reporting(config, fashion_mnist_small,
+                                 resume_from=(state, first_history, evaluations))
     assert resumed[-1][0]["skipped_steps"] == history[1]["skipped_steps"]
     assert resumed[-1][1]["loss_scale"] == full[-1][1]["loss_scale"]
     for name, tensor in full[-1][1]["model"].items():
@@ -147,7 +138,7 @@ def test_one_worker_follows_torchs_grad_scaler(fashion_mnist_small, monkeypatch)
     monkeypatch.setattr(loss_scale, "GROWTH_INTERVAL", 4)
     config = TrainConfig(global_batch_size=32, lr=0.1, momentum=0.9, num_epochs=2,
                          train_limit=512, test_limit=100, precision="fp16", **ONE_LAYOUT)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     weights, scale = _grad_scaler_reference(config, fashion_mnist_small, 2.0 ** 30, 4)
     assert history[-1]["loss_scale"] == scale
     # Measured: 11 and 3 skipped, ending at 2^19 (the second epoch's are the doubled
@@ -163,7 +154,7 @@ def test_delayed_counts_each_applied_sum_once(fashion_mnist_small, monkeypatch):
     monkeypatch.setattr(loss_scale, "INITIAL_SCALE", 2.0 ** 8)  # no overflow
     config = TrainConfig(global_batch_size=32, lr=0.1, num_epochs=1, sync="delayed",
                          train_limit=512, test_limit=100, precision="fp16", **ONE_LAYOUT)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     assert history[0]["skipped_steps"] == 0
     assert reports[-1][1]["loss_scale"]["good_steps"] == config.steps_per_epoch == 16
 
@@ -174,7 +165,7 @@ def test_delayed_counts_each_applied_sum_once(fashion_mnist_small, monkeypatch):
 def test_a_run_that_blows_up_in_fp16_still_ends_diverged(fashion_mnist_small):
     config = TrainConfig(global_batch_size=32, lr=50.0, num_epochs=2, train_limit=2048,
                          test_limit=100, precision="fp16", **ONE_LAYOUT)
-    history, _ = _train(config, fashion_mnist_small)
+    history, _ = train_reporting(config, fashion_mnist_small)
     assert history[-1]["status"] == Status.DIVERGED
     assert len(history) == 1  # it stopped in its first epoch
     # Halved from 2^16 to 1 by 16 skips; the 17th found nothing left to halve.

@@ -16,29 +16,14 @@ from orchestrator.training.loop import DIVERGED_LOSS_FACTOR, run_training
 from orchestrator.training.models import build_model
 from orchestrator.training.sync.base import group_transport
 from orchestrator.training.sync.strategies import BucketedSync
-from helpers import REPO
+from helpers import ONE_LAYOUT, REPO, train_reporting
 
 CPU = torch.device("cpu")
 
 
-# Two runs compared bit for bit need one layout: `auto` times NCHW and channels-last
-# at each run's start and may pick either under a busy CPU, and the two layouts'
-# kernels sum in other orders (a mid-epoch checkpoint test failed so beside a CI run).
-ONE_LAYOUT = {"memory_format": "nchw"}
-
-
-def _train(config, dataset, resume_from=None, stop_at=None):
-    reports = []
-    history = run_training(config, dataset, device=CPU, resume_from=resume_from,
-                           report=lambda metrics, state, hist, evaluations: reports.append(
-                               (metrics, state, list(hist), list(evaluations))),
-                           stop_at=stop_at)
-    return history, reports
-
-
 def test_learns_on_real_data(fashion_mnist_small):
     config = TrainConfig(global_batch_size=32, lr=0.2, num_epochs=2, train_limit=8192, test_limit=1000)
-    history, _ = _train(config, fashion_mnist_small)
+    history, _ = train_reporting(config, fashion_mnist_small)
     assert [row["epoch"] for row in history] == [1, 2]
     assert history[-1]["test_acc"] > 0.5  # chance is 0.1
     assert history[-1]["train_loss"] < history[0]["train_loss"]
@@ -59,7 +44,7 @@ def test_bf16_fp16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
     # times slower than fp32 on a CPU without AVX-512.
     config = TrainConfig(global_batch_size=16, lr=0.05, momentum=0.9, num_epochs=1,
                          train_limit=4096, test_limit=1000, **options)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     assert history[-1]["test_acc"] > 0.3  # chance is 0.1
     assert history[-1]["train_loss"] < 0.95 * math.log(10)  # chance's loss is ln 10
     assert history[-1]["precision"] == config.precision
@@ -86,7 +71,7 @@ def test_bf16_fp16_and_channels_last_learn_on_cpu(fashion_mnist_small, options):
 def test_divergence_stops_the_run_and_says_so(fashion_mnist_small, train_limit, loss_is_as_expected):
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=train_limit,
                          test_limit=100)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     assert len(history) == 1 and history[0]["status"] == Status.DIVERGED
     assert loss_is_as_expected(history[0]["train_loss"])
     assert len(reports) == 1
@@ -101,11 +86,12 @@ def test_a_diverged_run_checkpoints_no_weights_that_are_not_finite(fashion_mnist
     monkeypatch.setitem(step_metrics.FINITE_CHECK_INTERVAL_STEPS, "cpu", 25)
     config = TrainConfig(global_batch_size=64, lr=50.0, num_epochs=3, train_limit=2048,
                          test_limit=100)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     assert history[-1]["status"] == Status.DIVERGED
     assert reports[-1][1] is None  # no weights to checkpoint
     # A worker group restarted from that checkpoint trains nothing more.
-    assert _train(config, fashion_mnist_small, resume_from=(None, history, []))[0] == history
+    resumed, _ = train_reporting(config, fashion_mnist_small, resume_from=(None, history, []))
+    assert resumed == history
 
 
 def test_bucket_gradient_views_have_their_channels_last_parameters_layout(fashion_mnist_small):
@@ -129,12 +115,13 @@ def test_resuming_from_a_checkpoint_equals_an_uninterrupted_run(fashion_mnist_sm
     # One layout (ONE_LAYOUT): runs compared bit for bit.
     config = TrainConfig(global_batch_size=128, lr=0.3, num_epochs=2, train_limit=1024,
                          test_limit=100, **ONE_LAYOUT)
-    _, full = _train(config, fashion_mnist_small)
+    _, full = train_reporting(config, fashion_mnist_small)
     first_only = TrainConfig(**{**config.to_dict(), "num_epochs": 1})
-    _, partial = _train(first_only, fashion_mnist_small)
+    _, partial = train_reporting(first_only, fashion_mnist_small)
     _, state_after_1, history_after_1, evaluations_after_1 = partial[-1]
-    _, resumed = _train(config, fashion_mnist_small,
-                        resume_from=(state_after_1, history_after_1, evaluations_after_1))
+    _, resumed = train_reporting(
+        config, fashion_mnist_small,
+        resume_from=(state_after_1, history_after_1, evaluations_after_1))
     assert len(resumed) == 1  # only epoch 2 ran again
     metrics, state, history, _ = resumed[-1]
     assert metrics["epoch"] == 2 and [row["epoch"] for row in history] == [1, 2]
@@ -146,7 +133,7 @@ def test_evaluations_within_an_epoch_are_timed_apart_from_training(fashion_mnist
     # 8 steps an epoch, evaluated after steps 2, 4, 6 and 8.
     config = TrainConfig(global_batch_size=128, lr=0.05, momentum=0.9, num_epochs=2,
                          evals_per_epoch=4, train_limit=1024, test_limit=200, **ONE_LAYOUT)
-    history, reports = _train(config, fashion_mnist_small)
+    history, reports = train_reporting(config, fashion_mnist_small)
     assert [metrics["end_of_epoch"] for metrics, *_ in reports] == [False] * 3 + [True] + \
         [False] * 3 + [True]
     evaluations = reports[-1][3]
@@ -160,8 +147,8 @@ def test_evaluations_within_an_epoch_are_timed_apart_from_training(fashion_mnist
     assert evaluations[-1]["wall_s"] > evaluations[-1]["train_s"] + sum(
         row["eval_s"] for row in evaluations[:-1])
     # A mid-epoch checkpoint holds the last finished epoch's state.
-    _, first_epoch_only = _train(TrainConfig(**{**config.to_dict(), "num_epochs": 1}),
-                                 fashion_mnist_small)
+    _, first_epoch_only = train_reporting(TrainConfig(**{**config.to_dict(), "num_epochs": 1}),
+                                          fashion_mnist_small)
     end_of_1, mid_2 = first_epoch_only[-1][1]["model"], reports[5][1]["model"]
     assert all(torch.equal(end_of_1[name], mid_2[name]) for name in end_of_1)
     assert reports[-1][1]["optimizer"]["param_groups"][0]["momentum"] == 0.9
@@ -171,9 +158,10 @@ def test_evaluations_within_an_epoch_are_timed_apart_from_training(fashion_mnist
 def test_resuming_from_a_mid_epoch_checkpoint_redoes_that_epoch(fashion_mnist_small):
     config = TrainConfig(global_batch_size=128, lr=0.05, momentum=0.9, num_epochs=2,
                          evals_per_epoch=4, train_limit=1024, test_limit=200, **ONE_LAYOUT)
-    _, full = _train(config, fashion_mnist_small)
+    _, full = train_reporting(config, fashion_mnist_small)
     _, state, history, evaluations = full[5]  # at epoch 1.5
-    _, resumed = _train(config, fashion_mnist_small, resume_from=(state, history, evaluations))
+    _, resumed = train_reporting(config, fashion_mnist_small,
+                                 resume_from=(state, history, evaluations))
     assert [row["epoch"] for row in resumed[-1][3]] == [0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2]
     assert [row["test_acc"] for row in resumed[-1][3]] == [row["test_acc"] for row in full[-1][3]]
     # A resumed sweep's trial starts its clock anew: wall seconds go on from the last evaluation.
@@ -191,7 +179,7 @@ def test_training_ends_at_the_first_evaluation_that_reaches_stop_at(fashion_mnis
     # the book's LeNet sits at chance: new bests at an epoch's end and mid-epoch.
     config = TrainConfig(model="own_code:mlp", global_batch_size=128, lr=0.05, momentum=0.9,
                          num_epochs=3, evals_per_epoch=4, train_limit=1024, test_limit=200)
-    _, full = _train(config, fashion_mnist_small)
+    _, full = train_reporting(config, fashion_mnist_small)
     accuracies = [row["test_acc"] for row in full[-1][3]]
     # Each evaluation that beats every one before it: where a target there stops the run.
     records = [index for index in range(1, len(accuracies))
@@ -200,7 +188,7 @@ def test_training_ends_at_the_first_evaluation_that_reaches_stop_at(fashion_mnis
     assert {(index + 1) % 4 == 0 for index in last_two} == {True, False}, accuracies
     assert any((index + 1) % 4 and index % 4 for index in last_two), accuracies
     for index in last_two:
-        history, reports = _train(config, fashion_mnist_small, stop_at=accuracies[index])
+        history, reports = train_reporting(config, fashion_mnist_small, stop_at=accuracies[index])
         assert len(reports) == index + 1 and reports[-1][0]["test_acc"] == accuracies[index]
         assert len(history) == (index + 1) // 4  # the epochs that ended before it
         _, state, kept, evaluations = reports[-1]
@@ -209,8 +197,9 @@ def test_training_ends_at_the_first_evaluation_that_reaches_stop_at(fashion_mnis
             epoch_start = reports[index - 1][1]["model"]
             assert not all(torch.equal(state["model"][name], epoch_start[name])
                            for name in epoch_start)
-        _, again = _train(config, fashion_mnist_small, resume_from=(state, kept, evaluations),
-                          stop_at=accuracies[index])
+        _, again = train_reporting(config, fashion_mnist_small,
+                                   resume_from=(state, kept, evaluations),
+                                   stop_at=accuracies[index])
         assert again == []
 
 
@@ -258,7 +247,7 @@ def test_a_trial_scores_only_its_own_test_limit_of_the_sweeps_data(fashion_mnist
     monkeypatch.setattr(loop, "evaluate", counting)
     config = TrainConfig(global_batch_size=64, lr=0.1, num_epochs=1, train_limit=256,
                          test_limit=500)
-    _train(config, fashion_mnist_small)
+    train_reporting(config, fashion_mnist_small)
     assert len(fashion_mnist_small.test_labels) == 1000 and scored == [500]
 
 
