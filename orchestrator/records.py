@@ -66,13 +66,16 @@ FINITE_CHECK_INTERVAL_STEPS = {"cuda": 25}
 # grad_sq_shard, grad_sq_batch, noise_shard_examples: the gradient noise scale's
 # measurements (training/step_metrics.py GradientNoise; report/noise_scale.py), NaN where
 # the strategy does not expose them.
+# accumulation_steps: the micro-batches each worker's shard of a step went through
+# forward and backward in, their gradients summed once (--accumulation-steps).
 # loss_scale, skipped_steps: --precision fp16's loss scale at the epoch's end and the
 # steps it skipped in the epoch, their gradients not finite (training/loss_scale.py);
 # NaN and 0 in the other precisions.
 EPOCH_COLUMNS = ["epoch", "train_loss", "train_acc", "test_acc", "epoch_time_s",
                  "samples_per_s", "sync_time_s", "sync_in_flight_s", "eval_time_s", "train_s",
                  "wall_s",
-                 "num_workers", "global_batch_size", "batch_size_per_worker", "worker_shares",
+                 "num_workers", "global_batch_size", "batch_size_per_worker",
+                 "accumulation_steps", "worker_shares",
                  "worker_compute_s", "worker_sync_s", "sync_least_s", "lr", "momentum", "sync",
                  "split", "precision",
                  "memory_format", "layout_nchw_step_s", "layout_channels_last_step_s",

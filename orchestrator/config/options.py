@@ -67,6 +67,11 @@ class TrainConfig:
                               swept=True)
     global_batch_size: int = option(256, "examples per optimizer step, summed over all workers",
                                     swept=True)
+    accumulation_steps: int = option(
+        1, "gradient accumulation: each worker's shard of a step goes through forward and "
+           "backward as N micro-batches, their gradients summed on the worker before the "
+           "step's one sync: the same optimizer (the global batch stays --batch-size; "
+           "BatchNorm sees micro-batches) in about 1/N of the activation memory")
     lr: float = option(0.2, "SGD learning rate applied to the global batch's mean gradient",
                        swept=True)
     momentum: float = option(0.0, "SGD momentum (0: the book's plain SGD)", swept=True)
@@ -162,6 +167,14 @@ class TrainConfig:
                 f"batch size {self.global_batch_size} is smaller than the {self.num_workers} "
                 f"workers: every worker needs at least one example per step"
             )
+        require_int(self.accumulation_steps, "accumulation steps", minimum=1)
+        smallest_share = self.global_batch_size // self.num_workers
+        if self.accumulation_steps > smallest_share:
+            raise UserError(
+                f"--accumulation-steps {self.accumulation_steps} needs at least that many "
+                f"examples in every worker's shard of a step, but batch "
+                f"{self.global_batch_size} over {counted(self.num_workers, 'worker')} gives "
+                f"{smallest_share} to the smallest")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise UserError(f"learning rate must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
@@ -264,6 +277,12 @@ class TrainConfig:
         """The largest shard of the even split: what the busiest worker computes per step
         (a proportional split's shares are in each epoch's metrics)."""
         return -(-self.global_batch_size // self.num_workers)
+
+    @property
+    def micro_batch_size_per_worker(self) -> int:
+        """The largest micro-batch of the even split's largest shard: what one forward
+        and backward holds in memory (the shard itself without accumulation)."""
+        return -(-self.batch_size_per_worker // self.accumulation_steps)
 
     @property
     def resources_per_worker(self) -> dict[str, float]:

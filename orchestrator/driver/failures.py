@@ -88,24 +88,32 @@ def memory_advice(device: str, where: str, batch_size_per_worker: int | None,
         return f"{ran_out} in the calibration's probes: --no-calibrate skips them"
     each = (f", training {counted(batch_size_per_worker, 'image')} a step per worker"
             if batch_size_per_worker else "")
-    return f"{ran_out}{each}: {less_memory_ways(device, precision, where == TRIAL)}"
+    return f"{ran_out}{each}: " + less_memory_ways(
+        device, precision, where == TRIAL, accumulate=batch_size_per_worker != 1)
+
+
+# The way out that keeps the optimizer: the same step's activations a part at a time.
+ACCUMULATE = "so does --accumulation-steps N, the same step in N micro-batches"
 
 
 def less_memory_ways(device: str, precision: str | None, trials: bool = False,
-                     shared_gpus: bool = False) -> str:
+                     shared_gpus: bool = False, *, accumulate: bool) -> str:
     """What needs less memory where a GPU's (`device` "GPU") or a node's ran out;
     `trials`: fewer trials at a time too (a sweep's trials share a node's);
-    `shared_gpus`: workers share GPUs (more of them would crowd each GPU more)."""
+    `shared_gpus`: workers share GPUs (more of them would crowd each GPU more);
+    `accumulate`: more micro-batches would do (a worker's step held more than one
+    image at once)."""
+    accumulating = f"; {ACCUMULATE}" if accumulate else ""
     if device == "GPU":
         fewer = ("fewer images on a GPU (a smaller --batch-size, or a larger "
                  "--gpus-per-worker: fewer workers to a GPU)" if shared_gpus else
                  "fewer images per worker (a smaller --batch-size, or more --workers with "
                  "--batch-scaling global)")
         half = "" if precision in HALF_PRECISIONS else " or --precision bf16"
-        return fewer + half + " needs less"
+        return fewer + half + " needs less" + accumulating
     return ("a smaller --batch-size, or fewer workers on a node"
             + (" or fewer trials at a time (--max-concurrent-trials)" if trials else "")
-            + ", needs less")
+            + ", needs less" + accumulating)
 
 
 def _text(error: BaseException | str) -> str:

@@ -21,7 +21,8 @@ from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
 from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line, parameters_text,
                                              require_room_in_memory)
-from orchestrator.driver.plan_text import data_text, print_plan, timing_line, workers_text
+from orchestrator.driver.plan_text import (accumulation_text, data_text, print_plan, timing_line,
+                                            workers_text)
 from orchestrator.driver.rundir import claim_out_dir, release_claim, tune_began
 from orchestrator.driver.sweep_files import RESUME_HINT, Session, SweepOutcome, write_report
 from orchestrator.records import counted
@@ -75,6 +76,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
               f"per worker, lr {config.lr}, momentum {config.momentum}, "
               f"{config.precision}, {counted(config.num_epochs, 'epoch')} of "
               f"{counted(config.steps_per_epoch, 'step')}"
+              + (f", {accumulation_text(config)}" if config.accumulation_steps > 1 else "")
               + (", SyncBatchNorm" if config.sync_batchnorm else "")
               + (", no TF32" if not config.tf32 else "")
               + (f", target test accuracy {config.target_acc:g}"

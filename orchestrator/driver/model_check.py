@@ -57,7 +57,8 @@ def memory_line(configs: Iterable[TrainConfig]) -> str:
     config, parts = max(needs, key=lambda item: sum(item[1].values()))
     most = ", the most of the plan's points" if len(needs) > 1 else ""
     return (f"memory: a worker's step holds at least {bytes_text(sum(parts.values()))} at "
-            f"{counted(config.batch_size_per_worker, 'image')} a worker, {config.precision} "
+            f"{counted(config.batch_size_per_worker, 'image')} a worker"
+            f"{_in_micro_batches(config)}, {config.precision} "
             f"({_parts_text(parts)}){most}; gradients, the sums' buffers and the "
             f"allocator's slack come on top")
 
@@ -121,7 +122,8 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
         f"{config.global_batch_size}, {config.precision}{more}: {whose} at least "
         f"{bytes_text(need)} ({_parts_text(parts)}), more than {where} holds; "
         + (ways or less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
-                                    shared_gpus=config.shares_gpu)))
+                                    shared_gpus=config.shares_gpu,
+                                    accumulate=config.micro_batch_size_per_worker > 1)))
 
 
 def _workers_on_one_gpu(config: TrainConfig) -> int:
@@ -194,10 +196,18 @@ def _book_floor(config: TrainConfig):
 def _parts(floor, config: TrainConfig, images: int) -> dict[str, int]:
     """The floor of one of `config`'s workers' step at `images`, by part. `--sync
     sharded` keeps 1/k of the momentum on each worker (sync/sharded.py); a run of one
-    step frees its activations before the first update makes the momentum."""
+    step frees its activations before the first update makes the momentum; with
+    gradient accumulation a backward holds one micro-batch's activations at a time."""
     momentum = config.momentum if config.steps_per_epoch * config.num_epochs > 1 else 0.0
-    return floor.parts(images, config.precision, momentum,
+    micro_batch = -(-images // config.accumulation_steps)
+    return floor.parts(micro_batch, config.precision, momentum,
                        optimizer_shards=config.num_workers if config.sync == "sharded" else 1)
+
+
+def _in_micro_batches(config: TrainConfig) -> str:
+    steps = config.accumulation_steps
+    return (f" in {steps} micro-batches of {config.micro_batch_size_per_worker} or fewer"
+            if steps > 1 else "")
 
 
 def _group_parts(floor, config: TrainConfig, shares: list[int]) -> dict[str, int]:

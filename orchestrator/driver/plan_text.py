@@ -128,7 +128,15 @@ def _settings_text(sweep) -> str:
         parts.append("BatchNorm statistics synchronised across workers (--sync-batchnorm)")
     if not base.tf32:
         parts.append("fp32 convolutions in IEEE fp32, not TensorFloat-32 (--no-tf32)")
+    if base.accumulation_steps > 1:
+        parts.append(accumulation_text(base))
     return "; ".join(parts)
+
+
+def accumulation_text(train) -> str:
+    """"each worker's shard in 4 micro-batches, summed once a step (--accumulation-steps)"."""
+    return (f"each worker's shard in {train.accumulation_steps} micro-batches, summed once a "
+            f"step (--accumulation-steps)")
 
 
 def _sockets_part(train) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.driver import checks
-from orchestrator.driver.plan_text import data_text
+from orchestrator.driver.plan_text import accumulation_text, data_text
 from orchestrator.records import counted, write_atomically
 
 RESUME_HINT = ("run the same command with --resume to finish it and write its report "
@@ -56,7 +56,8 @@ def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: 
              f"({sweep.batch_scaling}), lr {list(sweep.lrs)} (scaling {sweep.lr_scaling}), "
              f"momentum {list(sweep.momentums)}, {counted(base.num_epochs, 'epoch')}, "
              f"model {base.model}, sync {list(sweep.sync)}, split {list(sweep.split)}, "
-             f"precision {list(sweep.precision)}",
+             f"precision {list(sweep.precision)}"
+             + (f", {accumulation_text(base)}" if base.accumulation_steps > 1 else ""),
              f"- evaluations per epoch: {base.evals_per_epoch}; target test accuracy: "
              f"{base.target_acc if base.target_acc is not None else 'none'}"
              f"{' (trials stop there)' if sweep.stop_at_target else ''}",

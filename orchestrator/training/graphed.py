@@ -63,6 +63,8 @@ def off_reason(config: TrainConfig, device: torch.device,
         return f"off: not a CUDA device ({device.type})"
     if config.num_workers > 1:
         return "off: several workers (their sums run eagerly)"
+    if config.accumulation_steps > 1:
+        return "off: gradient accumulation (--accumulation-steps)"
     if config.precision == "fp16":
         return "off: fp16 (its loss scale reads each step's verdict on the host)"
     if config.sync not in GRAPHED_SYNCS:

@@ -94,11 +94,11 @@ def choose(config: TrainConfig, device: torch.device, measure: Callable[[], dict
 
 
 def cache_key(config: TrainConfig, device: torch.device, graphed: bool = False) -> str:
-    """What the timings depend on: the model, precision, batch per worker, threads,
+    """What the timings depend on: the model, precision, (micro-)batch per worker, threads,
     device kind (the file is the node's, so on a CPU the kind is the node's CPU) and
     whether the step is a CUDA graph."""
     kind = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return json.dumps([config.model, config.precision, config.batch_size_per_worker,
+    return json.dumps([config.model, config.precision, config.micro_batch_size_per_worker,
                        config.threads_per_worker, kind, graphed])
 
 

@@ -187,6 +187,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         "precision": config.precision, **chosen_layout,
         "num_workers": num_workers, "global_batch_size": config.global_batch_size,
         "batch_size_per_worker": config.batch_size_per_worker,
+        "accumulation_steps": config.accumulation_steps,
         "steps_per_epoch": config.steps_per_epoch,
         "num_test_examples": config.num_test_examples, "seed": config.seed,
         "device": str(device), "devices": devices, "worker_nodes": worker_nodes,
@@ -390,7 +391,8 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
                  labels: torch.Tensor, *, graphed: bool
                  ) -> tuple[layout.Step, dict[str, step_graph.GraphedStep]]:
     """One forward, backward and SGD step of a throwaway copy of the run's model,
-    on a shard of the run's batch size per worker, in the layout asked for; with
+    on a shard of the run's batch size per worker (a micro-batch of it, with gradient
+    accumulation: what one forward and backward holds), in the layout asked for; with
     the layouts' GraphedSteps where `graphed` (a run whose step is a CUDA graph):
     replayed as one too, after its eager warm-up steps and its capture.
 
@@ -413,7 +415,7 @@ def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor
         optimizer.zero_grad()
         return (loss.detach(),)
     if not graphed:
-        first = slice(0, config.batch_size_per_worker)
+        first = slice(0, config.micro_batch_size_per_worker)
         return (lambda name: one_step(name, first)), {}
     first = torch.arange(config.batch_size_per_worker, device=device)
     timer = DeviceTimer(device)  # the replays' own, unread: time_layouts times them

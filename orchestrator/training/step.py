@@ -7,6 +7,7 @@ for one worker, whole and with no read from the device, as a CUDA graph captures
 it (graphed.py). Nothing here may import ray.
 """
 
+import contextlib
 import weakref
 
 import torch
@@ -44,7 +45,8 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
                 timer: DeviceTimer, noise: GradientNoise | None = None,
                 scale: LossScale | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The book's `train_batch` on this worker's shard of one global batch:
-    forward, loss over the global batch, backward, gradient sync, SGD step.
+    forward, loss over the global batch, backward, gradient sync, SGD step;
+    forward and backward once per micro-batch with `config.accumulation_steps`.
 
     Returns the shard's per-example losses and logits; None, without the
     step, once `check` reads a non-finite gradient. `timer` times this
@@ -54,10 +56,19 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     """
     waited_s = sync.backward_wait_s
     started = timer.start()
-    losses, logits = forward_backward(sync.module, images, labels, config,
-                                      loss_scale=scale.record() if scale is not None else 1.0)
+    loss_scale = scale.record() if scale is not None else 1.0
+    # Gradient accumulation: the shard in micro-batches, whose gradients add up in place
+    # (each loss is already over the global batch); only the last backward is summed.
+    micro_batches = micro_slices(len(labels), config.accumulation_steps)
+    outputs = []
+    for number, micro in enumerate(micro_batches, start=1):
+        with sync.no_sync() if number < len(micro_batches) else contextlib.nullcontext():
+            outputs.append(forward_backward(sync.module, images[micro], labels[micro], config,
+                                            loss_scale=loss_scale))
+    losses, logits = (torch.cat(parts) if len(parts) > 1 else parts[0]
+                      for parts in zip(*outputs))
     timer.stop(started, minus_s=sync.backward_wait_s - waited_s, at=sync.take_compute_end())
-    if scale is not None:  # this backward's gradients, before any sum (ddp's: after)
+    if scale is not None:  # this step's gradients, before any sum (ddp's: after)
         scale.unscale_([p.grad for p in sync.module.parameters() if p.grad is not None])
     if noise is not None:
         noise.add_shard(sync.summed_grads(), len(labels), config.global_batch_size)
@@ -65,6 +76,15 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
     if not apply_sum(sync, optimizer, check, scale, noise):
         return None
     return losses.detach(), logits.detach()
+
+
+def micro_slices(shard_size: int, accumulation_steps: int) -> list[slice]:
+    """A shard of `shard_size` examples as `accumulation_steps` micro-batches, sizes
+    differing by one at most, none empty: fewer where a proportional split's shard
+    is smaller than that."""
+    count = min(accumulation_steps, shard_size) or 1
+    bounds = [shard_size * part // count for part in range(count + 1)]
+    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
 
 
 def apply_sum(sync: GradientSync, optimizer: torch.optim.Optimizer, check: NonFiniteCheck,

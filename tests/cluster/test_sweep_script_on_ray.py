@@ -220,10 +220,12 @@ def test_a_dry_run_prints_the_plan_fitted_to_the_cluster_and_writes_nothing(tmp_
             "counts compare their times, so they run one at a time") in run.stdout
     assert not out_dir.exists() and not store.exists()
 
-    run = run_script("train.py", "--workers", "2", "--dry-run", "--storage", str(store),
-                     timeout_s=120)
+    run = run_script("train.py", "--workers", "2", "--accumulation-steps", "4", "--dry-run",
+                     "--storage", str(store), timeout_s=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "lenet, 2 workers on CPUs (gloo), sync scratch" in run.stdout
+    assert (", each worker's shard in 4 micro-batches, summed once a step "
+            "(--accumulation-steps)") in run.stdout
     assert run.stdout.strip().endswith(DRY_RUN_LINE) and "epoch 1/" not in run.stdout
     assert not store.exists()
 

@@ -31,12 +31,17 @@ import torch.multiprocessing as mp
 
 from helpers import (EXACT_STRATEGIES, FP32_RTOL, FP64_RTOL, LENET_CASES, TEST_LIMIT,
                      assert_same_parameters, equivalence_config, run_here, shared_dict)
+from orchestrator.config.options import SYNC_STRATEGIES
 from orchestrator.training import loop
 from orchestrator.training import models
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training.models import build_model
 
 RESNET_CASES = [(sync, "resnet18", 64, "fp64", "nchw") for sync in EXACT_STRATEGIES]
+# Gradient accumulation: each worker's shard in 3 micro-batches (257 on 3 workers:
+# 86 as 28 + 29 + 29), every strategy, `delayed` against its own one-device run.
+ACCUMULATION_STEPS = 3
+ACCUMULATED_CASES = [(sync, "lenet", 257, "fp64", "nchw") for sync in SYNC_STRATEGIES]
 # The book's ResNet-18, 18 layers and 8 BatchNorms... at 1/16 of its width.
 SMALL_RESNET_WIDTH = 4
 
@@ -61,6 +66,12 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
                                                          shared_memory=False), dataset)
             if rank == 0:
                 results[case] = (history, state)
+        for case in ACCUMULATED_CASES:
+            history, state = run_here(equivalence_config(
+                case, num_workers=num_workers, shared_memory=False,
+                accumulation_steps=ACCUMULATION_STEPS), dataset)
+            if rank == 0:
+                results[("accumulated", *case)] = (history, state)
     finally:
         dist.destroy_process_group()
 
@@ -115,6 +126,25 @@ def test_k_workers_match_one_device(k_worker_runs, one_device_runs, case):
     # The optimizer state is the whole model's on every strategy (sharded gathers its parts).
     assert state["optimizer"]["param_groups"] == want_state["optimizer"]["param_groups"]
     assert state["optimizer"]["state"].keys() == want_state["optimizer"]["state"].keys()
+
+
+@pytest.mark.parametrize("case", ACCUMULATED_CASES, ids=lambda case: case[0])
+def test_k_workers_accumulating_micro_batches_match_one_device(k_worker_runs, fashion_mnist_small,
+                                                               one_device_runs, case):
+    """k workers, each summing 3 micro-batches' gradients before the one sync a step
+    (ddp's backward hooks held back but for the last), are one device on the whole
+    batch: the same optimizer, in 1/3 of the activation memory."""
+    num_workers, results = k_worker_runs
+    history, state = results[("accumulated", *case)]
+    want_history, want_state = (run_here(equivalence_config(case), fashion_mnist_small)
+                                if case[0] == "delayed" else one_device_runs(case))
+    assert [row["accumulation_steps"] for row in history] == [ACCUMULATION_STEPS] * 2
+    for row, want in zip(history, want_history, strict=True):
+        assert row["status"] == want["status"] == "ok"
+        assert row["train_loss"] == pytest.approx(want["train_loss"], rel=FP64_RTOL)
+        assert row["test_acc"] == want["test_acc"]
+    assert_same_parameters(state["model"], want_state["model"],
+                           build_model("lenet", seed=7).state_dict(), "fp64")
 
 
 def test_the_gradient_noise_measurements_are_the_strategies_own_sums(k_worker_runs):

@@ -43,6 +43,11 @@ from orchestrator.errors import UserError
     ({"gpus_per_worker": math.nan, "use_gpu": True}, "a share of one GPU"),
     ({"gpus_per_worker": 0.5}, "--gpus-per-worker 0.5 is for GPU workers"),
     ({"sync_batchnorm": True, "use_gpu": True}, "LeNet has no BatchNorm layer"),
+    ({"accumulation_steps": 0}, "accumulation steps must be >= 1"),
+    ({"accumulation_steps": 2.0}, "accumulation steps must be an integer"),
+    ({"accumulation_steps": 65, "num_workers": 4, "global_batch_size": 259},
+     "--accumulation-steps 65 needs at least that many examples in every worker's shard of "
+     "a step, but batch 259 over 4 workers gives 64 to the smallest"),
 ])
 def test_bad_config_is_one_clear_line(kwargs, fragment):
     with pytest.raises(UserError, match=fragment) as raised:
@@ -56,6 +61,10 @@ def test_derived_values_are_computed_once_from_the_config():
     assert config.batch_size_per_worker == 128
     assert config.steps_per_epoch == 3  # the partial last batch is dropped
     assert TrainConfig(**config.to_dict()) == config
+    assert config.micro_batch_size_per_worker == 128
+    accumulated = TrainConfig(num_workers=2, global_batch_size=255, accumulation_steps=3)
+    assert accumulated.micro_batch_size_per_worker == 43  # 128 as 43 + 43 + 42
+    assert accumulated.batch_size_per_worker == 128
 
 
 def test_precision_and_memory_format_reach_every_trial_of_a_sweep():

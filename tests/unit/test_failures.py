@@ -34,7 +34,8 @@ class _HealthCheckFailed(RuntimeError):
 
 
 GPU_ADVICE = ("fewer images per worker (a smaller --batch-size, or more --workers with "
-              "--batch-scaling global) or --precision bf16 needs less")
+              "--batch-scaling global) or --precision bf16 needs less; so does "
+              "--accumulation-steps N, the same step in N micro-batches")
 
 
 def test_ranks_whose_errors_differ_in_numbers_only_are_named_once_with_the_ways_out():
@@ -61,7 +62,8 @@ def test_a_worker_the_memory_monitor_killed_names_that_line_and_the_nodes_ways_o
     assert text.endswith(
         "(a node ran out of memory, training 32 images a step per worker: a smaller "
         "--batch-size, or fewer workers on a node or fewer trials at a time "
-        "(--max-concurrent-trials), needs less)"), text
+        "(--max-concurrent-trials), needs less; so does --accumulation-steps N, the same "
+        "step in N micro-batches)"), text
     assert "--max-concurrent-trials" not in failure_text(error, RUN)
 
 
@@ -75,7 +77,8 @@ def test_where_memory_ran_out_decides_the_advice():
     assert failure_text(error, RUN).endswith(f"(a GPU ran out of memory: {GPU_ADVICE})")
     assert failure_text(error, RUN, precision="bf16").endswith(
         "(a GPU ran out of memory: fewer images per worker (a smaller --batch-size, or more "
-        "--workers with --batch-scaling global) needs less)")  # bf16 already
+        "--workers with --batch-scaling global) needs less; so does --accumulation-steps N, "
+        "the same step in N micro-batches)")  # bf16 already
     with pytest.raises(AssertionError):
         failure_text(error, "elsewhere")
 

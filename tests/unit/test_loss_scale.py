@@ -15,7 +15,7 @@ from orchestrator.records import Status, epoch_line
 from orchestrator.training import loss_scale
 from orchestrator.training.loop import make_optimizer
 from orchestrator.training.models import build_model
-from orchestrator.training.step import to_model_input
+from orchestrator.training.step import micro_slices, to_model_input
 from orchestrator.training.loss_scale import GROWTH_INTERVAL, MIN_SCALE, LossScale
 
 
@@ -108,7 +108,9 @@ def test_overflows_are_skipped_and_a_resumed_run_keeps_the_scale(fashion_mnist_s
 def _grad_scaler_reference(config: TrainConfig, dataset, initial_scale: float,
                            growth_interval: int) -> tuple[dict, float]:
     """The loop's batches (same shuffle) trained by plain torch: float16 autocast
-    and torch.amp.GradScaler, with the loop's SGD; the weights and the final scale."""
+    and torch.amp.GradScaler, with the loop's SGD; the weights and the final scale.
+    With `config.accumulation_steps`, torch's recipe for gradient accumulation: each
+    micro-batch's scaled loss backward, then one step and one update of the scale."""
     model = build_model(config.model, seed=config.seed)
     optimizer = make_optimizer(model.parameters(), config)
     scaler = torch.amp.GradScaler("cpu", init_scale=initial_scale,
@@ -120,24 +122,31 @@ def _grad_scaler_reference(config: TrainConfig, dataset, initial_scale: float,
         order = torch.randperm(config.num_train_examples, generator=torch.Generator().manual_seed(
             config.seed * 10_007 + epoch))
         for step in range(config.steps_per_epoch):
-            index = order[step * batch:(step + 1) * batch]
-            with torch.autocast("cpu", dtype=torch.float16):
-                logits = model(to_model_input(images[index]))
-            loss = F.cross_entropy(logits.float(), labels[index], reduction="none").sum() / batch
-            scaler.scale(loss).backward()
+            whole = order[step * batch:(step + 1) * batch]
+            for micro in micro_slices(batch, config.accumulation_steps):
+                index = whole[micro]
+                with torch.autocast("cpu", dtype=torch.float16):
+                    logits = model(to_model_input(images[index]))
+                loss = F.cross_entropy(logits.float(), labels[index],
+                                       reduction="none").sum() / batch
+                scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
     return model.state_dict(), scaler.get_scale()
 
 
-def test_one_worker_follows_torchs_grad_scaler(fashion_mnist_small, monkeypatch):
+@pytest.mark.parametrize("accumulation_steps", [1, 3])
+def test_one_worker_follows_torchs_grad_scaler(fashion_mnist_small, monkeypatch,
+                                               accumulation_steps):
     # From 2^30 the first steps overflow and halve the scale; every 4 finite steps
     # double it, and the next overflow halves it again: both rules, many times.
+    # Accumulated: a step is skipped where any of its micro-batches overflowed.
     monkeypatch.setattr(loss_scale, "INITIAL_SCALE", 2.0 ** 30)
     monkeypatch.setattr(loss_scale, "GROWTH_INTERVAL", 4)
     config = TrainConfig(global_batch_size=32, lr=0.1, momentum=0.9, num_epochs=2,
-                         train_limit=512, test_limit=100, precision="fp16", **ONE_LAYOUT)
+                         train_limit=512, test_limit=100, precision="fp16",
+                         accumulation_steps=accumulation_steps, **ONE_LAYOUT)
     history, reports = train_reporting(config, fashion_mnist_small)
     weights, scale = _grad_scaler_reference(config, fashion_mnist_small, 2.0 ** 30, 4)
     assert history[-1]["loss_scale"] == scale

@@ -208,6 +208,22 @@ def test_a_step_no_node_can_hold_is_refused_in_one_line_naming_the_least():
     model_check.require_room_in_memory([larger], _cluster({"CPU": 8.0}, NODE))
 
 
+def test_gradient_accumulation_holds_one_micro_batch_s_activations_at_a_time():
+    """--accumulation-steps 4: 4096 images a worker, 1024 of them in memory at once."""
+    model_check.check_model(_config())
+    whole, accumulated = (_config(global_batch_size=8192, accumulation_steps=steps)
+                          for steps in (1, 4))
+    with pytest.raises(UserError, match="; so does --accumulation-steps N, the same step"):
+        model_check.require_room_in_memory([whole], _cluster(NODE))
+    model_check.require_room_in_memory([accumulated], _cluster(NODE))
+    assert (" at 4096 images a worker in 4 micro-batches of 1024 or fewer, fp32 ("
+            in model_check.memory_line([accumulated]))
+    per_image = 4 * 28 * 28 * 32 * 32  # the upsampled image the convolution keeps
+    saved_mb = (model_check.first_worker_floor_mb(whole)
+                - model_check.first_worker_floor_mb(accumulated))
+    assert saved_mb == pytest.approx(3072 * per_image / 2**20, rel=0.01)
+
+
 def test_the_equivalence_check_s_one_device_must_hold_the_global_batch():
     """Two workers of 4096 images fit on two nodes; the check's one-device run of
     the 8192 does not: refused before either run, with the way that still checks
@@ -260,7 +276,9 @@ def test_gpu_workers_are_checked_against_the_gpu_check_s_memory():
             "6.58GB") in str(refused.value)
     assert str(refused.value).endswith("more than a GPU of 5GB holds; fewer images on a GPU (a "
                                        "smaller --batch-size, or a larger --gpus-per-worker: "
-                                       "fewer workers to a GPU) or --precision bf16 needs less")
+                                       "fewer workers to a GPU) or --precision bf16 needs less; "
+                                       "so does --accumulation-steps N, the same step in N "
+                                       "micro-batches")
     model_check.require_room_in_memory([alone], _cluster(gpu_node), 5e9)
     # Two workers on halves of the two GPUs: Ray gives both halves of the first
     # (best fit), so they share it, though a GPU each would have held them.

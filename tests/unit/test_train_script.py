@@ -19,6 +19,8 @@ from helpers import REPO, hang_limit, run_main
     (["--workers", "4", "--batch-size", "2"], "smaller than the 4 workers"),
     (["--lr", "0"], "learning rate must be a finite number > 0"),
     (["--epochs", "0"], "epochs must be >= 1"),
+    (["--workers", "2", "--batch-size", "8", "--accumulation-steps", "5"],
+     "--accumulation-steps 5 needs at least that many examples in every worker's shard"),
     (["--precision", "fp8"], "unknown precision 'fp8'; choose one of fp32, bf16, fp16, fp64"),
     (["--lr", "abc"], "invalid float value: 'abc'"),
     (["--workers", "1,2"], "'1,2': train.py runs one configuration, one value each; sweep.py"),

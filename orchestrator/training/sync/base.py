@@ -6,6 +6,7 @@ summed over the workers) and the `GradientSync` interface the loop calls.
 workers that share a node, the node's shared memory (shm_allreduce.py).
 """
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -103,6 +104,12 @@ class GradientSync:
 
     def zero_grad(self) -> None:
         self.model.zero_grad(set_to_none=True)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Around a backward whose gradients are only accumulated, not yet summed
+        (gradient accumulation's micro-batches but the last): nothing to hold back
+        where the sum waits for `synchronize`; ddp's runs inside backward."""
+        return contextlib.nullcontext()
 
     @property
     def has_sum(self) -> bool:

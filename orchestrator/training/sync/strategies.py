@@ -15,6 +15,7 @@ step's gradient while the next step computes and applies it one step late
 (13.6, exercise 3): a different optimizer, one-step-delayed SGD.
 """
 
+import contextlib
 import inspect
 import time
 
@@ -132,6 +133,12 @@ class DDPSync(GradientSync):
 
     def synchronize(self) -> None:
         pass  # the reduction already happened inside backward
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        # DDP's own: backward accumulates into the buckets and reduces nothing.
+        if isinstance(self.module, DistributedDataParallel):
+            return self.module.no_sync()
+        return super().no_sync()
 
     def zero_grad(self) -> None:
         # In place, in one call: after the first backward each grad is a view of its
