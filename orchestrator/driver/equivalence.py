@@ -154,9 +154,11 @@ def initial_state(config: TrainConfig) -> tuple[nn.Module, dict]:
 
 def compare_runs(config: TrainConfig, one_device_state: dict, many_state: dict) -> Verdict:
     model, initial = initial_state(config)
+    # Synchronised BatchNorm sees a micro-batch of every shard under --accumulation-steps,
+    # a contiguous part of the batch on one device: batch-dependent again.
     return compare(model, initial, one_device_state, many_state,
                    steps=config.steps_per_epoch, precision=config.precision,
-                   sync_batchnorm=config.sync_batchnorm)
+                   sync_batchnorm=config.sync_batchnorm and config.accumulation_steps == 1)
 
 
 def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -> Verdict:

@@ -66,13 +66,15 @@ class _Baseline:
     other_s: float  # per step: neither compute nor communication
     epoch_s: float  # measured: the mean of its seeds' epochs in the timing window
     gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
-    # Per step, forward and backward seconds that no smaller shard saves: the
-    # launches of an eager GPU step (calibration's "step_fixed"); 0 on a CPU.
+    # Per forward and backward, seconds that no smaller shard saves: the launches
+    # of an eager GPU step (calibration's "step_fixed"); 0 on a CPU.
     fixed_s: float = 0.0
+    # Forward and backward passes a step (--accumulation-steps): each pays `fixed_s`.
+    accumulation_steps: int = 1
 
     def compute_s(self, shard: int) -> float:
         """One worker's forward and backward seconds a step on `shard` examples."""
-        return self.fixed_s + self.per_example_s * shard
+        return self.accumulation_steps * self.fixed_s + self.per_example_s * shard
 
 
 def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
@@ -281,11 +283,20 @@ def _baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: di
     layout = (single["model"], single["precision"],
               single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
     compute_per_step = compute_s / steps
-    fixed_s = min(fixed_step_s(calibration, single, history), float(compute_per_step.min()))
-    return _Baseline(single, ((compute_per_step - fixed_s)
+    passes = accumulation_steps(single)
+    fixed_s = min(fixed_step_s(calibration, single, history),
+                  float(compute_per_step.min()) / passes)
+    return _Baseline(single, ((compute_per_step - passes * fixed_s)
                               / int(single["global_batch_size"])).mean(),
                      other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
-                     fixed_s)
+                     fixed_s, passes)
+
+
+def accumulation_steps(trial: pd.Series) -> int:
+    """The trial's forward and backward passes a step: 1 in sweeps recorded before
+    --accumulation-steps."""
+    steps = trial.get("accumulation_steps")
+    return 1 if steps is None or pd.isna(steps) else int(steps)
 
 
 def fixed_step_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> float:

@@ -86,7 +86,8 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
         collectives[transport.name] = transport.allreduce_
     if sharded and get_world_size() > 1:
         collectives[f"{group_transport().name} {SHARDED_PAIR}"] = _reduce_scatter_all_gather
-    probes = probes or ((config.model, max(1, config.global_batch_size // max(worker_counts))),)
+    probes = probes or ((config.model, max(1, -(-config.global_batch_size // max(worker_counts)
+                                                 // config.accumulation_steps))),)
     after_backward = _train_step(model, config, device, probes[0][1]) if collectives else None
     samples, first_calls = [], []
     for name, collective in collectives.items():
@@ -162,7 +163,9 @@ def probes_of(sweep: SweepConfig) -> tuple[tuple[str, int], ...]:
     batches: dict[str, list[int]] = {}
     for point in sweep.grid:
         if point.train.num_workers > 1:
-            batches.setdefault(point.train.model, []).append(point.train.batch_size_per_worker)
+            # A micro-batch with --accumulation-steps: what one forward and backward holds.
+            batches.setdefault(point.train.model, []).append(
+                point.train.micro_batch_size_per_worker)
     return tuple((model, min(set(sizes), key=lambda size: (-sizes.count(size), size)))
                  for model, sizes in batches.items())
 

@@ -36,21 +36,23 @@ from orchestrator.training.timing import DeviceTimer
 MIN_GAIN = 0.02
 
 
-def proportional_shares(total: int, speeds: Sequence[float]) -> tuple[int, ...]:
-    """`total` examples in integer shares proportional to `speeds` (examples/s), each >= 1.
+def proportional_shares(total: int, speeds: Sequence[float], least: int = 1) -> tuple[int, ...]:
+    """`total` examples in integer shares proportional to `speeds` (examples/s), each
+    >= `least`.
 
-    Every worker keeps one example; the rest is split by largest remainders,
-    ties going to the lower rank, so every worker computes the same split
-    from the same gathered figures.
+    Every worker keeps `least` examples (one; with gradient accumulation one per
+    micro-batch, so that every worker runs as many: each SyncBatchNorm forward is a
+    collective); the rest is split by largest remainders, ties going to the lower
+    rank, so every worker computes the same split from the same gathered figures.
     """
-    spare = total - len(speeds)
+    spare = total - least * len(speeds)
     assert spare >= 0 and all(speed > 0 for speed in speeds), (total, speeds)
     ideal = [spare * speed / sum(speeds) for speed in speeds]
     shares = [math.floor(value) for value in ideal]
     by_remainder = sorted(range(len(speeds)), key=lambda rank: (shares[rank] - ideal[rank], rank))
     for rank in by_remainder[:spare - sum(shares)]:
         shares[rank] += 1
-    return tuple(1 + share for share in shares)
+    return tuple(least + share for share in shares)
 
 
 class BatchSplit:
@@ -67,6 +69,7 @@ class BatchSplit:
         self.proportional = config.split == "proportional"
         self.interval_steps = config.split_interval_steps
         self.total = config.global_batch_size
+        self.least = config.accumulation_steps  # examples a share keeps: a micro-batch each
         self.rank, num_workers = get_rank(), get_world_size()
         self.device = device
         self.shares = tuple(shares) if shares else even_shares(self.total, num_workers)
@@ -131,7 +134,7 @@ class BatchSplit:
         self._window, self._firsts = [0, 0.0], [0, 0.0]
         speeds = [examples / seconds if examples else first_examples / first_seconds
                   for examples, seconds, first_examples, first_seconds in zip(*columns)]
-        proposed = proportional_shares(self.total, speeds)
+        proposed = proportional_shares(self.total, speeds, self.least)
         if _slowest_s(proposed, speeds) < (1 - MIN_GAIN) * _slowest_s(self.shares, speeds):
             self.shares = proposed
 

@@ -80,8 +80,8 @@ def train_batch(sync: GradientSync, optimizer: torch.optim.Optimizer, images: to
 
 def micro_slices(shard_size: int, accumulation_steps: int) -> list[slice]:
     """A shard of `shard_size` examples as `accumulation_steps` micro-batches, sizes
-    differing by one at most, none empty: fewer where a proportional split's shard
-    is smaller than that."""
+    differing by one at most, none empty (fewer where the shard is smaller; no
+    split makes it so: split.proportional_shares)."""
     count = min(accumulation_steps, shard_size) or 1
     bounds = [shard_size * part // count for part in range(count + 1)]
     return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]

@@ -26,7 +26,7 @@ def test_one_worker_is_the_same_update_for_every_strategy(fashion_mnist_small):
 def test_micro_batches_cover_a_shard_once_and_differ_by_at_most_one():
     assert micro_slices(10, 3) == [slice(0, 3), slice(3, 6), slice(6, 10)]
     assert micro_slices(10, 1) == [slice(0, 10)]
-    # A proportional split's shard smaller than the steps: one image each.
+    # A shard smaller than the steps (no split makes one): one image each.
     assert micro_slices(2, 4) == [slice(0, 1), slice(1, 2)]
 
 

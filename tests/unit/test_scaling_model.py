@@ -439,13 +439,15 @@ def test_a_steps_first_sum_costs_what_it_cost_right_after_a_backward():
 FIXED_S = 0.02  # a step's launches on a GPU: no smaller shard saves them
 
 
-def _with_fixed_part(made: tuple[dict, list[dict]], k: int, graphed: bool = False
-                     ) -> tuple[dict, list[dict]]:
-    """`trial`'s row and epochs with FIXED_S more compute a step on every worker, as
-    an eager GPU step pays its launches whatever its shard."""
+def _with_fixed_part(made: tuple[dict, list[dict]], k: int, graphed: bool = False,
+                     passes: int = 1) -> tuple[dict, list[dict]]:
+    """`trial`'s row and epochs with FIXED_S more compute a forward and backward on
+    every worker, as an eager GPU step pays its launches whatever its shard; `passes`
+    of them a step (--accumulation-steps)."""
     row, epochs = made
-    extra_s = STEPS * FIXED_S * CONTENTION[k]
-    row = {**row, "mean_epoch_time_s": row["mean_epoch_time_s"] + extra_s}
+    extra_s = STEPS * passes * FIXED_S * CONTENTION[k]
+    row = {**row, "mean_epoch_time_s": row["mean_epoch_time_s"] + extra_s,
+           **({"accumulation_steps": passes} if passes > 1 else {})}
     for epoch in epochs:
         computes = [float(value) + extra_s
                     for value in epoch["worker_compute_s"].strip("[]").split(",")]
@@ -455,6 +457,23 @@ def _with_fixed_part(made: tuple[dict, list[dict]], k: int, graphed: bool = Fals
                      step_graph="on" if graphed else "off: several workers",
                      memory_format="nchw")
     return row, epochs
+
+
+def test_each_micro_batch_of_an_accumulated_step_pays_the_fixed_part():
+    """--accumulation-steps 4: a step is 4 forward and backward passes, each with its
+    launches; read as one step's, the 3 more would pass for seconds per example, and
+    k workers would be forecast faster than they ran."""
+    summary, epochs = sweep(*(_with_fixed_part(trial(f"scratch-{k}", "scratch", k), k,
+                                               passes=4) for k in (1, 2, 4)))
+    probed = {**calibration(), "step_fixed": [
+        {"model": "lenet", "precision": "fp32", "memory_format": "nchw",
+         "batch_per_worker": 32, "fixed_s": FIXED_S}]}
+    result = fit_and_validate(summary, epochs, probed)
+    assert result.validation["error"].abs().max() < 0.01
+    nvlink = result.predictions[(result.predictions["link"] == INTERCONNECTS[2].name)
+                                & (result.predictions["batch_scaling"] == "global")]
+    at_64 = nvlink.set_index("num_workers").loc[64, "compute_s"]
+    assert at_64 == pytest.approx(STEPS * (4 * FIXED_S + PER_EXAMPLE_S * 4), rel=1e-6)
 
 
 def test_a_gpu_steps_fixed_part_is_not_divided_among_the_workers():

@@ -28,6 +28,14 @@ def test_shares_follow_speed_sum_to_the_batch_and_keep_one_each(total, speeds, e
     assert sum(shares) == total and min(shares) >= 1
 
 
+def test_with_gradient_accumulation_every_share_keeps_a_micro_batch_each():
+    """--accumulation-steps 16: every worker runs 16 micro-batches, a slow one too (each
+    SyncBatchNorm forward and backward is a collective every worker must make)."""
+    assert proportional_shares(64, [4.0, 1.0]) == (51, 13)
+    assert proportional_shares(64, [4.0, 1.0], least=16) == (42, 22)
+    assert proportional_shares(64, [1000.0, 1.0], least=32) == (32, 32)
+
+
 def test_even_shares_are_the_even_split():
     assert even_shares(255, 2) == (128, 127) and even_shares(7, 3) == (3, 2, 2)
 
