@@ -55,6 +55,8 @@ HEADLINES = {
                                "netns_to_embedded_fixed_cost"],
     "memory_floor": ["floor_under_peak_everywhere", "min_floor_over_peak", "max_floor_over_peak"],
     "ddp_clear": ["device", "in_place_step_ms", "to_none_step_ms", "speedup", "same_parameters"],
+    "accumulation": [("lenet", "slowdown", "4"), ("resnet18", "slowdown", "4"),
+                     ("resnet18", "saved_ratio", "4")],
     "ray_train_api": ["ratio_ours_over_ray_train_api", "ours_epoch_s", "ray_train_api_epoch_s",
                       "target_met"],
 }
