@@ -6,7 +6,8 @@ on gloo, which sums CUDA tensors where NCCL refuses two ranks on one device;
 the calls gloo does not take on CUDA tensors go through host memory
 (collectives.staged_through_host). Here k = 2 and 3 plain gloo processes, each
 on cuda:0, run the real loop (no Ray) in double precision: every strategy and
-the proportional split end with one device's parameters to the equivalence
+the proportional split (and at k = 2, every strategy with 3 micro-batches of
+gradient accumulation a step) end with one device's parameters to the equivalence
 tests' relative 1e-9 (tests/processes/test_equivalence.py: the same on CPUs),
 `delayed` with its own one-worker run, and with `--sync-batchnorm` two workers
 normalise as one device does. CUDA's fp64 kernels sum in their own orders, far
@@ -103,6 +104,10 @@ def _workers_body(rank: int, num_workers: int, placed: str, port: int, dataset,
             runs["sync_batchnorm"] = _run(on(RESNET_CASE, sync_batchnorm=True), dataset, device)
             runs["ddp_straggler"] = _run(on(DDP_STRAGGLER, straggler_slowdown=3.0), dataset,
                                          device)
+            for sync in SYNC_STRATEGIES:  # DDP's no_sync on NCCL among them
+                runs[("accumulated", sync)] = _run(
+                    on((sync, "lenet", 257, "fp64", "nchw"), accumulation_steps=3), dataset,
+                    device)
             loss_scale.INITIAL_SCALE = FP16_INITIAL_SCALE
             for sync in SYNC_STRATEGIES:
                 step.forward_backward = overflowing(rank == OVERFLOW_RANK)
@@ -141,6 +146,24 @@ def one_gpu(fashion_mnist_small):
 
     yield run
     models.BUILDERS["resnet18"] = original
+
+
+@pytest.mark.parametrize("sync", SYNC_STRATEGIES)
+def test_two_workers_on_gpus_accumulating_micro_batches_match_one_gpu(k_workers_on_gpus,
+                                                                      one_gpu, sync):
+    """--accumulation-steps 3 on CUDA: each worker's shard in 3 micro-batches, summed
+    once a step (ddp's hooks held back but for the last), is one GPU's whole batch."""
+    num_workers, _, results = k_workers_on_gpus
+    if num_workers != 2:
+        pytest.skip("checked at 2 workers")
+    history, state = results[("accumulated", sync)]
+    assert [row["accumulation_steps"] for row in history] == [3, 3]
+    want_history, want_state = one_gpu(_on_gpu(
+        (sync if sync == "delayed" else "scratch", "lenet", 257, "fp64", "nchw"), 1))
+    for row, want in zip(history, want_history, strict=True):
+        assert row["train_loss"] == pytest.approx(want["train_loss"], rel=1e-9)
+    assert_same_parameters(state["model"], want_state["model"],
+                           build_model("lenet", seed=7).state_dict(), "fp64")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case[0])
