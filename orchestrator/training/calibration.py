@@ -86,8 +86,8 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
         collectives[transport.name] = transport.allreduce_
     if sharded and get_world_size() > 1:
         collectives[f"{group_transport().name} {SHARDED_PAIR}"] = _reduce_scatter_all_gather
-    probes = probes or ((config.model, max(1, -(-config.global_batch_size // max(worker_counts)
-                                                 // config.accumulation_steps))),)
+    probes = probes or ((config.model, max(1, config.global_batch_size // max(worker_counts)
+                                           // config.accumulation_steps)),)
     after_backward = _train_step(model, config, device, probes[0][1]) if collectives else None
     samples, first_calls = [], []
     for name, collective in collectives.items():
