@@ -98,7 +98,8 @@ def test_a_worker_out_of_memory_is_one_line_with_the_ways_out(tmp_path):
              "--epochs", "1", "--train-limit", "256", "--test-limit", "64",
              "--max-failures", "0", "--storage", str(tmp_path / "storage")]
     advice = ("(a node ran out of memory, training 32 images a step per worker: a smaller "
-              "--batch-size, or fewer workers on a node{} needs less)")
+              "--batch-size, or fewer workers on a node{} needs less; so does "
+              "--accumulation-steps N, the same step in N micro-batches)")
     out_dir = tmp_path / "out"
     run = run_script("sweep.py", *small, "--out", str(out_dir), env=env)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]

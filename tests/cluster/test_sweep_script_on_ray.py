@@ -264,7 +264,8 @@ def test_a_step_too_big_for_any_node_s_memory_is_refused_before_it_starts(tmp_pa
                            "60000 images holds at least 193GB (weights 35.5kB + activations "
                            "193GB), more than a node of "), line
     assert line.endswith("(the memory Ray counts there) holds; a smaller --batch-size, or fewer "
-                         "workers on a node, needs less"), line
+                         "workers on a node, needs less; so does --accumulation-steps N, the "
+                         "same step in N micro-batches"), line
     assert not out_dir.exists() and not (tmp_path / "store").exists()
 
 
