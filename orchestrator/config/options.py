@@ -142,6 +142,11 @@ class TrainConfig:
                                             "(epochs, training and wall seconds to it)")
     evals_per_epoch: int = option(1, "evaluate test accuracy this many times per epoch, so a "
                                      "target is timed within 1/N of an epoch")
+    profile_steps: int = option(
+        0, "profile N steps of the first epoch on every worker with torch.profiler (after "
+           "its warm-up steps, before its first evaluation): the top ops a step in "
+           "profile.csv and report.md, and a Chrome trace a worker in the run's folder "
+           "(Perfetto, TensorBoard); 0: off")
     train_size: int = option(_FACTS.train_size, "training examples in the data set",
                              from_data=True)
     test_size: int = option(_FACTS.test_size, "test examples in the data set", from_data=True)
@@ -188,6 +193,7 @@ class TrainConfig:
             raise UserError(f"seed must be <= {MAX_SEED} (32 bits, as numpy's), got {self.seed}")
         require_int(self.threads_per_worker, "threads per worker", minimum=1)
         require_int(self.warmup_epochs, "warm-up epochs", minimum=0)
+        require_int(self.profile_steps, "profiled steps", minimum=0)
         if self.warmup_epochs and not (isinstance(self.warmup_start_lr, (int, float))
                                        and 0 <= self.warmup_start_lr <= self.lr):
             raise UserError(f"the warm-up's start lr must be in [0, lr = {self.lr:g}], "

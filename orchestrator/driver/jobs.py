@@ -128,7 +128,9 @@ def train(args: argparse.Namespace) -> RunOutcome:
                 f"training failed: "
                 f"{failure_text(error, RUN, config.batch_size_per_worker, config.precision)}",
                 failed=True)
-        final_line = (f"memory format: {memory_format_text(result.return_value[-1])}"
+        from orchestrator.report.profile import printed_lines  # pandas: not before Ray starts
+        final_line = ("".join(line + "\n" for line in printed_lines(result.return_value))
+                      + f"memory format: {memory_format_text(result.return_value[-1])}"
                       f"{step_graph_text(result.return_value[-1])}\n"
                       + book_line(result.return_value)
                       + memory_text(result.return_value, (first_worker_floor_mb(config)

@@ -44,8 +44,8 @@ def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: 
     from orchestrator.report import write_sweep_report
 
     base, trackers = sweep.base, request.trackers
-    trials, epochs, evaluations = collect(result_grid, sweep, request.storage,
-                                          sweep_id=request.sweep_id)
+    trials, epochs, evaluations, profiled = collect(result_grid, sweep, request.storage,
+                                                    sweep_id=request.sweep_id)
     sessions = _record_session(request.out_dir, session)
     # Tune's count; the report adds trials whose epochs say they did not end.
     not_ended = trials_not_ended(result_grid, sweep)
@@ -71,7 +71,8 @@ def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: 
     report = write_sweep_report(request.out_dir, trials, epochs, evaluations, calibration,
                                 title_lines=title, target_acc=base.target_acc,
                                 data_note=_data_note(base), use_gpu=sweep.base.use_gpu,
-                                left_out=left_out, sessions=sessions, not_ended=not_ended)
+                                left_out=left_out, sessions=sessions, not_ended=not_ended,
+                                profiled=profiled)
     interrupted = bool(not_ended or report.interrupted_trials)
     return SweepOutcome(tables=report.tables, paths=list(report.paths.values()),
                         interrupted=interrupted, failed_trials=report.failed_trials)

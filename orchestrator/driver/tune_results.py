@@ -16,14 +16,16 @@ from orchestrator.driver.model_check import first_worker_floor_mb
 from orchestrator.driver.tune_experiment import train_runs_path
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import EPOCH_COLUMNS, EVALUATION_COLUMNS
+from orchestrator.report import profile
 
 
 _ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
 def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str, *,
-            sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(trials, epochs, evaluations) frames from a finished (or interrupted) Tune experiment."""
+            sweep_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(trials, epochs, evaluations, profile) frames from a finished (or interrupted)
+    Tune experiment; profile: `--profile-steps`' rows (report/profile.py), if any."""
     # Read from the experiment, not the results: a trial that never started
     # (the sweep was interrupted first) has a config but no result.
     # experiment_path is a path on the grid's filesystem: a bucket's has no scheme.
@@ -34,7 +36,7 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
     # stopped is saved unfinished, though the grid in memory may count it terminated;
     # only an ended trial can have been stopped by the scheduler (ASHA), not interrupted.
     ended = {trial.trial_id for trial in analysis.trials if trial.status in _ENDED}
-    trial_rows, epoch_frames, evaluation_frames = [], [], []
+    trial_rows, epoch_frames, evaluation_frames, profile_rows = [], [], [], []
     for result in result_grid:
         trial_id = Path(result.path).name  # see trial_dirname_creator
         point = sweep.grid[configs[trial_id]["point"]["index"]]
@@ -78,12 +80,15 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
                 history = evaluations[evaluations["end_of_epoch"].astype(bool)].reindex(
                     columns=EPOCH_COLUMNS)
                 evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
+        if history is not None:
+            profile_rows += profile.rows(history, trial_id)
         if history is not None and "epoch" in history:
             epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
         if evaluations is not None and "epoch" in evaluations:
             evaluation_frames.append(evaluations[EVALUATION_COLUMNS].assign(trial_id=trial_id))
     return (pd.DataFrame(trial_rows), _concat(epoch_frames, EPOCH_COLUMNS),
-            _concat(evaluation_frames, EVALUATION_COLUMNS))
+            _concat(evaluation_frames, EVALUATION_COLUMNS),
+            pd.DataFrame(profile_rows, columns=profile.PROFILE_COLUMNS))
 
 
 def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:

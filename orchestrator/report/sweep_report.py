@@ -11,7 +11,7 @@ import pandas as pd
 
 from orchestrator.records import (LeftOut, Status, book_line, counted, memory_format_text,
                                   memory_text, seconds_text, step_graph_text, write_atomically)
-from orchestrator.report import time_to_accuracy, timeline
+from orchestrator.report import profile, time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
 from orchestrator.report.scaling_model import what_if
@@ -37,14 +37,16 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
                        evaluations: pd.DataFrame, calibration: dict | None, *,
                        title_lines: list[str], target_acc: float | None, data_note: str,
                        use_gpu: bool, left_out: Sequence[LeftOut] = (),
-                       sessions: Sequence[dict] = (), not_ended: int = 0) -> SweepReport:
+                       sessions: Sequence[dict] = (), not_ended: int = 0,
+                       profiled: pd.DataFrame | None = None) -> SweepReport:
     """Summarise the sweep's frames (tune_results.collect) and write every file.
 
     `calibration` is calibration.json's content (None: no scaling model);
     `data_note` names the data subsets, empty on full data; `left_out`: the
     preset's points the cluster could not hold; `sessions`: sessions.json's, for
     where the wall time went; `not_ended`: the trials Tune did not end (not
-    started, or stopped), for the line that says the sweep was interrupted."""
+    started, or stopped), for the line that says the sweep was interrupted;
+    `profiled`: `--profile-steps`' rows (report/profile.py), written to profile.csv."""
     summary = summarize_trials(trials, epochs, evaluations, target_acc)
     # A trial Tune stopped at a Ctrl-C may come back ended; its epochs say it is not.
     not_ended = max(not_ended, len(_trials_with(summary, Status.INTERRUPTED)))
@@ -57,11 +59,17 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     time_split = timeline.time_split_rows(list(sessions), epochs)
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
-                          target_acc=target_acc, sections=(sheet.model_section, sheet.answers),
+                          target_acc=target_acc,
+                          sections=(sheet.model_section, sheet.answers,
+                                    *_profile_section(profiled)),
                           not_run=left_out_section(summary, epochs, calibration, left_out,
                                                    use_gpu),
                           time_split=time_split)
     paths |= answer_sheet.write(out_dir, sheet)
+    if profiled is not None and not profiled.empty:
+        paths["profile.csv"] = out_dir / "profile.csv"
+        write_atomically(paths["profile.csv"],
+                         lambda path: profiled.to_csv(path, index=False))
     tables = ("Scaling\n" + varying_table(scaling_table(summary), SCALING_KEYS)
               + "\n\nStrategies\n" + varying_table(strategy_table(summary), STRATEGY_CELL)
               + "\n\nLearning rate per (workers, batch)\n"
@@ -73,6 +81,11 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
     failed = summary[summary["status"] == Status.FAILED]
     return SweepReport(tables, paths, dict(zip(failed["trial_id"], failed["error"])),
                        _trials_with(summary, Status.INTERRUPTED))
+
+
+def _profile_section(profiled: pd.DataFrame | None) -> tuple[str, ...]:
+    lines = profile.section(profiled) if profiled is not None else []
+    return ("\n".join(lines),) if lines else ()
 
 
 def _trials_with(summary: pd.DataFrame, status: Status) -> list[str]:

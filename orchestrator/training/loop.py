@@ -8,6 +8,7 @@ benchmark) call `run_training` directly. Nothing here may import ray.
 import copy
 import dataclasses
 import functools
+import json
 import math
 import platform
 import time
@@ -23,7 +24,7 @@ from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gath
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import Status
 from orchestrator.training import graphed as step_graph
-from orchestrator.training import layout
+from orchestrator.training import layout, profiling
 from orchestrator.training.data import Images
 from orchestrator.training.loss_scale import LossScale
 from orchestrator.training.models import build_model
@@ -49,6 +50,10 @@ Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
 # Called by `train_one_epoch` after each mid-epoch evaluation step with (steps
 # done this epoch, training seconds this epoch so far).
 OnEvaluation = Callable[[int, float], None]
+# Called with a worker's profiled steps' trace (`--profile-steps`; a local file of
+# its own) and its rank; returns where the trace is kept. Without one it stays where
+# it is.
+KeepTrace = Callable[[str, int], str]
 
 
 def set_cudnn(config: TrainConfig) -> None:
@@ -87,7 +92,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                  resume_from: tuple[dict, list[dict], list[dict]] | None = None,
                  started_at: float | None = None, node_id: str | None = None,
                  layout_scope: str | None = None, stop_at: float | None = None,
-                 graph_held_off: str | None = None) -> list[dict]:
+                 graph_held_off: str | None = None,
+                 keep_trace: KeepTrace | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
     epoch and reporting each; returns the epoch history. `stop_at`: a test accuracy
     at which training ends, at the first evaluation that reaches it, mid-epoch too
@@ -99,7 +105,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     this machine's name); `layout_scope` names the sweep whose timings of the
     memory layouts a node keeps (default: this process's; layout.py);
     `graph_held_off`: why the run's sweep captures no step under `--cuda-graph auto`
-    (SweepConfig.graph_held_off).
+    (SweepConfig.graph_held_off); `keep_trace`: where `--profile-steps`' traces go.
     """
     # When this worker group started on its nodes (a restart's is later): with each
     # epoch's end, it draws the trial on report/timeline.py's time line.
@@ -229,14 +235,20 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     for epoch in range(len(history), config.num_epochs):
         num_evaluations = len(evaluations)
         started_unix_s = time.time()
+        profiler = _profiler(config, device, epoch, graphed)
         try:
             stats = train_one_epoch(sync, optimizer, split, train_images, train_labels, config,
                                     epoch=epoch, device=device,
                                     on_evaluation=lambda steps, seconds: evaluate_mid_epoch(
                                         epoch, steps, seconds), graphed=graphed, check=check,
-                                    scale=scale)
+                                    scale=scale, profiler=profiler)
         except _ReachedTarget:
             break
+        finally:
+            if profiler is not None:
+                profiler.close()
+        if profiler is not None:
+            stats["profile"] = _gathered_profile(profiler, keep_trace)
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
         train_s = evaluation["train_s"]
         eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
@@ -258,6 +270,33 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     return history
 
 
+def _profiler(config: TrainConfig, device: torch.device, epoch: int,
+              graphed: "step_graph.GraphedStep | None") -> profiling.StepProfiler | None:
+    """`--profile-steps`' profiler of this epoch: the first epoch's only. A step
+    replayed as a CUDA graph from the epoch's start (no lr warm-up) is profiled after
+    its eager warm-up steps and its capture."""
+    if not config.profile_steps or epoch != 0:
+        return None
+    skip = profiling.FIRST_STEPS
+    if graphed is not None and config.warmup_epochs == 0:
+        skip = step_graph.WARMUP_STEPS + 1
+    return profiling.StepProfiler(device, profiling.window(
+        config.steps_per_epoch, mid_epoch_evaluation_steps(config), skip,
+        config.profile_steps))
+
+
+def _gathered_profile(profiler: profiling.StepProfiler, keep_trace: KeepTrace | None) -> str:
+    """Every rank's profile summary with where its trace is kept, in rank order (a
+    rank whose window held no step: null), as the epoch's `profile`."""
+    mine = None
+    if profiler.summary is not None:
+        trace = str(profiler.trace)
+        if keep_trace is not None:
+            trace = keep_trace(trace, get_rank())
+        mine = {"rank": get_rank(), **profiler.summary, "trace": trace}
+    return profiling.to_json([json.loads(text) for text in gather_strings(json.dumps(mine))])
+
+
 class _ReachedTarget(Exception):
     """A mid-epoch evaluation reached `stop_at`: the epoch ends there, unrecorded."""
 
@@ -268,7 +307,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
                     on_evaluation: OnEvaluation | None = None,
                     graphed: "step_graph.GraphedStep | None" = None,
                     check: NonFiniteCheck | None = None,
-                    scale: LossScale | None = None) -> dict:
+                    scale: LossScale | None = None,
+                    profiler: profiling.StepProfiler | None = None) -> dict:
     """One pass over the training set; returns the epoch's training statistics.
 
     `on_evaluation` is called at each of the epoch's `config.evals_per_epoch - 1`
@@ -276,6 +316,7 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     runs each step once the lr's warm-up is over (the lr is then fixed, as a
     captured step needs it), `check` being the one its capture counts into.
     `scale`: fp16's loss scale (loss_scale.py), going on from epoch to epoch.
+    `profiler`: `--profile-steps`' (profiling.py), told of each step.
     """
     batch_size = config.global_batch_size
     # Every worker draws the same permutation, then takes its own slice of
@@ -304,6 +345,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         elif global_step == warmup_steps:
             _set_lr(optimizer, config.lr)
         shard_start, shard_stop = split.next_slice()
+        if profiler is not None:
+            profiler.before_step(step)
         index = order[step * batch_size + shard_start: step * batch_size + shard_stop]
         if graphed is not None and global_step >= warmup_steps:
             # Timed whole: forward, backward and the update (the capture not).
@@ -314,6 +357,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
             outcome = train_batch(sync, optimizer, images[index], y, config, check,
                                   split.timer, noise, scale)
         step_sync.after_step(step)
+        if profiler is not None:
+            profiler.after_step(step)
         if outcome is None:
             status = Status.DIVERGED
             break
@@ -331,6 +376,8 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
     if sync.drain() and status == Status.OK and not apply_sum(sync, optimizer, check, scale):
         status = Status.DIVERGED
     epoch_time_s += _seconds_since(start, device)
+    if profiler is not None:  # its start and stop are no training
+        epoch_time_s -= profiler.overhead_s
     if check.read():  # steps after the last read
         status = Status.DIVERGED
     # The noise probe's shard sums ride on the epoch's one collective (zeros without it),

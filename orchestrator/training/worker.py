@@ -7,6 +7,7 @@ checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from orchestrator.training.sync.collectives import get_rank
 from orchestrator.config.options import TrainConfig
 from orchestrator.training.data import Images
 from orchestrator.training.loop import run_training
+from orchestrator.training.profiling import trace_name
 
 # Ray starts its worker processes at this niceness (its `worker_niceness` setting).
 RAY_WORKER_NICENESS = 15
@@ -53,7 +55,8 @@ def train_loop_per_worker(loop_config: dict) -> list[dict]:
                         node_id=context.get_node_id(),
                         layout_scope=f"job {context.get_job_id()} on {context.get_node_id()}",
                         stop_at=loop_config.get("stop_at"),
-                        graph_held_off=loop_config.get("graph_held_off"))
+                        graph_held_off=loop_config.get("graph_held_off"),
+                        keep_trace=keep_trace_in_run_folder)
 
 
 def calibration_loop_per_worker(loop_config: dict) -> dict:
@@ -67,6 +70,29 @@ def calibration_loop_per_worker(loop_config: dict) -> dict:
                                layouts=tuple(loop_config["layouts"]),
                                sharded=loop_config["sharded"],
                                probes=tuple(map(tuple, loop_config.get("probes", ()))))
+
+
+def keep_trace_in_run_folder(local: str, rank: int) -> str:
+    """A worker's profiled steps' trace (`--profile-steps`), moved into its Train
+    run's folder in the run's storage (a local folder, NFS or a bucket alike), under
+    profile/; returns where it went. Through Ray Train's storage context
+    (`get_storage()`, a DeveloperAPI): where that fails, the trace stays where it
+    is, on this worker's node, and the place says so."""
+    try:
+        storage = ray.train.get_context().get_storage()
+        folder = f"{storage.experiment_fs_path}/profile"
+        storage.storage_filesystem.create_dir(folder)
+        target = f"{folder}/{trace_name(rank)}"
+        with open(local, "rb") as source, \
+                storage.storage_filesystem.open_output_stream(
+                    target, compression=None) as stream:  # gzipped already: as it is
+            stream.write(source.read())
+    except Exception as error:  # noqa: BLE001 - any failure keeps the local trace
+        node = ray.util.get_node_ip_address() if ray.is_initialized() else "this node"
+        return f"{local} on {node} (not moved to the run's storage: {error})"
+    shutil.rmtree(Path(local).parent, ignore_errors=True)  # the trace's own folder
+    scheme = storage.storage_filesystem.type_name
+    return target if scheme == "local" else f"{scheme}://{target}"
 
 
 def usable_device(device: torch.device) -> torch.device:

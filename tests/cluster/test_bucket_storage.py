@@ -10,7 +10,7 @@ from helpers import run_script
 
 
 SWEEP = ["--workers", "1", "--lr", "0.1,0.2", "--epochs", "2", "--train-limit", "2048",
-         "--test-limit", "500", "--batch-size", "64", "--no-calibrate"]
+         "--test-limit", "500", "--batch-size", "64", "--no-calibrate", "--profile-steps", "3"]
 
 
 def test_a_sweep_keeps_its_state_in_a_bucket_and_resumes_from_it(tmp_path, s3_store):
@@ -31,9 +31,17 @@ def test_a_sweep_keeps_its_state_in_a_bucket_and_resumes_from_it(tmp_path, s3_st
                       if key.startswith(run_prefix) and key.endswith("/history.json")]
         body = s3_store.client.get_object(Bucket=s3_store.bucket, Key=history)["Body"]
         assert [row["epoch"] for row in json.loads(body.read())] == [1, 2]
+        # --profile-steps: the worker's trace, moved into its run's folder in the bucket.
+        assert f"sweeps/train-runs/{sweep_id}/{trial_id}/profile/rank0.pt.trace.json.gz" in keys
     assert not (out_dir / "ray").exists()  # nothing of Ray's kept locally
     epochs = _rows(out_dir / "epochs.csv")
     assert len(epochs) == 1 + 2 * 2  # the header, and 2 epochs of each trial
+    profiled = pd.read_csv(out_dir / "profile.csv")
+    assert sorted(profiled["trial_id"].unique()) == sorted(trials["trial_id"])
+    assert (profiled["steps"] == 3).all() and (profiled["rank"] == 0).all()
+    assert profiled["trace"].str.startswith("s3://").all(), profiled["trace"]
+    assert "## Profiled steps" in (out_dir / "report.md").read_text()
+    profile_rows = _rows(out_dir / "profile.csv")
 
     # The bucket is all a resume has: the report's files are rewritten from it.
     (out_dir / "epochs.csv").unlink()
@@ -41,6 +49,7 @@ def test_a_sweep_keeps_its_state_in_a_bucket_and_resumes_from_it(tmp_path, s3_st
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     # Every row as it was, to the last digit (Tune may list the trials in another order).
     assert _rows(out_dir / "epochs.csv") == epochs
+    assert _rows(out_dir / "profile.csv") == profile_rows  # read back from the checkpoints
     after = s3_store.keys("sweeps/")
     # No trial ran again: not one checkpoint more.
     assert [key for key in after if "/checkpoint_" in key] == \

@@ -27,7 +27,7 @@ def test_trials_that_asha_stops_hand_their_process_to_the_next(ray_session, fash
     live_groups_before = num_live_placement_groups()
     result_grid = run_experiment(sweep, ray.put(fashion_mnist_small), storage_path=str(tmp_path),
                             sweep_id="asha", max_concurrent=1, resume=False)
-    _, epochs, _ = collect(result_grid, sweep, str(tmp_path), sweep_id="asha")
+    _, epochs, _, _ = collect(result_grid, sweep, str(tmp_path), sweep_id="asha")
     assert epochs.groupby("lr").size().to_dict() == {0.2: 2, 0.001: 1, 0.002: 1}
     # All three trials ran in one process, and reported to Tune without a
     # queue actor of Ray's.

@@ -1,6 +1,7 @@
 """experiments/train.py as a user runs it: real Ray, real data subset.
 (tests/unit/test_train_script.py: bad input.)"""
 
+import gzip
 import os
 import re
 import signal
@@ -19,8 +20,16 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
     options = ["--storage", str(tmp_path), "--name", "books-line", "--workers", "2",
                "--batch-size", "32", "--lr", "0.2", "--train-limit", "8192", "--test-limit",
                "1000", "--sync", "bucketed"]
-    run = run_script("train.py", *options, "--epochs", "2")
+    # --profile-steps: both ranks' profiles gathered, their traces in the run's folder.
+    run = run_script("train.py", *options, "--epochs", "2", "--profile-steps", "2")
     assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):
+        trace = tmp_path / "books-line" / "profile" / f"rank{rank}.pt.trace.json.gz"
+        assert re.search(rf"^profile: rank {rank} \(cpu\): 2 steps profiled, [\d.]+ ms a "
+                         rf"step; trace {re.escape(str(trace))}$", run.stdout, re.M), run.stdout
+        assert "ProfilerStep" in gzip.open(trace).read().decode()
+    assert re.search(r"^profile: rank 0's top ops by self CPU time a step: aten::", run.stdout,
+                     re.M)
     assert "resuming" not in run.stdout  # a new name: a new run
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     assert re.search(r"epoch 2/2: train loss", run.stdout + run.stderr)

@@ -44,6 +44,7 @@ from orchestrator.errors import UserError
     ({"gpus_per_worker": 0.5}, "--gpus-per-worker 0.5 is for GPU workers"),
     ({"sync_batchnorm": True, "use_gpu": True}, "LeNet has no BatchNorm layer"),
     ({"accumulation_steps": 0}, "accumulation steps must be >= 1"),
+    ({"profile_steps": -1}, "profiled steps must be >= 0"),
     ({"accumulation_steps": 2.0}, "accumulation steps must be an integer"),
     ({"accumulation_steps": 65, "num_workers": 4, "global_batch_size": 259},
      "--accumulation-steps 65 needs at least that many examples in every worker's shard of "

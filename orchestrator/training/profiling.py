@@ -1,0 +1,169 @@
+"""`--profile-steps N`: N training steps of a run's first epoch under torch.profiler,
+on every worker: where a step's time goes, op by op (and kernel by kernel on a GPU).
+
+Each worker keeps a summary (`summary`: the top ops by self time a step, and on a
+GPU the kernels a step and the device's busy time in it: a step far from busy is
+bound by its launches, not by arithmetic) and a Chrome trace of its steps, which
+Perfetto (ui.perfetto.dev) or TensorBoard opens; the loop gathers the summaries on
+rank 0 into the epoch's row and the driver writes them to profile.csv and
+report.md. The window (`window`) starts after the steps that pay one-off costs
+(cuDNN's search, a CUDA graph's warm-up and capture) and ends before the first
+evaluation. The first epoch is outside every timing of the report (the epochs
+after the first: report/summary.py `steady_epochs`), so the profiler's own
+overhead there times nothing; a one-epoch run's time includes its overhead in the
+profiled steps (the profiler's start and stop are left out of it, as evaluations are).
+
+Nothing here may import ray (loop.py runs without it).
+"""
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import profiler
+
+# Where the table of a step's ops stops: the rest is in the trace.
+TOP_OPS = 10
+# Steps that pay a run's one-off costs and are left out of the window: the first
+# step (cuDNN's search for its convolutions, autograd's and the allocator's first
+# allocations), and with a graphed step its eager warm-up steps and the capture.
+FIRST_STEPS = 1
+# The name each profiled step's span has in the trace, as torch.profiler's schedule
+# names them: its total counts the whole step, no op of its own.
+STEP_EVENT = "ProfilerStep"
+
+
+def window(steps_per_epoch: int, evaluate_after: set[int], skip: int,
+           requested: int) -> range:
+    """Which steps (from 0) of the first epoch to profile: the last `requested`
+    before the first mid-epoch evaluation (or the epoch's end) that are not among
+    the `skip` first; fewer where the epoch has not that many; none where it has
+    no step beyond the skipped ones."""
+    end = min([steps_per_epoch, *(steps for steps in evaluate_after if steps > 0)])
+    return range(max(skip, end - requested), end)
+
+
+class StepProfiler:
+    """torch.profiler around the steps of `steps` (a `window`), called after each step."""
+
+    def __init__(self, device: torch.device, steps: range):
+        self.device, self.steps = device, steps
+        self.summary: dict | None = None
+        self.trace: Path | None = None
+        self._profile: profiler.profile | None = None
+        self._stopped: profiler.profile | None = None
+        self._start = 0.0
+        self._seconds = 0.0
+        self._steps = 0
+        self._span: profiler.record_function | None = None
+        # Seconds the profiler's start and stop took: no training, out of the epoch's time.
+        self.overhead_s = 0.0
+
+    def before_step(self, step: int) -> None:
+        if step == self.steps.start and self.steps:
+            self._start_profile()
+        if self._profile is not None:
+            self._span = profiler.record_function(f"{STEP_EVENT}#{step}")
+            self._span.__enter__()
+
+    def _start_profile(self) -> None:
+        started = time.perf_counter()
+        # Kineto's own log lines (an error where a CUDA build has no GPU) stay off.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        activities = [profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(profiler.ProfilerActivity.CUDA)
+            torch.cuda.synchronize(self.device)
+        self._profile = profiler.profile(activities=activities)
+        self._profile.__enter__()
+        self._start = time.perf_counter()
+        self.overhead_s += self._start - started
+
+    def after_step(self, step: int) -> None:
+        if self._profile is None:
+            return
+        self._span.__exit__(None, None, None)
+        self._span = None
+        self._steps += 1
+        if step == self.steps.stop - 1:
+            self._stop()
+
+    def close(self) -> None:
+        """After the epoch (its time not counting this): the summary and the trace;
+        a window the epoch left before its end (a diverged step) over the steps it saw."""
+        if self._span is not None:  # a step that raised
+            self._span.__exit__(None, None, None)
+            self._span = None
+        if self._profile is not None:
+            self._stop()
+        if self._stopped is None or not self._steps:
+            return
+        profile, self._stopped = self._stopped, None
+        self.summary = summary(profile.key_averages(), steps=self._steps,
+                               seconds=self._seconds, device=self.device)
+        self.trace = _export(profile)
+
+    def _stop(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        stopped = time.perf_counter()
+        self._seconds = stopped - self._start
+        self._stopped, self._profile = self._profile, None
+        self._stopped.__exit__(None, None, None)
+        self.overhead_s += time.perf_counter() - stopped
+
+
+def summary(averages, *, steps: int, seconds: float, device: torch.device) -> dict:
+    """A profiled window's numbers a step: its wall time; the `TOP_OPS` ops by self
+    time (on the device where there is one, else on the CPU), each with its calls
+    and its self time on the CPU and on the device; on a GPU, the kernels (and
+    copies) launched and the device's busy time (their time summed: one stream's
+    kernels do not overlap)."""
+    ops = [row for row in averages if not row.key.startswith(STEP_EVENT)]
+    on_device = device.type != "cpu"
+    kernels = [row for row in ops if row.device_type != torch.autograd.DeviceType.CPU]
+    host = [row for row in ops if row.device_type == torch.autograd.DeviceType.CPU]
+    # A kernel's time is its own (the op above it lists it as device time); a
+    # host op's device time is its kernels'. On a CPU only the host's count.
+    ranked = sorted(kernels + host if on_device else host, reverse=True,
+                    key=lambda row: (row.self_device_time_total if on_device
+                                     else row.self_cpu_time_total))
+    return {
+        "device": str(device), "steps": steps, "step_ms": 1e3 * seconds / steps,
+        "ops": [{"op": row.key, "calls": row.count / steps,
+                 "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
+                 "self_device_ms": row.self_device_time_total / 1e3 / steps}
+                for row in ranked[:TOP_OPS]],
+        "kernels": (sum(row.count for row in kernels) / steps) if on_device else None,
+        "device_busy_ms": (sum(row.self_device_time_total for row in kernels) / 1e3 / steps
+                           if on_device else None),
+    }
+
+
+def _export(profile: profiler.profile) -> Path:
+    """The window's Chrome trace, gzipped (Perfetto and TensorBoard read it so),
+    in a temporary folder of this process's."""
+    folder = Path(tempfile.mkdtemp(prefix="d2l-profile-"))
+    plain = folder / "trace.json"
+    profile.export_chrome_trace(str(plain))
+    packed = folder / "trace.json.gz"
+    with plain.open("rb") as source, gzip.open(packed, "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
+    return packed
+
+
+def trace_name(rank: int) -> str:
+    """A worker's trace in the run's folder: Perfetto and TensorBoard's plugin know
+    `.pt.trace.json.gz`."""
+    return f"rank{rank}.pt.trace.json.gz"
+
+
+def to_json(profiles: list[dict]) -> str:
+    """Every rank's summary, in rank order, as the epoch's row holds it."""
+    return json.dumps(profiles)
