@@ -11,6 +11,8 @@ Run on a machine with one NVIDIA GPU (H100 or H200), Ray brought there as wheels
    the one GPU; its main-job test is step 2's, checked there);
 2. the main job, `python experiments/sweep.py` (the book's 13.5 preset): its
    1-GPU trial runs, its 2-worker point is left out and named in report.md;
+   `--profile-steps` profiles its first epoch's last steps (outside the epochs
+   timed): LeNet's kernels a step and the device's busy time, in the record;
 3. `--preset d2l-13.6 --workers 1 --precision bf16`: ResNet-18 with the book's
    recipe through a Ray Train trial, its step a CUDA graph in bfloat16
    (bench/notes/gpu_step.md), evaluated 4 times an epoch for its time to 0.90;
@@ -88,6 +90,8 @@ TORCHRUN_EPOCHS = 3  # the first warms up; the median of the others is read
 LEFT_OUT_LINE = "2 workers need 2 GPUs; this cluster has 1: not run"
 RESNET_PRECISION = "bf16"
 RESNET_EVALS_PER_EPOCH = 4  # for the time to 0.90; the loop alone evaluates as often
+# The main job's steps under torch.profiler: its first epoch's last, which no figure times.
+PROFILE_STEPS = 20
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -219,7 +223,30 @@ def sweep_figures(folder: Path) -> dict:
     floor = trial.get("memory_floor_mb")
     figures["memory_floor_mb"] = float(floor) if floor == floor and floor is not None else None
     figures["time_split_s"] = time_split(folder, epochs)
+    figures["profile"] = profile_figures(folder, trial["trial_id"])
     return figures
+
+
+def profile_figures(folder: Path, trial_id: str) -> dict | None:
+    """The trial's first rank's profiled steps (`--profile-steps`, profile.csv): a
+    step's wall time, its kernels and the device's busy time in it, its top 3 ops;
+    None where it was not profiled."""
+    rows = _read_csv(folder / "profile.csv")
+    if rows is None:
+        return None
+    rows = rows[rows["trial_id"] == trial_id]
+    if rows.empty:
+        return None
+    first = rows[rows["rank"] == rows["rank"].min()]
+    head = first.iloc[0]
+    on_device = head["kernels"] == head["kernels"]  # NaN on a CPU
+    time_key = "self_device_ms" if on_device else "self_cpu_ms"
+    return {"device": str(head["device"]), "steps": int(head["steps"]),
+            "step_ms": float(head["step_ms"]),
+            "kernels": float(head["kernels"]) if on_device else None,
+            "device_busy_ms": float(head["device_busy_ms"]) if on_device else None,
+            "top_ops": [[op, round(float(ms), 4)]
+                        for op, ms in zip(first["op"].head(3), first[time_key].head(3))]}
 
 
 def time_split(folder: Path, epochs) -> dict:
@@ -412,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in steps.chosen:
             record(after=name)
     with tempfile.TemporaryDirectory() as scratch:
-        for name, options in (("main_job", []),
+        for name, options in (("main_job", ["--profile-steps", str(PROFILE_STEPS)]),
                               ("d2l_13_6", ["--preset", "d2l-13.6", "--workers", "1",
                                             "--precision", RESNET_PRECISION,
                                             "--evals-per-epoch", str(RESNET_EVALS_PER_EPOCH),

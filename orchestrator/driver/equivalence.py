@@ -40,7 +40,8 @@ BATCH_DEPENDENT = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutN
 
 def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
     """The run shortened to `STEPS` steps of its global batch, one epoch, in
-    `precision`, in NCHW (no layout timing), no failures retried, a small test set;
+    `precision`, in NCHW (no layout timing), no failures retried, a small test set,
+    nothing profiled;
     on GPUs fp32's convolutions in IEEE fp32, not TF32, whose rounding (a 10-bit
     mantissa) in the two runs' differently shaped batches may exceed fp32's tolerance."""
     steps = min(STEPS, config.num_train_examples // config.global_batch_size)
@@ -49,7 +50,7 @@ def check_config(config: TrainConfig, precision: str = "fp64") -> TrainConfig:
         num_epochs=1, warmup_epochs=0, train_limit=steps * config.global_batch_size,
         evals_per_epoch=1, target_acc=None,
         test_limit=min(config.num_test_examples, max(config.num_workers, 100)),
-        max_failures=0)
+        max_failures=0, profile_steps=0)
 
 
 def require_room(config: TrainConfig, cluster, gpu_memory_bytes: float | None) -> None:

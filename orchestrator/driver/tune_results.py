@@ -71,17 +71,18 @@ def collect(result_grid: tune.ResultGrid, sweep: SweepConfig, storage_path: str,
             storage.join(train_runs_path(storage_path, sweep_id), trial_id))
         if stored is not None:
             history, evaluations = (pd.DataFrame(rows) for rows in stored)
+            reported = history
         else:
             # Tune's record, where every report is an evaluation (no columns if none
             # came): an epoch's row has no eval_s, and until an epoch ends there are
             # no epoch columns.
-            evaluations = history = result.metrics_dataframe
+            reported = evaluations = history = result.metrics_dataframe
             if evaluations is not None and "end_of_epoch" in evaluations:
                 history = evaluations[evaluations["end_of_epoch"].astype(bool)].reindex(
                     columns=EPOCH_COLUMNS)
                 evaluations = evaluations.reindex(columns=EVALUATION_COLUMNS)
-        if history is not None:
-            profile_rows += profile.rows(history, trial_id)
+        if reported is not None:  # read before the epoch columns leave `profile` out
+            profile_rows += profile.rows(reported, trial_id)
         if history is not None and "epoch" in history:
             epoch_frames.append(history.reindex(columns=EPOCH_COLUMNS).assign(trial_id=trial_id))
         if evaluations is not None and "epoch" in evaluations:

@@ -2,8 +2,8 @@
 rows, report.md's section and train.py's lines.
 
 Each profiled epoch's row holds every rank's summary (`profile`, JSON): the steps
-profiled, their wall time a step, the top ops by self time a step, and on a GPU
-the kernels a step and the device's busy time in it.
+profiled, their wall time a step, the top ops by self time a step (on a GPU its
+kernels), and on a GPU the kernels a step and the device's busy time in it.
 """
 
 import json
@@ -13,8 +13,10 @@ import pandas as pd
 from orchestrator.records import counted
 from orchestrator.report.tables import markdown_table
 
-PROFILE_COLUMNS = ["trial_id", "rank", "device", "steps", "step_ms", "kernels",
-                   "device_busy_ms", "op", "calls", "self_cpu_ms", "self_device_ms", "trace"]
+RANK_COLUMNS = ["rank", "device", "steps", "step_ms", "kernels", "device_busy_ms",
+                "nccl_busy_ms"]
+PROFILE_COLUMNS = ["trial_id", *RANK_COLUMNS, "op", "calls", "self_cpu_ms", "self_device_ms",
+                   "trace", "error"]
 # Ops in train.py's lines (profile.csv and report.md hold the summary's all).
 PRINTED_OPS = 5
 
@@ -29,10 +31,11 @@ def summaries(history: pd.DataFrame) -> list[dict]:
 
 
 def rows(history: pd.DataFrame, trial_id: str) -> list[dict]:
-    """profile.csv's rows of one trial: one per rank and op."""
-    return [{"trial_id": trial_id, **{key: rank[key] for key in PROFILE_COLUMNS[1:7]},
-             **op, "trace": rank["trace"]}
-            for rank in summaries(history) for op in rank["ops"]]
+    """profile.csv's rows of one trial: one per rank and op (a rank whose summary
+    failed: one, with its `error`)."""
+    return [{"trial_id": trial_id, **{key: rank.get(key) for key in RANK_COLUMNS},
+             **op, "trace": rank.get("trace"), "error": rank.get("error")}
+            for rank in summaries(history) for op in (rank["ops"] or [{}])]
 
 
 def rank_line(rank: dict) -> str:
@@ -40,15 +43,27 @@ def rank_line(rank: dict) -> str:
     busy the device was (a step far from busy is bound by its launches)."""
     line = (f"rank {rank['rank']} ({rank['device']}): {counted(rank['steps'], 'step')} "
             f"profiled, {rank['step_ms']:.3g} ms a step")
-    if rank.get("kernels") is not None:
+    if _known(rank.get("kernels")):
         busy = rank["device_busy_ms"]
         line += (f"; {rank['kernels']:.0f} kernels a step, the device busy {busy:.3g} ms "
                  f"of it ({busy / rank['step_ms']:.0%})")
+        if _known(rank.get("nccl_busy_ms")) and rank["nccl_busy_ms"] > 0:
+            line += (f", NCCL's kernels {rank['nccl_busy_ms']:.3g} ms (their wait for the "
+                     f"other ranks in)")
+    if _known(rank.get("error")):
+        line += f"; not summarised: {rank['error']}"
     return line
 
 
-def _time_key(rank: dict) -> str:
-    return "self_cpu_ms" if rank.get("kernels") is None else "self_device_ms"
+def _known(value) -> bool:
+    return value is not None and value == value  # None, or NaN read back from a CSV: not
+
+
+def _kind(rank: dict) -> tuple[str, str]:
+    """(what the top rows are, the time they are ranked by): a GPU's kernels by
+    device time, a CPU's ops by host time."""
+    return (("kernels", "self_device_ms") if _known(rank.get("kernels"))
+            else ("ops", "self_cpu_ms"))
 
 
 def printed_lines(history: list[dict]) -> list[str]:
@@ -56,11 +71,13 @@ def printed_lines(history: list[dict]) -> list[str]:
     ranks = summaries(pd.DataFrame(history))
     if not ranks:
         return []
-    first, key = ranks[0], _time_key(ranks[0])
-    where = "device" if key == "self_device_ms" else "CPU"
-    ops = ", ".join(f"{op['op']} {op[key]:.3g} ms" for op in first["ops"][:PRINTED_OPS])
-    return ["profile: " + rank_line(rank) + f"; trace {rank['trace']}" for rank in ranks] + [
-        f"profile: rank {first['rank']}'s top ops by self {where} time a step: {ops}"]
+    first = ranks[0]
+    kind, key = _kind(first)
+    lines = ["profile: " + rank_line(rank) + f"; trace {rank['trace']}" for rank in ranks]
+    if first["ops"]:
+        ops = ", ".join(f"{op['op']} {op[key]:.3g} ms" for op in first["ops"][:PRINTED_OPS])
+        lines.append(f"profile: rank {first['rank']}'s top {kind} a step: {ops}")
+    return lines
 
 
 def section(frame: pd.DataFrame) -> list[str]:
@@ -70,20 +87,24 @@ def section(frame: pd.DataFrame) -> list[str]:
         return []
     lines = ["## Profiled steps", "",
              "`--profile-steps`: steps of each trial's first epoch under torch.profiler on "
-             "every worker, after its warm-up steps and before its first evaluation (the "
-             "first epoch is outside every timing above). Times are per step, the "
-             "profiler's own overhead in them; an op's self time leaves out the ops it "
-             "calls. Every rank's top ops are in `profile.csv`; each trace opens in Perfetto "
-             "(ui.perfetto.dev) or TensorBoard.", ""]
+             "every worker, after its warm-up steps and before its first evaluation. The "
+             "first epoch is outside every time per epoch above; the time to a target "
+             "counts the profiled steps, the profiler's overhead in them (its start and "
+             "stop not). Times are per step, that overhead in them; an op's self time "
+             "leaves out the ops it calls; on a GPU the rows are its kernels, and the "
+             "device's busy time is the union of their intervals. Every rank's top rows "
+             "are in `profile.csv`; each trace opens in Perfetto (ui.perfetto.dev) or "
+             "TensorBoard.", ""]
     for trial_id, trial in frame.groupby("trial_id", sort=False):
         ranks = trial.drop_duplicates("rank")
         lines += [f"### {trial_id}", ""]
         lines += [f"- {rank_line(rank)}; trace `{rank['trace']}`"
                   for rank in ranks.to_dict("records")]
-        first = trial[trial["rank"] == trial["rank"].min()]
-        table = first[["op", "calls", "self_cpu_ms", "self_device_ms"]]
-        if first["kernels"].isna().all():
-            table = table.drop(columns="self_device_ms")
-        lines += ["", f"Rank {int(first['rank'].iloc[0])}'s top ops a step:", "",
-                  markdown_table(table), ""]
+        first = trial[(trial["rank"] == trial["rank"].min()) & trial["op"].notna()]
+        if first.empty:
+            lines.append("")
+            continue
+        kind, key = _kind(first.iloc[0].to_dict())
+        lines += ["", f"Rank {int(first['rank'].iloc[0])}'s top {kind} a step:", "",
+                  markdown_table(first[["op", "calls", key]]), ""]
     return lines

@@ -245,8 +245,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
         except _ReachedTarget:
             break
         finally:
-            if profiler is not None:
-                profiler.close()
+            if profiler is not None:  # where a step raised too: the profiler off
+                profiler.stop()
         if profiler is not None:
             stats["profile"] = _gathered_profile(profiler, keep_trace)
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
@@ -288,10 +288,11 @@ def _profiler(config: TrainConfig, device: torch.device, epoch: int,
 def _gathered_profile(profiler: profiling.StepProfiler, keep_trace: KeepTrace | None) -> str:
     """Every rank's profile summary with where its trace is kept, in rank order (a
     rank whose window held no step: null), as the epoch's `profile`."""
+    profiler.finish()
     mine = None
     if profiler.summary is not None:
-        trace = str(profiler.trace)
-        if keep_trace is not None:
+        trace = str(profiler.trace) if profiler.trace is not None else None
+        if keep_trace is not None and trace is not None:
             trace = keep_trace(trace, get_rank())
         mine = {"rank": get_rank(), **profiler.summary, "trace": trace}
     return profiling.to_json([json.loads(text) for text in gather_strings(json.dumps(mine))])
@@ -368,16 +369,14 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         num_steps += 1
         split.after_step()
         if num_steps in evaluate_after:
-            epoch_time_s += _seconds_since(start, device)
+            epoch_time_s += _seconds_since(start, device) - _profiler_overhead_s(profiler)
             on_evaluation(num_steps, epoch_time_s)
             sync.module.train()
             start = time.perf_counter()
     # delayed: the epoch's last gradient, still in flight, applied now (if it ran well)
     if sync.drain() and status == Status.OK and not apply_sum(sync, optimizer, check, scale):
         status = Status.DIVERGED
-    epoch_time_s += _seconds_since(start, device)
-    if profiler is not None:  # its start and stop are no training
-        epoch_time_s -= profiler.overhead_s
+    epoch_time_s += _seconds_since(start, device) - _profiler_overhead_s(profiler)
     if check.read():  # steps after the last read
         status = Status.DIVERGED
     # The noise probe's shard sums ride on the epoch's one collective (zeros without it),
@@ -411,6 +410,11 @@ def train_one_epoch(sync: GradientSync, optimizer: torch.optim.Optimizer, split:
         "skipped_steps": scale.skipped_steps - skipped_before if scale is not None else 0,
         **split.end_epoch(num_steps),
     }
+
+
+def _profiler_overhead_s(profiler: profiling.StepProfiler | None) -> float:
+    """The profiler's start and stop since it was last asked: no training."""
+    return profiler.take_overhead_s() if profiler is not None else 0.0
 
 
 def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:

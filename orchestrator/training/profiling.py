@@ -13,11 +13,16 @@ after the first: report/summary.py `steady_epochs`), so the profiler's own
 overhead there times nothing; a one-epoch run's time includes its overhead in the
 profiled steps (the profiler's start and stop are left out of it, as evaluations are).
 
+Started from a thread other than the process's first (a Ray Train worker runs
+the loop in one), kineto prints "External init callback must run in same thread
+as registerClient" once: the client init it then skips is torch's, which is empty.
+
 Nothing here may import ray (loop.py runs without it).
 """
 
 import gzip
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -61,8 +66,8 @@ class StepProfiler:
         self._seconds = 0.0
         self._steps = 0
         self._span: profiler.record_function | None = None
-        # Seconds the profiler's start and stop took: no training, out of the epoch's time.
-        self.overhead_s = 0.0
+        # Seconds the profiler's start and stop took and no one took yet (`take_overhead_s`).
+        self._overhead_s = 0.0
 
     def before_step(self, step: int) -> None:
         if step == self.steps.start and self.steps:
@@ -72,17 +77,19 @@ class StepProfiler:
             self._span.__enter__()
 
     def _start_profile(self) -> None:
-        started = time.perf_counter()
-        # Kineto's own log lines (an error where a CUDA build has no GPU) stay off.
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
         activities = [profiler.ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(profiler.ProfilerActivity.CUDA)
+            # The steps before, still queued on the device, are training: waited
+            # for before the profiler's own time starts.
             torch.cuda.synchronize(self.device)
+        started = time.perf_counter()
+        # Kineto's own log lines (an error where a CUDA build has no GPU) stay off.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
         self._profile = profiler.profile(activities=activities)
         self._profile.__enter__()
         self._start = time.perf_counter()
-        self.overhead_s += self._start - started
+        self._overhead_s += self._start - started
 
     def after_step(self, step: int) -> None:
         if self._profile is None:
@@ -93,20 +100,38 @@ class StepProfiler:
         if step == self.steps.stop - 1:
             self._stop()
 
-    def close(self) -> None:
-        """After the epoch (its time not counting this): the summary and the trace;
-        a window the epoch left before its end (a diverged step) over the steps it saw."""
-        if self._span is not None:  # a step that raised
-            self._span.__exit__(None, None, None)
-            self._span = None
-        if self._profile is not None:
-            self._stop()
+    def stop(self) -> None:
+        """The profiler off where the epoch left the window (a step that raised or
+        diverged, the target reached mid-epoch); nothing summarised or exported. An
+        error of its own (the device's, after a step that raised) is not raised over
+        the step's: the window is then lost."""
+        try:
+            if self._span is not None:  # a step that raised
+                self._span.__exit__(None, None, None)
+                self._span = None
+            if self._profile is not None:
+                self._stop()
+        except Exception:  # noqa: BLE001 - the window lost, the run's own error raised
+            self._span = self._profile = self._stopped = None
+
+    def finish(self) -> None:
+        """After the epoch (its time not counting this): `summary` and `trace` of the
+        steps the window saw (none: both stay None). Profiling never ends a run: where
+        summarising or exporting fails, the summary says why."""
+        self.stop()
         if self._stopped is None or not self._steps:
             return
         profile, self._stopped = self._stopped, None
-        self.summary = summary(profile.key_averages(), steps=self._steps,
-                               seconds=self._seconds, device=self.device)
-        self.trace = _export(profile)
+        try:
+            self.summary = summary(profile.key_averages(), profile.events(),
+                                   steps=self._steps, seconds=self._seconds,
+                                   device=self.device)
+            self.trace = _export(profile)
+        except Exception as error:  # noqa: BLE001 - reported, and training goes on
+            self.summary = {"device": str(self.device), "steps": self._steps,
+                            "step_ms": 1e3 * self._seconds / self._steps, "ops": [],
+                            "kernels": None, "device_busy_ms": None,
+                            "error": f"{type(error).__name__}: {error}"}
 
     def _stop(self) -> None:
         if self.device.type == "cuda":
@@ -115,34 +140,68 @@ class StepProfiler:
         self._seconds = stopped - self._start
         self._stopped, self._profile = self._profile, None
         self._stopped.__exit__(None, None, None)
-        self.overhead_s += time.perf_counter() - stopped
+        self._overhead_s += time.perf_counter() - stopped
+
+    def take_overhead_s(self) -> float:
+        """The seconds the profiler's start and stop took since the last call: no
+        training, left out of the epoch's time (and a mid-epoch evaluation's)."""
+        seconds, self._overhead_s = self._overhead_s, 0.0
+        return seconds
 
 
-def summary(averages, *, steps: int, seconds: float, device: torch.device) -> dict:
+def on_device(row) -> bool:
+    """Whether a profiler event (or averaged row) is the device's own work: a kernel,
+    a copy or a fill, not a host op, and not a `record_function` span mirrored onto
+    the device's timeline (torch's tables leave those out of device time too)."""
+    return (row.device_type != torch.autograd.DeviceType.CPU
+            and not getattr(row, "is_user_annotation", False))
+
+
+def summary(averages, events, *, steps: int, seconds: float,
+            device: torch.device) -> dict:
     """A profiled window's numbers a step: its wall time; the `TOP_OPS` ops by self
-    time (on the device where there is one, else on the CPU), each with its calls
-    and its self time on the CPU and on the device; on a GPU, the kernels (and
-    copies) launched and the device's busy time (their time summed: one stream's
-    kernels do not overlap)."""
-    ops = [row for row in averages if not row.key.startswith(STEP_EVENT)]
-    on_device = device.type != "cpu"
-    kernels = [row for row in ops if row.device_type != torch.autograd.DeviceType.CPU]
-    host = [row for row in ops if row.device_type == torch.autograd.DeviceType.CPU]
-    # A kernel's time is its own (the op above it lists it as device time); a
-    # host op's device time is its kernels'. On a CPU only the host's count.
-    ranked = sorted(kernels + host if on_device else host, reverse=True,
-                    key=lambda row: (row.self_device_time_total if on_device
-                                     else row.self_cpu_time_total))
-    return {
+    time, each with its calls and its self time on the CPU and on the device: on a
+    CPU the host's ops, on a GPU the device's kernels (a host op's device time is
+    its kernels', counted once so); on a GPU also the kernels (copies and fills
+    included) and the device's busy time: the union of their intervals (`busy_us`),
+    NCCL's among them, whose kernels overlap the others' and hold the wait for
+    the other ranks, apart in `nccl_busy_ms`."""
+    rows = [row for row in averages if not row.key.startswith(STEP_EVENT)]
+    gpu = device.type != "cpu"
+    if gpu:
+        ranked = sorted((row for row in rows if on_device(row)), reverse=True,
+                        key=lambda row: row.self_device_time_total)
+    else:
+        ranked = sorted((row for row in rows
+                         if row.device_type == torch.autograd.DeviceType.CPU),
+                        reverse=True, key=lambda row: row.self_cpu_time_total)
+    result = {
         "device": str(device), "steps": steps, "step_ms": 1e3 * seconds / steps,
         "ops": [{"op": row.key, "calls": row.count / steps,
                  "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
                  "self_device_ms": row.self_device_time_total / 1e3 / steps}
                 for row in ranked[:TOP_OPS]],
-        "kernels": (sum(row.count for row in kernels) / steps) if on_device else None,
-        "device_busy_ms": (sum(row.self_device_time_total for row in kernels) / 1e3 / steps
-                           if on_device else None),
+        "kernels": None, "device_busy_ms": None, "nccl_busy_ms": None,
     }
+    if gpu:
+        work = [event for event in events if on_device(event)]
+        spans = [(event.time_range.start, event.time_range.end) for event in work]
+        nccl = [span for span, event in zip(spans, work) if "nccl" in event.name.lower()]
+        result |= {"kernels": len(work) / steps,
+                   "device_busy_ms": busy_us(spans) / 1e3 / steps,
+                   "nccl_busy_ms": busy_us(nccl) / 1e3 / steps}
+    return result
+
+
+def busy_us(spans: list[tuple[float, float]]) -> float:
+    """The time (µs) covered by at least one of `spans` (start, end): kernels of
+    several streams overlapping count once."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def _export(profile: profiler.profile) -> Path:

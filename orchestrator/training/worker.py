@@ -91,8 +91,9 @@ def keep_trace_in_run_folder(local: str, rank: int) -> str:
         node = ray.util.get_node_ip_address() if ray.is_initialized() else "this node"
         return f"{local} on {node} (not moved to the run's storage: {error})"
     shutil.rmtree(Path(local).parent, ignore_errors=True)  # the trace's own folder
+    # A bucket's path has no scheme of its own; any other filesystem's is its path.
     scheme = storage.storage_filesystem.type_name
-    return target if scheme == "local" else f"{scheme}://{target}"
+    return f"{scheme}://{target}" if scheme in ("s3", "gcs", "hdfs") else target
 
 
 def usable_device(device: torch.device) -> torch.device:

@@ -61,6 +61,10 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
     assert partial["main_job"] == record["main_job"] and partial["loop_alone"] == standing_in
     main_job = record["main_job"]
     assert main_job["epochs_run"] == 2 and main_job["trials"] == 2  # this CPU holds both
+    # --profile-steps: the 1-worker trial's first rank, on this CPU its host ops alone.
+    profiled = main_job["profile"]
+    assert profiled["device"] == "cpu" and profiled["steps"] >= 1 and profiled["step_ms"] > 0
+    assert profiled["kernels"] is None and len(profiled["top_ops"]) == 3
     split = main_job["time_split_s"]
     assert split["trials_s"] > split["training"] > 0 and split["calibration_s"] > 0
     assert record["torchrun"]["epochs_run"] == check.TORCHRUN_EPOCHS

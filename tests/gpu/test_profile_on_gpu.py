@@ -1,6 +1,6 @@
 """`--profile-steps` on a GPU (training/profiling.py): the summary counts the
 step's kernels and the device's busy time, for an eager step and for one replayed
-as a CUDA graph (profiled after its warm-up and capture).
+as a CUDA graph (profiled after its warm-up and capture); the rows are the kernels.
 
 Needs a CUDA GPU: skipped without one (tests/conftest.py); on CPUs:
 tests/unit/test_profiling.py.
@@ -33,6 +33,10 @@ def test_a_gpu_profile_counts_kernels_and_the_devices_busy_time(fashion_mnist_sm
     # one by one or replayed as a graph; their time a part of the step's.
     assert rank["kernels"] >= 10, rank
     assert 0 < rank["device_busy_ms"] <= rank["step_ms"], rank
+    assert rank["nccl_busy_ms"] == 0  # one worker: no NCCL kernel
+    # The rows are kernels: no host op and no record_function span among them.
+    assert not any(op["op"].startswith(("aten::", "Optimizer.step", "ProfilerStep"))
+                   for op in rank["ops"]), rank["ops"]
     device_ms = [op["self_device_ms"] for op in rank["ops"]]
     assert device_ms == sorted(device_ms, reverse=True) and device_ms[0] > 0
     trace = json.load(gzip.open(rank["trace"]))

@@ -2,8 +2,11 @@
 process on real data, and the summaries read back (report/profile.py)."""
 
 import gzip
+import io
 import json
 import shutil
+import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -80,28 +83,32 @@ def test_outside_a_ray_train_run_the_trace_stays_where_it_is(tmp_path):
 
 
 GPU_RANK = {"rank": 0, "device": "cuda:0", "steps": 5, "step_ms": 10.0, "kernels": 212.0,
-            "device_busy_ms": 6.1, "trace": "runs/a/profile/rank0.pt.trace.json.gz",
+            "device_busy_ms": 6.1, "nccl_busy_ms": 0.0,
+            "trace": "runs/a/profile/rank0.pt.trace.json.gz",
             "ops": [{"op": "sm90_xmma_fprop", "calls": 20.0, "self_cpu_ms": 0.0,
                      "self_device_ms": 2.5},
-                    {"op": "aten::cudnn_convolution", "calls": 20.0, "self_cpu_ms": 0.4,
-                     "self_device_ms": 2.5}]}
+                    {"op": "void at::native::elementwise_kernel", "calls": 60.0,
+                     "self_cpu_ms": 0.0, "self_device_ms": 1.25}]}
 
 
 def test_a_gpu_profile_reads_as_kernels_and_the_devices_busy_share(tmp_path):
     history = pd.DataFrame([{"epoch": 1, "profile": json.dumps([GPU_RANK, None])},
                             {"epoch": 2, "profile": float("nan")}])
     rows = pd.DataFrame(profile.rows(history, "t1"), columns=profile.PROFILE_COLUMNS)
-    assert list(rows["op"]) == ["sm90_xmma_fprop", "aten::cudnn_convolution"]
+    assert list(rows["op"]) == ["sm90_xmma_fprop", "void at::native::elementwise_kernel"]
     assert (rows["trial_id"] == "t1").all() and (rows["kernels"] == 212).all()
     lines = profile.printed_lines(history.to_dict("records"))
     assert lines == [
         "profile: rank 0 (cuda:0): 5 steps profiled, 10 ms a step; 212 kernels a step, the "
         "device busy 6.1 ms of it (61%); trace runs/a/profile/rank0.pt.trace.json.gz",
-        "profile: rank 0's top ops by self device time a step: sm90_xmma_fprop 2.5 ms, "
-        "aten::cudnn_convolution 2.5 ms"]
+        "profile: rank 0's top kernels a step: sm90_xmma_fprop 2.5 ms, "
+        "void at::native::elementwise_kernel 1.25 ms"]
     section = "\n".join(profile.section(rows))
     assert "## Profiled steps" in section and "### t1" in section
-    assert "| op | calls | self_cpu_ms | self_device_ms |" in section
+    assert "Rank 0's top kernels a step:\n\n| op | calls | self_device_ms |" in section
+    # Read back from profile.csv: NaN where a CPU has no kernels, none here.
+    again = pd.read_csv(io.StringIO(rows.to_csv(index=False)))
+    assert "\n".join(profile.section(again)) == section
 
 
 def test_a_cpu_profile_has_no_device_column_and_no_profile_no_section():
@@ -109,7 +116,114 @@ def test_a_cpu_profile_has_no_device_column_and_no_profile_no_section():
     history = pd.DataFrame([{"epoch": 1, "profile": json.dumps([cpu_rank])}])
     rows = pd.DataFrame(profile.rows(history, "t1"), columns=profile.PROFILE_COLUMNS)
     section = "\n".join(profile.section(rows))
-    assert "| op | calls | self_cpu_ms |" in section and "self_device_ms" not in section
+    assert "Rank 0's top ops a step:\n\n| op | calls | self_cpu_ms |" in section
+    assert "self_device_ms" not in section
     assert "- rank 0 (cpu): 5 steps profiled, 10 ms a step; trace" in section
+    again = pd.read_csv(io.StringIO(rows.to_csv(index=False)))
+    assert "\n".join(profile.section(again)) == section
     empty = pd.DataFrame(columns=profile.PROFILE_COLUMNS)
     assert profile.section(empty) == [] and profile.printed_lines([{"epoch": 1}]) == []
+
+
+class _SlowProfile:
+    """A profiler whose start and stop each take 1000 s of the (patched) clock."""
+
+    def __init__(self, clock, **_):
+        self.clock = clock
+
+    def __enter__(self):
+        self.clock.offset += 1000.0
+        return self
+
+    def __exit__(self, *_):
+        self.clock.offset += 1000.0
+
+    def key_averages(self):
+        return []
+
+    def events(self):
+        return []
+
+    def export_chrome_trace(self, path):
+        Path(path).write_text('{"traceEvents": []}')
+
+
+def test_the_profilers_start_and_stop_are_no_training_time(fashion_mnist_small, monkeypatch):
+    real = time.perf_counter
+
+    class Clock:
+        offset = 0.0
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + Clock.offset)
+    monkeypatch.setattr(profiling.profiler, "profile", lambda **kw: _SlowProfile(Clock, **kw))
+    config = TrainConfig(global_batch_size=64, lr=0.1, num_epochs=1, train_limit=1024,
+                         test_limit=200, profile_steps=3, evals_per_epoch=2,
+                         memory_format="nchw")
+    history, reports = train_reporting(config, fashion_mnist_small)
+    assert Clock.offset == 2000.0  # started and stopped once, before the evaluation
+    # Neither the evaluation's training seconds nor the epoch's hold the 2000 s.
+    assert 0 < reports[0][0]["train_s"] < 1000 and 0 < history[0]["epoch_time_s"] < 1000
+    (rank,) = json.loads(history[0]["profile"])
+    assert rank["steps"] == 3 and rank["ops"] == [] and "error" not in rank
+    shutil.rmtree(Path(rank["trace"]).parent)
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    assert profiling.busy_us([]) == 0
+    assert profiling.busy_us([(0, 10), (5, 15), (20, 30), (22, 25)]) == 25
+    assert profiling.busy_us([(20, 30), (0, 40)]) == 40
+
+
+def _event(name, device, start=0.0, end=0.0, annotation=False, count=1, cpu_us=0.0,
+           device_us=0.0):
+    kind = torch.autograd.DeviceType.CUDA if device else torch.autograd.DeviceType.CPU
+    return types.SimpleNamespace(key=name, name=name, device_type=kind,
+                                 is_user_annotation=annotation, count=count,
+                                 self_cpu_time_total=cpu_us, self_device_time_total=device_us,
+                                 time_range=types.SimpleNamespace(start=start, end=end))
+
+
+def test_on_a_gpu_the_rows_are_kernels_and_spans_are_no_kernels():
+    # Two steps: a convolution launched by its host op, which lists the kernel's time
+    # as its own device time; a step's span and the optimizer's, mirrored onto the
+    # device's timeline as user annotations; an NCCL kernel overlapping a GEMM.
+    averages = [
+        _event("ProfilerStep#4", False, cpu_us=100.0),
+        _event("aten::cudnn_convolution", False, count=2, cpu_us=80.0, device_us=600.0),
+        _event("sm90_xmma_fprop", True, count=2, device_us=600.0),
+        _event("ncclDevKernel_AllReduce", True, count=2, device_us=400.0),
+        _event("Optimizer.step#SGD.step", True, annotation=True, count=2, device_us=5000.0),
+    ]
+    events = [_event("sm90_xmma_fprop", True, 0, 300), _event("sm90_xmma_fprop", True, 1000, 1300),
+              _event("ncclDevKernel_AllReduce", True, 200, 400),
+              _event("ncclDevKernel_AllReduce", True, 1200, 1400),
+              _event("Optimizer.step#SGD.step", True, 0, 2500, annotation=True),
+              _event("aten::cudnn_convolution", False, 0, 50)]
+    result = profiling.summary(averages, events, steps=2, seconds=0.004,
+                               device=torch.device("cuda", 0))
+    assert [op["op"] for op in result["ops"]] == ["sm90_xmma_fprop", "ncclDevKernel_AllReduce"]
+    assert result["ops"][0] == {"op": "sm90_xmma_fprop", "calls": 1.0, "self_cpu_ms": 0.0,
+                                "self_device_ms": 0.3}
+    assert result["kernels"] == 2 and result["step_ms"] == 2.0
+    assert result["device_busy_ms"] == pytest.approx(0.4)  # (0-400, 1000-1400) / 2 steps
+    assert result["nccl_busy_ms"] == pytest.approx(0.2)
+    cpu = profiling.summary(averages, events, steps=2, seconds=0.004,
+                            device=torch.device("cpu"))
+    assert [op["op"] for op in cpu["ops"]] == ["aten::cudnn_convolution"]
+    assert cpu["kernels"] is None and cpu["device_busy_ms"] is None
+
+
+def test_a_summary_that_fails_is_reported_and_the_run_goes_on(fashion_mnist_small, monkeypatch):
+    def broken(*_, **__):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(profiling, "summary", broken)
+    config = TrainConfig(global_batch_size=64, lr=0.1, num_epochs=1, train_limit=512,
+                         test_limit=200, profile_steps=2, memory_format="nchw")
+    history, _ = train_reporting(config, fashion_mnist_small)
+    (rank,) = json.loads(history[0]["profile"])
+    assert rank["error"] == "OSError: No space left on device" and rank["trace"] is None
+    assert history[0]["status"] == "ok"
+    rows = pd.DataFrame(profile.rows(pd.DataFrame(history), "t1"),
+                        columns=profile.PROFILE_COLUMNS)
+    assert rows["error"].tolist() == ["OSError: No space left on device"]
+    assert "not summarised: OSError: No space left on device" in "\n".join(
+        profile.section(rows))
