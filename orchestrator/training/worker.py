@@ -7,6 +7,7 @@ checkpoint; the loop itself (`orchestrator.loop.run_training`) needs no Ray.
 """
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def keep_trace_in_run_folder(local: str, rank: int) -> str:
                     target, compression=None) as stream:  # gzipped already: as it is
             stream.write(source.read())
     except Exception as error:  # noqa: BLE001 - any failure keeps the local trace
-        node = ray.util.get_node_ip_address() if ray.is_initialized() else "this node"
+        node = ray.util.get_node_ip_address() if ray.is_initialized() else platform.node()
         return f"{local} on {node} (not moved to the run's storage: {error})"
     shutil.rmtree(Path(local).parent, ignore_errors=True)  # the trace's own folder
     # A bucket's path has no scheme of its own; any other filesystem's is its path.
