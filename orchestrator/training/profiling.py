@@ -8,10 +8,11 @@ Perfetto (ui.perfetto.dev) or TensorBoard opens; the loop gathers the summaries 
 rank 0 into the epoch's row and the driver writes them to profile.csv and
 report.md. The window (`window`) starts after the steps that pay one-off costs
 (cuDNN's search, a CUDA graph's warm-up and capture) and ends before the first
-evaluation. The first epoch is outside every timing of the report (the epochs
-after the first: report/summary.py `steady_epochs`), so the profiler's own
-overhead there times nothing; a one-epoch run's time includes its overhead in the
-profiled steps (the profiler's start and stop are left out of it, as evaluations are).
+evaluation. The first epoch is outside every time per epoch of the report (the
+epochs after the first: report/summary.py `steady_epochs`), so the profiler's own
+overhead there times none of them; a one-epoch run's time, a time to a target
+accuracy and a proportional split's next shares include its overhead in the
+profiled steps (the profiler's start and stop are left out, as evaluations are).
 
 Started from a thread other than the process's first (a Ray Train worker runs
 the loop in one), kineto prints "External init callback must run in same thread
