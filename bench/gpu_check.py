@@ -231,6 +231,7 @@ def profile_figures(folder: Path, trial_id: str) -> dict | None:
     """The trial's first rank's profiled steps (`--profile-steps`, profile.csv): a
     step's wall time, its kernels and the device's busy time in it, its top 3 ops;
     None where it was not profiled."""
+    from orchestrator.report.profile import ranked_by
     rows = _read_csv(folder / "profile.csv")
     if rows is None:
         return None
@@ -239,8 +240,8 @@ def profile_figures(folder: Path, trial_id: str) -> dict | None:
         return None
     first = rows[rows["rank"] == rows["rank"].min()]
     head = first.iloc[0]
-    on_device = head["kernels"] == head["kernels"]  # NaN on a CPU
-    time_key = "self_device_ms" if on_device else "self_cpu_ms"
+    kind, time_key = ranked_by(head.to_dict())
+    on_device = kind == "kernels"  # NaN kernels on a CPU
     return {"device": str(head["device"]), "steps": int(head["steps"]),
             "step_ms": float(head["step_ms"]),
             "kernels": float(head["kernels"]) if on_device else None,

@@ -51,15 +51,20 @@ def rank_line(rank: dict) -> str:
             line += (f", NCCL's kernels {rank['nccl_busy_ms']:.3g} ms (their wait for the "
                      f"other ranks in)")
     if _known(rank.get("error")):
-        line += f"; not summarised: {rank['error']}"
+        line += f"; {rank['error']}"
     return line
+
+
+def trace_part(rank: dict, quote: str = "") -> str:
+    """Where a rank's trace is, to end its sentence (nothing where none was written)."""
+    return f"; trace {quote}{rank['trace']}{quote}" if _known(rank.get("trace")) else ""
 
 
 def _known(value) -> bool:
     return value is not None and value == value  # None, or NaN read back from a CSV: not
 
 
-def _kind(rank: dict) -> tuple[str, str]:
+def ranked_by(rank: dict) -> tuple[str, str]:
     """(what the top rows are, the time they are ranked by): a GPU's kernels by
     device time, a CPU's ops by host time."""
     return (("kernels", "self_device_ms") if _known(rank.get("kernels"))
@@ -72,8 +77,8 @@ def printed_lines(history: list[dict]) -> list[str]:
     if not ranks:
         return []
     first = ranks[0]
-    kind, key = _kind(first)
-    lines = ["profile: " + rank_line(rank) + f"; trace {rank['trace']}" for rank in ranks]
+    kind, key = ranked_by(first)
+    lines = ["profile: " + rank_line(rank) + trace_part(rank) for rank in ranks]
     if first["ops"]:
         ops = ", ".join(f"{op['op']} {op[key]:.3g} ms" for op in first["ops"][:PRINTED_OPS])
         lines.append(f"profile: rank {first['rank']}'s top {kind} a step: {ops}")
@@ -98,13 +103,13 @@ def section(frame: pd.DataFrame) -> list[str]:
     for trial_id, trial in frame.groupby("trial_id", sort=False):
         ranks = trial.drop_duplicates("rank")
         lines += [f"### {trial_id}", ""]
-        lines += [f"- {rank_line(rank)}; trace `{rank['trace']}`"
+        lines += [f"- {rank_line(rank)}{trace_part(rank, '`')}"
                   for rank in ranks.to_dict("records")]
         first = trial[(trial["rank"] == trial["rank"].min()) & trial["op"].notna()]
         if first.empty:
             lines.append("")
             continue
-        kind, key = _kind(first.iloc[0].to_dict())
+        kind, key = ranked_by(first.iloc[0].to_dict())
         lines += ["", f"Rank {int(first['rank'].iloc[0])}'s top {kind} a step:", "",
                   markdown_table(first[["op", "calls", key]]), ""]
     return lines

@@ -58,15 +58,18 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
             f"report")]
     sheet = answer_sheet.build(summary, epochs, calibration, data_note=data_note, use_gpu=use_gpu)
     time_split = timeline.time_split_rows(list(sessions), epochs)
+    profiled = profiled if profiled is not None and not profiled.empty else None
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
                           target_acc=target_acc,
                           sections=(sheet.model_section, sheet.answers,
                                     *_profile_section(profiled)),
                           not_run=left_out_section(summary, epochs, calibration, left_out,
                                                    use_gpu),
-                          time_split=time_split)
+                          time_split=time_split,
+                          more_files=(*answer_sheet.files(sheet),
+                                      *(("profile.csv",) if profiled is not None else ())))
     paths |= answer_sheet.write(out_dir, sheet)
-    if profiled is not None and not profiled.empty:
+    if profiled is not None:
         paths["profile.csv"] = out_dir / "profile.csv"
         write_atomically(paths["profile.csv"],
                          lambda path: profiled.to_csv(path, index=False))
@@ -128,11 +131,13 @@ def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: d
 def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
                   evaluations: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
-                  not_run: list[str] = (), time_split: list[dict] = ()) -> dict[str, Path]:
+                  not_run: list[str] = (), time_split: list[dict] = (),
+                  more_files: Sequence[str] = ()) -> dict[str, Path]:
     """Write every result file into `out_dir`; returns their paths by name.
 
     `summary` is what `summarize_trials` made of the trials, `epochs` and
-    `evaluations` for `target_acc`; `sections` (markdown) end the report.
+    `evaluations` for `target_acc`; `sections` (markdown) end the report;
+    `more_files`: the folder's other files the caller writes, for its list.
     """
     paths = {name: out_dir / name for name in ("trials.csv", "epochs.csv", "evaluations.csv",
                                                "report.md", *PLOT_FILES)}
@@ -140,7 +145,8 @@ def write_results(out_dir: Path, summary: pd.DataFrame, epochs: pd.DataFrame,
     write_atomically(paths["epochs.csv"], lambda path: epochs.to_csv(path, index=False))
     write_atomically(paths["evaluations.csv"], lambda path: evaluations.to_csv(path, index=False))
     report = render_report(summary, epochs, title_lines=title_lines, target_acc=target_acc,
-                           sections=sections, not_run=not_run, time_split=time_split)
+                           sections=sections, not_run=not_run, time_split=time_split,
+                           more_files=more_files)
     write_atomically(paths["report.md"], lambda path: path.write_text(report))
     plot_all(summary, epochs, evaluations, target_acc, paths)
     return paths
@@ -202,7 +208,8 @@ def _loss_scale_text(history: pd.DataFrame) -> str:
 
 def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: list[str],
                   target_acc: float | None = None, sections: tuple[str, ...] = (),
-                  not_run: list[str] = (), time_split: list[dict] = ()) -> str:
+                  not_run: list[str] = (), time_split: list[dict] = (),
+                  more_files: Sequence[str] = ()) -> str:
     lines = ["# Sweep report", "", *title_lines, "", "## Trials", "",
              _at_once_line(epochs), "",
              "The book's line for each trial (time per epoch is training only, the mean "
@@ -273,5 +280,6 @@ def render_report(summary: pd.DataFrame, epochs: pd.DataFrame, *, title_lines: l
                   time_to_accuracy.baseline_line(summary, target_acc), "",
                   f"**Recommended:** {time_to_accuracy.recommendation(summary, target_acc)}", ""]
     lines += [*sections, "## Files", "", *[f"- `{name}`" for name in
-                                ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES)], ""]
+                                ("trials.csv", "epochs.csv", "evaluations.csv", *PLOT_FILES,
+                                 *more_files)], ""]
     return "\n".join(lines)

@@ -118,7 +118,8 @@ class StepProfiler:
     def finish(self) -> None:
         """After the epoch (its time not counting this): `summary` and `trace` of the
         steps the window saw (none: both stay None). Profiling never ends a run: where
-        summarising or exporting fails, the summary says why."""
+        summarising fails, the summary holds the steps' wall time and says why in its
+        `error`; where exporting the trace fails, the summary is kept and says so."""
         self.stop()
         if self._stopped is None or not self._steps:
             return
@@ -127,12 +128,14 @@ class StepProfiler:
             self.summary = summary(profile.key_averages(), profile.events(),
                                    steps=self._steps, seconds=self._seconds,
                                    device=self.device)
+        except Exception as error:  # noqa: BLE001 - reported, and training goes on
+            self.summary = {**_wall_time(self.device, self._steps, self._seconds),
+                            "error": f"not summarised: {type(error).__name__}: {error}"}
+            return
+        try:
             self.trace = _export(profile)
         except Exception as error:  # noqa: BLE001 - reported, and training goes on
-            self.summary = {"device": str(self.device), "steps": self._steps,
-                            "step_ms": 1e3 * self._seconds / self._steps, "ops": [],
-                            "kernels": None, "device_busy_ms": None,
-                            "error": f"{type(error).__name__}: {error}"}
+            self.summary["error"] = f"no trace written: {type(error).__name__}: {error}"
 
     def _stop(self) -> None:
         if self.device.type == "cuda":
@@ -176,14 +179,11 @@ def summary(averages, events, *, steps: int, seconds: float,
         ranked = sorted((row for row in rows
                          if row.device_type == torch.autograd.DeviceType.CPU),
                         reverse=True, key=lambda row: row.self_cpu_time_total)
-    result = {
-        "device": str(device), "steps": steps, "step_ms": 1e3 * seconds / steps,
-        "ops": [{"op": row.key, "calls": row.count / steps,
-                 "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
-                 "self_device_ms": row.self_device_time_total / 1e3 / steps}
-                for row in ranked[:TOP_OPS]],
-        "kernels": None, "device_busy_ms": None, "nccl_busy_ms": None,
-    }
+    result = _wall_time(device, steps, seconds)
+    result["ops"] = [{"op": row.key, "calls": row.count / steps,
+                      "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
+                      "self_device_ms": row.self_device_time_total / 1e3 / steps}
+                     for row in ranked[:TOP_OPS]]
     if gpu:
         work = [event for event in events if on_device(event)]
         spans = [(event.time_range.start, event.time_range.end) for event in work]
@@ -192,6 +192,14 @@ def summary(averages, events, *, steps: int, seconds: float,
                    "device_busy_ms": busy_us(spans) / 1e3 / steps,
                    "nccl_busy_ms": busy_us(nccl) / 1e3 / steps}
     return result
+
+
+def _wall_time(device: torch.device, steps: int, seconds: float) -> dict:
+    """A summary's every key, with the window's wall time a step and nothing else
+    known: what a summary that failed keeps."""
+    return {"device": str(device), "steps": steps, "step_ms": 1e3 * seconds / steps,
+            "ops": [], "kernels": None, "device_busy_ms": None, "nccl_busy_ms": None,
+            "error": None}
 
 
 def busy_us(spans: list[tuple[float, float]]) -> float:

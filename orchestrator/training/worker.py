@@ -87,7 +87,7 @@ def keep_trace_in_run_folder(local: str, rank: int) -> str:
         with open(local, "rb") as source, \
                 storage.storage_filesystem.open_output_stream(
                     target, compression=None) as stream:  # gzipped already: as it is
-            stream.write(source.read())
+            shutil.copyfileobj(source, stream)
     except Exception as error:  # noqa: BLE001 - any failure keeps the local trace
         node = ray.util.get_node_ip_address() if ray.is_initialized() else platform.node()
         return f"{local} on {node} (not moved to the run's storage: {error})"

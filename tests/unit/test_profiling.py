@@ -167,7 +167,7 @@ def test_the_profilers_start_and_stop_are_no_training_time(fashion_mnist_small, 
     # Neither the evaluation's training seconds nor the epoch's hold the 2000 s.
     assert 0 < reports[0][0]["train_s"] < 1000 and 0 < history[0]["epoch_time_s"] < 1000
     (rank,) = json.loads(history[0]["profile"])
-    assert rank["steps"] == 3 and rank["ops"] == [] and "error" not in rank
+    assert rank["steps"] == 3 and rank["ops"] == [] and rank["error"] is None
     shutil.rmtree(Path(rank["trace"]).parent)
 
 
@@ -216,18 +216,28 @@ def test_on_a_gpu_the_rows_are_kernels_and_spans_are_no_kernels():
     assert cpu["kernels"] is None and cpu["device_busy_ms"] is None
 
 
-def test_a_summary_that_fails_is_reported_and_the_run_goes_on(fashion_mnist_small, monkeypatch):
+@pytest.mark.parametrize("failing, error", [
+    ("summary", "not summarised: OSError: No space left on device"),
+    ("_export", "no trace written: OSError: No space left on device"),
+])
+def test_a_summary_or_trace_that_fails_is_reported_and_the_run_goes_on(
+        fashion_mnist_small, monkeypatch, failing, error):
     def broken(*_, **__):
         raise OSError("No space left on device")
-    monkeypatch.setattr(profiling, "summary", broken)
+    monkeypatch.setattr(profiling, failing, broken)
     config = TrainConfig(global_batch_size=64, lr=0.1, num_epochs=1, train_limit=512,
                          test_limit=200, profile_steps=2, memory_format="nchw")
     history, _ = train_reporting(config, fashion_mnist_small)
     (rank,) = json.loads(history[0]["profile"])
-    assert rank["error"] == "OSError: No space left on device" and rank["trace"] is None
+    assert rank["error"] == error and rank["trace"] is None
+    assert rank["steps"] == 2 and rank["step_ms"] > 0
+    # A trace that was not written leaves the summary whole; a failed summary, its time.
+    assert bool(rank["ops"]) == (failing == "_export")
     assert history[0]["status"] == "ok"
     rows = pd.DataFrame(profile.rows(pd.DataFrame(history), "t1"),
                         columns=profile.PROFILE_COLUMNS)
-    assert rows["error"].tolist() == ["OSError: No space left on device"]
-    assert "not summarised: OSError: No space left on device" in "\n".join(
-        profile.section(rows))
+    assert set(rows["error"]) == {error}
+    for text in ("\n".join(profile.section(rows)),
+                 "\n".join(profile.printed_lines(history))):
+        assert f"2 steps profiled, {rank['step_ms']:.3g} ms a step; {error}" in text
+        assert "; trace " not in text  # no "trace None"

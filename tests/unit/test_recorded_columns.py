@@ -4,13 +4,14 @@ exercises-quick, a real `--preset exercises --quick` run) rewritten by today's
 report keep every column they had; new columns may join them."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from orchestrator.records import EPOCH_COLUMNS
-from orchestrator.report import write_sweep_report
+from orchestrator.report import profile, write_sweep_report
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.answers.sheet import METHOD
 from orchestrator.report.summary import summarize_trials
@@ -36,11 +37,21 @@ def test_a_recorded_sweep_rewritten_keeps_every_file_and_column(tmp_path):
     evaluations = (epochs[["trial_id", "epoch", "test_acc", "train_s", "wall_s"]]
                    .assign(eval_s=epochs["eval_time_s"]))
     trials = recorded_trials[TRIAL_COLUMNS].assign(seed=0, warmup_epochs=0)
+    profiled = pd.DataFrame([{"trial_id": trials["trial_id"].iloc[0], "rank": 0,
+                              "device": "cpu", "steps": 3, "step_ms": 10.0, "op": "aten::mm",
+                              "calls": 2.0, "self_cpu_ms": 4.0, "trace": "t/rank0.json.gz"}],
+                            columns=profile.PROFILE_COLUMNS)
     report = write_sweep_report(
         tmp_path, trials, epochs, evaluations,
         json.loads((RECORDED / "calibration.json").read_text()), title_lines=[],
-        target_acc=None, data_note="recorded", use_gpu=False)
+        target_acc=None, data_note="recorded", use_gpu=False, profiled=profiled)
     assert set(FILES) <= {path.name for path in report.paths.values()}
+    # report.md's list of files names each file written beside it, and only those.
+    listed = (tmp_path / "report.md").read_text().split("## Files")[1]
+    assert sorted(re.findall(r"^- `([^`]+)`$", listed, re.MULTILINE)) == sorted(
+        {path.name for path in report.paths.values()} - {"report.md"})
+    assert (tmp_path / "profile.csv").exists() and "## Profiled steps" in (
+        tmp_path / "report.md").read_text()
     for name in ("trials.csv", "epochs.csv"):
         before = pd.read_csv(RECORDED / name, nrows=0).columns
         after = pd.read_csv(tmp_path / name, nrows=0).columns

@@ -64,11 +64,16 @@ def _lenet_gradient_bytes(calibration: dict | None) -> int | None:
     return sum(layouts[0]["tensor_bytes"]) if layouts else None
 
 
+def files(sheet: AnswerSheet) -> tuple[str, ...]:
+    """The files `write` writes: the scaling model's only where there is one."""
+    return FILES if sheet.scaling is not None else FILES[:1]
+
+
 def write(out_dir: Path, sheet: AnswerSheet) -> dict[str, Path]:
-    paths = {name: out_dir / name for name in FILES}
+    paths = {name: out_dir / name for name in files(sheet)}
     write_atomically(paths["answers.md"], lambda path: path.write_text(sheet.answers + "\n"))
     if sheet.scaling is None:
-        return {"answers.md": paths["answers.md"]}
+        return paths
     write_atomically(paths["scaling_model.csv"],
                      lambda path: sheet.scaling.predictions.to_csv(path, index=False))
     write_atomically(paths["scaling_model_validation.csv"],
