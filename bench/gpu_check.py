@@ -229,8 +229,9 @@ def sweep_figures(folder: Path) -> dict:
 
 def profile_figures(folder: Path, trial_id: str) -> dict | None:
     """The trial's first rank's profiled steps (`--profile-steps`, profile.csv): a
-    step's wall time, its kernels and the device's busy time in it, its top 3 ops;
-    None where it was not profiled."""
+    step's wall time, its kernels and the device's busy time in it, its top 3 ops,
+    and what its summary could not do (`error`: kernels not recorded, say); None
+    where it was not profiled."""
     from orchestrator.report.profile import ranked_by
     rows = _read_csv(folder / "profile.csv")
     if rows is None:
@@ -247,7 +248,8 @@ def profile_figures(folder: Path, trial_id: str) -> dict | None:
             "kernels": float(head["kernels"]) if on_device else None,
             "device_busy_ms": float(head["device_busy_ms"]) if on_device else None,
             "top_ops": [[op, round(float(ms), 4)]
-                        for op, ms in zip(first["op"].head(3), first[time_key].head(3))]}
+                        for op, ms in zip(first["op"].head(3), first[time_key].head(3))],
+            "error": head["error"] if isinstance(head["error"], str) else None}
 
 
 def time_split(folder: Path, epochs) -> dict:

@@ -135,7 +135,8 @@ class StepProfiler:
         try:
             self.trace = _export(profile)
         except Exception as error:  # noqa: BLE001 - reported, and training goes on
-            self.summary["error"] = f"no trace written: {type(error).__name__}: {error}"
+            self.summary["error"] = "; ".join(filter(None, (
+                self.summary["error"], f"no trace written: {type(error).__name__}: {error}")))
 
     def _stop(self) -> None:
         if self.device.type == "cuda":
@@ -169,9 +170,13 @@ def summary(averages, events, *, steps: int, seconds: float,
     its kernels', counted once so); on a GPU also the kernels (copies and fills
     included) and the device's busy time: the union of their intervals (`busy_us`),
     NCCL's among them, whose kernels overlap the others' and hold the wait for
-    the other ranks, apart in `nccl_busy_ms`."""
+    the other ranks, apart in `nccl_busy_ms`. A GPU whose kernels were not recorded
+    has its host ops ranked, and its `error` says so."""
     rows = [row for row in averages if not row.key.startswith(STEP_EVENT)]
-    gpu = device.type != "cpu"
+    work = [event for event in events if on_device(event)]
+    # A GPU whose kernels the profiler did not see (CUPTI not started in this
+    # process): its host ops are ranked, and the summary says why.
+    gpu = device.type != "cpu" and bool(work)
     if gpu:
         ranked = sorted((row for row in rows if on_device(row)), reverse=True,
                         key=lambda row: row.self_device_time_total)
@@ -184,8 +189,10 @@ def summary(averages, events, *, steps: int, seconds: float,
                       "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
                       "self_device_ms": row.self_device_time_total / 1e3 / steps}
                      for row in ranked[:TOP_OPS]]
+    if device.type != "cpu" and not gpu:
+        result["error"] = ("no kernel recorded on the device (the profiler's CUDA "
+                           "activity did not start in this process): host ops ranked")
     if gpu:
-        work = [event for event in events if on_device(event)]
         spans = [(event.time_range.start, event.time_range.end) for event in work]
         nccl = [span for span, event in zip(spans, work) if "nccl" in event.name.lower()]
         result |= {"kernels": len(work) / steps,

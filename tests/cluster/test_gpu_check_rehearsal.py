@@ -65,6 +65,7 @@ def test_the_check_runs_its_steps_and_records_their_figures(tmp_path, monkeypatc
     profiled = main_job["profile"]
     assert profiled["device"] == "cpu" and profiled["steps"] >= 1 and profiled["step_ms"] > 0
     assert profiled["kernels"] is None and len(profiled["top_ops"]) == 3
+    assert profiled["error"] is None
     split = main_job["time_split_s"]
     assert split["trials_s"] > split["training"] > 0 and split["calibration_s"] > 0
     assert record["torchrun"]["epochs_run"] == check.TORCHRUN_EPOCHS

@@ -142,7 +142,7 @@ def test_gpu_check_on_a_machine_of_several_gpus_checks_the_first(monkeypatch, ca
     assert check.one_gpu_only({}) is None
 
 
-def test_gpu_check_reads_the_profiled_steps_kernels_on_a_gpu_and_host_ops_on_a_cpu(
+def test_gpu_check_reads_the_profiled_steps_kernels_or_host_ops_where_none_was_seen(
         tmp_path, monkeypatch):
     from orchestrator.report import profile
     check = import_bench("gpu_check", monkeypatch)
@@ -156,12 +156,14 @@ def test_gpu_check_reads_the_profiled_steps_kernels_on_a_gpu_and_host_ops_on_a_c
     assert check.profile_figures(tmp_path, "t1") == {
         "device": "cuda:0", "steps": 20, "step_ms": 10.0, "kernels": 212.0,
         "device_busy_ms": 6.1,
-        "top_ops": [["sm90_xmma", 2.5], ["nchw2nhwc", 0.7], ["sgd_kernel", 0.3]]}
+        "top_ops": [["sm90_xmma", 2.5], ["nchw2nhwc", 0.7], ["sgd_kernel", 0.3]],
+        "error": None}
     assert check.profile_figures(tmp_path, "t2") is None  # not profiled
-    cpu = [{**rank, "rank": 0, "device": "cpu", "op": "aten::mm", "self_cpu_ms": 4.0,
-            "self_device_ms": 0.0}]
-    pd.DataFrame(cpu, columns=profile.PROFILE_COLUMNS).to_csv(tmp_path / "profile.csv",
-                                                              index=False)
+    blind = [{**rank, "rank": 0, "device": "cuda:0", "op": "aten::mm", "self_cpu_ms": 4.0,
+              "self_device_ms": 0.0, "error": "no kernel recorded on the device (...)"}]
+    pd.DataFrame(blind, columns=profile.PROFILE_COLUMNS).to_csv(tmp_path / "profile.csv",
+                                                                index=False)
     figures = check.profile_figures(tmp_path, "t1")
     assert figures["kernels"] is None and figures["device_busy_ms"] is None
-    assert figures["top_ops"] == [["aten::mm", 4.0]]
+    assert figures["top_ops"] == [["aten::mm", 4.0]]  # host ops, where kernels were not seen
+    assert figures["error"].startswith("no kernel recorded")

@@ -214,6 +214,15 @@ def test_on_a_gpu_the_rows_are_kernels_and_spans_are_no_kernels():
                             device=torch.device("cpu"))
     assert [op["op"] for op in cpu["ops"]] == ["aten::cudnn_convolution"]
     assert cpu["kernels"] is None and cpu["device_busy_ms"] is None
+    assert cpu["error"] is None
+    # A GPU whose kernels the profiler did not record: its host ops, and why.
+    host = [row for row in averages if row.device_type == torch.autograd.DeviceType.CPU]
+    blind = profiling.summary(host, [_event("aten::cudnn_convolution", False, 0, 50)],
+                              steps=2, seconds=0.004, device=torch.device("cuda", 0))
+    assert [op["op"] for op in blind["ops"]] == ["aten::cudnn_convolution"]
+    assert blind["kernels"] is None and blind["device_busy_ms"] is None
+    assert blind["error"].startswith("no kernel recorded on the device")
+    assert profile.ranked_by(blind) == ("ops", "self_cpu_ms")
 
 
 @pytest.mark.parametrize("failing, error", [
