@@ -26,7 +26,7 @@ from common import command_line, emit, median  # noqa: E402
 
 from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.options import TrainConfig  # noqa: E402
-from orchestrator.training import loop  # noqa: E402
+from orchestrator.training import recipe  # noqa: E402
 from orchestrator.training.models import build_model  # noqa: E402
 from orchestrator.training.step import train_batch  # noqa: E402
 from orchestrator.training.step_metrics import NonFiniteCheck  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> None:
             config = TrainConfig(model=model_name, global_batch_size=batch, lr=0.01,
                                  accumulation_steps=steps, memory_format="nchw")
             model = build_model(model_name, seed=0)
-            optimizer = loop.make_optimizer(model.parameters(), config)
+            optimizer = recipe.make_optimizer(model.parameters(), config)
             sync = make_sync("scratch", model, CPU, bucket_cap_mb=25.0, shared_memory=False)
             runs[steps] = (config, sync, optimizer, NonFiniteCheck(sync, CPU), DeviceTimer(CPU))
 

@@ -35,7 +35,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 from orchestrator.config.options import TrainConfig  # noqa: E402
 from orchestrator.training import calibration  # noqa: E402
-from orchestrator.training.loop import model_of  # noqa: E402
+from orchestrator.training.recipe import model_of  # noqa: E402
 from orchestrator.training.sync.base import group_transport, root_transport  # noqa: E402
 from orchestrator.training.sync.collectives import (allreduce_, get_rank,  # noqa: E402
                                                     get_world_size)

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import command_line, emit, free_port, median  # noqa: E402
 
 from orchestrator.config.options import TrainConfig  # noqa: E402
-from orchestrator.training import loop  # noqa: E402
+from orchestrator.training import recipe  # noqa: E402
 from orchestrator.training.models import build_model  # noqa: E402
 from orchestrator.training.step import forward_backward  # noqa: E402
 from orchestrator.training.sync.strategies import DDPSync  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> None:
         for name, sync_class in (("in_place", DDPSync), ("to_none", ToNoneSync)):
             model = build_model("resnet18", seed=0).to(device)
             sync = sync_class(model, device, bucket_cap_mb=config.bucket_cap_mb)
-            arms[name] = (model, sync, loop.make_optimizer(model.parameters(), config))
+            arms[name] = (model, sync, recipe.make_optimizer(model.parameters(), config))
 
         def steps(name: str, count: int) -> list[float]:
             _, sync, optimizer = arms[name]

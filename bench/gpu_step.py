@@ -43,7 +43,8 @@ from common import command_line, emit  # noqa: E402
 
 from orchestrator.config.options import TrainConfig  # noqa: E402
 from orchestrator.training import data as data_module  # noqa: E402
-from orchestrator.training.loop import model_of, run_training  # noqa: E402
+from orchestrator.training.loop import run_training  # noqa: E402
+from orchestrator.training.recipe import model_of  # noqa: E402
 from orchestrator.training.step import to_model_input  # noqa: E402
 
 NAME = "gpu_step"

@@ -38,7 +38,7 @@ from common import REPO, command_line, emit, median  # noqa: E402
 
 from orchestrator import ray_fastpath  # noqa: E402
 from orchestrator.config.options import TrainConfig  # noqa: E402
-from orchestrator.training import layout, loop  # noqa: E402
+from orchestrator.training import layout, recipe  # noqa: E402
 from orchestrator.training.models import lenet  # noqa: E402
 from orchestrator.training.step import forward_backward  # noqa: E402
 
@@ -103,7 +103,7 @@ def main() -> None:
     labels = torch.randint(0, 10, (args.batch_size,), generator=generator)
     built = lenet().to(memory_format=fmt)
     models = {"inplace": built, "copying": copying(built)}
-    optimizers = {name: loop.make_optimizer(model.parameters(), config)
+    optimizers = {name: recipe.make_optimizer(model.parameters(), config)
                   for name, model in models.items()}
 
     def step(name: str) -> None:

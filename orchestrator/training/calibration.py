@@ -23,7 +23,7 @@ from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR, SHARED_MEMORY_SYNCS
-from orchestrator.training.loop import model_of, set_cudnn
+from orchestrator.training.recipe import model_of, set_cudnn
 from orchestrator.training.layout import TORCH_FORMATS
 from orchestrator.training.step import PARAMETER_DTYPES, forward_backward, to_model_input
 from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model

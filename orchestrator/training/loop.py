@@ -7,8 +7,6 @@ benchmark) call `run_training` directly. Nothing here may import ray.
 
 import copy
 import dataclasses
-import functools
-import json
 import math
 import platform
 import time
@@ -17,7 +15,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from orchestrator.training.sync.collectives import (allreduce_, broadcast_, gather_strings, get_rank,
                                                     get_world_size, process_group_backend)
@@ -26,16 +23,15 @@ from orchestrator.records import Status
 from orchestrator.training import graphed as step_graph
 from orchestrator.training import layout, profiling
 from orchestrator.training.data import Images
+from orchestrator.training.layout_probe import time_layouts_of_run
 from orchestrator.training.loss_scale import LossScale
-from orchestrator.training.models import build_model
-from orchestrator.training.sgd import SGD
+from orchestrator.training.recipe import make_optimizer, model_of, set_cudnn
 from orchestrator.training.split import BatchSplit
-from orchestrator.training.step import (PARAMETER_DTYPES, apply_sum, evaluate, forward,
+from orchestrator.training.step import (PARAMETER_DTYPES, apply_sum, evaluate,
                                         memory_format, step_on, train_batch)
 from orchestrator.training.step_metrics import GradientNoise, NonFiniteCheck, StepSync
 from orchestrator.training.sync.base import GradientSync
 from orchestrator.training.sync.strategies import make_sync
-from orchestrator.training.timing import DeviceTimer
 
 # An epoch's training loss 100 times a uniform guess's (ln of the classes, ln 10
 # for Fashion-MNIST) means blown up: a too-large lr can throw the loss to 1e20
@@ -50,41 +46,6 @@ Reporter = Callable[[dict, dict | None, list[dict], list[dict]], None]
 # Called by `train_one_epoch` after each mid-epoch evaluation step with (steps
 # done this epoch, training seconds this epoch so far).
 OnEvaluation = Callable[[int, float], None]
-# Called with a worker's profiled steps' trace (`--profile-steps`; a local file of
-# its own) and its rank; returns where the trace is kept. Without one it stays where
-# it is.
-KeepTrace = Callable[[str, int], str]
-
-
-def set_cudnn(config: TrainConfig) -> None:
-    """cuDNN as a GPU run uses it, set in this process (calibration's probes too).
-
-    Every training step has the same shapes (the partial last batch is dropped),
-    so cuDNN's search for its fastest convolutions (`benchmark`) pays once; a
-    proportional split's, once a share (split.py leaves it out of the speeds).
-    fp32's convolutions and recurrent layers run in TensorFloat-32 (PyTorch's
-    default) or in IEEE fp32 (--no-tf32, and the equivalence check, whose fp32
-    tolerance TF32's rounding may exceed). Set through `allow_tf32`, the flag
-    torch's own `cudnn.flags()` reads: setting `cudnn.conv.fp32_precision` apart
-    from it makes that read raise (torch 2.14), in a user's model too. Under it,
-    cuDNN's own fp32 setting is IEEE, so that off means off even where something
-    set the global one (`torch.backends.fp32_precision`) to TF32.
-    """
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.fp32_precision = "ieee"
-    torch.backends.cudnn.allow_tf32 = config.tf32
-
-
-def model_of(config: TrainConfig) -> nn.Module:
-    """The run's network, fresh from its seed, for its data set's classes and images."""
-    return build_model(config.model, seed=config.seed, num_classes=config.num_classes,
-                       input_shape=config.input_shape)
-
-
-def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
-    """The run's SGD, built in this one place so every sync strategy steps the same one
-    (torch.optim.SGD's update; training/sgd.py says why not that class itself)."""
-    return SGD(params, lr=config.lr, momentum=config.momentum)
 
 
 def run_training(config: TrainConfig, data: Images, *, device: torch.device,
@@ -93,7 +54,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
                  started_at: float | None = None, node_id: str | None = None,
                  layout_scope: str | None = None, stop_at: float | None = None,
                  graph_held_off: str | None = None,
-                 keep_trace: KeepTrace | None = None) -> list[dict]:
+                 keep_trace: profiling.KeepTrace | None = None) -> list[dict]:
     """Train for `config.num_epochs`, evaluating `config.evals_per_epoch` times an
     epoch and reporting each; returns the epoch history. `stop_at`: a test accuracy
     at which training ends, at the first evaluation that reaches it, mid-epoch too
@@ -144,8 +105,8 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
     graph_off = step_graph.off_reason(config, device, graph_held_off)
     # A resumed run keeps the layout it chose; from here on `config` names it.
     chosen_layout = state["layout"] if state is not None else layout.choose(
-        config, device, lambda: _time_layouts(config, device, train_images, train_labels,
-                                              graphed=graph_off is None),
+        config, device, lambda: time_layouts_of_run(config, device, train_images, train_labels,
+                                                    graphed=graph_off is None),
         scope=layout_scope or layout.process_scope(), graphed=graph_off is None)
     config = dataclasses.replace(config, memory_format=chosen_layout["memory_format"])
     if device.type == "cuda":  # the peak is the run's: the layouts' timing is gone by now
@@ -248,7 +209,7 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
             if profiler is not None:  # where a step raised too: the profiler off
                 profiler.stop()
         if profiler is not None:
-            stats["profile"] = _gathered_profile(profiler, keep_trace)
+            stats["profile"] = profiling.gathered(profiler, keep_trace)
         evaluation = evaluate_now(epoch, config.steps_per_epoch, stats["epoch_time_s"])
         train_s = evaluation["train_s"]
         eval_time_s = sum(row["eval_s"] for row in evaluations[num_evaluations:])
@@ -283,19 +244,6 @@ def _profiler(config: TrainConfig, device: torch.device, epoch: int,
     return profiling.StepProfiler(device, profiling.window(
         config.steps_per_epoch, mid_epoch_evaluation_steps(config), skip,
         config.profile_steps))
-
-
-def _gathered_profile(profiler: profiling.StepProfiler, keep_trace: KeepTrace | None) -> str:
-    """Every rank's profile summary with where its trace is kept, in rank order (a
-    rank whose window held no step: null), as the epoch's `profile`."""
-    profiler.finish()
-    mine = None
-    if profiler.summary is not None:
-        trace = str(profiler.trace) if profiler.trace is not None else None
-        if keep_trace is not None and trace is not None:
-            trace = keep_trace(trace, get_rank())
-        mine = {"rank": get_rank(), **profiler.summary, "trace": trace}
-    return profiling.to_json([json.loads(text) for text in gather_strings(json.dumps(mine))])
 
 
 class _ReachedTarget(Exception):
@@ -421,59 +369,6 @@ def mid_epoch_evaluation_steps(config: TrainConfig) -> set[int]:
     """After which steps of an epoch to evaluate, besides its end: evenly spaced."""
     steps, count = config.steps_per_epoch, config.evals_per_epoch
     return {index * steps // count for index in range(1, count)}
-
-
-def _time_layouts(config: TrainConfig, device: torch.device, images: torch.Tensor,
-                  labels: torch.Tensor, *, graphed: bool) -> dict[str, float]:
-    """`auto`'s seconds a step in each layout; `graphed`: of the steps replayed as CUDA
-    graphs, after each one's eager warm-up steps, its capture and a replay. Where a
-    layout's capture failed its steps ran eagerly, and an eager step beside a replayed
-    one says nothing of the layouts: both are timed again eagerly."""
-    if graphed:
-        step, replays = _layout_step(config, device, images, labels, graphed=True)
-        step_s = layout.time_layouts(step, device, warmup_rounds=step_graph.WARMUP_STEPS + 2)
-        if all(replay.state == step_graph.ON for replay in replays.values()):
-            return step_s
-    step, _ = _layout_step(config, device, images, labels, graphed=False)
-    return layout.time_layouts(step, device)
-
-
-def _layout_step(config: TrainConfig, device: torch.device, images: torch.Tensor,
-                 labels: torch.Tensor, *, graphed: bool
-                 ) -> tuple[layout.Step, dict[str, step_graph.GraphedStep]]:
-    """One forward, backward and SGD step of a throwaway copy of the run's model,
-    on a shard of the run's batch size per worker (a micro-batch of it, with gradient
-    accumulation: what one forward and backward holds), in the layout asked for; with
-    the layouts' GraphedSteps where `graphed` (a run whose step is a CUDA graph):
-    replayed as one too, after its eager warm-up steps and its capture.
-
-    Without SyncBatchNorm: its statistics' sync is no part of the layout's cost.
-    """
-    runs = {}
-    for name in layout.FORMATS:
-        run_config = dataclasses.replace(config, memory_format=name)
-        model = model_of(config).to(
-            device, dtype=PARAMETER_DTYPES[config.precision],
-            memory_format=memory_format(run_config))
-        runs[name] = (run_config, model, make_optimizer(model.parameters(), config))
-
-    def one_step(name: str, index: torch.Tensor | slice) -> tuple[torch.Tensor]:
-        run_config, model, optimizer = runs[name]
-        logits = forward(model, images[index], run_config)
-        loss = F.cross_entropy(logits, labels[index].long())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return (loss.detach(),)
-    if not graphed:
-        first = slice(0, config.micro_batch_size_per_worker)
-        return (lambda name: one_step(name, first)), {}
-    first = torch.arange(config.batch_size_per_worker, device=device)
-    timer = DeviceTimer(device)  # the replays' own, unread: time_layouts times them
-    replays = {name: step_graph.GraphedStep(functools.partial(one_step, name),
-                                            runs[name][2].zero_grad, len(first), device)
-               for name in layout.FORMATS}
-    return (lambda name: replays[name](first, timer)), replays
 
 
 def _as_tensors(*arrays) -> list[torch.Tensor]:

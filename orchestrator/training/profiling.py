@@ -28,10 +28,13 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import profiler
+
+from orchestrator.training.sync.collectives import gather_strings, get_rank
 
 # Where the table of a step's ops stops: the rest is in the trace.
 TOP_OPS = 10
@@ -42,6 +45,10 @@ FIRST_STEPS = 1
 # The name each profiled step's span has in the trace, as torch.profiler's schedule
 # names them: its total counts the whole step, no op of its own.
 STEP_EVENT = "ProfilerStep"
+# Called with a worker's trace (a local file of its own) and its rank; returns where
+# the trace is kept (worker.py: in its Train run's folder). Without one it stays where
+# it is.
+KeepTrace = Callable[[str, int], str]
 
 
 def window(steps_per_epoch: int, evaluate_after: set[int], skip: int,
@@ -239,6 +246,15 @@ def trace_name(rank: int) -> str:
     return f"rank{rank}.pt.trace.json.gz"
 
 
-def to_json(profiles: list[dict]) -> str:
-    """Every rank's summary, in rank order, as the epoch's row holds it."""
-    return json.dumps(profiles)
+def gathered(profile: StepProfiler, keep_trace: KeepTrace | None) -> str:
+    """After the profiled epoch, on every rank: each rank's summary with where its
+    trace is kept, in rank order (a rank whose window held no step: null), as JSON:
+    the epoch's `profile`."""
+    profile.finish()
+    mine = None
+    if profile.summary is not None:
+        trace = str(profile.trace) if profile.trace is not None else None
+        if keep_trace is not None and trace is not None:
+            trace = keep_trace(trace, get_rank())
+        mine = {"rank": get_rank(), **profile.summary, "trace": trace}
+    return "[" + ", ".join(gather_strings(json.dumps(mine))) + "]"

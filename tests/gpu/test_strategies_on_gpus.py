@@ -43,7 +43,7 @@ from helpers import (EXACT_STRATEGIES, FP16_INITIAL_SCALE, OVERFLOW_RANK, assert
                      uneven)
 from orchestrator.config.options import SYNC_STRATEGIES, TrainConfig
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.training import loop, loss_scale, models, step
+from orchestrator.training import loss_scale, models, recipe, step
 from orchestrator.training.models import build_model
 
 GPU = torch.device("cuda", 0)
@@ -92,7 +92,7 @@ def _workers_body(rank: int, num_workers: int, placed: str, port: int, dataset,
     try:
         models.BUILDERS["resnet18"] = functools.partial(models.resnet18, width=SMALL_RESNET_WIDTH)
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed, **shape: build_model(
+        recipe.build_model = lambda name, *, seed, **shape: build_model(
             name, seed=seed + 1000 * rank, **shape)
         on = functools.partial(_on_gpu, num_workers=num_workers, placed=placed)
         runs = {case: _run(on(case), dataset, device) for case in CASES}

@@ -23,7 +23,7 @@ from helpers import (FP64_RTOL, assert_same_parameters, equivalence_config, run_
                      shared_dict)
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.cluster import free_local_port
-from orchestrator.training import loop
+from orchestrator.training import recipe
 from orchestrator.training.loop import run_training
 from orchestrator.training.step import to_model_input
 from orchestrator.training.models import build_model
@@ -113,7 +113,7 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
     try:
         torch.set_num_threads(1)
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed, **shape: build_model(
+        recipe.build_model = lambda name, *, seed, **shape: build_model(
             name, seed=seed + 1000 * rank, **shape)
         overrides = ({"split": "proportional", "split_interval_steps": 1, "evals_per_epoch": 2}
                      if num_workers == 3 else {})

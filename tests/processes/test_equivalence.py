@@ -32,7 +32,7 @@ import torch.multiprocessing as mp
 from helpers import (EXACT_STRATEGIES, FP32_RTOL, FP64_RTOL, LENET_CASES, TEST_LIMIT,
                      assert_same_parameters, equivalence_config, run_here, shared_dict)
 from orchestrator.config.options import SYNC_STRATEGIES
-from orchestrator.training import loop
+from orchestrator.training import recipe
 from orchestrator.training import models
 from orchestrator.driver.cluster import free_local_port
 from orchestrator.training.models import build_model
@@ -57,7 +57,7 @@ def _workers_body(rank: int, num_workers: int, port: int, dataset, results) -> N
         torch.set_num_threads(1)
         _small_resnet()
         # Every rank its own initial weights: only the broadcast can make them agree.
-        loop.build_model = lambda name, *, seed, **shape: build_model(
+        recipe.build_model = lambda name, *, seed, **shape: build_model(
             name, seed=seed + 1000 * rank, **shape)
         for case in LENET_CASES + RESNET_CASES:
             # gloo: k spinning shared-memory waits on 2 busy cores would crawl;
@@ -197,7 +197,7 @@ def _sync_batchnorm_body(rank: int, port: int, dataset, results) -> None:
                             world_size=2, device_id=device)
     try:
         _small_resnet()
-        loop.build_model = lambda name, *, seed, **shape: build_model(
+        recipe.build_model = lambda name, *, seed, **shape: build_model(
             name, seed=seed + 1000 * rank, **shape)
         history, state = run_here(equivalence_config(RESNET_CASES[0], num_workers=2, use_gpu=True,
                                                      sync_batchnorm=True), dataset, device)

@@ -13,7 +13,7 @@ from helpers import ONE_LAYOUT, train_reporting
 from orchestrator.config.options import TrainConfig
 from orchestrator.records import Status, epoch_line
 from orchestrator.training import loss_scale
-from orchestrator.training.loop import make_optimizer
+from orchestrator.training.recipe import make_optimizer
 from orchestrator.training.models import build_model
 from orchestrator.training.step import micro_slices, to_model_input
 from orchestrator.training.loss_scale import GROWTH_INTERVAL, MIN_SCALE, LossScale
