@@ -160,7 +160,7 @@ def test_a_fastest_strategy_at_16_workers_is_named_only_beyond_the_noise():
     assert _fastest(predicted, best, Noise(time_fraction=0.05, acc=0.01)) == "ddp"
     # Where the sweep tests times: a tie within the smallest gap its test tells apart
     # (an sd of 0.04 in log over 30 degrees of freedom: 12%; of 0.02: 5.9%).
-    from orchestrator.report.answers.noise import LogSpread
+    from orchestrator.report.answers.time_spread import LogSpread
     wide = Noise(time_fraction=0.05, acc=0.01, time_spread=LogSpread(0.04, 30, 34, 4))
     assert _fastest(predicted, best, wide) == (
         "ddp; bucketed within the smallest gap in epoch time this sweep tells apart between "

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator.report.answers.noise import LogSpread, Noise
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.time_spread import LogSpread
 from orchestrator.report.answers.sheet import EXERCISES, render_answers
 from orchestrator.report.answers.wording import EXERCISES_COMMAND, GPU_COMMAND
 

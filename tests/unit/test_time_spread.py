@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from orchestrator.report.answers.compare import compare_times, times_differ
-from orchestrator.report.answers.noise import (MIN_TEST_DOF, LogSpread, Noise, Side,
-                                               drift_adjusted, estimate_noise, log_spread,
-                                               matched, of_means, prepared, seeds_label,
-                                               sides_of)
-from orchestrator.report.answers.welch import (benjamini_hochberg, holm, t_quantile,
-                                               t_two_sided_p)
+from orchestrator.report.answers.noise import Noise, estimate_noise, prepared
+from orchestrator.report.answers.sides import Side, matched, of_means, sides_of
+from orchestrator.report.answers.time_spread import LogSpread, drift_adjusted, log_spread
+from orchestrator.report.answers.welch import (MIN_TEST_DOF, benjamini_hochberg, holm,
+                                               t_quantile, t_two_sided_p)
+from orchestrator.report.answers.wording import seeds_label
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import test_answers  # noqa: E402  (its hand-made exercises sweep)

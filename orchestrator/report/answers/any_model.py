@@ -18,7 +18,8 @@ from orchestrator.records import Status, counted
 from orchestrator.report import noise_scale
 from orchestrator.report.answers.cells import cells, shares_gpu, timed, with_speedups
 from orchestrator.report.answers.compare import compare_cells, compare_times, times_differ
-from orchestrator.report.answers.noise import CONFIG_KEYS, Noise, sides_of
+from orchestrator.report.answers.noise import CONFIG_KEYS, Noise
+from orchestrator.report.answers.sides import sides_of
 from orchestrator.report.answers.wording import acc_seeds_text, percent, seeds_text
 from orchestrator.report.tables import isolation_table, markdown_table
 

@@ -6,8 +6,9 @@ import math
 
 import pandas as pd
 
-from orchestrator.report.answers.noise import (UNTESTED_SYNC, LogSpread, Noise, Side, Sides,
-                                               TimeTest, any_single)
+from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise
+from orchestrator.report.answers.sides import Side, Sides, any_single
+from orchestrator.report.answers.time_spread import LogSpread, TimeTest
 from orchestrator.report.answers.welch import (SIGNIFICANCE, PooledT, SeedForSeedT, Welch, holm,
                                                p_text)
 from orchestrator.report.answers.wording import percent, seeds_label

@@ -18,7 +18,8 @@ from orchestrator.report.answers.compare import (accuracy_figures, cells_differ,
                                                  compare_cells, compare_sync, compare_times,
                                                  ratio_text, syncs_not_told_apart, weak)
 from orchestrator.report.answers.learning_rates import lr_trials
-from orchestrator.report.answers.noise import Noise, of_means, sides_of
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.sides import of_means, sides_of
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  missing_part, one_worker_count, seeds_text)
 from orchestrator.report.tables import markdown_table

@@ -14,7 +14,9 @@ from orchestrator.report.answers.cells import (cells, part_trials, speedup_text,
                                                timed, with_speedups)
 from orchestrator.report.answers.compare import (compare_sync, compare_times, ratio_text,
                                                  syncs_not_told_apart, times_differ)
-from orchestrator.report.answers.noise import Noise, Side, Sides, drift_adjusted, sides_of
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.sides import Side, Sides, sides_of
+from orchestrator.report.answers.time_spread import drift_adjusted
 from orchestrator.report.answers.welch import SIGNIFICANCE, p_text
 from orchestrator.report.answers.wording import (in_short, missing_part, one_worker_count,
                                                  percent, seeds_text)

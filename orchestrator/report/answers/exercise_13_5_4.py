@@ -8,7 +8,8 @@ from orchestrator.records import seconds_text
 from orchestrator.report.answers.cells import (at_workers, cell, cells, part_trials, shares_gpu,
                                                speedup_text, timed)
 from orchestrator.report.answers.compare import compare_cells, compare_times
-from orchestrator.report.answers.noise import Noise, of_means, sides_of
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.sides import of_means, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, one_worker_count, seeds_text
 from orchestrator.report.summary import shared_gpu_mask
 from orchestrator.report.tables import markdown_table

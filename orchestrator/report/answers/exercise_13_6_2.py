@@ -9,7 +9,8 @@ from orchestrator.records import counted, seconds_text
 from orchestrator.report.answers.cells import (at_workers, part_trials, shares_gpu, sync_seconds,
                                                timed)
 from orchestrator.report.answers.compare import compare_times, ratio_text, times_differ
-from orchestrator.report.answers.noise import Noise, Side, sides_of
+from orchestrator.report.answers.noise import Noise
+from orchestrator.report.answers.sides import Side, sides_of
 from orchestrator.report.answers.wording import in_short, missing_part, percent, seeds_text
 from orchestrator.report.summary import per_worker_text, per_worker_values
 from orchestrator.report.tables import markdown_table

@@ -13,7 +13,8 @@ from orchestrator.report.answers.compare import (accuracy_figures, accuracy_verd
                                                  cells_differ, cells_gap, cells_seeds,
                                                  compare_cells, compare_sync, compare_times,
                                                  gap_on, ratio_text, syncs_not_told_apart)
-from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise, sides_of
+from orchestrator.report.answers.noise import UNTESTED_SYNC, Noise
+from orchestrator.report.answers.sides import sides_of
 from orchestrator.report.answers.welch import POWER, p_text
 from orchestrator.report.answers.wording import (EXERCISES_COMMAND, acc_seeds_text, in_short,
                                                  missing_part, one_worker_count, percent,
