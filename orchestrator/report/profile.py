@@ -60,6 +60,22 @@ def trace_part(rank: dict, quote: str = "") -> str:
     return f"; trace {quote}{rank['trace']}{quote}" if _known(rank.get("trace")) else ""
 
 
+def unprofiled_line(history: pd.DataFrame) -> str | None:
+    """The same run's step unprofiled, beside which a profiled step's time shows the
+    profiler's overhead: its epochs after the first (the report's window), their mean
+    training seconds a step; None for a run of one epoch."""
+    if "samples_per_s" not in history or "global_batch_size" not in history:
+        return None
+    later = history[history["epoch"] > history["epoch"].min()]
+    if later.empty:
+        return None
+    # An epoch's training seconds over its steps: a step's examples at its throughput.
+    step_ms = 1e3 * (later["global_batch_size"] / later["samples_per_s"]).mean()
+    return (f"unprofiled, the epochs after the first took {step_ms:.3g} ms a step (a "
+            f"profiled step's time beyond this: the profiler's overhead, and the first "
+            f"epoch's own pace)")
+
+
 def _known(value) -> bool:
     return value is not None and value == value  # None, or NaN read back from a CSV: not
 
@@ -72,22 +88,28 @@ def ranked_by(rank: dict) -> tuple[str, str]:
 
 
 def printed_lines(history: list[dict]) -> list[str]:
-    """train.py's lines: each rank's sentence, then rank 0's top ops."""
-    ranks = summaries(pd.DataFrame(history))
+    """train.py's lines: each rank's sentence, the run's unprofiled step, then rank
+    0's top ops."""
+    frame = pd.DataFrame(history)
+    ranks = summaries(frame)
     if not ranks:
         return []
     first = ranks[0]
     kind, key = ranked_by(first)
     lines = ["profile: " + rank_line(rank) + trace_part(rank) for rank in ranks]
+    unprofiled = unprofiled_line(frame)
+    if unprofiled is not None:
+        lines.append(f"profile: {unprofiled}")
     if first["ops"]:
         ops = ", ".join(f"{op['op']} {op[key]:.3g} ms" for op in first["ops"][:PRINTED_OPS])
         lines.append(f"profile: rank {first['rank']}'s top {kind} a step: {ops}")
     return lines
 
 
-def section(frame: pd.DataFrame) -> list[str]:
-    """report.md's "Profiled steps": per trial, each rank's sentence and trace, and
-    its first rank's top ops a step; none where no trial was profiled."""
+def section(frame: pd.DataFrame, epochs: pd.DataFrame | None = None) -> list[str]:
+    """report.md's "Profiled steps": per trial, each rank's sentence and trace, its
+    unprofiled step (from `epochs`, the sweep's epoch rows, where given), and its first
+    rank's top ops a step; none where no trial was profiled."""
     if frame.empty:
         return []
     lines = ["## Profiled steps", "",
@@ -105,6 +127,9 @@ def section(frame: pd.DataFrame) -> list[str]:
         lines += [f"### {trial_id}", ""]
         lines += [f"- {rank_line(rank)}{trace_part(rank, '`')}"
                   for rank in ranks.to_dict("records")]
+        if epochs is not None:
+            unprofiled = unprofiled_line(epochs[epochs["trial_id"] == trial_id])
+            lines += [f"- {unprofiled}"] if unprofiled is not None else []
         first = trial[(trial["rank"] == trial["rank"].min()) & trial["op"].notna()]
         if first.empty:
             lines.append("")

@@ -62,7 +62,7 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
     paths = write_results(out_dir, summary, epochs, evaluations, title_lines=title_lines,
                           target_acc=target_acc,
                           sections=(sheet.model_section, sheet.answers,
-                                    *_profile_section(profiled)),
+                                    *_profile_section(profiled, epochs)),
                           not_run=left_out_section(summary, epochs, calibration, left_out,
                                                    use_gpu),
                           time_split=time_split,
@@ -86,8 +86,8 @@ def write_sweep_report(out_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame
                        _trials_with(summary, Status.INTERRUPTED))
 
 
-def _profile_section(profiled: pd.DataFrame | None) -> tuple[str, ...]:
-    lines = profile.section(profiled) if profiled is not None else []
+def _profile_section(profiled: pd.DataFrame | None, epochs: pd.DataFrame) -> tuple[str, ...]:
+    lines = profile.section(profiled, epochs) if profiled is not None else []
     return ("\n".join(lines),) if lines else ()
 
 

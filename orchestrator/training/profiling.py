@@ -183,8 +183,8 @@ def summary(averages, events, *, steps: int, seconds: float,
     work = [event for event in events if on_device(event)]
     # A GPU whose kernels the profiler did not see (CUPTI not started in this
     # process): its host ops are ranked, and the summary says why.
-    gpu = device.type != "cpu" and bool(work)
-    if gpu:
+    kernels_seen = device.type != "cpu" and bool(work)
+    if kernels_seen:
         ranked = sorted((row for row in rows if on_device(row)), reverse=True,
                         key=lambda row: row.self_device_time_total)
     else:
@@ -196,10 +196,10 @@ def summary(averages, events, *, steps: int, seconds: float,
                       "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
                       "self_device_ms": row.self_device_time_total / 1e3 / steps}
                      for row in ranked[:TOP_OPS]]
-    if device.type != "cpu" and not gpu:
+    if device.type != "cpu" and not kernels_seen:
         result["error"] = ("no kernel recorded on the device (the profiler's CUDA "
                            "activity did not start in this process): host ops ranked")
-    if gpu:
+    if kernels_seen:
         spans = [(event.time_range.start, event.time_range.end) for event in work]
         nccl = [span for span, event in zip(spans, work) if "nccl" in event.name.lower()]
         result |= {"kernels": len(work) / steps,

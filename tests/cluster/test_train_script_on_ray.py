@@ -30,6 +30,8 @@ def test_two_workers_learn_and_print_the_books_line(tmp_path):
         assert "ProfilerStep" in gzip.open(trace).read().decode()
     assert re.search(r"^profile: rank 0's top ops a step: aten::", run.stdout,
                      re.M)
+    assert re.search(r"^profile: unprofiled, the epochs after the first took [\d.]+ ms a "
+                     r"step", run.stdout, re.M)
     assert "resuming" not in run.stdout  # a new name: a new run
     assert "Ray dashboard: http://127.0.0.1:" in run.stdout
     assert re.search(r"epoch 2/2: train loss", run.stdout + run.stderr)

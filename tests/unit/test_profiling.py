@@ -66,6 +66,15 @@ def test_a_profiled_run_summarises_its_first_epochs_steps_and_keeps_a_trace(
              if event.get("name", "").startswith("ProfilerStep")}
     assert len(steps) == 3, steps
     shutil.rmtree(Path(kept[0][0]).parent)
+    # Beside the profiled step, the same run's unprofiled one: its second epoch's.
+    unprofiled = (f"unprofiled, the epochs after the first took "
+                  f"{1e3 * 64 / history[1]['samples_per_s']:.3g} ms a step")
+    assert any(line.startswith(f"profile: {unprofiled}")
+               for line in profile.printed_lines(history))
+    rows = pd.DataFrame(profile.rows(pd.DataFrame(history), "t1"),
+                        columns=profile.PROFILE_COLUMNS)
+    epochs = pd.DataFrame(history).assign(trial_id="t1")
+    assert f"- {unprofiled}" in "\n".join(profile.section(rows, epochs))
 
 
 def test_without_the_option_nothing_is_profiled(fashion_mnist_small):
@@ -250,3 +259,4 @@ def test_a_summary_or_trace_that_fails_is_reported_and_the_run_goes_on(
                  "\n".join(profile.printed_lines(history))):
         assert f"2 steps profiled, {rank['step_ms']:.3g} ms a step; {error}" in text
         assert "; trace " not in text  # no "trace None"
+        assert "unprofiled" not in text  # one epoch: none to set beside it
