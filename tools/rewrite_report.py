@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     collected = trials.loc[:, :"stop_at_target"]
     calibration_file = folder / "calibration.json"
     sessions_file = folder / "sessions.json"
+    profile_file = folder / "profile.csv"  # --profile-steps' rows, read back as written
     data_line = next((line for line in lines if line.startswith("- data:")), "")
     report = write_sweep_report(
         folder, collected, epochs, evaluations,
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         title_lines=lines, target_acc=target_acc(lines),
         data_note="subsets" if "(subsets)" in data_line else "",
         use_gpu=bool(epochs["devices"].astype(str).str.contains("cuda").any()),
-        sessions=json.loads(sessions_file.read_text()) if sessions_file.exists() else ())
+        sessions=json.loads(sessions_file.read_text()) if sessions_file.exists() else (),
+        profiled=pd.read_csv(profile_file) if profile_file.exists() else None)
     print("\n".join(f"  {path}" for path in report.paths.values()))
     return 0
 

@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from orchestrator.records import counted
+from orchestrator.records import Status, counted
 from orchestrator.report.tables import markdown_table
 
 RANK_COLUMNS = ["rank", "device", "steps", "step_ms", "kernels", "device_busy_ms",
@@ -62,11 +62,15 @@ def trace_part(rank: dict, quote: str = "") -> str:
 
 def unprofiled_line(history: pd.DataFrame) -> str | None:
     """The same run's step unprofiled, beside which a profiled step's time shows the
-    profiler's overhead: its epochs after the first (the report's window), their mean
-    training seconds a step; None for a run of one epoch."""
+    profiler's overhead: its epochs after the first (the report's window) that ran
+    whole (not diverged, with a throughput), their mean training seconds a step;
+    None where it has no such epoch (a run of one epoch)."""
     if "samples_per_s" not in history or "global_batch_size" not in history:
         return None
-    later = history[history["epoch"] > history["epoch"].min()]
+    later = history[(history["epoch"] > history["epoch"].min())
+                    & (history["samples_per_s"] > 0)]  # NaN and a stopped epoch's 0: out
+    if "status" in later:
+        later = later[later["status"] == Status.OK]
     if later.empty:
         return None
     # An epoch's training seconds over its steps: a step's examples at its throughput.
@@ -118,7 +122,8 @@ def section(frame: pd.DataFrame, epochs: pd.DataFrame | None = None) -> list[str
              "first epoch is outside every time per epoch above; the time to a target "
              "counts the profiled steps, the profiler's overhead in them (its start and "
              "stop not). Times are per step, that overhead in them; an op's self time "
-             "leaves out the ops it calls; on a GPU the rows are its kernels, and the "
+             "leaves out the ops it calls; on a GPU the rows are its kernels (its host ops "
+             "where its line says no kernel was recorded), and the "
              "device's busy time is the union of their intervals. Every rank's top rows "
              "are in `profile.csv`; each trace opens in Perfetto (ui.perfetto.dev) or "
              "TensorBoard.", ""]

@@ -1,6 +1,7 @@
 """The one call the driver makes: a finished (or interrupted) sweep's frames in,
 every file of its folder out (trials.csv, epochs.csv, evaluations.csv,
-report.md, the plots and the answer sheet), and the tables to print.
+report.md, the plots, the answer sheet and `--profile-steps`' profile.csv), and
+the tables to print.
 """
 
 from collections.abc import Sequence

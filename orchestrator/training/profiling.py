@@ -131,19 +131,20 @@ class StepProfiler:
         if self._stopped is None or not self._steps:
             return
         profile, self._stopped = self._stopped, None
+        errors = []
         try:
             self.summary = summary(profile.key_averages(), profile.events(),
                                    steps=self._steps, seconds=self._seconds,
                                    device=self.device)
+            errors.append(self.summary["error"])
         except Exception as error:  # noqa: BLE001 - reported, and training goes on
-            self.summary = {**_wall_time(self.device, self._steps, self._seconds),
-                            "error": f"not summarised: {type(error).__name__}: {error}"}
-            return
-        try:
+            self.summary = _wall_time(self.device, self._steps, self._seconds)
+            errors.append(f"not summarised: {type(error).__name__}: {error}")
+        try:  # the trace, which may show what the summary could not
             self.trace = _export(profile)
         except Exception as error:  # noqa: BLE001 - reported, and training goes on
-            self.summary["error"] = "; ".join(filter(None, (
-                self.summary["error"], f"no trace written: {type(error).__name__}: {error}")))
+            errors.append(f"no trace written: {type(error).__name__}: {error}")
+        self.summary["error"] = "; ".join(filter(None, errors)) or None
 
     def _stop(self) -> None:
         if self.device.type == "cuda":
@@ -183,7 +184,7 @@ def summary(averages, events, *, steps: int, seconds: float,
     work = [event for event in events if on_device(event)]
     # A GPU whose kernels the profiler did not see (CUPTI not started in this
     # process): its host ops are ranked, and the summary says why.
-    kernels_seen = device.type != "cpu" and bool(work)
+    kernels_seen = device.type == "cuda" and bool(work)
     if kernels_seen:
         ranked = sorted((row for row in rows if on_device(row)), reverse=True,
                         key=lambda row: row.self_device_time_total)
@@ -196,7 +197,7 @@ def summary(averages, events, *, steps: int, seconds: float,
                       "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
                       "self_device_ms": row.self_device_time_total / 1e3 / steps}
                      for row in ranked[:TOP_OPS]]
-    if device.type != "cpu" and not kernels_seen:
+    if device.type == "cuda" and not kernels_seen:
         result["error"] = ("no kernel recorded on the device (the profiler's CUDA "
                            "activity did not start in this process): host ops ranked")
     if kernels_seen:

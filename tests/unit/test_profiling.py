@@ -247,10 +247,13 @@ def test_a_summary_or_trace_that_fails_is_reported_and_the_run_goes_on(
                          test_limit=200, profile_steps=2, memory_format="nchw")
     history, _ = train_reporting(config, fashion_mnist_small)
     (rank,) = json.loads(history[0]["profile"])
-    assert rank["error"] == error and rank["trace"] is None
-    assert rank["steps"] == 2 and rank["step_ms"] > 0
-    # A trace that was not written leaves the summary whole; a failed summary, its time.
+    assert rank["error"] == error and rank["steps"] == 2 and rank["step_ms"] > 0
+    # A trace that was not written leaves the summary whole; a failed summary, its time
+    # and the trace, which may show what the summary could not.
     assert bool(rank["ops"]) == (failing == "_export")
+    assert (rank["trace"] is None) == (failing == "_export")
+    if rank["trace"] is not None:
+        shutil.rmtree(Path(rank["trace"]).parent)
     assert history[0]["status"] == "ok"
     rows = pd.DataFrame(profile.rows(pd.DataFrame(history), "t1"),
                         columns=profile.PROFILE_COLUMNS)
@@ -258,5 +261,18 @@ def test_a_summary_or_trace_that_fails_is_reported_and_the_run_goes_on(
     for text in ("\n".join(profile.section(rows)),
                  "\n".join(profile.printed_lines(history))):
         assert f"2 steps profiled, {rank['step_ms']:.3g} ms a step; {error}" in text
-        assert "; trace " not in text  # no "trace None"
+        assert ("; trace " in text) == (failing == "summary")  # never "trace None"
         assert "unprofiled" not in text  # one epoch: none to set beside it
+
+
+def test_the_unprofiled_step_counts_only_later_epochs_that_ran_whole():
+    def history(*rows):
+        return pd.DataFrame([{"epoch": epoch, "global_batch_size": 64, "samples_per_s": rate,
+                              "status": status} for epoch, rate, status in rows])
+    line = profile.unprofiled_line(history((1, 320.0, "ok"), (2, 640.0, "ok"),
+                                           (3, 1280.0, "ok"), (4, float("nan"), "ok")))
+    assert line.startswith("unprofiled, the epochs after the first took 75 ms a step")
+    # A run that diverged at its second epoch's first step (no throughput) has none.
+    assert profile.unprofiled_line(history((1, 320.0, "ok"), (2, 0.0, "diverged"))) is None
+    assert profile.unprofiled_line(history((1, 320.0, "ok"), (2, 500.0, "diverged"))) is None
+    assert profile.unprofiled_line(history((1, 320.0, "ok"))) is None

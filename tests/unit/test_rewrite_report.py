@@ -24,11 +24,22 @@ def test_a_recorded_sweep_is_rewritten_with_its_title_lines_and_its_trials(tmp_p
         rows[rows["trial_id"].isin(before["trial_id"])].to_csv(folder / name, index=False)
     shutil.copy(EXAMPLE / "calibration.json", folder)
     shutil.copy(EXAMPLE / "report.md", folder)
+    # A profiled sweep's rows (--profile-steps), kept and written into its report again.
+    from orchestrator.report import profile
+    profiled = pd.DataFrame([{"trial_id": before["trial_id"].iloc[0], "rank": 0,
+                              "device": "cpu", "steps": 3, "step_ms": 10.0, "op": "aten::mm",
+                              "calls": 2.0, "self_cpu_ms": 4.0, "trace": "t/rank0.json.gz"}],
+                            columns=profile.PROFILE_COLUMNS)
+    profiled.to_csv(folder / "profile.csv", index=False)
+    written = (folder / "profile.csv").read_text()
     title = rewrite.title_lines((EXAMPLE / "report.md").read_text())
     assert title[0].startswith("- date: ") and len(title) >= 5
     assert rewrite.main([str(folder)]) == 0
     assert rewrite.title_lines((folder / "report.md").read_text()) == title
     assert (folder / "answers.md").read_text().startswith("## Answers")
+    report = (folder / "report.md").read_text()
+    assert "## Profiled steps" in report and "- `profile.csv`" in report
+    assert (folder / "profile.csv").read_text() == written
     after = pd.read_csv(folder / "trials.csv")
     assert sorted(after["trial_id"]) == sorted(before["trial_id"]) and len(after) == 6
     assert (after.set_index("trial_id")["final_test_acc"].sort_index().tolist()

@@ -84,7 +84,7 @@ def cell(trials: pd.DataFrame) -> pd.Series | None:
     row["seeds"] = len(seeds)
     row["trial_ids"] = tuple(trials["trial_id"]) if "trial_id" in trials else ()
     # Each seed's times and accuracy, for comparisons made seed for seed
-    # (`noise.matched`, `Noise.seed_test`).
+    # (`sides.matched`, `Noise.seed_test`).
     row["seed_ids"] = tuple(seeds.tolist())
     row["by_seed"] = {column: tuple(per_seed[:, measures.index(column)].tolist())
                       for column in ("epoch_s", "eval_s", "final_test_acc")

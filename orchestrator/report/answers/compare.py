@@ -21,7 +21,7 @@ def compare_times(time_s: float, other_s: float, noise: Noise, sides: Sides | bo
     t = ..., p = ...) from", told apart by Student's t on their logs against `spread`
     (the sweep's epoch-time spread unless given, `LogSpread.test`); where the sweep
     measured no spread, by the range: "1.87x faster than" or "within noise (2% apart,
-    noise 3%) of". `sides`: the two sides (`noise.sides_of` two rows: each one's seeds and
+    noise 3%) of". `sides`: the two sides (`sides.sides_of` two rows: each one's seeds and
     whether it was timed over one epoch), or a bool for two 1-trial sides. `family`: the
     p-values of every comparison made beside this one (its own among them), which
     decide by Holm's adjustment of them (`family_p`)."""

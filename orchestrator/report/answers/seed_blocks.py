@@ -2,7 +2,7 @@
 every arm of a sweep, so the replicated configurations' final test accuracies are
 fitted as a mean per configuration plus a shift per seed shared by all of them (a
 randomized complete block design, the seed the block: Montgomery, 'Design and
-Analysis of Experiments', ch. 4), as epoch times are (`noise.LogSpread`). Two sides
+Analysis of Experiments', ch. 4), as epoch times are (`time_spread.LogSpread`). Two sides
 that ran seeds in common are then compared seed for seed against the spread left
 (`SeedBlocks.test`); a configuration whose seeds spread unlike the others' is left
 out of that pool and held to its own differences."""

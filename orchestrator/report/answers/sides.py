@@ -23,7 +23,7 @@ class Side:
     @classmethod
     def of(cls, row, column: str = "epoch_s") -> "Side":
         """A trial's or a cell's side for its `column`: its `seeds` (1 where not
-        counted), whether it timed one epoch (`timed_epoch_count`, which `prepared`
+        counted), whether it timed one epoch (`timed_epoch_count`, which noise.py's `prepared`
         adds; unknown: several), and its seeds' `column` (a cell's `by_seed`, a
         trial's own seed)."""
         seeds, by_seed = row.get("seeds", 1), _by_seed(row, column)

@@ -96,7 +96,7 @@ class LogSpread:
         (`side_variance`), and its two-sided p; where the sides share seeds (`matched`),
         of their means over those seeds against the spread left once each seed's
         shift is out. None where the sweep measured no such spread, or a side is not
-        a positive time. `sides`: the two sides (`sides_of`), or a bool for two
+        a positive time. `sides`: the two sides (`sides.sides_of`), or a bool for two
         1-trial sides, timed over one epoch or not."""
         if not self.tests or not (time_s > 0 and other_s > 0):
             return None
@@ -182,7 +182,7 @@ def drift_adjusted(row, spread: LogSpread, column: str = "epoch_s") -> tuple[flo
     out: the geometric mean over its seeds of each seed's time over its shift, for
     ranking cells of different seeds alike; and whether any shift was taken out.
     The row's own `column` where it has no seeds' times or the sweep no shifts it
-    tests on (under MIN_TEST_DOF degrees of freedom left, as `seed_drift` says none)."""
+    tests on (under MIN_TEST_DOF degrees of freedom left, as noise.py's `seed_drift` says none)."""
     shifts = dict(spread.seed_shifts) if spread.blocked_dof >= MIN_TEST_DOF else {}
     by_seed = Side.of(row, column).by_seed
     if not shifts or not by_seed:
