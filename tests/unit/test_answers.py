@@ -288,7 +288,7 @@ def test_the_splits_accuracies_are_held_to_the_same_optimizers_other_trials():
 def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
     """A grading (2026-11-29): the sheet said it did not know where root's epoch beyond
     sharded's went, where each trial's epochs recorded its sums and its compute."""
-    from orchestrator.report.answers.exercise_13_5_3 import _gap_parts
+    from orchestrator.report.answers.root_funnel import gap_parts
 
     def epochs(trial_id, epoch_s, compute, sync_s):
         return [{"trial_id": trial_id, "epoch": epoch, "epoch_time_s": epoch_s,
@@ -301,7 +301,7 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
     frame = pd.DataFrame(epochs("sharded", 10.0, [8.4, 8.2], 1.4)
                          + epochs("root", 11.0, [8.5, 8.7], 1.9))
     noise = Noise(time_fraction=0.05, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
-    text = _gap_parts(mine, book, noise, frame)
+    text = gap_parts(mine, book, noise, frame)
     # Worker 0's parts, which sum to its epoch (a second grading: the sums were worker
     # 0's, the compute the slowest worker's).
     assert text.startswith(
@@ -315,21 +315,21 @@ def test_root_and_shardeds_gap_is_split_into_sums_compute_and_the_rest():
     # Compute 1.5x apart: told apart, and said to be no strategy's doing.
     slow = pd.DataFrame(epochs("sharded", 10.0, [5.6, 5.4], 1.4)
                         + epochs("root", 11.0, [8.5, 8.7], 1.9))
-    assert _gap_parts(mine, book, noise, slow).endswith(
+    assert gap_parts(mine, book, noise, slow).endswith(
         "the compute is told apart, though a strategy does not change it: the trials' "
         "placement or the machine's pace when each ran")
     # Sharded's epoch the longer (a review: the gap printed negative): named the other way.
     longer = pd.DataFrame(epochs("sharded", 12.0, [8.4, 8.2], 2.4)
                           + epochs("root", 11.0, [8.5, 8.7], 1.9))
-    assert _gap_parts(mine, book, noise, longer).startswith(
+    assert gap_parts(mine, book, noise, longer).startswith(
         "On worker 0, whose epoch these parts make up, sharded's 1.00 s beyond root's epoch "
         "(one trial each) split into 0.50 s in the sums")
     # Cells of several trials (seeds, or repeats of one seed), or epochs without their
     # compute: no split.
-    assert _gap_parts(pd.Series({**mine, "trial_ids": ("sharded", "again")}), book, noise,
+    assert gap_parts(pd.Series({**mine, "trial_ids": ("sharded", "again")}), book, noise,
                       frame) == ""
-    assert _gap_parts(mine, book, noise, frame.drop(columns="worker_compute_s")) == ""
-    assert _gap_parts(mine, book, noise, None) == ""
+    assert gap_parts(mine, book, noise, frame.drop(columns="worker_compute_s")) == ""
+    assert gap_parts(mine, book, noise, None) == ""
 
 
 def test_warm_ups_seeds_that_learned_are_held_to_their_own_differences():
@@ -654,12 +654,12 @@ def test_13_5_3_says_why_sharded_was_slower_from_the_calibrations_own_timings():
 def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
     """A review: the exercise asks for a more efficient allreduce, and the answer never
     held the one it built (sharded) against the book's (root)."""
-    from orchestrator.report.answers.exercise_13_5_3 import _against_root
+    from orchestrator.report.answers.root_funnel import against_root
 
     ranked = pd.DataFrame([{"sync": "sharded", "epoch_s": 10.2, "seeds": 1},
                            {"sync": "root", "epoch_s": 11.0, "seeds": 3}])
     noise = Noise(time_fraction=0.10, acc=0.01, time_groups=(2, 6))
-    assert _against_root(ranked, 2, noise) == (
+    assert against_root(ranked, 2, noise) == (
         "The exercise's aggregation on different workers (sharded) was within noise (7.8% "
         "apart, noise 10%) of the book's allreduce (root, 11.0 s, mean of 3 seeds): at 2 "
         "workers both move a step's gradients once each way (the table above), so "
@@ -667,13 +667,13 @@ def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
         "on a link that bytes bound: root's one receive, then one send, take twice a link's "
         "time.")
     slow_root = ranked.assign(epoch_s=[10.2, 14.0])
-    assert _against_root(slow_root, 4, noise) == (
+    assert against_root(slow_root, 4, noise) == (
         "The exercise's aggregation on different workers (sharded) was 1.37x faster than the "
         "book's allreduce (root, 14.0 s, mean of 3 seeds).")
-    assert _against_root(ranked[ranked["sync"] == "root"], 2, noise) == ""
+    assert against_root(ranked[ranked["sync"] == "root"], 2, noise) == ""
     # Told apart at 2 workers, where the bytes are the same: the gap is the calls.
     tested = Noise(time_fraction=0.10, acc=0.01, time_spread=LogSpread(0.02, 30, 34, 4))
-    assert _against_root(ranked, 2, tested) == (
+    assert against_root(ranked, 2, tested) == (
         "The exercise's aggregation on different workers (sharded) was 1.08x faster (t = "
         "-3.27, p = 0.0027) than the book's allreduce (root, 11.0 s, mean of 3 seeds): at 2 "
         "workers both move a step's gradients once each way (the table above), so "
@@ -688,25 +688,25 @@ def test_13_5_3_puts_its_own_question_sharded_against_the_books_root():
     close = ranked.assign(epoch_s=[10.7, 11.0])
     # Root a mean of 3 seeds: a third of a trial's variance on its side.
     assert "not significantly different (2.8% apart; t = -1.20, p = 0.24) from" in (
-        _against_root(close, 2, tested))
-    assert "calls" not in _against_root(close, 2, tested)
+        against_root(close, 2, tested))
+    assert "calls" not in against_root(close, 2, tested)
 
 
 def test_13_5_3s_first_paragraph_says_sharded_lost_only_to_an_allreduce_of_few_buffers():
     """A review (2026-11-29): the first paragraph now says where the library's
     allreduce beat the exercise's sharded, "three calls a step where an allreduce
     makes one": true of ddp and bucketed, not of scratch (a call per tensor)."""
-    from orchestrator.report.answers.exercise_13_5_3 import _root_pair, _root_short
+    from orchestrator.report.answers.root_funnel import root_pair, root_short
 
     def row(sync, epoch_s):
         return pd.Series({"sync": sync, "epoch_s": epoch_s, "seeds": 1, "sync_share": 0.1})
 
     ranked = pd.DataFrame([row("sharded", 10.2), row("root", 14.0)])
     noise = Noise(time_fraction=0.05, acc=0.01)
-    root = _root_pair(ranked, 4, noise)
+    root = root_pair(ranked, 4, noise)
     for fastest, said in (("ddp", True), ("bucketed", True), ("scratch", False)):
-        text = _root_short(root, 4, "gloo", noise, None, row(fastest, 8.0))
+        text = root_short(root, 4, "gloo", noise, None, row(fastest, 8.0))
         assert ("The library's own allreduce did better than the exercise's: sharded's "
                 f"epochs were 1.27x longer than {fastest}'s" in text) is said, text
     # Not beaten: nothing said.
-    assert "library's" not in _root_short(root, 4, "gloo", noise, None, row("ddp", 10.1))
+    assert "library's" not in root_short(root, 4, "gloo", noise, None, row("ddp", 10.1))
