@@ -29,6 +29,7 @@ def test_a_gpu_profile_counts_kernels_and_the_devices_busy_time(fashion_mnist_sm
     history = run_training(config, fashion_mnist_small, device=GPU, report=lambda *_: None)
     (rank,) = json.loads(history[0]["profile"])
     assert rank["steps"] == 4 and rank["device"] == "cuda:0"
+    assert rank["error"] is None, rank["error"]  # kernels recorded, the trace written
     # LeNet's forward, backward and update: tens of kernels a step, whether launched
     # one by one or replayed as a graph; their time a part of the step's.
     assert rank["kernels"] >= 10, rank
