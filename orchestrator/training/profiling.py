@@ -197,15 +197,15 @@ def summary(averages, events, *, steps: int, seconds: float,
                       "self_cpu_ms": row.self_cpu_time_total / 1e3 / steps,
                       "self_device_ms": row.self_device_time_total / 1e3 / steps}
                      for row in ranked[:TOP_OPS]]
-    if device.type == "cuda" and not kernels_seen:
-        result["error"] = ("no kernel recorded on the device (the profiler's CUDA "
-                           "activity did not start in this process): host ops ranked")
     if kernels_seen:
         spans = [(event.time_range.start, event.time_range.end) for event in work]
         nccl = [span for span, event in zip(spans, work) if "nccl" in event.name.lower()]
         result |= {"kernels": len(work) / steps,
                    "device_busy_ms": busy_us(spans) / 1e3 / steps,
                    "nccl_busy_ms": busy_us(nccl) / 1e3 / steps}
+    elif device.type == "cuda":
+        result["error"] = ("no kernel recorded on the device (the profiler's CUDA "
+                           "activity did not start in this process): host ops ranked")
     return result
 
 
