@@ -21,7 +21,9 @@ concurrent compute probe of the trial's model (never from the trials it validate
 their own compute seconds check it); `alpha` and `beta` from its allreduce
 microbenchmark (per transport, a robust fit) or from a named interconnect, `bytes` from the gradient
 bytes it recorded per model. ddp's comm is counted as exposed, as bucketed's: an upper
-bound, since ddp overlaps it with backward. No Ray or torch here.
+bound, since ddp overlaps it with backward. What the 1-worker trial says about a step
+is step_baseline.py's; a point the cluster could not hold is what_if.py's. No Ray or
+torch here.
 """
 
 import math
@@ -31,13 +33,12 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.config.dataset import FASHION_MNIST, TRAIN_SIZE, even_shares
-from orchestrator.config.options import TrainConfig
-from orchestrator.records import (ROOT_FUNNEL, SHARDED_PAIR, SHARED_MEMORY_SYNCS, LeftOut,
-                                  Status)
-from orchestrator.report.costs import (INTERCONNECTS, P2_16XLARGE, SHARED_MEMORY, Link, comm_s,
-                                       contention, fit_link, probed_model, with_first_call)
-from orchestrator.report.summary import (SCALING_GROUP, per_worker_values, shared_gpu_mask,
-                                         steady_epochs)
+from orchestrator.records import ROOT_FUNNEL, SHARDED_PAIR, SHARED_MEMORY_SYNCS, Status
+from orchestrator.report.costs import (INTERCONNECTS, SHARED_MEMORY, Link, contention, fit_link,
+                                       probed_model, with_first_call)
+from orchestrator.report.step_baseline import (StepBaseline, baseline_candidates, baseline_costs,
+                                               baseline_trials, step_s)
+from orchestrator.report.summary import per_worker_values, shared_gpu_mask, steady_epochs
 
 PREDICTED_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -57,26 +58,6 @@ class ScalingResult:
     forecast on this cluster's own transports."""
 
 
-@dataclass(frozen=True)
-class _Baseline:
-    """What a 1-worker trial says about one step."""
-
-    trial: pd.Series
-    per_example_s: float  # forward+backward seconds per example, beyond `fixed_s`
-    other_s: float  # per step: neither compute nor communication
-    epoch_s: float  # measured: the mean of its seeds' epochs in the timing window
-    gradient_bytes: dict  # the calibration's for its model, precision and bucket cap
-    # Per forward and backward, seconds that no smaller shard saves: the launches
-    # of an eager GPU step (calibration's "step_fixed"); 0 on a CPU.
-    fixed_s: float = 0.0
-    # Forward and backward passes a step (--accumulation-steps): each pays `fixed_s`.
-    accumulation_steps: int = 1
-
-    def compute_s(self, shard: int) -> float:
-        """One worker's forward and backward seconds a step on `shard` examples."""
-        return self.accumulation_steps * self.fixed_s + self.per_example_s * shard
-
-
 def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
                      calibration: dict) -> ScalingResult | None:
     """Fit, validate and predict; None without a usable 1-worker trial or allreduce
@@ -85,7 +66,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     the contention is the probe's."""
     samples = calibration.get("allreduce", [])
     usable = summary[summary["status"] != Status.FAILED]
-    singles = _baseline_candidates(summary, epochs)
+    singles = baseline_candidates(summary, epochs)
     if not samples or singles.empty or "gradient_bytes" not in calibration:
         return None
     measured = {t: with_first_call(fit_link(t, samples), t, calibration.get("first_call", []))
@@ -107,7 +88,7 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
     if not baselines:  # no multi-worker trial: predict from each 1-worker one alone
         for _, single in singles.iterrows():
             baselines.setdefault((single["model"], single["sync"]),
-                                 _baseline_costs(single.to_frame().T, epochs, calibration))
+                                 baseline_costs(single.to_frame().T, epochs, calibration))
     # On this cluster each strategy sums over the transport it used, its workers
     # contending as the probe measured; on a named interconnect each worker has a
     # device of its own: contention 1.
@@ -132,16 +113,6 @@ def fit_and_validate(summary: pd.DataFrame, epochs: pd.DataFrame,
         links=pd.DataFrame([vars(link) for link in links]).rename(columns={"name": "link"}),
         validation=pd.DataFrame(validation, columns=_VALIDATION_COLUMNS),
         predictions=pd.concat(predictions, ignore_index=True), shared_gpu=shared)
-
-
-def _baseline_candidates(summary: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    """The trials that can be a baseline: 1 worker, not failed, no straggler, with
-    its workers' compute seconds recorded (older sweeps did not record them)."""
-    singles = summary[(summary["status"] != Status.FAILED) & (summary["num_workers"] == 1)
-                      & (summary["straggler_slowdown"] == 1)]
-    timed = epochs["worker_compute_s"].map(
-        lambda values: per_worker_values(values) is not None).astype(bool)  # empty: no epoch
-    return singles[singles["trial_id"].isin(epochs.loc[timed, "trial_id"])]
 
 
 # held_out: the trial's k is not one the calibration fitted its transport at.
@@ -169,16 +140,16 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     and transport are used."""
     history = epochs[epochs["trial_id"] == trial["trial_id"]]
     transport = next((t for t in history["transport"] if t != "none"), None)
-    ones = _baseline_trials(trial, singles)
+    ones = baseline_trials(trial, singles)
     if trial["sync"] == "sharded":  # its own two collectives, where they were timed
         transport = next((t for t in measured if t == f"{transport} {SHARDED_PAIR}"), transport)
     if ones is None or transport not in measured:
         return None
-    baseline = _baseline_costs(ones, epochs, calibration)
+    baseline = baseline_costs(ones, epochs, calibration)
     num_workers = int(trial["num_workers"])
     factor = contention(calibration, num_workers, trial["model"])
     probed = probed_model(calibration, trial["model"])
-    step = _step_s(baseline, measured[transport], num_workers,
+    step = step_s(baseline, measured[transport], num_workers,
                    int(trial["batch_size_per_worker"]), factor)
     steps = int(trial["steps_per_epoch"])
     predicted_s = steps * sum(step)
@@ -250,75 +221,7 @@ def _own_link(sync: str, measured: dict[str, Link]) -> Link | None:
     return measured.get(group)
 
 
-def _baseline_trials(trial: pd.Series, singles: pd.DataFrame) -> pd.DataFrame | None:
-    """The 1-worker trials (every seed) of the same scaling group, threads and
-    straggler; else those of the same model, sync, precision and threads at the
-    closest global batch and its lr. Their seeds are replicas of one baseline, as
-    the report's speedups (`summary.with_speedup`) take them."""
-    exact = [*SCALING_GROUP, "threads_per_worker", "straggler_slowdown"]
-    same = singles[(singles[exact] == trial[exact]).all(axis=1)]
-    if not same.empty:
-        return same
-    loose = ["model", "sync", "precision", "threads_per_worker"]
-    near = singles[(singles[loose] == trial[loose]).all(axis=1)]
-    if near.empty:
-        return None
-    closest = near.loc[(near["global_batch_size"] - trial["global_batch_size"]).abs().idxmin()]
-    same_run = near["global_batch_size"] == closest["global_batch_size"]
-    if "lr" in near:
-        same_run &= near["lr"] == closest["lr"]
-    return near[same_run]
-
-
-def _baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: dict) -> _Baseline:
-    """One step's costs from the 1-worker trials `singles` (the seeds of one
-    configuration): the means over all their epochs in the timing window."""
-    single = singles.iloc[0]
-    history = steady_epochs(epochs[epochs["trial_id"].isin(singles["trial_id"])])
-    compute_s = history["worker_compute_s"].map(lambda v: max(per_worker_values(v)))
-    steps = int(single["steps_per_epoch"])
-    other_s = (history["epoch_time_s"] - compute_s - history["sync_time_s"]) / steps
-    recorded = {(entry["model"], entry["precision"], entry["bucket_cap_mb"]): entry
-                for entry in calibration["gradient_bytes"]}
-    layout = (single["model"], single["precision"],
-              single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
-    compute_per_step = compute_s / steps
-    passes = accumulation_steps(single)
-    fixed_s = min(fixed_step_s(calibration, single, history),
-                  float(compute_per_step.min()) / passes)
-    return _Baseline(single, ((compute_per_step - passes * fixed_s)
-                              / int(single["global_batch_size"])).mean(),
-                     other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
-                     fixed_s, passes)
-
-
-def accumulation_steps(trial: pd.Series) -> int:
-    """The trial's forward and backward passes a step: 1 in sweeps recorded before
-    --accumulation-steps."""
-    steps = trial.get("accumulation_steps")
-    return 1 if steps is None or pd.isna(steps) else int(steps)
-
-
-def fixed_step_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> float:
-    """The part of the 1-worker trial `single`'s step that no smaller shard saves, as
-    the calibration probed it on a GPU ("step_fixed": an eager step's launches) for
-    its model, precision and memory layout (`history`'s); 0 where none was probed
-    so (CPUs, whose steps scale with the shard; calibrations from before it; seeds
-    whose `auto` chose different layouts), and
-    where its step was replayed as a CUDA graph (`step_graph`), which the probe's
-    eager steps say nothing of."""
-    if "step_graph" in history and (history["step_graph"] == "on").any():
-        return 0.0
-    # Its seeds' one layout (each node's `auto` chooses its own: seeds that differ
-    # match no entry, and f is 0).
-    layouts = set(history["memory_format"]) if "memory_format" in history else set()
-    return next((float(entry["fixed_s"]) for entry in calibration.get("step_fixed", [])
-                 if entry and (entry["model"], entry.get("precision")) == (single["model"],
-                                                                           single["precision"])
-                 and {entry.get("memory_format")} == layouts), 0.0)
-
-
-def _predict_curve(baseline: _Baseline, link: Link, contending,
+def _predict_curve(baseline: StepBaseline, link: Link, contending,
                    up_to: int | None = None) -> pd.DataFrame:
     """Both of 13.5.1's ways to add workers, from the baseline's global batch b:
     "global" keeps it (shard b/k, 13.5's experiment), "per-worker" gives each worker
@@ -336,7 +239,7 @@ def _predict_curve(baseline: _Baseline, link: Link, contending,
                 continue
             global_batch_size = batch if scaling == "global" else k * batch
             largest_shard = max(even_shares(global_batch_size, k))
-            compute_s, other_s, comm_s = _step_s(baseline, link, k, largest_shard,
+            compute_s, other_s, comm_s = step_s(baseline, link, k, largest_shard,
                                                  contending(k))
             # The same examples per epoch: fewer, larger steps with a larger global
             # batch (a fraction of a step for the last, partial batch: speedups stay
@@ -364,55 +267,3 @@ def whole_epoch_examples(trial: pd.Series) -> int:
     if trial.get("dataset", FASHION_MNIST) == FASHION_MNIST:
         return TRAIN_SIZE
     return int(trial["steps_per_epoch"]) * int(trial["global_batch_size"])
-
-
-def _step_s(baseline: _Baseline, link: Link, num_workers: int, largest_shard: int,
-            contention_factor: float) -> tuple[float, float, float]:
-    """(compute, other, communication) seconds of one step."""
-    compute_s = baseline.compute_s(largest_shard) * contention_factor
-    sums_s = comm_s(link, baseline.trial["sync"], baseline.gradient_bytes, num_workers)
-    return compute_s, baseline.other_s, sums_s
-
-
-# The named links a point left out is estimated on: GPU workers as the book's
-# p2.16xlarge and an NVLink node join them, CPU workers as nodes on Ethernet.
-WHAT_IF_LINKS = {True: (P2_16XLARGE, INTERCONNECTS[2]), False: INTERCONNECTS[:2]}
-
-
-def what_if(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
-            cell: LeftOut, use_gpu: bool) -> list[dict]:
-    """A point the cluster could not hold, estimated from
-    the sweep's 1-worker trial of its model, sync, precision and threads (the
-    closest global batch, then lr) and the calibration's gradient bytes: per named link, its
-    epoch seconds and speedup over the model's own 1-worker epoch, each worker
-    on a device of its own (contention 1). [] without such a trial or bytes."""
-    if not calibration or "gradient_bytes" not in calibration:
-        return []
-    singles = _baseline_candidates(summary, epochs)
-    same = (singles[["model", "sync", "precision", "threads_per_worker"]]
-            == [cell.model, cell.sync, cell.precision, cell.threads_per_worker])
-    singles = singles[same.all(axis=1)]
-    if singles.empty:
-        return []
-    # The closest global batch, then the closest lr.
-    distance = pd.DataFrame({"batch": (singles["global_batch_size"]
-                                       - cell.global_batch_size).abs(),
-                             "lr": (singles["lr"] - cell.lr).abs()})
-    single = singles.loc[distance.sort_values(["batch", "lr"]).index[0]]
-    try:
-        baseline = _baseline_costs(single.to_frame().T, epochs, calibration)
-    except KeyError:  # no gradient bytes recorded for its layout
-        return []
-    batch, steps = int(single["global_batch_size"]), int(single["steps_per_epoch"])
-    num_workers, global_batch = cell.num_workers, cell.global_batch_size
-    largest_shard = max(even_shares(global_batch, num_workers))
-    # The same examples an epoch: fewer, larger steps with a larger global batch.
-    one_s = steps * (baseline.compute_s(batch) + baseline.other_s)
-    rows = []
-    for link in WHAT_IF_LINKS[use_gpu]:
-        epoch_s = steps * batch / global_batch * sum(
-            _step_s(baseline, link, num_workers, largest_shard, 1.0))
-        rows.append({"link": link.name, "epoch_s": epoch_s, "speedup": one_s / epoch_s,
-                     "baseline_trial": single["trial_id"],
-                     "baseline_epoch_s": baseline.epoch_s})
-    return rows

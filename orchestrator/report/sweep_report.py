@@ -15,7 +15,7 @@ from orchestrator.records import (LeftOut, Status, book_line, counted, memory_fo
 from orchestrator.report import profile, time_to_accuracy, timeline
 from orchestrator.report.answers import sheet as answer_sheet
 from orchestrator.report.plots import PLOT_FILES, plot_all
-from orchestrator.report.scaling_model import what_if
+from orchestrator.report.what_if import what_if
 from orchestrator.report.summary import STRATEGY_CELL, summarize_trials
 from orchestrator.report.tables import (ISOLATION_KEYS, SCALING_KEYS, SPLIT_KEYS, isolation_table,
                                         markdown_table, scaling_table, split_table,

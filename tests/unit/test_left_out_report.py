@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.records import LeftOut
-from orchestrator.report.scaling_model import WHAT_IF_LINKS, what_if
+from orchestrator.report.what_if import WHAT_IF_LINKS, what_if
 from orchestrator.report.sweep_report import left_out_section, render_report
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "exercises-quick-current"
