@@ -34,7 +34,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from orchestrator.config.options import TrainConfig  # noqa: E402
-from orchestrator.training import calibration  # noqa: E402
+from orchestrator.training import calibration, step_probes  # noqa: E402
 from orchestrator.training.recipe import model_of  # noqa: E402
 from orchestrator.training.sync.base import group_transport, root_transport  # noqa: E402
 from orchestrator.training.sync.collectives import (allreduce_, get_rank,  # noqa: E402
@@ -109,8 +109,8 @@ def _body(rank: int, port: int, runs: int, results) -> None:
     model = model_of(config)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     sizes = calibration._sizes(calibration.largest_message(param_bytes, []))
-    after_backward = calibration._train_step(model, config, device,
-                                             config.global_batch_size // 2)
+    after_backward = step_probes.train_step(model, config, device,
+                                            config.global_batch_size // 2)
     transports = {"gloo": group_transport().allreduce_, "gloo root": root_transport().allreduce_}
     rows = []
     for run in range(runs):

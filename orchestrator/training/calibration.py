@@ -2,9 +2,10 @@
 gradient sum costs per call and per byte on each transport the strategies use,
 and how much workers that compute at once slow each other (on a CPU node they
 share memory bandwidth); and, for each model the sweep trains, the bytes each
-strategy sums per step, so that the report needs no model to count them. The
-scaling model (report/scaling_model.py) is fitted from it; it is kept as
-calibration.json beside the results.
+strategy sums per step, so that the report needs no model to count them (the
+compute's probes are step_probes.py's). The scaling model
+(report/scaling_model.py) is fitted from it; it is kept as calibration.json
+beside the results.
 """
 
 import dataclasses
@@ -15,17 +16,16 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-from torch.nn import functional as F
 
 from orchestrator.training.sync.collectives import (all_gather_, allreduce_, get_rank,
                                                     get_world_size, reduce_scatter_)
 from orchestrator.config.options import TrainConfig
 from orchestrator.config.grid import SweepConfig
 from orchestrator.records import SHARDED_PAIR, SHARED_MEMORY_SYNCS
-from orchestrator.training.recipe import model_of, set_cudnn
-from orchestrator.training.layout import TORCH_FORMATS
-from orchestrator.training.step import PARAMETER_DTYPES, forward_backward, to_model_input
+from orchestrator.training.recipe import model_of
+from orchestrator.training.step import PARAMETER_DTYPES
+from orchestrator.training.step_probes import (compute_probe, fixed_step_probe, synchronize,
+                                               train_step)
 from orchestrator.training.models import INPUT_SHAPE, NUM_CLASSES, build_model
 from orchestrator.training.sync.base import (buckets, group_transport, make_transport, nbytes,
                                              root_transport)
@@ -33,32 +33,12 @@ from orchestrator.training.sync.base import (buckets, group_transport, make_tran
 SMALLEST_BYTES = 1024
 LARGEST_BYTES = 64 * 1024 * 1024
 REPEATS = 9
-# Each worker count computes for about this long per round (one step at least), in
-# rounds that alternate the counts: their sum follows a shared node's contention as
-# a trial's epoch sums it (one 0.5 s run gave 1.05 to 1.20 on 2 vCPUs). Up to
-# COMPUTE_ROUNDS rounds, fewer (2 at least) where a model's steps would take longer
-# than COMPUTE_BUDGET_S in all (ResNet-18's CPU step of 256 examples takes seconds).
 # A step's first sum comes right after its backward, whose data have pushed the
 # transport's out of the caches (and its threads to sleep): on this project's 2-core
 # Xeon LeNet's 8 sums took 0.51-0.57 ms a step back to back, 1.05-1.35 ms right after
 # a backward. Each size is also timed so, FIRST_CALL_REPEATS times, each call after a
 # forward and backward of the run's model (docs/SCALING_MODEL.md).
 FIRST_CALL_REPEATS = 5
-COMPUTE_PROBE_S = 0.3
-COMPUTE_ROUNDS = 10
-COMPUTE_BUDGET_S = 30.0
-# On a GPU a step is not only arithmetic: launched kernel by kernel, LeNet's step
-# took 2.2 ms on an H200 for a few microseconds of it, and ResNet-18's 9-11 ms at
-# batch 256 and 15 ms at 1024, four times the examples in 1.7 times the time (issue
-# 38, bench/notes/gpu_step.md). So one worker's step is
-# timed at the probe's batch and at half of it, FIXED_ROUNDS rounds each, taking
-# turns: seconds = fixed + per example * shard, whose fixed part a shard k times
-# smaller does not shrink (`_fixed_step_probe`; report/scaling_model.py). Timed as
-# the trials step: their forward and backward (step.forward_backward), in each
-# precision the sweep trains the model in and each memory layout `auto` may take,
-# cuDNN's autotuner on; the scaling model reads the entry of a baseline's own.
-FIXED_ROUNDS = 5
-FIXED_PROBE_S = 0.1
 
 
 def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[int, ...],
@@ -88,7 +68,7 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
         collectives[f"{group_transport().name} {SHARDED_PAIR}"] = _reduce_scatter_all_gather
     probes = probes or ((config.model, max(1, config.global_batch_size // max(worker_counts)
                                            // config.accumulation_steps)),)
-    after_backward = _train_step(model, config, device, probes[0][1]) if collectives else None
+    after_backward = train_step(model, config, device, probes[0][1]) if collectives else None
     samples, first_calls = [], []
     for name, collective in collectives.items():
         for size in _sizes(largest_bytes):
@@ -101,12 +81,12 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
             "threads_per_worker": config.threads_per_worker, "allreduce": samples,
             "first_call": first_calls,
             "compute": [sample for name, batch_per_worker in probes
-                        for sample in _compute_probe(
+                        for sample in compute_probe(
                             model if name == config.model else
                             model_of(dataclasses.replace(config, model=name)).to(device),
                             config, device, worker_counts, batch_per_worker, name=name)],
             "gradient_bytes": layout_bytes,
-            "step_fixed": [_fixed_step_probe(config, device, batch_per_worker, name=name,
+            "step_fixed": [fixed_step_probe(config, device, batch_per_worker, name=name,
                                              precision=precision, memory_format=layout)
                            for name, batch_per_worker in probes
                            if device.type == "cuda" and batch_per_worker > 1
@@ -233,10 +213,10 @@ def _collective_s(collective, nbytes: int, device: torch.device) -> float:
     tensor = _message(nbytes, device)
     seconds = []
     for repeat in range(REPEATS + 2):  # two to warm up
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         collective(tensor)
-        _synchronize(device)
+        synchronize(device)
         seconds.append(time.perf_counter() - started)
     return statistics.median(seconds[2:])
 
@@ -251,155 +231,12 @@ def _first_call_s(collective, nbytes: int, device: torch.device, after_backward)
     seconds = torch.zeros(FIRST_CALL_REPEATS + 1, get_world_size(), dtype=torch.float64)
     for repeat in range(FIRST_CALL_REPEATS + 1):  # the first to warm up
         after_backward()
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         collective(tensor)
-        _synchronize(device)
+        synchronize(device)
         seconds[repeat, get_rank()] = time.perf_counter() - started
     summed = allreduce_(seconds.to(device)).cpu()  # each worker's column; zeros elsewhere
     return statistics.median(summed[1:].min(dim=1).values.tolist())
 
 
-def _train_step(model, config: TrainConfig, device: torch.device, batch_per_worker: int):
-    """One forward and backward of `model` on random images of the run's shape (its
-    time does not depend on their values), as a callable."""
-    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8)
-    x = to_model_input(images).to(device)
-    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
-
-    def step():
-        F.cross_entropy(model(x), labels).backward()
-    return step
-
-
-def _compute_probe(model, config: TrainConfig, device: torch.device,
-                   worker_counts: tuple[int, ...], batch_per_worker: int, *,
-                   name: str) -> list[dict]:
-    """Seconds per example of forward and backward when the first j workers compute
-    at once, for each j; the others wait at a barrier meanwhile. Random images of
-    the run's shape: the time does not depend on their values. Each rank's seconds
-    are summed over the rounds and the slowest rank's sum is read, as a trial's
-    epoch sums each rank's compute and waits for the slowest (a maximum taken
-    round by round would read each short round's worst jitter)."""
-    step = _train_step(model, config, device, batch_per_worker)
-    for _ in range(2):
-        step()
-    counts = [count for count in sorted(set(worker_counts)) if count <= get_world_size()]
-    steps, num_rounds = _steps_for(step, device, len(counts))
-    totals = {count: torch.zeros(get_world_size(), dtype=torch.float64, device=device)
-              for count in counts}
-    for _ in range(num_rounds):
-        for count in counts:
-            _barrier()
-            seconds = torch.zeros(get_world_size(), dtype=torch.float64, device=device)
-            if get_rank() < count:
-                _synchronize(device)
-                started = time.perf_counter()
-                for _ in range(steps):
-                    step()
-                _synchronize(device)
-                seconds[get_rank()] = time.perf_counter() - started
-            # Every rank's time, for the slowest of the busy ones. The computing
-            # ranks wait as a training step's sync does (busily: a rank done first
-            # spins while the slowest finishes, as in a trial); the others block,
-            # leaving the CPU to those computing. Had they spun too, on a node with
-            # fewer cores than workers the 1-worker round ran 2.4x slower and hid
-            # the contention of the others (1.12x read at 4 workers on 2 cores).
-            if get_rank() < count:
-                allreduce_(seconds)
-            elif dist.is_initialized():
-                dist.all_reduce(seconds)
-            totals[count] += seconds
-    return [{"num_workers": count, "model": name, "batch_per_worker": batch_per_worker,
-             "rounds": num_rounds, "steps_per_round": steps,
-             "seconds_per_example": totals[count].max().item()
-             / (num_rounds * steps * batch_per_worker)} for count in counts]
-
-
-def _fixed_step_probe(config: TrainConfig, device: torch.device, batch_per_worker: int, *,
-                      name: str, precision: str, memory_format: str) -> dict | None:
-    """One worker's forward and backward seconds a step of model `name`, in `precision`
-    and `memory_format`, at `batch_per_worker` and at half of it, timed on rank 0
-    alone (the others wait at a barrier, as the compute probe's 1-worker rounds do)
-    in FIXED_ROUNDS rounds that take turns, each of about FIXED_PROBE_S: their
-    medians fit `seconds = fixed + per example * shard` through both, "fixed_s" the
-    part no smaller shard saves (0 to the half batch's seconds: a half batch timed
-    slower than the whole reads as all fixed). Rank 0's dict; None on the others
-    (whose results are not kept)."""
-    half = batch_per_worker // 2
-    _barrier()
-    figures = None
-    if get_rank() == 0:
-        steps_of = {size: _shaped_step(config, device, size, name=name, precision=precision,
-                                       memory_format=memory_format)
-                    for size in (batch_per_worker, half)}
-        for step in steps_of.values():
-            for _ in range(2):
-                step()
-        _synchronize(device)
-        started = time.perf_counter()
-        steps_of[batch_per_worker]()
-        _synchronize(device)
-        repeats = max(1, round(FIXED_PROBE_S / (time.perf_counter() - started)))
-        seconds: dict[int, list[float]] = {size: [] for size in steps_of}
-        for _ in range(FIXED_ROUNDS):
-            for size, step in steps_of.items():
-                _synchronize(device)
-                started = time.perf_counter()
-                for _ in range(repeats):
-                    step()
-                _synchronize(device)
-                seconds[size].append((time.perf_counter() - started) / repeats)
-        full_s, half_s = (statistics.median(seconds[size]) for size in (batch_per_worker, half))
-        # Through (half, half_s) and (batch, full_s): fixed = half_s - half * slope.
-        slope = (full_s - half_s) / (batch_per_worker - half)
-        figures = {"model": name, "precision": precision, "memory_format": memory_format,
-                   "batch_per_worker": batch_per_worker, "half_batch": half,
-                   "full_s": full_s, "half_s": half_s,
-                   "fixed_s": min(max(0.0, half_s - half * slope), half_s),
-                   "rounds": FIXED_ROUNDS, "steps_per_round": repeats}
-    _barrier()
-    return figures
-
-
-def _shaped_step(config: TrainConfig, device: torch.device, batch_per_worker: int, *,
-                 name: str, precision: str, memory_format: str):
-    """One forward and backward of a fresh `name` on random images, as a trial in
-    `precision` and `memory_format` steps (step.forward_backward), as a callable."""
-    shaped = dataclasses.replace(config, model=name, precision=precision,
-                                 memory_format=memory_format)
-    model = model_of(shaped).to(device, PARAMETER_DTYPES[precision]).to(
-        memory_format=TORCH_FORMATS[memory_format])
-    images = torch.randint(0, 256, (batch_per_worker, *config.input_shape), dtype=torch.uint8,
-                           device=device)
-    labels = torch.randint(0, config.num_classes, (batch_per_worker,), device=device)
-    if device.type == "cuda":
-        set_cudnn(config)  # as every GPU trial runs
-    return lambda: forward_backward(model, images, labels, shaped)
-
-
-def _steps_for(step, device: torch.device, num_counts: int) -> tuple[int, int]:
-    """(steps a round, rounds): steps that take about COMPUTE_PROBE_S on rank 0 (one at
-    least), and as many of COMPUTE_ROUNDS rounds as COMPUTE_BUDGET_S holds (two at
-    least); agreed by every worker."""
-    _synchronize(device)
-    started = time.perf_counter()
-    step()
-    _synchronize(device)
-    step_s = time.perf_counter() - started
-    steps = max(1, round(COMPUTE_PROBE_S / step_s))
-    rounds = max(2, min(COMPUTE_ROUNDS, int(COMPUTE_BUDGET_S / (num_counts * steps * step_s))))
-    agreed = torch.tensor([steps, rounds], device=device)
-    if dist.is_initialized():
-        dist.broadcast(agreed, src=0)
-    return int(agreed[0]), int(agreed[1])
-
-
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from orchestrator.training import calibration
+from orchestrator.training import calibration, step_probes
 from orchestrator.training.calibration import (LARGEST_BYTES, gradient_bytes, largest_message,
                                                layouts_of, measure, probes_of, transports_of)
 from orchestrator.config.grid import SweepConfig
@@ -20,7 +20,7 @@ from orchestrator.training.models import build_model, resnet18
 def test_one_process_times_compute_only(monkeypatch):
     # What is timed, not how well: batches of 32 rather than 256, and rounds
     # of about 0.03 s rather than the sweep's 0.3 s, the same 10 rounds.
-    monkeypatch.setattr(calibration, "COMPUTE_PROBE_S", 0.03)
+    monkeypatch.setattr(step_probes, "COMPUTE_PROBE_S", 0.03)
     measured = measure(TrainConfig(global_batch_size=32), torch.device("cpu"), worker_counts=(1,),
                        transports=("shared memory", "group"), layouts=())
     assert measured["allreduce"] == []
@@ -67,8 +67,8 @@ def test_the_transports_are_timed_up_to_the_largest_model_the_sweep_sums():
 
 def test_each_model_is_probed_at_the_batch_its_multi_worker_trials_take(monkeypatch):
     # A narrow ResNet-18 stands in for the sweep's (the probe builds it by name).
-    monkeypatch.setattr(calibration, "COMPUTE_PROBE_S", 0.01)
-    monkeypatch.setattr(calibration, "COMPUTE_BUDGET_S", 0.0)  # the fewest rounds: 2
+    monkeypatch.setattr(step_probes, "COMPUTE_PROBE_S", 0.01)
+    monkeypatch.setattr(step_probes, "COMPUTE_BUDGET_S", 0.0)  # the fewest rounds: 2
     monkeypatch.setattr(calibration, "model_of", lambda config: (
         resnet18(width=8) if config.model == "resnet18" else build_model(config.model, seed=0)))
     measured = measure(TrainConfig(global_batch_size=16), torch.device("cpu"), worker_counts=(1,),
@@ -113,9 +113,9 @@ def test_a_steps_fixed_part_is_where_its_line_through_two_batches_meets_none(
         def step():
             clock.now += fixed_s + per_example_s * batch_per_worker + 1e-4
         return step
-    monkeypatch.setattr(calibration, "time", clock)
-    monkeypatch.setattr(calibration, "_shaped_step", scripted_step)
-    figures = calibration._fixed_step_probe(TrainConfig(), torch.device("cpu"), 128,
+    monkeypatch.setattr(step_probes, "time", clock)
+    monkeypatch.setattr(step_probes, "_shaped_step", scripted_step)
+    figures = step_probes.fixed_step_probe(TrainConfig(), torch.device("cpu"), 128,
                                             name="lenet", precision="bf16",
                                             memory_format="channels-last")
     assert sizes == [(128, "lenet", "bf16", "channels-last"), (64, "lenet", "bf16",
@@ -126,7 +126,7 @@ def test_a_steps_fixed_part_is_where_its_line_through_two_batches_meets_none(
     assert figures["half_s"] == pytest.approx(fixed_s + 1e-4 + 64 * per_example_s)
     assert (figures["model"], figures["precision"], figures["memory_format"],
             figures["batch_per_worker"], figures["half_batch"], figures["rounds"]) == (
-        "lenet", "bf16", "channels-last", 128, 64, calibration.FIXED_ROUNDS)
+        "lenet", "bf16", "channels-last", 128, 64, step_probes.FIXED_ROUNDS)
 
 
 @pytest.mark.parametrize("precision, memory_format", [("fp32", "nchw"), ("bf16", "channels-last")])
@@ -135,10 +135,10 @@ def test_the_fixed_part_is_probed_through_the_trials_own_step(monkeypatch, preci
     """The probe's real steps (on a CPU here; a GPU sweep probes on its GPU): a fresh
     model's forward and backward as step.forward_backward runs a trial's, in the
     precision and layout asked for. What is timed, not how fast."""
-    monkeypatch.setattr(calibration, "FIXED_ROUNDS", 2)
-    monkeypatch.setattr(calibration, "FIXED_PROBE_S", 0.01)
+    monkeypatch.setattr(step_probes, "FIXED_ROUNDS", 2)
+    monkeypatch.setattr(step_probes, "FIXED_PROBE_S", 0.01)
     seen = []
-    real = calibration.forward_backward
+    real = step_probes.forward_backward
 
     def spy(model, images, labels, config):
         # LeNet's second conv: the first's one input channel lays out alike either way.
@@ -147,8 +147,8 @@ def test_the_fixed_part_is_probed_through_the_trials_own_step(monkeypatch, preci
                      conv.weight.is_contiguous(memory_format=torch.channels_last)
                      and not conv.weight.is_contiguous()))
         return real(model, images, labels, config)
-    monkeypatch.setattr(calibration, "forward_backward", spy)
-    figures = calibration._fixed_step_probe(TrainConfig(), torch.device("cpu"), 8, name="lenet",
+    monkeypatch.setattr(step_probes, "forward_backward", spy)
+    figures = step_probes.fixed_step_probe(TrainConfig(), torch.device("cpu"), 8, name="lenet",
                                             precision=precision, memory_format=memory_format)
     assert (figures["precision"], figures["memory_format"], figures["half_batch"]) == (
         precision, memory_format, 4)
