@@ -19,6 +19,23 @@ PROFILE_COLUMNS = ["trial_id", *RANK_COLUMNS, "op", "calls", "self_cpu_ms", "sel
                    "trace", "error"]
 # Ops in train.py's lines (profile.csv and report.md hold the summary's all).
 PRINTED_OPS = 5
+# A CUDA kernel's name runs to hundreds of characters of C++ templates ("void
+# at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(...)"):
+# printed and tabled cut to this, as torch's own profiler table cuts its names;
+# profile.csv keeps each whole.
+OP_NAME_CHARS = 80
+
+
+def short_op(name: str) -> str:
+    """An op's or kernel's name cut to OP_NAME_CHARS, "..." where it was cut."""
+    return name if len(name) <= OP_NAME_CHARS else name[:OP_NAME_CHARS - 3] + "..."
+
+
+def _op_cell(name: str) -> str:
+    """A name as a markdown table's cell: a code span, so that a kernel's `<float>`
+    is not read as an HTML tag (and dropped) nor its `*` as emphasis; a `|` escaped,
+    as GitHub's tables ask even inside a code span."""
+    return "`" + short_op(name).replace("|", "\\|") + "`"
 
 
 def summaries(history: pd.DataFrame) -> list[dict]:
@@ -105,7 +122,8 @@ def printed_lines(history: list[dict]) -> list[str]:
     if unprofiled is not None:
         lines.append(f"profile: {unprofiled}")
     if first["ops"]:
-        ops = ", ".join(f"{op['op']} {op[key]:.3g} ms" for op in first["ops"][:PRINTED_OPS])
+        ops = ", ".join(f"{short_op(op['op'])} {op[key]:.3g} ms"
+                        for op in first["ops"][:PRINTED_OPS])
         lines.append(f"profile: rank {first['rank']}'s top {kind} a step: {ops}")
     return lines
 
@@ -141,5 +159,6 @@ def section(frame: pd.DataFrame, epochs: pd.DataFrame | None = None) -> list[str
             continue
         kind, key = ranked_by(first.iloc[0].to_dict())
         lines += ["", f"Rank {int(first['rank'].iloc[0])}'s top {kind} a step:", "",
-                  markdown_table(first[["op", "calls", key]]), ""]
+                  markdown_table(first[["op", "calls", key]].assign(
+                      op=first["op"].map(_op_cell))), ""]
     return lines

@@ -276,3 +276,26 @@ def test_the_unprofiled_step_counts_only_later_epochs_that_ran_whole():
     assert profile.unprofiled_line(history((1, 320.0, "ok"), (2, 0.0, "diverged"))) is None
     assert profile.unprofiled_line(history((1, 320.0, "ok"), (2, 500.0, "diverged"))) is None
     assert profile.unprofiled_line(history((1, 320.0, "ok"))) is None
+
+
+def test_a_kernels_templated_name_is_cut_where_printed_and_kept_literal_in_the_table():
+    """A CUDA kernel's name is a C++ template hundreds of characters long: report.md's
+    table and train.py's line cut it (profile.csv keeps it whole), and the table's
+    cell is a code span, so that GitHub does not read `<4, ...<float>` as HTML tags
+    and drop them, nor a `|` as the cell's end."""
+    kernel = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1>)")
+    rank = {**GPU_RANK, "ops": [
+        {"op": kernel, "calls": 3.0, "self_cpu_ms": 0.0, "self_device_ms": 0.5},
+        {"op": "a|b", "calls": 1.0, "self_cpu_ms": 0.0, "self_device_ms": 0.25}]}
+    history = pd.DataFrame([{"epoch": 1, "profile": json.dumps([rank])}])
+    rows = pd.DataFrame(profile.rows(history, "t1"), columns=profile.PROFILE_COLUMNS)
+    assert list(rows["op"]) == [kernel, "a|b"]
+    cut = kernel[:profile.OP_NAME_CHARS - 3] + "..."
+    assert len(cut) == profile.OP_NAME_CHARS and "kernel<4, at::native::FillFunctor<" in cut
+    section = "\n".join(profile.section(rows)).splitlines()
+    assert f"| `{cut}` | 3 | 0.5 |" in section
+    assert "| `a\\|b` | 1 | 0.25 |" in section
+    assert profile.printed_lines(history.to_dict("records"))[-1] == (
+        f"profile: rank 0's top kernels a step: {cut} 0.5 ms, a|b 0.25 ms")
