@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from orchestrator.driver import job_env
+from orchestrator.driver.placement import gpu_share, node_capacity
 from orchestrator.errors import UserError
 from orchestrator.records import counted
 
@@ -74,9 +75,8 @@ class Cluster:
         return sum(self.node_capacities(resources_per_worker))
 
     def node_capacities(self, resources_per_worker: dict[str, float]) -> list[int]:
-        """How many such workers each node holds."""
-        return [min((math.floor(node.get(name, 0.0) / amount)
-                     for name, amount in resources_per_worker.items() if amount > 0), default=0)
+        """How many such workers each node holds (`placement.node_capacity`)."""
+        return [node_capacity(node, resources_per_worker)
                 for node in self.node_resources] or [0]
 
     def require_room(self, num_workers: int, resources_per_worker: dict[str, float],
@@ -105,11 +105,11 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
                    "--num-cpus N`)" if gpu > 0 else "")
                 + ", or attach to a cluster with more CPUs (--address)")
     if gpu > 0 and cluster.max_workers({"GPU": gpu}) < num_workers:
-        # n workers to a GPU, each reserving 1/n of it, on the GPUs there are.
-        num_gpus = cluster.num_gpus
-        share = 1 / math.ceil(num_workers / num_gpus) if num_gpus >= 1 else 0.5
+        # n workers to a GPU, each reserving 1/n of it, on the whole GPUs there are.
+        num_gpus = cluster.max_workers({"GPU": 1.0})
+        share = gpu_share(math.ceil(num_workers / num_gpus)) if num_gpus >= 1 else 0.5
         ways = (f"to put {counted(num_workers, 'worker')} on {counted(num_gpus, 'GPU')} give "
-                f"--gpus-per-worker {share:.3g} (workers share a GPU over gloo: accuracies to "
+                f"--gpus-per-worker {share:g} (workers share a GPU over gloo: accuracies to "
                 f"compare, no speedup)")
         if short_of_cpus:
             return (f"{ways}; and {counted(num_workers, 'worker')} need "
@@ -127,6 +127,11 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
         # Enough in all, not on whole nodes: the room there is.
         where = (f", room for {counted(room, 'such worker')}"
                  if num_workers * cpu <= cluster.num_cpus else "")
+        # A CPU-only head's CPUs hold no GPU worker.
+        gpu_nodes_cpus = sum(node.get("CPU", 0.0) for node in cluster.node_resources
+                             if node_capacity(node, {"GPU": gpu}) > 0)
+        if gpu_nodes_cpus < cluster.num_cpus:
+            where += f", {gpu_nodes_cpus:g} of them on the GPU nodes"
         return (f"{counted(num_workers, 'worker')} need {counted(num_workers * cpu, 'CPU')} "
                 f"({cpu:g} each), this cluster has {cluster.num_cpus:g}{where}: {cpu_ways}")
     return cpu_ways

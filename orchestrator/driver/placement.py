@@ -18,6 +18,30 @@ from dataclasses import dataclass
 RESOURCE_UNIT = 1e-4
 
 
+def node_capacity(node: dict[str, float], resources_per_worker: dict[str, float]) -> int:
+    """How many such workers one node holds. A share of a GPU below one is taken
+    from a single GPU: Ray counts GPUs as unit instances and gives no worker a
+    fraction split over two (at 0.6 each, 8 GPUs hold 8 workers, not 13: a
+    placement group of 13 is never ready). Ray counts a share to RESOURCE_UNIT."""
+    def held(name: str, amount: float) -> int:
+        available = node.get(name, 0.0)
+        if name == "GPU" and amount < 1:
+            return (math.floor(available + 1e-9)
+                    * math.floor(1 / round(amount, 4) + 1e-9))
+        return math.floor(available / amount)
+    return min((held(name, amount) for name, amount in resources_per_worker.items()
+                if amount > 0), default=0)
+
+
+def gpu_share(workers_per_gpu: int) -> float:
+    """The --gpus-per-worker that puts `workers_per_gpu` workers on a GPU, as a
+    person types it: 1/n rounded down to three significant digits, so that Ray
+    fits n, not n - 1 (1/6 is 0.166; 0.167 fits 5)."""
+    share = 1 / workers_per_gpu
+    decimals = min(4, 2 - math.floor(math.log10(share)))
+    return math.floor(share * 10 ** decimals + 1e-9) / 10 ** decimals
+
+
 @dataclass(frozen=True)
 class Placement:
     """A trial's worker group as Ray Train places it (ScalingConfig's fields)."""
@@ -51,8 +75,7 @@ def whole_nodes(node: dict[str, float], num_nodes: int, num_workers: int,
                 resources_per_worker: dict[str, float]) -> Placement | None:
     """`num_workers` workers on whole nodes like `node` (of which there are
     `num_nodes`), the same number on each; None when no such split fits."""
-    capacity = min(math.floor(node.get(name, 0.0) / amount)
-                   for name, amount in resources_per_worker.items() if amount > 0)
+    capacity = node_capacity(node, resources_per_worker)
     nodes_needed = math.ceil(num_workers / capacity)
     # 6 workers on nodes of 4: two nodes of 3, not 4 + 2 (a half-used node
     # would take another trial's worker).

@@ -114,7 +114,9 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
     # every node holds one worker at most, so that no two trials share one.
     whole_nodes = max(cluster.node_capacities(resources)) <= 1
     isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
-    concurrent = min(request.max_concurrent_trials or isolated, len(sweep.grid))
+    # No more than the cluster holds of its smallest trials (8 GPUs: one 8-worker trial).
+    concurrent = min(request.max_concurrent_trials or isolated, len(sweep.grid),
+                     max(1, cluster.max_workers(resources) // worker_counts[0]))
     side_by_side = concurrent > 1 and not whole_nodes
     if side_by_side and sweep.base.pin_cores:
         # Every trial counts its local ranks from 0, and Ray pins no trial's cores: two
@@ -158,7 +160,11 @@ def shortfall(cluster: Cluster, num_workers: int, resources: dict[str, float]) -
     room = cluster.max_workers(resources)
     units = [unit for unit in ("GPU", "CPU") if resources.get(unit, 0) > 0]
     unit = next((unit for unit in units if cluster.max_workers({unit: resources[unit]}) == room),
-                units[0])
+                None)
+    if unit is None:  # each enough alone, not on the same nodes (the CPUs a head's)
+        each = " and ".join(counted(resources[name], name) for name in units)
+        return (f"{counted(num_workers, 'worker')} need {each} each on one node; this "
+                f"cluster's nodes hold {counted(room, 'such worker')}: not run")
     total = cluster.num_gpus if unit == "GPU" else cluster.num_cpus
     need = num_workers * resources[unit]
     # Enough in all, but no node set holds that many whole workers (nodes too small).

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from orchestrator.config import cli
-from orchestrator.driver import checks, model_check, plan, plan_text
+from orchestrator.driver import checks, model_check, placement, plan, plan_text
 from orchestrator.driver.cluster import Cluster
 from orchestrator.config.options import TrainConfig
 from orchestrator.errors import UserError
@@ -259,6 +259,70 @@ def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
     assert "to put 20 workers on 8 GPUs give --gpus-per-worker 0.333" in message
     assert "; and 20 workers need 20 CPUs, this cluster has 16: give fewer --workers" in message
     assert "--use-gpu no" not in message
+
+
+def test_a_share_of_a_gpu_is_counted_on_one_gpu_as_ray_gives_it(tmp_path):
+    """A review (2026-12-01): 13 workers at 0.6 of a GPU on a node of 8 were planned
+    (8 / 0.6 = 13.3), but Ray takes each share from a single GPU, so their placement
+    group was never ready and the trial waited for ever (checked on a
+    ray.cluster_utils cluster that declares 8 GPUs). And the share a refusal named
+    was rounded up (1/6 printed 0.167, which fits 5 a GPU): the user who took it was
+    refused again."""
+    node = {"CPU": 64.0, "GPU": 8.0}
+    with pytest.raises(UserError, match="can hold at most 8 such workers; to put 13 workers "
+                                        "on 8 GPUs give --gpus-per-worker 0.5 "):
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "13", "--gpus-per-worker", "0.6"),
+                            _cluster(node))
+    with pytest.raises(UserError, match="at most 24 such workers; to put 26 workers on 8 GPUs "
+                                        "give --gpus-per-worker 0.25 "):
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "26", "--gpus-per-worker", "0.3"),
+                            _cluster(node))
+    # On two such nodes 13 fit: 8 on one, 5 on the other.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "13", "--gpus-per-worker",
+                                          "0.6"), _cluster(node, node))
+    assert fitted.sweep.workers == (13,)
+    with pytest.raises(UserError, match="to put 48 workers on 8 GPUs give --gpus-per-worker "
+                                        "0.166 "):
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "48"), _cluster(node))
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "48", "--gpus-per-worker",
+                                          "0.166"), _cluster(node))
+    assert fitted.sweep.base.workers_per_gpu == 6
+    # Every share a refusal can name fits as many workers a GPU as it was named for.
+    for per_gpu in range(1, 101):
+        config = TrainConfig(use_gpu=True, gpus_per_worker=placement.gpu_share(per_gpu))
+        assert config.workers_per_gpu == per_gpu, (per_gpu, config.gpus_per_worker)
+        assert placement.node_capacity({**node, "CPU": 1000.0},
+                                       config.resources_per_worker) == 8 * per_gpu
+
+
+def test_where_the_gpu_nodes_cpus_are_short_the_line_says_so(tmp_path):
+    """A CPU-only head and two nodes of 8 GPUs and 4 CPUs: 16 GPUs and 12 CPUs, room
+    for 8 workers. The 16-worker points left out had read "need 16 GPUs; this
+    cluster has 16, room for 8" (GPUs, which are not short), and the refusal named
+    the head's CPUs as if they could hold a GPU worker."""
+    nodes = _cluster({"CPU": 4.0}, CPU_STARVED, CPU_STARVED)
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--preset", "scaling", "--quick"), nodes)
+    assert fitted.sweep.workers == (1, 2, 4, 8)
+    assert {cell.reason for cell in fitted.left_out} == {
+        "16 workers need 1 GPU and 1 CPU each on one node; this cluster's nodes hold 8 such "
+        "workers: not run"}
+    with pytest.raises(UserError, match=r"16 workers need 16 CPUs \(1 each\), this cluster has "
+                                        r"12, 8 of them on the GPU nodes: give fewer --workers"):
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "16"), nodes)
+
+
+def test_no_more_trials_at_once_than_the_cluster_holds(tmp_path):
+    """--max-concurrent-trials 2 on a node of 8 GPUs with 8-worker trials: one fits at
+    a time, and the plan had said two ran side by side, sharing the node."""
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--batch-size", "256,512",
+                                          "--max-concurrent-trials", "2"),
+                                 _cluster(NODE_OF_EIGHT))
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
+    # Trials of fewer workers still run side by side where they fit.
+    fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "4", "--batch-size", "256,512",
+                                          "--max-concurrent-trials", "2"),
+                                 _cluster(NODE_OF_EIGHT))
+    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, True)
 
 
 def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
