@@ -1,12 +1,19 @@
 """The embedded cluster's processes find their own State API, not the one the
-last `ray start` on this machine recorded."""
+last `ray start` on this machine recorded; and Ray places shares of a GPU as the
+plan counts them."""
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import ray
 from ray.train.v2._internal.state.util import is_actor_alive
+
+from helpers import REPO
 
 
 @ray.remote(num_cpus=0)
@@ -36,3 +43,42 @@ def test_workers_ask_this_clusters_state_api_not_the_last_ray_start(ray_session)
             current.write_text(saved)
     assert alive
     assert elapsed_s < 5
+
+
+# Run in a Ray of its own that declares two GPUs (the session's has none); prints
+# {share: [workers the plan counts on the node, those placed, one more placed]}.
+_SHARES_ON_TWO_GPUS = """
+import json
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from orchestrator.driver.placement import node_capacity
+
+ray.init(num_cpus=0, num_gpus=2, include_dashboard=False, log_to_driver=False)
+placed = {}
+for share in (0.6, 0.3):
+    capacity = node_capacity({"GPU": 2.0}, {"GPU": share})
+    fits = placement_group([{"GPU": share}] * capacity)
+    ready, _ = ray.wait([fits.ready()], timeout=300)  # a hang detector
+    remove_placement_group(fits)
+    # Ray placed the others at once: 5 s without this one placed is Ray's no.
+    more = placement_group([{"GPU": share}] * (capacity + 1))
+    more_ready, _ = ray.wait([more.ready()], timeout=5)
+    remove_placement_group(more)
+    placed[share] = [capacity, bool(ready), bool(more_ready)]
+ray.shutdown()
+print(json.dumps(placed))
+"""
+
+
+def test_the_plan_counts_shares_of_a_gpu_as_ray_places_them():
+    """The fit's rule (placement.node_capacity) held to Ray's own placement: Ray
+    takes each share of a GPU from a single GPU, so two GPUs hold 2 workers at 0.6
+    (not 3) and 6 at 0.3 (not 6.67), and a placement group of one more is never
+    placed (a trial would wait for ever)."""
+    run = subprocess.run([sys.executable, "-c", _SHARES_ON_TWO_GPUS], capture_output=True,
+                         text=True, cwd=REPO,
+                         env={**{name: value for name, value in os.environ.items()
+                                 if name != "RAY_ADDRESS"}, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {"0.6": [2, True, False],
+                                                       "0.3": [6, True, False]}
