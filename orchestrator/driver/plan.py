@@ -36,6 +36,9 @@ class SweepPlan:
     by local rank (`--pin-cores`)."""
     shared_gpu: bool = False
     """The exercises on a cluster of one GPU: their k workers share it (`shares_one_gpu`)."""
+    held_back: int | None = None
+    """The --max-concurrent-trials asked for, where the cluster holds fewer of the
+    sweep's smallest trials at once (`max_concurrent_trials` is what it holds)."""
 
 
 def fit_to_cluster(request: SweepRequest, cluster: Cluster) -> SweepPlan:
@@ -115,8 +118,10 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
     whole_nodes = max(cluster.node_capacities(resources)) <= 1
     isolated = fits if whole_nodes or len(worker_counts) == 1 else 1
     # No more than the cluster holds of its smallest trials (8 GPUs: one 8-worker trial).
-    concurrent = min(request.max_concurrent_trials or isolated, len(sweep.grid),
-                     max(1, cluster.max_workers(resources) // worker_counts[0]))
+    room = max(1, cluster.max_workers(resources) // worker_counts[0])
+    asked = request.max_concurrent_trials
+    concurrent = min(asked or isolated, len(sweep.grid), room)
+    held_back = asked if asked and room < min(asked, len(sweep.grid)) else None
     side_by_side = concurrent > 1 and not whole_nodes
     if side_by_side and sweep.base.pin_cores:
         # Every trial counts its local ranks from 0, and Ray pins no trial's cores: two
@@ -129,7 +134,7 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
         return SweepPlan(sweep=sweep, max_concurrent_trials=1, side_by_side=False,
                          left_out=left_out, pinned=True)
     return SweepPlan(sweep=sweep, max_concurrent_trials=concurrent,
-                     side_by_side=side_by_side, left_out=left_out)
+                     side_by_side=side_by_side, left_out=left_out, held_back=held_back)
 
 
 def _leave_out_what_cannot_fit(sweep: SweepConfig, cluster: Cluster

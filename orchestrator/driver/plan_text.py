@@ -51,7 +51,13 @@ def print_plan(sweep_plan: plan.SweepPlan) -> None:
     if memory:
         print(memory)
     timing = timing_line(sweep_plan)
-    if (sweep_plan.max_concurrent_trials == 1 and len(points) > 1
+    if sweep_plan.held_back:
+        smallest = min(point.train.num_workers for point in points)
+        timing += (f": the cluster holds "
+                   f"{counted(sweep_plan.max_concurrent_trials, 'trial')} of "
+                   f"{counted(smallest, 'worker')} at once, not the {sweep_plan.held_back} "
+                   f"that --max-concurrent-trials asked for")
+    elif (sweep_plan.max_concurrent_trials == 1 and len(points) > 1
             and len({point.train.num_workers for point in points}) > 1):
         timing += (": trials of several worker counts compare their times, so they run one "
                    "at a time (--max-concurrent-trials N runs N side by side)")

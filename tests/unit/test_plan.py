@@ -311,18 +311,23 @@ def test_where_the_gpu_nodes_cpus_are_short_the_line_says_so(tmp_path):
         plan.fit_to_cluster(_request(tmp_path, "--workers", "16"), nodes)
 
 
-def test_no_more_trials_at_once_than_the_cluster_holds(tmp_path):
+def test_no_more_trials_at_once_than_the_cluster_holds(tmp_path, capsys):
     """--max-concurrent-trials 2 on a node of 8 GPUs with 8-worker trials: one fits at
     a time, and the plan had said two ran side by side, sharing the node."""
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "8", "--batch-size", "256,512",
                                           "--max-concurrent-trials", "2"),
                                  _cluster(NODE_OF_EIGHT))
-    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (1, False)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.held_back) == (1, False, 2)
+    plan_text.print_plan(fitted)
+    assert ("timing: each trial timed with its nodes to itself: the cluster holds 1 trial of 8 "
+            "workers at once, not the 2 that --max-concurrent-trials asked for"
+            ) in capsys.readouterr().out.splitlines()
     # Trials of fewer workers still run side by side where they fit.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "4", "--batch-size", "256,512",
                                           "--max-concurrent-trials", "2"),
                                  _cluster(NODE_OF_EIGHT))
-    assert (fitted.max_concurrent_trials, fitted.side_by_side) == (2, True)
+    assert (fitted.max_concurrent_trials, fitted.side_by_side, fitted.held_back) == (
+        2, True, None)
 
 
 def test_one_worker_count_packs_onto_nodes_of_several_gpus(tmp_path):
