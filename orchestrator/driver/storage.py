@@ -165,12 +165,15 @@ def _with_short_timeouts(filesystem):
 
 def require_seen_by_every_node(location: str) -> None:
     """A local `location` must be one folder for every node of the cluster
-    this process is connected to: the driver writes a marker there and a
-    task on each alive node reads it back. Nothing is left: the marker goes,
-    and so do the folders made for it.
+    this process is connected to, and one each node can write to: the driver
+    writes a marker there, and a task on each alive node reads it back and
+    writes a file of its own beside it. Nothing is left: the files go, and so
+    do the folders made for them.
 
     Without this, a node that does not share the path fails inside a trial
-    (its checkpoint lands on its own disk, or Ray cannot find it again).
+    (its checkpoint lands on its own disk, or Ray cannot find it again), and
+    one that cannot write there (NFS read-only, or root squashed to a user who
+    may not write in the driver's folder) fails at its first checkpoint.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -186,9 +189,10 @@ def require_seen_by_every_node(location: str) -> None:
     try:
         marker.write_text(token)
         # No CPU: the task runs on a node whose CPUs are all taken, or that has none.
-        read = ray.remote(num_cpus=0, max_retries=0)(_read_text())
-        pending = {read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)).remote(str(marker)): node for node in nodes}
+        check = ray.remote(num_cpus=0, max_retries=0)(node_check())
+        pending = {check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)).remote(str(marker), token, node["NodeID"]): node
+            for node in nodes}
         ready, _ = ray.wait(list(pending), num_returns=len(pending),
                             timeout=NODE_CHECK_TIMEOUT_S)
         for ref, node in pending.items():
@@ -196,12 +200,12 @@ def require_seen_by_every_node(location: str) -> None:
                 seen = f"did not answer within {NODE_CHECK_TIMEOUT_S:g} s"
             else:
                 try:
-                    text = ray.get(ref)
+                    seen = ray.get(ref)
                 except Exception as error:  # the task's own failure, whatever it was
-                    text = f"its task failed: {_one_line(error)}"
-                if text == token:
+                    seen = (f"cannot read a file the driver wrote there (its task failed: "
+                            f"{_one_line(error)})")
+                if not seen:
                     continue
-                seen = f"cannot read a file the driver wrote there ({text})"
             raise UserError(
                 f"storage {location} is not seen by every node: node {node['NodeID']} at "
                 f"{node['NodeManagerAddress']} {seen}; {SHARED_HINT} with --storage")
@@ -211,16 +215,29 @@ def require_seen_by_every_node(location: str) -> None:
             os.rmdir(parent)
 
 
-def _read_text():
-    """A function that gives a file's text, or why it cannot be read; made
-    here so that Ray ships it by value: a node runs it without this package."""
-    def read_text(path: str) -> str:
+def node_check():
+    """A node's part of `require_seen_by_every_node`, made here so that Ray ships
+    it by value (a node runs it without this package): "" where the node reads the
+    driver's marker at `path` (its text `token`) and can write a file beside it,
+    else what it could not do."""
+    def check(path: str, token: str, node_id: str) -> str:
         try:
             with open(path) as file:
-                return file.read()
+                text = file.read()
         except OSError as error:
-            return error.strerror or str(error)
-    return read_text
+            return f"cannot read a file the driver wrote there ({error.strerror or error})"
+        if text != token:
+            return f"cannot read a file the driver wrote there (it reads {text[:60]!r})"
+        written = f"{path}.{node_id[:16]}"
+        try:
+            with open(written, "w") as file:
+                file.write(token)
+            os.remove(written)
+        except OSError as error:
+            return (f"reads it but cannot write there ({error.strerror or error}): its "
+                    f"workers' checkpoints could not be saved")
+        return ""
+    return check
 
 
 def _one_line(error: BaseException) -> str:
