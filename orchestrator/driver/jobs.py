@@ -23,7 +23,8 @@ from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line,
                                              require_room_in_memory)
 from orchestrator.driver.plan_text import (accumulation_text, data_text, print_plan, timing_line,
                                             workers_text)
-from orchestrator.driver.rundir import claim_out_dir, release_claim, tune_began
+from orchestrator.driver.rundir import (claim_out_dir, refuse_relative_under_job, release_claim,
+                                       tune_began)
 from orchestrator.driver.sweep_files import RESUME_HINT, Session, SweepOutcome, write_report
 from orchestrator.records import counted
 
@@ -45,6 +46,9 @@ HELD_CTRL_C_LINE = ("Ctrl-C while Ray shut down, after the job had ended: held u
 def train(args: argparse.Namespace) -> RunOutcome:
     """One run of `TrainConfig`, printing a line per epoch."""
     config, gpu_from_cluster = checks.run_request(args)
+    refuse_relative_under_job("--storage", args.storage,
+                              "give it an absolute path on the head node or a shared one, or "
+                              "a bucket URI")
     dataset = datasets.load(config.dataset, args.data_dir, train_limit=config.train_limit,
                             test_limit=config.test_limit)
     import ray

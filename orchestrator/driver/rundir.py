@@ -70,15 +70,22 @@ def out_dir_for(out: str | None, label: str, storage_location: str | None) -> Pa
     fix = ("give --out an absolute path on the head node or a shared one, or --storage an "
            "absolute local path (the results then go to <storage>/results/)")
     for flag, location in (("--out", out), ("--storage", storage_location)):
-        if location and not storage.is_uri(location) and not Path(location).is_absolute():
-            raise UserError(f"{flag} {location} is relative: under `ray job submit` it would land "
-                            f"in the job's working directory, {TEMPORARY}; {fix}")
+        refuse_relative_under_job(flag, location, fix)
     if out:
         return Path(out).resolve()
     if storage_location and not storage.is_uri(storage_location):
         return Path(storage_location) / "results" / name
     raise UserError(f"under `ray job submit` the default --out (results/{name}) would land in "
                     f"the job's working directory, {TEMPORARY}; {fix}")
+
+
+def refuse_relative_under_job(flag: str, location: str | None, fix: str) -> None:
+    """Under `ray job submit`, a relative local `location` of `flag` is refused: it
+    would land in the job's working directory, which Ray may delete."""
+    if (job_env.under_ray_job() and location and not storage.is_uri(location)
+            and not Path(location).is_absolute()):
+        raise UserError(f"{flag} {location} is relative: under `ray job submit` it would land "
+                        f"in the job's working directory, {TEMPORARY}; {fix}")
 
 
 def check_out_dir(out_dir: Path, *, resume: bool,

@@ -1,6 +1,6 @@
-"""sweep.py as the entrypoint of a Ray job (the variable Ray's job supervisor
-sets for it): an --out that Ray would delete with the job is one line and
-exit 2, before Ray starts. A real job: tests/cluster/test_job_submit.py."""
+"""sweep.py and train.py as the entrypoint of a Ray job (the variable Ray's job
+supervisor sets for it): an --out or --storage that Ray would delete with the job
+is one line and exit 2, before Ray starts. A real job: tests/cluster/test_job_submit.py."""
 
 import json
 import os
@@ -32,3 +32,21 @@ def test_an_out_the_job_would_delete_is_one_line_and_exit_2(args, fragment):
     assert "Ray" not in run.stdout  # decided before any Ray started
     assert set(os.listdir(REPO)) == before
     assert not (REPO / "results" / "job-run").exists()
+
+
+@pytest.mark.reliability(fault="train.py under `ray job submit` with a relative --storage",
+                         lost="nothing")
+def test_a_train_storage_the_job_would_delete_is_one_line_and_exit_2():
+    """A review (2026-12-01): train.py took a relative --storage under a job, and its
+    checkpoints landed in the job's temporary working directory, where a later
+    `--name` resume would find nothing."""
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_0.zip"}, "metadata": {}}
+    env = {**os.environ, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(job)}
+    before = set(os.listdir(REPO))
+    run = run_script("train.py", *TINY, "--storage", "job-runs", env=env, timeout_s=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert run.stderr.strip() == (
+        "error: --storage job-runs is relative: under `ray job submit` it would land in the "
+        "job's working directory, a temporary copy that Ray may delete once the job ends; give "
+        "it an absolute path on the head node or a shared one, or a bucket URI")
+    assert run.stdout == "" and set(os.listdir(REPO)) == before
