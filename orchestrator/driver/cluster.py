@@ -188,6 +188,7 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     # Imports Ray and Ray Train (seconds): only once the input has passed, not
     # with this module, which the checks use.
     import ray
+    from ray.exceptions import RuntimeEnvSetupError
 
     from orchestrator import ray_fastpath
     shipped, forwarded = (), ()
@@ -213,6 +214,17 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
                 hint = ("; if the cluster uses token authentication (Ray's default), set "
                         "RAY_AUTH_MODE=token with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
             raise UserError(f"cannot attach to the Ray cluster at {address}: {error}{hint}")
+        except RuntimeEnvSetupError as error:
+            # Ray zips each folder shipped into one package, refused from 512 MiB on:
+            # a --model or --dataset package that holds its data.
+            too_big = next((line for line in str(error).splitlines()
+                            if "exceeds the maximum size" in line), None)
+            if too_big is None:
+                raise
+            raise UserError(f"cannot ship the job's code to the cluster's nodes: "
+                            f"{too_big.split('. To exclude')[0]}; keep large files out of the "
+                            f"folder of a --model or --dataset package (or list them in its "
+                            f".gitignore or .rayignore)")
     dashboard = context.dashboard_url
     return Cluster(
         address=address,

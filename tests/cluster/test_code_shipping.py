@@ -119,3 +119,37 @@ def test_your_own_model_and_data_travel_with_the_job(cluster_without_the_package
     report = (out_dir / "report.md").read_text()
     assert "## Scaling model" in report and "### How many workers are worth it" in report
     assert "### 13.5.1" not in report
+
+
+BIG_DATA_SET = """
+import torch
+
+
+def load():
+    images = torch.randint(0, 256, (64, 1, 28, 28), dtype=torch.uint8)
+    return (images, torch.arange(64) % 10), (images[:32], torch.arange(32) % 10)
+"""
+
+
+def test_a_package_too_big_to_ship_is_one_line(cluster_without_the_package_on_w2, tmp_path):
+    """A review (2026-12-01): a --dataset package that holds its data ships whole, and
+    Ray refuses a package from its gRPC message limit on (512 MiB; for this driver 2
+    MiB, so that a 3 MB file shows it). The sweep ended in Ray's traceback."""
+    cluster = cluster_without_the_package_on_w2
+    package = tmp_path / "bigdata"
+    package.mkdir()
+    (package / "__init__.py").write_text(BIG_DATA_SET)
+    (package / "images.bin").write_bytes(os.urandom(3_000_000))
+    env = {**cluster.env(), "RAY_max_grpc_message_size": str(2 * 1024 * 1024),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                       os.environ.get("PYTHONPATH")]))}
+    run = sweep_on(cluster, "--dataset", "bigdata:load", "--workers", "1", "--batch-size", "16",
+                   "--dry-run", env=env)
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot ship the job's code to the cluster's nodes: Failed "
+                           f"to upload module {package} to the Ray cluster: Package size ("), line
+    assert line.endswith("exceeds the maximum size of 2.00MiB; keep large files out of the "
+                         "folder of a --model or --dataset package (or list them in its "
+                         ".gitignore or .rayignore)"), line
+    assert "Traceback" not in run.stderr
