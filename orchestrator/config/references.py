@@ -6,6 +6,7 @@ from the job's runtime environment (driver/job_env.py). No torch here: a
 reference to a data set function need not import it.
 """
 
+import ast
 import importlib
 import os
 import re
@@ -64,3 +65,41 @@ def code_to_ship(reference: str) -> Path | None:
     if "site-packages" in shipped.parts or "dist-packages" in shipped.parts:
         return None
     return shipped
+
+
+def imported_beside(shipped: Path) -> tuple[Path, ...]:
+    """The top-level modules and packages beside `shipped` (in its folder) that its
+    code imports, and those theirs import, read from the source (`mynet.py` with
+    `from layers import Block` needs `layers.py`): the driver finds them in the
+    current folder, a node that lacks it would not. This package is shipped
+    apart; names with no file beside `shipped` are installed ones."""
+    root, found, queue = shipped.parent, [], [shipped]
+    while queue:
+        path = queue.pop()
+        sources = [path] if path.is_file() else [
+            source for source in path.rglob("*.py") if "__pycache__" not in source.parts]
+        for source in sources:
+            for name in sorted(_top_level_imports(source)):
+                beside = next((candidate for candidate in (root / f"{name}.py", root / name)
+                               if candidate.exists()), None)
+                if (beside is not None and name != "orchestrator" and beside != shipped
+                        and beside not in found):
+                    found.append(beside)
+                    queue.append(beside)
+    return tuple(found)
+
+
+def _top_level_imports(source: Path) -> set[str]:
+    """The first name of every absolute import in `source`, wherever it is (a
+    function's own imports too); none where it does not parse."""
+    try:
+        tree = ast.parse(source.read_text(errors="replace"))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 import orchestrator
-from orchestrator.config.references import REFERENCE, code_to_ship
+from orchestrator.config.references import REFERENCE, code_to_ship, imported_beside
 
 SHIP_CODE_ENV_VAR = "ORCHESTRATOR_SHIP_CODE"
 # Set by Ray's job supervisor for a submitted job's entrypoint (its runtime
@@ -62,12 +62,15 @@ def package_to_ship() -> Path | None:
 
 
 def user_code(config) -> tuple[Path, ...]:
-    """Where the run's `--model` and `--dataset` references live, to ship: the
-    workers build the model; the data set is loaded here, but a data set's module
-    may hold the model too, and costs little to send."""
+    """Where the run's `--model` and `--dataset` references live, to ship, with the
+    modules beside them that they import: the workers build the model; the data
+    set is loaded here, but a data set's module may hold the model too, and a
+    Dataset of the user's class is unpickled on the workers."""
     paths = (code_to_ship(reference) for reference in (config.model, config.dataset)
              if REFERENCE.match(reference))
-    return tuple(dict.fromkeys(path for path in paths if path is not None))
+    shipped = [path for path in paths if path is not None]
+    return tuple(dict.fromkeys(
+        [*shipped, *(beside for path in shipped for beside in imported_beside(path))]))
 
 
 # The driver's settings of the collectives, which a worker on another node would

@@ -425,3 +425,30 @@ def test_a_models_workers_that_shared_one_gpu_are_not_timed_against_one():
     assert "faster than 1" not in answers and "More workers paid" not in answers
     assert ("2 workers (0.632 s/epoch, 1 seed) shared one GPU, so are not timed against 1. "
             "Whether more workers pay, workers sharing one GPU cannot tell.") in answers
+
+
+def test_the_modules_a_file_imports_beside_it_ship_with_it(tmp_path, monkeypatch):
+    """A review (2026-12-01): `--model sibnet:build` shipped sibnet.py alone, and a
+    worker on a node without the user's folder could not run its `from siblayers
+    import Block`, though the driver, run from that folder, could. What it imports
+    from beside it ships too, a function's own imports and their imports included;
+    what it does not import, and what is installed, stays."""
+    (tmp_path / "sibnet.py").write_text(
+        "from torch import nn\nfrom siblayers import Block\n\n\n"
+        "def build(num_classes, input_shape):\n    import siblazy  # noqa: F401\n"
+        "    return nn.Sequential(Block(), nn.Flatten(), nn.LazyLinear(num_classes))\n")
+    (tmp_path / "siblayers.py").write_text(
+        "from torch import nn\nimport sibdeep.inner  # noqa: F401\n\n\n"
+        "class Block(nn.Identity):\n    pass\n")
+    (tmp_path / "sibdeep").mkdir()
+    (tmp_path / "sibdeep" / "__init__.py").write_text("")
+    (tmp_path / "sibdeep" / "inner.py").write_text("import sibnet  # noqa: F401\n")
+    (tmp_path / "siblazy.py").write_text("")
+    (tmp_path / "sibunused.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(job_env.RAY_JOB_CONFIG_ENV_VAR, raising=False)
+    monkeypatch.delenv(job_env.SHIP_CODE_ENV_VAR, raising=False)
+    assert job_env.user_code(TrainConfig(model="sibnet:build")) == (
+        tmp_path / "sibnet.py", tmp_path / "siblayers.py", tmp_path / "siblazy.py",
+        tmp_path / "sibdeep")
