@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.driver import job_env
+from orchestrator.driver import job_env, shipped_code
 from orchestrator.driver.placement import gpu_share, node_capacity
 from orchestrator.errors import UserError
 from orchestrator.records import counted
@@ -225,6 +225,7 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
                             f"{too_big.split('. To exclude')[0]}; keep large files out of the "
                             f"folder of a --model or --dataset package (or list them in its "
                             f".gitignore or .rayignore)")
+        shipped_code.require_shipped_code_on_every_node(shipped)
     dashboard = context.dashboard_url
     return Cluster(
         address=address,

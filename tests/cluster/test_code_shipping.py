@@ -5,6 +5,7 @@ and data set modules (`--model`, `--dataset`) travel the same way."""
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,39 @@ def test_a_package_too_big_to_ship_is_one_line(cluster_without_the_package_on_w2
                          "folder of a --model or --dataset package (or list them in its "
                          ".gitignore or .rayignore)"), line
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.reliability(fault="a node that holds another version of the package at the "
+                               "driver's folder, which Ray puts ahead of the shipped code",
+                         lost="nothing: refused before anything runs, naming the node")
+def test_a_node_whose_own_copy_would_shadow_the_shipped_code_is_named(
+        cluster_without_the_package_on_w2, tmp_path):
+    """A review (2026-12-01): Ray puts the driver's current folder ahead of the job's
+    py_modules on every worker, so a node holding an older copy of the package at
+    that path trained it in silence. w2 is given one, a file of it changed; the
+    same copy unchanged is as good as the shipped one."""
+    cluster = cluster_without_the_package_on_w2
+    copy = tmp_path / "copy"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    placed = [sys.executable, "-c", "import sys, shutil; shutil.copytree(sys.argv[1], "
+              "sys.argv[2], dirs_exist_ok=True)", str(copy), str(PACKAGE_DIR)]
+    # w2's view of the package's folder is its own (an empty tmpfs), emptied after.
+    emptied = ["find", str(PACKAGE_DIR), "-mindepth", "1", "-delete"]
+    try:
+        assert cluster.run_in("w2", placed, timeout=hang_limit(60)).returncode == 0
+        same = sweep_on(cluster, *TINY, "--dry-run", env=cluster.env())
+        assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+        with open(copy / "records.py", "a") as records:
+            records.write("# another version\n")
+        assert cluster.run_in("w2", placed, timeout=hang_limit(60)).returncode == 0
+        run = sweep_on(cluster, *TINY, "--dry-run", env=cluster.env())
+    finally:
+        cluster.run_in("w2", emptied, timeout=hang_limit(60))
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr[-3000:]
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        f"error: node {cluster.node_ids()['w2']} at {cluster.node('w2').ip} holds another "
+        f"version of orchestrator at {PACKAGE_DIR} (1 file differs, records.py first), which "
+        f"Ray puts ahead of the code this job ships on that node's workers' path: update that "
+        f"copy, or start the driver from a folder that holds none"), line
+    assert "trial" not in run.stdout
