@@ -80,8 +80,7 @@ def imported_beside(shipped: Path) -> tuple[Path, ...]:
             source for source in path.rglob("*.py") if "__pycache__" not in source.parts]
         for source in sources:
             for name in sorted(_top_level_imports(source)):
-                beside = next((candidate for candidate in (root / f"{name}.py", root / name)
-                               if candidate.exists()), None)
+                beside = _beside(root, name)
                 if (beside is not None and name != "orchestrator" and beside != shipped
                         and beside not in found):
                     found.append(beside)
@@ -89,12 +88,23 @@ def imported_beside(shipped: Path) -> tuple[Path, ...]:
     return tuple(found)
 
 
+def _beside(root: Path, name: str) -> Path | None:
+    """The package (a folder with __init__.py) or module `name` in `root`, as Python
+    finds it there: a package before a module. A folder without __init__.py is
+    none (an installed package of that name outranks it: wandb's ./wandb logs)."""
+    for found, marker in ((root / name, root / name / "__init__.py"),
+                          (root / f"{name}.py", root / f"{name}.py")):
+        if marker.is_file():
+            return found
+    return None
+
+
 def _top_level_imports(source: Path) -> set[str]:
     """The first name of every absolute import in `source`, wherever it is (a
-    function's own imports too); none where it does not parse."""
+    function's own imports too); none where it cannot be read or parsed."""
     try:
         tree = ast.parse(source.read_text(errors="replace"))
-    except SyntaxError:
+    except (OSError, SyntaxError, ValueError):
         return set()
     names = set()
     for node in ast.walk(tree):

@@ -33,6 +33,14 @@ def node_capacity(node: dict[str, float], resources_per_worker: dict[str, float]
                 if amount > 0), default=0)
 
 
+def gpus_needed(num_workers: int, share: float) -> float:
+    """The GPUs `num_workers` workers of `share` each take, each share from one GPU
+    (`node_capacity`): 13 at 0.6 take 13, 13 at 0.5 take 7."""
+    if share >= 1:
+        return num_workers * share
+    return math.ceil(num_workers / math.floor(1 / round(share, 4) + 1e-9))
+
+
 def gpu_share(workers_per_gpu: int) -> float:
     """The --gpus-per-worker that puts `workers_per_gpu` workers on a GPU, as a
     person types it: 1/n rounded down to three significant digits, so that Ray

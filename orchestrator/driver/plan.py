@@ -171,7 +171,8 @@ def shortfall(cluster: Cluster, num_workers: int, resources: dict[str, float]) -
         return (f"{counted(num_workers, 'worker')} need {each} each on one node; this "
                 f"cluster's nodes hold {counted(room, 'such worker')}: not run")
     total = cluster.num_gpus if unit == "GPU" else cluster.num_cpus
-    need = num_workers * resources[unit]
+    need = (placement.gpus_needed(num_workers, resources[unit]) if unit == "GPU"
+            else num_workers * resources[unit])
     # Enough in all, but no node set holds that many whole workers (nodes too small).
     where = f", room for {counted(room, 'such worker')}" if need <= total else ""
     return (f"{counted(num_workers, 'worker')} need {counted(need, unit)}; this cluster has "

@@ -12,6 +12,7 @@ the same image on every node, is as good as the shipped one.
 """
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,9 +48,12 @@ def digester():
         start = os.path.dirname(path) if files == [path] else path
         listed = {}
         for file in files:
-            with open(file, "rb") as opened:
-                listed[os.path.relpath(file, start)] = hashlib.sha256(
-                    opened.read()).hexdigest()[:16]
+            try:
+                with open(file, "rb") as opened:
+                    listed[os.path.relpath(file, start)] = hashlib.sha256(
+                        opened.read()).hexdigest()[:16]
+            except OSError:  # an editor's lock file, a link to nothing: not imported
+                continue
         return listed
     return digests
 
@@ -65,8 +69,11 @@ def node_copies():
         found = {}
         for name in names:
             for folder in folders:
-                for candidate in (os.path.join(folder, name), os.path.join(folder, f"{name}.py")):
-                    if name not in found and os.path.exists(candidate):
+                # What Python imports from a folder: a package before a module.
+                package = os.path.join(folder, name)
+                for candidate, marker in ((package, os.path.join(package, "__init__.py")),
+                                          (f"{package}.py", f"{package}.py")):
+                    if name not in found and os.path.isfile(marker):
                         found[name] = [candidate, digests(candidate)]
         return found
     return copies
@@ -75,15 +82,15 @@ def node_copies():
 def require_shipped_code_on_every_node(shipped: tuple[str, ...]) -> None:
     """Refuse, naming the node, a copy of a shipped package or module at a folder Ray
     puts ahead of it on that node's workers (`shadowing_folders`) whose files
-    differ from the shipped ones. Files one side lacks are not compared: Ray ships
-    a folder less what its .gitignore lists."""
+    differ from the shipped ones. Files one side lacks are not compared, nor
+    those git ignores here (Ray ships a folder less what its .gitignore lists)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not shipped:
         return
     digests = digester()
-    ours = {_module_name(Path(path)): digests(path) for path in shipped}
+    ours = {_module_name(Path(path)): _not_ignored(Path(path), digests(path)) for path in shipped}
     folders = shadowing_folders()
     # No CPU: the task runs on a node whose CPUs are all taken, or that has none.
     copies = ray.remote(num_cpus=0, max_retries=0)(node_copies())
@@ -94,17 +101,36 @@ def require_shipped_code_on_every_node(shipped: tuple[str, ...]) -> None:
     ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=NODE_CHECK_TIMEOUT_S)
     for ref in ready:
         node = pending[ref]
-        for name, (path, theirs) in sorted(ray.get(ref).items()):
+        try:
+            held = ray.get(ref)
+        except Exception:  # the task's own failure, whatever it was: left to the trials
+            continue
+        for name, (path, theirs) in sorted(held.items()):
             differ = sorted(file for file in theirs.keys() & ours[name].keys()
                             if theirs[file] != ours[name][file])
             if differ:
+                verb = "differs" if len(differ) == 1 else "differ"
                 raise UserError(
                     f"node {node['NodeID']} at {node['NodeManagerAddress']} holds another "
-                    f"version of {name} at {path} ({counted(len(differ), 'file')} "
-                    f"{'differs' if len(differ) == 1 else 'differ'}, {differ[0]} first), which Ray puts ahead of the code this job ships on "
+                    f"version of {name} at {path} ({counted(len(differ), 'file')} {verb}, "
+                    f"{differ[0]} first), which Ray puts ahead of the code this job ships on "
                     f"that node's workers' path: update that copy, or start the driver from a "
                     f"folder that holds none (Ray puts the current folder and the script's "
                     f"there)")
+
+
+def _not_ignored(path: Path, listed: dict[str, str]) -> dict[str, str]:
+    """`listed` (a shipped folder's or file's digests) less the files git ignores
+    there, which Ray does not ship (it leaves out what a .gitignore lists); all of
+    them where git cannot tell (no git, no repository)."""
+    try:
+        run = subprocess.run(["git", "-C", str(path if path.is_dir() else path.parent),
+                              "check-ignore", "--stdin"], input="\n".join(listed),
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return listed
+    ignored = set(run.stdout.splitlines()) if run.returncode == 0 else set()
+    return {file: digest for file, digest in listed.items() if file not in ignored}
 
 
 def _module_name(path: Path) -> str:

@@ -26,6 +26,7 @@ PROBE_ATTEMPTS = 2
 # How long every node's marker read may take: a task per node, started at once.
 NODE_CHECK_TIMEOUT_S = 120.0
 MARKER_PREFIX = ".orchestrator-storage-check-"
+READS_BUT_CANNOT_WRITE = "reads it but cannot write there"
 SHARED_HINT = ("give a shared path that every node mounts (NFS) or a bucket URI "
                "(s3://bucket/path, gs://bucket/path)")
 
@@ -206,13 +207,15 @@ def require_seen_by_every_node(location: str) -> None:
                             f"{_one_line(error)})")
                 if not seen:
                     continue
+            usable = "writable by" if seen.startswith(READS_BUT_CANNOT_WRITE) else "seen by"
             raise UserError(
-                f"storage {location} is not seen by every node: node {node['NodeID']} at "
+                f"storage {location} is not {usable} every node: node {node['NodeID']} at "
                 f"{node['NodeManagerAddress']} {seen}; {SHARED_HINT} with --storage")
     finally:
         marker.unlink(missing_ok=True)
-        for parent in made:  # innermost first
-            os.rmdir(parent)
+        for parent in made:  # innermost first; one a node left a file in stays
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
 
 
 def node_check():
@@ -232,10 +235,12 @@ def node_check():
         try:
             with open(written, "w") as file:
                 file.write(token)
-            os.remove(written)
         except OSError as error:
-            return (f"reads it but cannot write there ({error.strerror or error}): its "
-                    f"workers' checkpoints could not be saved")
+            return (f"{READS_BUT_CANNOT_WRITE} ({error.strerror or error}): its workers' "
+                    f"checkpoints could not be saved")
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(written)
         return ""
     return check
 

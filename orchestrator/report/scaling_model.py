@@ -150,7 +150,7 @@ def _validate(trial: pd.Series, singles: pd.DataFrame, epochs: pd.DataFrame,
     factor = contention(calibration, num_workers, trial["model"])
     probed = probed_model(calibration, trial["model"])
     step = step_s(baseline, measured[transport], num_workers,
-                   int(trial["batch_size_per_worker"]), factor)
+                  int(trial["batch_size_per_worker"]), factor)
     steps = int(trial["steps_per_epoch"])
     predicted_s = steps * sum(step)
     steady = steady_epochs(history)  # the report's and the answers' window
@@ -240,7 +240,7 @@ def _predict_curve(baseline: StepBaseline, link: Link, contending,
             global_batch_size = batch if scaling == "global" else k * batch
             largest_shard = max(even_shares(global_batch_size, k))
             compute_s, other_s, comm_s = step_s(baseline, link, k, largest_shard,
-                                                 contending(k))
+                                                contending(k))
             # The same examples per epoch: fewer, larger steps with a larger global
             # batch (a fraction of a step for the last, partial batch: speedups stay
             # ratios of throughput).

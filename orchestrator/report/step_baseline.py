@@ -79,12 +79,12 @@ def baseline_costs(singles: pd.DataFrame, epochs: pd.DataFrame, calibration: dic
               single.get("bucket_cap_mb", TrainConfig.bucket_cap_mb))
     compute_per_step = compute_s / steps
     passes = accumulation_steps(single)
-    fixed_s = min(fixedstep_s(calibration, single, history),
+    fixed_s = min(fixed_step_s(calibration, single, history),
                   float(compute_per_step.min()) / passes)
     return StepBaseline(single, ((compute_per_step - passes * fixed_s)
-                              / int(single["global_batch_size"])).mean(),
-                     other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
-                     fixed_s, passes)
+                                 / int(single["global_batch_size"])).mean(),
+                        other_s.mean(), history["epoch_time_s"].mean(), recorded[layout],
+                        fixed_s, passes)
 
 
 def accumulation_steps(trial: pd.Series) -> int:
@@ -94,7 +94,7 @@ def accumulation_steps(trial: pd.Series) -> int:
     return 1 if steps is None or pd.isna(steps) else int(steps)
 
 
-def fixedstep_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> float:
+def fixed_step_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> float:
     """The part of the 1-worker trial `single`'s step that no smaller shard saves, as
     the calibration probed it on a GPU ("step_fixed": an eager step's launches) for
     its model, precision and memory layout (`history`'s); 0 where none was probed
@@ -114,7 +114,7 @@ def fixedstep_s(calibration: dict, single: pd.Series, history: pd.DataFrame) -> 
 
 
 def step_s(baseline: StepBaseline, link: Link, num_workers: int, largest_shard: int,
-            contention_factor: float) -> tuple[float, float, float]:
+           contention_factor: float) -> tuple[float, float, float]:
     """(compute, other, communication) seconds of one step."""
     compute_s = baseline.compute_s(largest_shard) * contention_factor
     sums_s = comm_s(link, baseline.trial["sync"], baseline.gradient_bytes, num_workers)

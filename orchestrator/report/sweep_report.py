@@ -99,7 +99,7 @@ def _trials_with(summary: pd.DataFrame, status: Status) -> list[str]:
 def left_out_section(summary: pd.DataFrame, epochs: pd.DataFrame, calibration: dict | None,
                      left_out: Sequence[LeftOut], use_gpu: bool) -> list[str]:
     """report.md's lines on the points the cluster could not hold, each with the
-    scaling model's what-if (scaling_model.what_if); none when every point ran."""
+    scaling model's what-if (what_if.py); none when every point ran."""
     if not left_out:
         return []
     lines = ["## Not run on this cluster", "",

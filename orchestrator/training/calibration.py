@@ -87,7 +87,7 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
                             config, device, worker_counts, batch_per_worker, name=name)],
             "gradient_bytes": layout_bytes,
             "step_fixed": [fixed_step_probe(config, device, batch_per_worker, name=name,
-                                             precision=precision, memory_format=layout)
+                                            precision=precision, memory_format=layout)
                            for name, batch_per_worker in probes
                            if device.type == "cuda" and batch_per_worker > 1
                            for precision in dict.fromkeys(
@@ -99,7 +99,7 @@ def measure(config: TrainConfig, device: torch.device, *, worker_counts: tuple[i
 
 def counted_alone(sweep: SweepConfig) -> dict:
     """The calibration of a sweep whose trials each run on one worker, where the
-    points the cluster cannot hold are estimated (scaling_model.what_if): their
+    points the cluster cannot hold are estimated (report/what_if.py): their
     gradient bytes alone, counted here from the models built on the CPU (bytes do not
     depend on the device), with no worker group to start. One worker sums nothing and
     contends with no one: the allreduce and the probes have nothing to time, and the

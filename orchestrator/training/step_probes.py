@@ -54,8 +54,8 @@ def train_step(model, config: TrainConfig, device: torch.device, batch_per_worke
 
 
 def compute_probe(model, config: TrainConfig, device: torch.device,
-                   worker_counts: tuple[int, ...], batch_per_worker: int, *,
-                   name: str) -> list[dict]:
+                  worker_counts: tuple[int, ...], batch_per_worker: int, *,
+                  name: str) -> list[dict]:
     """Seconds per example of forward and backward when the first j workers compute
     at once, for each j; the others wait at a barrier meanwhile. Random images of
     the run's shape: the time does not depend on their values. Each rank's seconds
@@ -98,7 +98,7 @@ def compute_probe(model, config: TrainConfig, device: torch.device,
 
 
 def fixed_step_probe(config: TrainConfig, device: torch.device, batch_per_worker: int, *,
-                      name: str, precision: str, memory_format: str) -> dict | None:
+                     name: str, precision: str, memory_format: str) -> dict | None:
     """One worker's forward and backward seconds a step of model `name`, in `precision`
     and `memory_format`, at `batch_per_worker` and at half of it, timed on rank 0
     alone (the others wait at a barrier, as the compute probe's 1-worker rounds do)

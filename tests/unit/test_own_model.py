@@ -432,11 +432,13 @@ def test_the_modules_a_file_imports_beside_it_ship_with_it(tmp_path, monkeypatch
     worker on a node without the user's folder could not run its `from siblayers
     import Block`, though the driver, run from that folder, could. What it imports
     from beside it ships too, a function's own imports and their imports included;
-    what it does not import, and what is installed, stays."""
+    what it does not import, and what is installed, stays (a review: the first
+    version shipped an imported name's folder of logs, and raised on a lock file)."""
     (tmp_path / "sibnet.py").write_text(
         "from torch import nn\nfrom siblayers import Block\n\n\n"
         "def build(num_classes, input_shape):\n    import siblazy  # noqa: F401\n"
-        "    return nn.Sequential(Block(), nn.Flatten(), nn.LazyLinear(num_classes))\n")
+        "    return nn.Sequential(Block(), nn.Flatten(), nn.LazyLinear(num_classes))\n\n\n"
+        "def logged():\n    import siblogs  # noqa: F401\n")
     (tmp_path / "siblayers.py").write_text(
         "from torch import nn\nimport sibdeep.inner  # noqa: F401\n\n\n"
         "class Block(nn.Identity):\n    pass\n")
@@ -445,6 +447,10 @@ def test_the_modules_a_file_imports_beside_it_ship_with_it(tmp_path, monkeypatch
     (tmp_path / "sibdeep" / "inner.py").write_text("import sibnet  # noqa: F401\n")
     (tmp_path / "siblazy.py").write_text("")
     (tmp_path / "sibunused.py").write_text("")
+    # A folder without __init__.py (wandb's run logs), which an installed package
+    # of its name outranks; an editor's lock file, a link to nothing.
+    (tmp_path / "siblogs").mkdir()
+    (tmp_path / "sibdeep" / ".#inner.py").symlink_to(tmp_path / "gone")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(job_env.RAY_JOB_CONFIG_ENV_VAR, raising=False)

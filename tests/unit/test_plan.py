@@ -277,6 +277,9 @@ def test_a_share_of_a_gpu_is_counted_on_one_gpu_as_ray_gives_it(tmp_path):
                                         "give --gpus-per-worker 0.25 "):
         plan.fit_to_cluster(_request(tmp_path, "--workers", "26", "--gpus-per-worker", "0.3"),
                             _cluster(node))
+    # A preset's point left out says so in GPUs, one a worker at 0.6.
+    assert plan.shortfall(_cluster(node), 13, {"CPU": 1.0, "GPU": 0.6}) == (
+        "13 workers need 13 GPUs; this cluster has 8: not run")
     # On two such nodes 13 fit: 8 on one, 5 on the other.
     fitted = plan.fit_to_cluster(_request(tmp_path, "--workers", "13", "--gpus-per-worker",
                                           "0.6"), _cluster(node, node))
