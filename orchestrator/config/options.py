@@ -51,6 +51,13 @@ _FACTS = DataFacts()
 MAX_SEED = 2**32 - 1
 
 
+def workers_per_gpu(share: float) -> int:
+    """How many workers of `share` of a GPU each fit one GPU: floor(1 / F), F as Ray
+    counts a share, to 1e-4 (1 at 1, 2 at 0.5, 3 at 0.3); Ray takes each share from
+    a single GPU."""
+    return math.floor(1 / round(share, 4) + 1e-9)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One data-parallel training run, as every worker sees it."""
@@ -303,10 +310,9 @@ class TrainConfig:
 
     @property
     def workers_per_gpu(self) -> int:
-        """How many workers of --gpus-per-worker F fit one GPU: floor(1 / F), F as Ray
-        counts it, to 1e-4 (1 at 1, 2 at 0.5, 3 at 0.3). Ray fills a GPU with them
-        before it starts the next (model_check's best fit)."""
-        return math.floor(1 / self.ray_gpu_share + 1e-9)
+        """How many workers of --gpus-per-worker fit one GPU (`workers_per_gpu`). Ray
+        fills a GPU with them before it starts the next (model_check's best fit)."""
+        return workers_per_gpu(self.gpus_per_worker)
 
     @property
     def two_fit_one_gpu(self) -> bool:

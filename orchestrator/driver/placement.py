@@ -13,6 +13,8 @@ exclusivity: a worker still runs `threads_per_worker` torch threads.
 import math
 from dataclasses import dataclass
 
+from orchestrator.config.options import workers_per_gpu
+
 # Ray counts resources in units of 1e-4: a share is rounded down to one, so
 # that `workers_per_node` shares never ask for more than the node has.
 RESOURCE_UNIT = 1e-4
@@ -26,8 +28,7 @@ def node_capacity(node: dict[str, float], resources_per_worker: dict[str, float]
     def held(name: str, amount: float) -> int:
         available = node.get(name, 0.0)
         if name == "GPU" and amount < 1:
-            return (math.floor(available + 1e-9)
-                    * math.floor(1 / round(amount, 4) + 1e-9))
+            return math.floor(available + 1e-9) * workers_per_gpu(amount)
         return math.floor(available / amount)
     return min((held(name, amount) for name, amount in resources_per_worker.items()
                 if amount > 0), default=0)
@@ -38,7 +39,7 @@ def gpus_needed(num_workers: int, share: float) -> float:
     (`node_capacity`): 13 at 0.6 take 13, 13 at 0.5 take 7."""
     if share >= 1:
         return num_workers * share
-    return math.ceil(num_workers / math.floor(1 / round(share, 4) + 1e-9))
+    return math.ceil(num_workers / workers_per_gpu(share))
 
 
 def gpu_share(workers_per_gpu: int) -> float:
