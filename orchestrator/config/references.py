@@ -80,7 +80,8 @@ def imported_beside(shipped: Path) -> tuple[Path, ...]:
             source for source in path.rglob("*.py") if "__pycache__" not in source.parts]
         for source in sources:
             for name in sorted(_top_level_imports(source)):
-                beside = _beside(root, name)
+                found_here = _find(str(root), name)
+                beside = Path(found_here) if found_here else None
                 if (beside is not None and name != "orchestrator" and beside != shipped
                         and beside not in found):
                     found.append(beside)
@@ -88,15 +89,25 @@ def imported_beside(shipped: Path) -> tuple[Path, ...]:
     return tuple(found)
 
 
-def _beside(root: Path, name: str) -> Path | None:
-    """The package (a folder with __init__.py) or module `name` in `root`, as Python
-    finds it there: a package before a module. A folder without __init__.py is
-    none (an installed package of that name outranks it: wandb's ./wandb logs)."""
-    for found, marker in ((root / name, root / name / "__init__.py"),
-                          (root / f"{name}.py", root / f"{name}.py")):
-        if marker.is_file():
-            return found
-    return None
+def module_finder():
+    """A function made here, so that Ray ships it by value where a node runs it
+    (driver/shipped_code.py): the package (a folder with __init__.py) or module
+    `name` in `folder`, as Python finds it there, a package before a module; None
+    for a folder without __init__.py (an installed package of that name outranks
+    it: wandb's ./wandb logs)."""
+    def find(folder: str, name: str) -> str | None:
+        import os
+
+        package = os.path.join(folder, name)
+        for found, marker in ((package, os.path.join(package, "__init__.py")),
+                              (f"{package}.py", f"{package}.py")):
+            if os.path.isfile(marker):
+                return found
+        return None
+    return find
+
+
+_find = module_finder()
 
 
 def _top_level_imports(source: Path) -> set[str]:

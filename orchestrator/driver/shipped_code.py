@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from orchestrator.config.references import module_finder
 from orchestrator.errors import UserError
 from orchestrator.records import counted
 
@@ -61,20 +62,15 @@ def digester():
 def node_copies():
     """A node's part (by value, as `digester`): for each name, the first copy in
     `folders` (a package's folder, or a module's file) and its digests."""
-    digests = digester()
+    digests, find = digester(), module_finder()
 
     def copies(folders: list[str], names: list[str]) -> dict[str, list]:
-        import os
-
         found = {}
         for name in names:
             for folder in folders:
-                # What Python imports from a folder: a package before a module.
-                package = os.path.join(folder, name)
-                for candidate, marker in ((package, os.path.join(package, "__init__.py")),
-                                          (f"{package}.py", f"{package}.py")):
-                    if name not in found and os.path.isfile(marker):
-                        found[name] = [candidate, digests(candidate)]
+                candidate = find(folder, name)
+                if name not in found and candidate is not None:
+                    found[name] = [candidate, digests(candidate)]
         return found
     return copies
 
