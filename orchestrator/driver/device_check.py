@@ -16,6 +16,7 @@ fp16 is those GPUs' half precision.
 
 from collections.abc import Collection
 
+from orchestrator.driver.node_tasks import on_each_node
 from orchestrator.errors import UserError
 
 # How long the nodes' answers may take: a task per node, started at once. A node
@@ -36,29 +37,23 @@ def require_usable_gpus(precisions: Collection[str] = ()) -> float | None:
     node answered (one that did not may hold the largest). Where `precisions` (the
     run's, or its sweep's) hold bf16, a line names each node whose GPU emulates it."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [node for node in ray.nodes()
              if node["Alive"] and node["Resources"].get("GPU", 0) > 0]
     if not nodes:
         return None
-    ask = ray.remote(num_cpus=0, num_gpus=GPU_SLIVER, max_retries=0)(_gpu_answer())
-    pending = {ask.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        node["NodeID"], soft=False)).remote(): node for node in nodes}
-    ready, unready = ray.wait(list(pending), num_returns=len(pending), timeout=CHECK_TIMEOUT_S)
-    for ref in unready:
-        ray.cancel(ref, force=True)
-    if unready:
-        print(f"GPU check: {', '.join(pending[ref]['NodeManagerAddress'] for ref in unready)} "
-              f"did not answer within {CHECK_TIMEOUT_S:g} s (its GPUs all taken?): not "
-              f"checked", flush=True)
+    answers = on_each_node(_gpu_answer(), nodes, CHECK_TIMEOUT_S, num_gpus=GPU_SLIVER)
+    unanswered = [answer.node["NodeManagerAddress"] for answer in answers
+                  if not answer.answered]
+    if unanswered:
+        print(f"GPU check: {', '.join(unanswered)} did not answer within "
+              f"{CHECK_TIMEOUT_S:g} s (its GPUs all taken?): not checked", flush=True)
     memories = []
-    for ref in ready:
-        try:
-            cause, memory_bytes, no_bf16 = ray.get(ref)
-        except Exception:  # the task's own failure says nothing of torch's view
-            continue
-        node = pending[ref]
+    for answer in answers:
+        if not answer.answered or answer.error is not None:
+            continue  # the task's own failure says nothing of torch's view
+        cause, memory_bytes, no_bf16 = answer.value
+        node = answer.node
         if cause:
             raise UserError(
                 f"node {node['NodeManagerAddress']} has "

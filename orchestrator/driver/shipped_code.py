@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.config.references import module_finder
+from orchestrator.driver.node_tasks import on_each_node
 from orchestrator.errors import UserError
 from orchestrator.records import counted
 
@@ -81,26 +82,21 @@ def require_shipped_code_on_every_node(shipped: tuple[str, ...]) -> None:
     differ from the shipped ones. Files one side lacks are not compared, nor
     those git ignores here (Ray ships a folder less what its .gitignore lists)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not shipped:
         return
     digests = digester()
     ours = {_module_name(Path(path)): _not_ignored(Path(path), digests(path)) for path in shipped}
     folders = shadowing_folders()
-    # No CPU: the task runs on a node whose CPUs are all taken, or that has none.
-    copies = ray.remote(num_cpus=0, max_retries=0)(node_copies())
     nodes = [node for node in ray.nodes() if node["Alive"]]
-    pending = {copies.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        node["NodeID"], soft=False)).remote(folders, sorted(ours)): node for node in nodes}
-    # A node that does not answer is left to the trials: this check adds no failure.
-    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=NODE_CHECK_TIMEOUT_S)
-    for ref in ready:
-        node = pending[ref]
-        try:
-            held = ray.get(ref)
-        except Exception:  # the task's own failure, whatever it was: left to the trials
+    answers = on_each_node(node_copies(), nodes, NODE_CHECK_TIMEOUT_S,
+                           lambda node: (folders, sorted(ours)))
+    for answer in answers:
+        # A node that does not answer, or whose task failed, is left to the trials:
+        # this check adds no failure.
+        if not answer.answered or answer.error is not None:
             continue
+        node, held = answer.node, answer.value
         for name, (path, theirs) in sorted(held.items()):
             differ = sorted(file for file in theirs.keys() & ours[name].keys()
                             if theirs[file] != ours[name][file])

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from orchestrator.driver.node_tasks import on_each_node
 from orchestrator.errors import UserError
 
 # A reachability probe's limits: a store that does not answer is refused in
@@ -177,7 +178,6 @@ def require_seen_by_every_node(location: str) -> None:
     may not write in the driver's folder) fails at its first checkpoint.
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [node for node in ray.nodes() if node["Alive"]]
     folder = local_path(location)
@@ -189,24 +189,17 @@ def require_seen_by_every_node(location: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     try:
         marker.write_text(token)
-        # No CPU: the task runs on a node whose CPUs are all taken, or that has none.
-        check = ray.remote(num_cpus=0, max_retries=0)(node_check())
-        pending = {check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)).remote(str(marker), token, node["NodeID"]): node
-            for node in nodes}
-        ready, _ = ray.wait(list(pending), num_returns=len(pending),
-                            timeout=NODE_CHECK_TIMEOUT_S)
-        for ref, node in pending.items():
-            if ref not in ready:
+        answers = on_each_node(node_check(), nodes, NODE_CHECK_TIMEOUT_S,
+                               lambda node: (str(marker), token, node["NodeID"]))
+        for answer in answers:
+            node = answer.node
+            if not answer.answered:
                 seen = f"did not answer within {NODE_CHECK_TIMEOUT_S:g} s"
-            else:
-                try:
-                    seen = ray.get(ref)
-                except Exception as error:  # the task's own failure, whatever it was
-                    seen = (f"cannot read a file the driver wrote there (its task failed: "
-                            f"{_one_line(error)})")
-                if not seen:
-                    continue
+            elif answer.error is not None:
+                seen = (f"cannot read a file the driver wrote there (its task failed: "
+                        f"{_one_line(answer.error)})")
+            elif not (seen := answer.value):
+                continue
             usable = "writable by" if seen.startswith(READS_BUT_CANNOT_WRITE) else "seen by"
             raise UserError(
                 f"storage {location} is not {usable} every node: node {node['NodeID']} at "

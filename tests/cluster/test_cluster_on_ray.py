@@ -1,6 +1,6 @@
 """The embedded cluster's processes find their own State API, not the one the
 last `ray start` on this machine recorded; and Ray places shares of a GPU as the
-plan counts them."""
+plan counts them; a task on each node answers, fails or is cancelled."""
 
 import json
 import os
@@ -82,3 +82,36 @@ def test_the_plan_counts_shares_of_a_gpu_as_ray_places_them():
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.splitlines()[-1]) == {"0.6": [2, True, False],
                                                        "0.3": [6, True, False]}
+
+
+def test_a_task_on_each_node_answers_fails_or_is_cancelled_in_time(ray_session):
+    """The checks' one way to ask every node (node_tasks.on_each_node): each task
+    runs on the node it names, holds no CPU, and a failure or a silence comes back
+    as an answer, the silent task cancelled when its time is up; the checks
+    themselves on several nodes: tests/cluster/test_storage_nodes.py,
+    tests/cluster/test_code_shipping.py."""
+    from orchestrator.driver.node_tasks import on_each_node
+
+    node = next(node for node in ray.nodes() if node["Alive"])
+
+    def where(word):
+        import ray
+        return word, ray.get_runtime_context().get_node_id()
+
+    def fails():
+        raise FileNotFoundError("no marker here")
+
+    def hangs():
+        import time
+        time.sleep(600)
+
+    answers = on_each_node(where, [node, node], 60, arguments=lambda node: ("here",))
+    assert [(answer.answered, answer.value, answer.error) for answer in answers] == \
+        [(True, ("here", node["NodeID"]), None)] * 2
+    [failed] = on_each_node(fails, [node], 60)
+    assert failed.answered and "no marker here" in str(failed.error)
+    started = time.monotonic()
+    [silent] = on_each_node(hangs, [node], 1.0)
+    assert not silent.answered and silent.error is None
+    assert time.monotonic() - started < 60  # a hang detector: the timeout was 1 s
+    assert on_each_node(where, [], 60) == []
