@@ -21,6 +21,14 @@ from orchestrator.training.memory import MemoryFloor, measure_floor
 # gives its own (the run's `num_classes` and `input_shape`).
 NUM_CLASSES = 10
 INPUT_SHAPE = (1, 28, 28)
+# Where a user's builder or forward asks for CUDA in a process that has none (the
+# driver's check on a CPU head node; a CPU worker): the way out, after torch's error.
+BUILD_ON_THE_CPU = ("build it on the CPU (no .cuda(), no .to('cuda')): the driver checks it "
+                    "on its CPU before anything starts, and each worker moves it to its own "
+                    "device")
+FORWARD_ON_ITS_INPUT = ("make its forward put what it makes on its input's device (x.device), "
+                        "not on CUDA: the driver runs a batch through it on its CPU before "
+                        "anything starts, and each worker on its own device")
 
 
 def lenet(num_classes: int = NUM_CLASSES,
@@ -126,7 +134,8 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "
-                                f"{type(error).__name__}: {error}") from None
+                                f"{type(error).__name__}: {error}"
+                                f"{_way_out(error, BUILD_ON_THE_CPU)}") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name} returned {type(model).__name__}, not a "
                             f"torch.nn.Module")
@@ -174,8 +183,9 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
     waits for every gradient and fails the step). Returns its parameter count and
     its step's memory floor, counted in training mode."""
     # In fp32, as the workers hold it (loop.py): a buffer built in numpy's float64 is cast.
+    # On the CPU, where the batch is: a builder may have put it on the driver's GPU.
     model = build_model(name, seed=0, num_classes=num_classes,
-                        input_shape=input_shape).to(torch.float32)
+                        input_shape=input_shape).to("cpu", torch.float32)
     lazy = [type(module).__name__ for module in model.modules()
             if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
     if lazy:
@@ -190,7 +200,8 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
             logits = model.eval()(torch.zeros(2, *input_shape))
     except Exception as error:
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} raised "
-                        f"{type(error).__name__}: {error}") from None
+                        f"{type(error).__name__}: {error}"
+                        f"{_way_out(error, FORWARD_ON_ITS_INPUT)}") from None
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, num_classes):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} gave {shape}; "
@@ -202,6 +213,14 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
     except Exception:  # noqa: BLE001 - the workers, on their devices, may well train it
         floor = None
     return ModelFacts(parameters=sum(p.numel() for p in parameters), memory_floor=floor)
+
+
+def _way_out(error: Exception, way_out: str) -> str:
+    """": <way_out>" where `error` is torch's for CUDA asked of a process without a
+    GPU torch can use ("Found no NVIDIA driver", "Torch not compiled with CUDA
+    enabled", "No CUDA GPUs are available"); else empty."""
+    needs_cuda = "CUDA" in str(error) or "NVIDIA" in str(error)
+    return f": {way_out}" if needs_cuda and not torch.cuda.is_available() else ""
 
 
 def _require_every_parameter_used(name: str, model: nn.Module,

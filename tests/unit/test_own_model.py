@@ -60,6 +60,36 @@ def test_a_model_the_workers_could_not_train_is_one_line(reference, fragment):
     assert "\n" not in str(error.value)
 
 
+def test_a_model_put_on_cuda_is_checked_on_the_cpu_or_told_the_way_out():
+    """A builder that calls .cuda() (many a user's script does) builds on a driver
+    with a GPU and is checked on its CPU, as the workers then move it to their own
+    device; on one without (a CPU head node, this machine) torch's error comes with
+    the way out. So does a forward that makes its tensors on CUDA."""
+    shape = dict(num_classes=3, input_shape=(1, 20, 20))
+    if torch.cuda.is_available():
+        assert check_model("own_code:on_cuda", **shape).parameters == 400 * 32 + 32 + 32 * 3 + 3
+        return
+    with pytest.raises(UserError) as error:
+        check_model("own_code:on_cuda", **shape)
+    assert str(error.value).startswith("--model own_code:on_cuda: calling it with num_classes=3, "
+                                       "input_shape=(1, 20, 20) raised RuntimeError: ")
+    assert str(error.value).endswith(": build it on the CPU (no .cuda(), no .to('cuda')): the "
+                                     "driver checks it on its CPU before anything starts, and "
+                                     "each worker moves it to its own device")
+    with pytest.raises(UserError) as error:
+        check_model("own_code:forward_on_cuda", **shape)
+    assert str(error.value).startswith("--model own_code:forward_on_cuda: a batch of shape "
+                                       "(2, 1, 20, 20) raised RuntimeError: ")
+    assert str(error.value).endswith(": make its forward put what it makes on its input's "
+                                     "device (x.device), not on CUDA: the driver runs a batch "
+                                     "through it on its CPU before anything starts, and each "
+                                     "worker on its own device")
+    # Not for an error of its own that names no device.
+    with pytest.raises(UserError) as error:
+        check_model("own_code:raises", **shape)
+    assert str(error.value).endswith("raised RuntimeError: no such width")
+
+
 def test_a_model_with_parameters_the_loss_does_not_reach_is_refused_for_ddp_only():
     """torch's DDP fails such a model's every step on the workers (no retry mends
     it): refused in one line where a run or a sweep would use ddp; the other syncs
