@@ -85,6 +85,8 @@ class Verdict:
     synchronised): the usual cause."""
     num_tensors: int
     num_differing: int
+    micro_batches: int = 1
+    """--accumulation-steps: each shard's, and the one device's batch, in that many parts."""
 
     def line(self, num_workers: int) -> str:
         head = (f"{num_workers} workers and 1 device after {counted(self.steps, 'step')} of the "
@@ -99,16 +101,23 @@ class Verdict:
         if self.batch_layers:
             shown = ", ".join(self.batch_layers[:8]) + (
                 f" and {len(self.batch_layers) - 8} more" if len(self.batch_layers) > 8 else "")
+            batchnorm = (
+                f"BatchNorm normalises by each micro-batch of --accumulation-steps "
+                f"{self.micro_batches}, synchronised or not: --accumulation-steps 1 with "
+                f"--sync-batchnorm on GPU workers"
+                if self.micro_batches > 1 else
+                "BatchNorm normalises by each worker's shard: --sync-batchnorm on GPU workers")
             cause = (f"; the cause is likely its layers that look at the batch: {shown} "
-                     f"(BatchNorm normalises by each worker's shard: --sync-batchnorm on GPU "
-                     f"workers, or GroupNorm/LayerNorm; Dropout draws each worker's masks)")
+                     f"({batchnorm}, or GroupNorm/LayerNorm; Dropout draws each worker's "
+                     f"masks)")
         return (f"equivalence: differ: {named}. {head}{self.num_differing} of "
                 f"{self.num_tensors} tensors differ, the largest by {self.largest:.2g} of "
                 f"how far the steps moved it (in {self.largest_in}){cause}")
 
 
 def compare(model: nn.Module, initial: dict, one_device: dict, many: dict, *,
-            steps: int, precision: str, sync_batchnorm: bool = False) -> Verdict:
+            steps: int, precision: str, sync_batchnorm: bool = False,
+            micro_batches: int = 1) -> Verdict:
     """The state dicts after the steps on one device and on k workers, against the
     `initial` weights of `model` (built from the run's seed)."""
     differing, largest, largest_in, num_differing = {}, 0.0, "", 0
@@ -137,7 +146,7 @@ def compare(model: nn.Module, initial: dict, one_device: dict, many: dict, *,
                    largest_in=largest_in,
                    differing=tuple(_layer(name, modules.get(name)) for name in differing),
                    batch_layers=batch_layers, num_tensors=len(names),
-                   num_differing=num_differing)
+                   num_differing=num_differing, micro_batches=micro_batches)
 
 
 def _layer(name: str, module: nn.Module | None) -> str:
@@ -160,7 +169,8 @@ def compare_runs(config: TrainConfig, one_device_state: dict, many_state: dict) 
     # a contiguous part of the batch on one device: batch-dependent again.
     return compare(model, initial, one_device_state, many_state,
                    steps=config.steps_per_epoch, precision=config.precision,
-                   sync_batchnorm=config.sync_batchnorm and config.accumulation_steps == 1)
+                   sync_batchnorm=config.sync_batchnorm and config.accumulation_steps == 1,
+                   micro_batches=config.accumulation_steps)
 
 
 def run(config: TrainConfig, data_ref, *, name: str, storage_path: str | None) -> Verdict:

@@ -364,6 +364,13 @@ def test_the_equivalence_verdict_names_the_layers_that_differ():
     # Synchronised, BatchNorm is no suspect.
     assert equivalence.compare(model, initial, one, shard, steps=4, precision="fp64",
                                sync_batchnorm=True).batch_layers == ()
+    # Unless in micro-batches: synchronised or not, it normalises by each of them, and
+    # --sync-batchnorm alone is no way out.
+    line = equivalence.compare(model, initial, one, shard, steps=4, precision="fp64",
+                               micro_batches=4).line(2)
+    assert ("(BatchNorm normalises by each micro-batch of --accumulation-steps 4, "
+            "synchronised or not: --accumulation-steps 1 with --sync-batchnorm on GPU workers, "
+            "or GroupNorm/LayerNorm;") in line
 
 
 def test_the_check_runs_the_users_run_short_in_fp64():
