@@ -155,11 +155,10 @@ def _layer(name: str, module: nn.Module | None) -> str:
 
 
 def initial_state(config: TrainConfig) -> tuple[nn.Module, dict]:
-    """The model as every worker starts it (rank 0's, from the seed), in the check's dtype,
-    on the CPU (a builder may put it on the driver's GPU; the runs' states are read there)."""
+    """The model as every worker starts it (rank 0's, from the seed), in the check's dtype."""
     from orchestrator.training.recipe import model_of
     from orchestrator.training.step import PARAMETER_DTYPES
-    model = model_of(config).to("cpu", PARAMETER_DTYPES[config.precision])
+    model = model_of(config).to(PARAMETER_DTYPES[config.precision])
     return model, {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 

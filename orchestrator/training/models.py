@@ -22,7 +22,11 @@ from orchestrator.training.memory import MemoryFloor, measure_floor
 NUM_CLASSES = 10
 INPUT_SHAPE = (1, 28, 28)
 # Where a user's builder or forward asks for CUDA in a process that has none (the
-# driver's check on a CPU head node; a CPU worker): the way out, after torch's error.
+# driver's check on a CPU head node; a CPU worker), torch's error says one of these
+# (in _lazy_init), and the way out follows it. A builder that returns its model on
+# a GPU (the driver's) is refused with the first.
+NO_CUDA_HERE = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled",
+                "No CUDA GPUs are available")
 BUILD_ON_THE_CPU = ("build it on the CPU (no .cuda(), no .to('cuda')): the driver checks it "
                     "on its CPU before anything starts, and each worker moves it to its own "
                     "device")
@@ -134,7 +138,7 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "
-                                f"{type(error).__name__}: {error}"
+                                f"{type(error).__name__}: {_first_line(error)}"
                                 f"{_way_out(error, BUILD_ON_THE_CPU)}") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name} returned {type(model).__name__}, not a "
@@ -182,10 +186,17 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
     with `ddp` among `syncs`, also one whose parameters are not all used (DDP
     waits for every gradient and fails the step). Returns its parameter count and
     its step's memory floor, counted in training mode."""
+    model = build_model(name, seed=0, num_classes=num_classes, input_shape=input_shape)
+    # On a driver with a GPU, a builder's .cuda() would hold a CUDA context and cached
+    # blocks on the GPU the workers are given, for the whole run; and CPU workers
+    # could not build it.
+    devices = sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())
+                      if tensor.device.type != "cpu"})
+    if devices:
+        raise UserError(f"--model {name} returned a model on {', '.join(devices)}: "
+                        f"{BUILD_ON_THE_CPU}")
     # In fp32, as the workers hold it (loop.py): a buffer built in numpy's float64 is cast.
-    # On the CPU, where the batch is: a builder may have put it on the driver's GPU.
-    model = build_model(name, seed=0, num_classes=num_classes,
-                        input_shape=input_shape).to("cpu", torch.float32)
+    model = model.to(torch.float32)
     lazy = [type(module).__name__ for module in model.modules()
             if isinstance(module, nn.modules.lazy.LazyModuleMixin)]
     if lazy:
@@ -200,7 +211,7 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
             logits = model.eval()(torch.zeros(2, *input_shape))
     except Exception as error:
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} raised "
-                        f"{type(error).__name__}: {error}"
+                        f"{type(error).__name__}: {_first_line(error)}"
                         f"{_way_out(error, FORWARD_ON_ITS_INPUT)}") from None
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, num_classes):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -217,10 +228,15 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
 
 def _way_out(error: Exception, way_out: str) -> str:
     """": <way_out>" where `error` is torch's for CUDA asked of a process without a
-    GPU torch can use ("Found no NVIDIA driver", "Torch not compiled with CUDA
-    enabled", "No CUDA GPUs are available"); else empty."""
-    needs_cuda = "CUDA" in str(error) or "NVIDIA" in str(error)
-    return f": {way_out}" if needs_cuda and not torch.cuda.is_available() else ""
+    GPU torch can use (NO_CUDA_HERE); else empty."""
+    return f": {way_out}" if any(phrase in str(error) for phrase in NO_CUDA_HERE) else ""
+
+
+def _first_line(error: Exception) -> str:
+    """An error's first line that is not blank (a one-line refusal; CUDA's own errors
+    add lines of advice), or its type's name."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def _require_every_parameter_used(name: str, model: nn.Module,
