@@ -23,8 +23,8 @@ NUM_CLASSES = 10
 INPUT_SHAPE = (1, 28, 28)
 # Where a user's builder or forward asks for CUDA in a process that has none (the
 # driver's check on a CPU head node; a CPU worker), torch's error says one of these
-# (in _lazy_init), and the way out follows it. A builder that returns its model on
-# a GPU (the driver's) is refused with the first.
+# (its CUDA initialisation's), and the way out follows it. A builder that returns its
+# model on a GPU (the driver's) is refused with BUILD_ON_THE_CPU.
 NO_CUDA_HERE = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled",
                 "No CUDA GPUs are available")
 BUILD_ON_THE_CPU = ("build it on the CPU (no .cuda(), no .to('cuda')): the driver checks it "
