@@ -84,7 +84,7 @@ def test_the_plan_counts_shares_of_a_gpu_as_ray_places_them():
                                                        "0.3": [6, True, False]}
 
 
-def test_a_task_on_each_node_answers_fails_or_is_cancelled_in_time(ray_session):
+def test_a_task_on_each_node_answers_fails_or_is_cancelled_in_time(ray_session, tmp_path):
     """The checks' one way to ask every node (node_tasks.on_each_node): each task
     runs on the node it names, holds no CPU, and a failure or a silence comes back
     as an answer, the silent task cancelled when its time is up; the checks
@@ -101,17 +101,20 @@ def test_a_task_on_each_node_answers_fails_or_is_cancelled_in_time(ray_session):
     def fails():
         raise FileNotFoundError("no marker here")
 
-    def hangs():
+    def hangs(path):
         import time
-        time.sleep(600)
+        time.sleep(2)
+        open(path, "w").write("not cancelled")
 
     answers = on_each_node(where, [node, node], 60, arguments=lambda node: ("here",))
     assert [(answer.answered, answer.value, answer.error) for answer in answers] == \
         [(True, ("here", node["NodeID"]), None)] * 2
     [failed] = on_each_node(fails, [node], 60)
     assert failed.answered and "no marker here" in str(failed.error)
-    started = time.monotonic()
-    [silent] = on_each_node(hangs, [node], 1.0)
+    started, marker = time.monotonic(), tmp_path / "marker"
+    [silent] = on_each_node(hangs, [node], 1.0, arguments=lambda node: (str(marker),))
     assert not silent.answered and silent.error is None
     assert time.monotonic() - started < 60  # a hang detector: the timeout was 1 s
+    time.sleep(8)  # the task, had it run on, wrote its file 2 s after it started
+    assert not marker.exists()
     assert on_each_node(where, [], 60) == []
