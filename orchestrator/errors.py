@@ -7,3 +7,10 @@ with status 2; anything else is a bug and keeps its traceback.
 
 class UserError(ValueError):
     """Bad input: a config value, a data file, a cluster address."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first line that is not blank (for a one-line refusal or record:
+    CUDA's and the S3 clients' errors add lines of advice), or its type's name."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

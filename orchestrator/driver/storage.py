@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from orchestrator.driver.node_tasks import on_each_node
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, first_line
 
 # A reachability probe's limits: a store that does not answer is refused in
 # seconds, where pyarrow's defaults (the AWS SDK's retries) take minutes.
@@ -239,5 +239,4 @@ def node_check():
 
 
 def _one_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:300]
+    return first_line(error)[:300]

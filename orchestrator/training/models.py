@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from orchestrator.config.references import resolve
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, first_line
 from orchestrator.training.memory import MemoryFloor, measure_floor
 
 # Fashion-MNIST's: the book's models are drawn for it, and any other data set
@@ -138,7 +138,7 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "
-                                f"{type(error).__name__}: {_first_line(error)}"
+                                f"{type(error).__name__}: {first_line(error)}"
                                 f"{_way_out(error, BUILD_ON_THE_CPU)}") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name} returned {type(model).__name__}, not a "
@@ -211,7 +211,7 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
             logits = model.eval()(torch.zeros(2, *input_shape))
     except Exception as error:
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} raised "
-                        f"{type(error).__name__}: {_first_line(error)}"
+                        f"{type(error).__name__}: {first_line(error)}"
                         f"{_way_out(error, FORWARD_ON_ITS_INPUT)}") from None
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, num_classes):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -230,13 +230,6 @@ def _way_out(error: Exception, way_out: str) -> str:
     """": <way_out>" where `error` is torch's for CUDA asked of a process without a
     GPU torch can use (NO_CUDA_HERE); else empty."""
     return f": {way_out}" if any(phrase in str(error) for phrase in NO_CUDA_HERE) else ""
-
-
-def _first_line(error: Exception) -> str:
-    """An error's first line that is not blank (a one-line refusal; CUDA's own errors
-    add lines of advice), or its type's name."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
 
 
 def _require_every_parameter_used(name: str, model: nn.Module,
