@@ -97,7 +97,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         gpu_memory_bytes = None
         if config.use_gpu:
             gpu_memory_bytes = device_check.require_usable_gpus((config.precision,))
-            require_room_in_memory([config], cluster, gpu_memory_bytes)
+            require_room_in_memory([config], cluster, gpu_memory_bytes, data=dataset)
         if args.check_equivalence:
             from orchestrator.driver import equivalence
             equivalence.require_room(config, cluster, gpu_memory_bytes)
@@ -195,7 +195,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
         if sweep.base.use_gpu and not args.dry_run:  # before anything is written
             require_room_in_memory([point.train for point in sweep.grid], cluster,
                                    device_check.require_usable_gpus(
-                                       {point.train.precision for point in sweep.grid}))
+                                       {point.train.precision for point in sweep.grid}),
+                                   data=dataset)
         made_out_dir = False
         if request.resume:
             print(f"resuming the sweep in {request.out_dir} with the options it was started with"

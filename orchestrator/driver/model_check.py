@@ -17,6 +17,8 @@ from orchestrator.records import bytes_text, counted, si_text
 # What `check_model` learnt of the models it built (models.ModelFacts), for the
 # plan's lines and the memory check.
 _FACTS: dict[tuple, object] = {}
+# A GPU worker's copy of the data set, among a refusal's parts.
+DATA_PART = "data set"
 # The book's models' floors on Fashion-MNIST, for the memory check alone: counted
 # when it first asks (`_book_floor`).
 _BOOK_FLOORS: dict[tuple, object] = {}
@@ -74,7 +76,7 @@ def first_worker_floor_mb(config: TrainConfig) -> float:
 
 
 def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
-                           gpu_memory_bytes: float | None = None, *, run: str = "",
+                           gpu_memory_bytes: float | None = None, *, data=None, run: str = "",
                            ways: str = "") -> None:
     """Refuse, in one line, points whose step's memory floor cannot fit on the device
     that must hold the most of a trial: a GPU (`gpu_memory_bytes`, the most a GPU
@@ -85,11 +87,14 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
     declaration is low; the refusal names the figure). Floors throughout, so that
     no point that could fit in that room is refused (`_most_on_one_device`), but for
     workers on fractions of a GPU: those crowd one GPU as Ray places them
-    (`_workers_on_one_gpu`), not spread over the GPUs there are. `run` names the run
-    the refusal is of, and `ways` replaces what needs less memory."""
+    (`_workers_on_one_gpu`), not spread over the GPUs there are. A GPU worker also
+    holds its own copy of the run's images of `data` (data.Images) there, as the
+    loop moves them once (a CPU worker reads Ray's one shared copy, in the object
+    store's memory). `run` names the run the refusal is of, and `ways` replaces
+    what needs less memory."""
     too_big = []
     for config, floor in _floors(configs, book_models=True):
-        together = None
+        together, data_bytes = None, 0
         if config.use_gpu:
             if gpu_memory_bytes is None:
                 continue
@@ -98,6 +103,7 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
                           math.ceil(config.num_workers / together))
             kind, room = "GPU", gpu_memory_bytes
             where = f"a GPU of {bytes_text(gpu_memory_bytes)}"
+            data_bytes = _data_bytes(data, config)
         else:
             holding = [node for node, capacity in zip(
                 cluster.node_resources, cluster.node_capacities(config.resources_per_worker))
@@ -108,22 +114,49 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {bytes_text(room)} (the memory Ray counts there)"
         parts, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
-                                           kind, together)
+                                           kind, together, data_bytes)
         if sum(parts.values()) > room:
-            too_big.append((sum(parts.values()), config, parts, whose, where))
+            too_big.append((sum(parts.values()), config, parts, whose, where, room))
     if not too_big:
         return
-    need, config, parts, whose, where = min(too_big, key=lambda item: item[0])
-    from orchestrator.driver.failures import less_memory_ways
+    need, config, parts, whose, where, room = min(too_big, key=lambda item: item[0])
     more = (f" (the least of this plan's {len(too_big)} points that cannot fit)"
             if len(too_big) > 1 else "")
     raise UserError(
         f"{run}{counted(config.num_workers, 'worker')} at global batch "
         f"{config.global_batch_size}, {config.precision}{more}: {whose} at least "
         f"{bytes_text(need)} ({_parts_text(parts)}), more than {where} holds; "
-        + (ways or less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
-                                    shared_gpus=config.shares_gpu,
-                                    accumulate=config.micro_batch_size_per_worker > 1)))
+        + (ways or _less_memory_ways(config, parts, room)))
+
+
+def _less_memory_ways(config: TrainConfig, parts: dict[str, int], room: float) -> str:
+    """What needs less memory, the data set's limits first where the step alone
+    would have fit beside no copy of it."""
+    from orchestrator.driver.failures import less_memory_ways
+    ways = less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
+                            shared_gpus=config.shares_gpu,
+                            accumulate=config.micro_batch_size_per_worker > 1)
+    if DATA_PART not in parts:
+        return ways
+    fewer_data = (f"each GPU worker copies the {config.num_train_examples} train and "
+                  f"{config.num_test_examples} test images it uses to its GPU: a smaller "
+                  f"--train-limit or --test-limit copies less")
+    if sum(parts.values()) - parts[DATA_PART] <= room:
+        return fewer_data + ("; fewer workers to a GPU (a larger --gpus-per-worker) make "
+                             "fewer copies" if config.shares_gpu else "")
+    return f"{ways}; {fewer_data}"
+
+
+def _data_bytes(data, config: TrainConfig) -> int:
+    """The bytes of `data`'s images and labels that one of `config`'s GPU workers
+    copies to its GPU (loop.py: the first train and test images the run uses); 0
+    where the data set is not at hand."""
+    if data is None:
+        return 0
+    return sum(min(count, len(images)) * (images[0].nbytes + labels.itemsize)
+               for count, images, labels in (
+                   (config.num_train_examples, data.train_images, data.train_labels),
+                   (config.num_test_examples, data.test_images, data.test_labels)))
 
 
 def _workers_on_one_gpu(config: TrainConfig) -> int:
@@ -136,14 +169,16 @@ def _workers_on_one_gpu(config: TrainConfig) -> int:
 
 
 def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,
-                        together: int | None = None) -> tuple[dict[str, int], str]:
+                        together: int | None = None,
+                        data_bytes: int = 0) -> tuple[dict[str, int], str]:
     """The floor, by part, of the device (a `kind`, "GPU" or "node") that must hold
     the most of a trial of `config` whose workers use `devices` of them, and
     whose steps those are, for the refusal's line: of its k workers, one device
     holds `together` (spread: ceil(k / devices)), which under the even split hold
     the smallest shares at least, and under the proportional one an image each (a
     share may shrink to one); and one device holds the busiest worker (even split),
-    or ceil(B / devices) of the global batch B (proportional), among the workers on it."""
+    or ceil(B / devices) of the global batch B (proportional), among the workers on it;
+    each of those workers with `data_bytes` of the data set beside its step."""
     together = together or math.ceil(config.num_workers / devices)
     if config.split == "even":
         shares = sorted(config.batch_sizes_per_worker)
@@ -156,7 +191,7 @@ def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,
                          if together == 1 else
                          f"the workers on one {kind}, at {counted(busiest[0], 'image')} "
                          f"among them, hold")
-    busiest_parts, crowded_parts = (_group_parts(floor, config, shares)
+    busiest_parts, crowded_parts = (_group_parts(floor, config, shares, data_bytes)
                                     for shares in (busiest, crowded))
     if sum(busiest_parts.values()) >= sum(crowded_parts.values()):
         return busiest_parts, busiest_whose
@@ -210,12 +245,16 @@ def _in_micro_batches(config: TrainConfig) -> str:
             if steps > 1 else "")
 
 
-def _group_parts(floor, config: TrainConfig, shares: list[int]) -> dict[str, int]:
-    """The floors of workers at `shares` images each, by part, summed."""
+def _group_parts(floor, config: TrainConfig, shares: list[int],
+                 data_bytes: int = 0) -> dict[str, int]:
+    """The floors of workers at `shares` images each, by part, summed; with
+    `data_bytes` of the data set each."""
     total: dict[str, int] = {}
     for share in shares:
         for name, count in _parts(floor, config, share).items():
             total[name] = total.get(name, 0) + count
+    if data_bytes:
+        total[DATA_PART] = data_bytes * len(shares)
     return total
 
 

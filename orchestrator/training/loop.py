@@ -87,16 +87,16 @@ def run_training(config: TrainConfig, data: Images, *, device: torch.device,
             return history  # a diverged run's last checkpoint: nothing to resume
         if evaluations and reached(evaluations[-1]):
             return history  # it ended at the target: nothing more to train
-    # The data set (Fashion-MNIST's uint8: 52 MB) goes to the device once and each
-    # batch is gathered there, not copied from the host every step; on a CPU `.to`
-    # is a no-op.
+    # The images the run uses (Fashion-MNIST's uint8: 52 MB) go to the device once and
+    # each batch is gathered there, not copied from the host every step; on a CPU `.to`
+    # is a no-op. A sweep loads its data once for every trial: a trial with a test limit
+    # of its own (the exercises' ResNet-18 on CPUs: 500 images) copies and scores only
+    # those (model_check.require_room_in_memory counts this copy on a GPU).
+    train, test = config.num_train_examples, config.num_test_examples
     train_images, train_labels, test_images, test_labels = (
         tensor.to(device) for tensor in _as_tensors(
-            data.train_images, data.train_labels, data.test_images, data.test_labels))
-    # A sweep loads its data once for every trial: a trial with a test limit of its
-    # own (the exercises' ResNet-18 on CPUs: 500 images) scores only those.
-    test_images = test_images[:config.num_test_examples]
-    test_labels = test_labels[:config.num_test_examples]
+            data.train_images[:train], data.train_labels[:train],
+            data.test_images[:test], data.test_labels[:test]))
     if device.type == "cuda":
         set_cudnn(config)
     # One GPU: the step replayed as a CUDA graph (graphed.py), and so are the layouts' steps

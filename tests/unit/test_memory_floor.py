@@ -8,6 +8,7 @@ import dataclasses
 import gc
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
@@ -18,6 +19,7 @@ from orchestrator.driver import device_check, equivalence, model_check
 from orchestrator.driver.cluster import Cluster
 from orchestrator.errors import UserError
 from orchestrator.records import bytes_text, memory_text
+from orchestrator.training.data import Images
 from orchestrator.training.memory import measure_floor
 from orchestrator.training.models import build_model, check_model
 
@@ -294,6 +296,47 @@ def test_gpu_workers_are_checked_against_the_gpu_check_s_memory():
         model_check.require_room_in_memory([thirds], _cluster(four_gpus), 4.5e9)
     model_check.require_room_in_memory([dataclasses.replace(thirds, gpus_per_worker=0.5)],
                                        _cluster(four_gpus), 4.5e9)
+
+
+def test_a_gpu_worker_s_copy_of_the_data_set_is_counted_and_named():
+    """Each GPU worker copies the images it uses to its GPU (loop.py); workers that
+    share a GPU each copy them. 2 workers of 64 images (0.2GB each) on halves of a
+    GPU of 1GB: their steps fit; beside 2 x 0.4GB of float32 images, not."""
+    model_check.check_model(_config())
+    gpu_node = {"CPU": 16.0, "GPU": 1.0, "memory": 1e12, "object_store_memory": 1e11}
+    image = 4 * 28 * 28  # bytes of a float32 image [1, 28, 28]
+    data = Images(train_images=np.zeros((600_000, 1, 28, 28), np.float32),
+                  train_labels=np.zeros(600_000, np.int64),
+                  test_images=np.zeros((50_000, 1, 28, 28), np.float32),
+                  test_labels=np.zeros(50_000, np.int64))
+    shared = _config(use_gpu=True, gpus_per_worker=0.5, global_batch_size=128,
+                     train_size=600_000, test_size=50_000, train_limit=120_000)
+    model_check.require_room_in_memory([shared], _cluster(gpu_node), 1e9)
+    with pytest.raises(UserError) as refused:
+        model_check.require_room_in_memory([shared], _cluster(gpu_node), 1e9, data=data)
+    copy = (120_000 + 50_000) * (image + 8)  # the run's limit, not the 600000 loaded
+    line = str(refused.value)
+    assert f" + data set {bytes_text(2 * copy)}), more than a GPU of 1GB holds; " in line, line
+    assert line.endswith("holds; each GPU worker copies the 120000 train and 50000 test images "
+                         "it uses to its GPU: a smaller --train-limit or --test-limit copies "
+                         "less; fewer workers to a GPU (a larger --gpus-per-worker) make fewer "
+                         "copies"), line
+    # A GPU each: one copy on each GPU, which fits; a step too large alone names the
+    # step's ways first.
+    two_gpus = {**gpu_node, "GPU": 2.0}
+    model_check.require_room_in_memory([dataclasses.replace(shared, gpus_per_worker=1.0)],
+                                       _cluster(two_gpus), 1e9, data=data)
+    with pytest.raises(UserError, match=r"a smaller --batch-size.*needs less; so does "
+                                        r"--accumulation-steps N.*; each GPU worker copies the "
+                                        r"120000 train"):
+        model_check.require_room_in_memory([dataclasses.replace(shared, global_batch_size=1024)],
+                                           _cluster(gpu_node), 1e9, data=data)
+    # CPU workers read Ray's one shared copy, in the object store: not counted per
+    # worker (two copies would not fit this node's 1.2GB beside the steps).
+    small_node = {"CPU": 8.0, "memory": 1e9, "object_store_memory": 0.2e9}
+    model_check.require_room_in_memory([dataclasses.replace(shared, use_gpu=False,
+                                                            gpus_per_worker=1.0)],
+                                       _cluster(small_node), data=data)
 
 
 def test_a_run_of_one_step_holds_no_momentum_beside_its_activations():
