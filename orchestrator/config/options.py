@@ -145,6 +145,12 @@ class TrainConfig:
                 "too, and in such a sweep; off: eager")
     max_failures: int = option(2, "worker-group restarts from the last checkpoint before the "
                                   "run is marked failed")
+    collective_timeout: int = option(
+        1800, "seconds a rank waits in a collective, or for the others to join the process "
+              "group, before its run fails (Ray Train's default: 1800): lower, a stopped rank "
+              "or a network between nodes that does not carry the collectives "
+              "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) shows sooner; a worker group restart "
+              "waits it again")
     target_acc: float | None = option(None, "record when test accuracy first reaches this "
                                             "(epochs, training and wall seconds to it)")
     evals_per_epoch: int = option(1, "evaluate test accuracy this many times per epoch, so a "
@@ -206,6 +212,7 @@ class TrainConfig:
             raise UserError(f"the warm-up's start lr must be in [0, lr = {self.lr:g}], "
                             f"got {self.warmup_start_lr!r}")
         require_int(self.max_failures, "max failures", minimum=0)
+        require_int(self.collective_timeout, "collective timeout", minimum=1)
         if self.warmup_epochs > self.num_epochs:
             raise UserError(
                 f"warm-up epochs ({self.warmup_epochs}) exceed the "

@@ -20,6 +20,17 @@ from orchestrator.records import counted
 # allocator and Ray's memory monitor say.
 CUDA_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA error: out of memory", "'out of memory'")
 HOST_OUT_OF_MEMORY = ("can't allocate memory", "running low on memory")
+# What gloo (measured, tests/cluster/test_collective_timeout.py) and NCCL's
+# watchdog say where a collective outlived the process group's timeout, and
+# torch's TCPStore where ranks did not all join the group in it.
+COLLECTIVE_TIMED_OUT = re.compile(r"Timed out waiting \d+ms for (recv|send) operation|"
+                                  r"Watchdog caught collective operation timeout|"
+                                  r"Timed out after \d+ seconds waiting for clients")
+COLLECTIVE_TIMEOUT_ADVICE = (
+    "a rank waited --collective-timeout seconds for the others: one of them stopped or "
+    "stalled (its own error, if it raised one, is beside this), or the network between the "
+    "nodes does not carry the collectives: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names the "
+    "interface, set where the sweep starts (under ray job submit, in its --runtime-env-json)")
 LINE_CHARS = 300
 TEXT_CHARS = 1000  # several ranks' distinct lines together
 # Where a run's memory ran out decides what would need less.
@@ -33,8 +44,9 @@ def failure_text(error: BaseException | str, where: str = RUN,
     error without worker failures (the controller's, a trial's as Tune keeps it)
     as its own. Out of memory adds what needs less for `where` (RUN, TRIAL,
     EQUIVALENCE or CALIBRATION), given the workers' training batch and precision
-    if known. Errors that differ only in numbers are one (the lowest rank's text
-    shown): the same failure on each GPU, or a shape that differs by rank."""
+    if known; a collective that timed out, what to look at. Errors that differ
+    only in numbers are one (the lowest rank's text shown): the same failure on
+    each GPU, or a shape that differs by rank."""
     assert where in (RUN, TRIAL, EQUIVALENCE, CALIBRATION), where
     failures = getattr(error, "worker_failures", None) or {}
     lines, ranks_by_key = {}, {}
@@ -54,6 +66,8 @@ def failure_text(error: BaseException | str, where: str = RUN,
         text += f" ({memory_advice('GPU', where, batch_size_per_worker, precision)})"
     elif any(marker in full for marker in HOST_OUT_OF_MEMORY):
         text += f" ({memory_advice('node', where, batch_size_per_worker, precision)})"
+    elif COLLECTIVE_TIMED_OUT.search(full):
+        text += f" ({COLLECTIVE_TIMEOUT_ADVICE})"
     return text
 
 

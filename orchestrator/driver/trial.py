@@ -136,5 +136,5 @@ def _trainer(loop, config: TrainConfig, loop_config: dict, run_config: RunConfig
         loop, train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=config.use_gpu,
                                      **where),
-        torch_config=TorchConfig(backend=config.backend),
+        torch_config=TorchConfig(backend=config.backend, timeout_s=config.collective_timeout),
         run_config=run_config)

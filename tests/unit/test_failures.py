@@ -160,3 +160,24 @@ def test_failed_trials_are_one_line_each_error_after_its_trials():
     lines = failed_trials_text({str(index): f"E{index}" for index in range(8)}).splitlines()
     assert lines[0] == "8 trials failed:" and lines[1:6] == [f"  {i}: E{i}" for i in range(5)]
     assert lines[6:] == ["  and 3 other errors: the error column of trials.csv"]
+
+
+@pytest.mark.parametrize("message", [
+    # NCCL's watchdog (ProcessGroupNCCL.cpp), as torch 2.x logs it
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+    "OpType=ALLREDUCE, NumelIn=11689512, NumelOut=11689512, Timeout(ms)=600000) ran for "
+    "600081 milliseconds before timing out.",
+    # torch's TCPStore, where not every rank joined the process group in time
+    "Timed out after 1801 seconds waiting for clients. 1/2 clients joined.",
+])
+def test_a_collective_timeout_says_what_to_look_at(message):
+    """gloo's own timeout, through a real Ray Train run:
+    tests/cluster/test_collective_timeout.py."""
+    text = failure_text(WorkerGroupError("Training failed", {0: RuntimeError(message)}), TRIAL)
+    assert text.startswith("rank 0: RuntimeError: ") and text.endswith(
+        "(a rank waited --collective-timeout seconds for the others: one of them stopped or "
+        "stalled (its own error, if it raised one, is beside this), or the network between "
+        "the nodes does not carry the collectives: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME "
+        "names the interface, set where the sweep starts (under ray job submit, in its "
+        "--runtime-env-json))"), text
+    assert "(a rank waited" not in failure_text(RuntimeError("Timed out waiting for a lock"))
