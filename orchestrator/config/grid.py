@@ -170,7 +170,9 @@ class SweepConfig:
         specs = exercise_specs(
             workers=self.workers, batch_size=self.batch_sizes[0], lrs=self.lrs, syncs=self.sync,
             splits=self.split, seeds=self.seeds, num_epochs=self.base.num_epochs,
-            test_limit=self.base.test_limit,
+            # The images the sweep loads (its --train-limit / --test-limit, else the data
+            # set's): a point that needs more is left out, not started to fail.
+            train_size=self.base.num_train_examples, test_size=self.base.num_test_examples,
             straggler_slowdown=self.base.straggler_slowdown,
             baseline_threads=self.baseline_threads or 0,
             threads_per_worker=self.base.threads_per_worker, use_gpu=self.base.use_gpu)

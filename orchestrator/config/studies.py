@@ -41,7 +41,7 @@ spread of identical work across the whole sweep, not of their own replicas).
 import math
 from typing import NamedTuple
 
-from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE
+from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE  # Fashion-MNIST's
 
 # Timing needs two epochs (the second free of the first's warm-up), not the
 # ten that accuracy needs.
@@ -69,7 +69,7 @@ class PointSpec(NamedTuple):
 
 def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[float, ...],
                    syncs: tuple[str, ...], splits: tuple[str, ...], seeds: tuple[int, ...],
-                   num_epochs: int, test_limit: int | None = None,
+                   num_epochs: int, train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE,
                    straggler_slowdown: float, baseline_threads: int, threads_per_worker: int,
                    use_gpu: bool) -> list[PointSpec]:
     timing = {"num_epochs": min(TIMING_EPOCHS, num_epochs)}
@@ -142,9 +142,9 @@ def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[floa
         # sync and speedup are measured, not cited; its accuracy is a few steps'.
         specs += [PointSpec("resnet18", k, batch_size, "per-worker", RESNET_LR,
                             {**reference, **timing, "model": "resnet18", "lr": RESNET_LR * k,
-                             "train_limit": min(RESNET_CPU_STEPS * k * batch_size, TRAIN_SIZE),
-                             "test_limit": min(test_limit or TEST_SIZE, RESNET_CPU_TEST)})
-                  for k in workers if RESNET_CPU_STEPS * k * batch_size <= TRAIN_SIZE]
+                             "train_limit": RESNET_CPU_STEPS * k * batch_size,
+                             "test_limit": min(test_size, RESNET_CPU_TEST)})
+                  for k in workers if RESNET_CPU_STEPS * k * batch_size <= train_size]
     # Seeds outermost, as in a grid: replicas spread over the sweep's time.
     return [spec._replace(run={**spec.run, "seed": seed}) for seed in seeds for spec in specs
             if spec.replicated or seed == seeds[0]]

@@ -95,6 +95,15 @@ def test_on_gpus_resnet18_joins_and_the_threads_baseline_goes(tmp_path):
         ("delayed", 0.1), ("delayed", 0.2), ("delayed", 0.2), ("delayed", 0.2)]
 
 
+def test_resnet18_on_cpus_trains_on_no_more_images_than_the_sweep_loads(tmp_path):
+    """2 workers' 8 steps of 512 need 4096 images: with --train-limit 3000 that point
+    is left out (it would index past the images loaded), 1 worker's 2048 stay; a
+    --test-limit below the subset's 500 is the subset."""
+    resnet = [p.train for p in _fitted(tmp_path, "--train-limit", "3000", "--test-limit",
+                                       "300").grid if p.part == "resnet18"]
+    assert [(c.num_workers, c.train_limit, c.test_limit) for c in resnet] == [(1, 2048, 300)]
+
+
 def test_one_worker_count_has_no_split_part(tmp_path):
     sweep = _fitted(tmp_path, nodes=({"CPU": 1.0},))
     assert sweep.workers == (1,)
