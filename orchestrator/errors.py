@@ -14,3 +14,9 @@ def first_line(error: BaseException) -> str:
     CUDA's and the S3 clients' errors add lines of advice), or its type's name."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+def named_first_line(error: BaseException) -> str:
+    """"ValueError: its first line", or "ValueError" for an error without words."""
+    line, name = first_line(error), type(error).__name__
+    return name if line == name else f"{name}: {line}"

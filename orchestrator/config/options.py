@@ -149,8 +149,9 @@ class TrainConfig:
         1800, "seconds a rank waits in a collective, or for the others to join the process "
               "group, before its run fails (Ray Train's default: 1800): lower, a stopped rank "
               "or a network between nodes that does not carry the collectives "
-              "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) shows sooner; a worker group restart "
-              "waits it again")
+              "(NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) shows sooner; keep it above the most a "
+              "rank works alone between two collectives (its first steps, which time layouts "
+              "or capture a CUDA graph, among them); a worker-group restart waits it again")
     target_acc: float | None = option(None, "record when test accuracy first reaches this "
                                             "(epochs, training and wall seconds to it)")
     evals_per_epoch: int = option(1, "evaluate test accuracy this many times per epoch, so a "

@@ -20,17 +20,24 @@ from orchestrator.records import counted
 # allocator and Ray's memory monitor say.
 CUDA_OUT_OF_MEMORY = ("CUDA out of memory", "CUDA error: out of memory", "'out of memory'")
 HOST_OUT_OF_MEMORY = ("can't allocate memory", "running low on memory")
-# What gloo (measured, tests/cluster/test_collective_timeout.py) and NCCL's
-# watchdog say where a collective outlived the process group's timeout, and
-# torch's TCPStore where ranks did not all join the group in it.
-COLLECTIVE_TIMED_OUT = re.compile(r"Timed out waiting \d+ms for (recv|send) operation|"
-                                  r"Watchdog caught collective operation timeout|"
-                                  r"Timed out after \d+ seconds waiting for clients")
+# What a rank says where it waited past the process group's timeout: gloo in a
+# collective (seen: tests/cluster/test_collective_timeout.py) or connecting to a
+# peer, the shared-memory allreduce (sync/shm_allreduce.py), torch's TCPStore
+# where ranks did not all join the group, and NCCL's watchdog (its text as torch
+# logs it; under Ray Train's TORCH_NCCL_ASYNC_ERROR_HANDLING=1 it ends the
+# process, and the run sees a dead worker, which this does not name).
+COLLECTIVE_TIMED_OUT = re.compile(
+    r"Timed out waiting \d+ms for (recv|send) operation|Connect timeout |"
+    r"did not reach the allreduce in \d+ s|"
+    r"Timed out after \d+ seconds waiting for clients|The client socket has timed out after|"
+    r"TCP client failed to connect/validate to host .* - timed out|"
+    r"Watchdog caught collective operation timeout")
 COLLECTIVE_TIMEOUT_ADVICE = (
     "a rank waited --collective-timeout seconds for the others: one of them stopped or "
     "stalled (its own error, if it raised one, is beside this), or the network between the "
     "nodes does not carry the collectives: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names the "
-    "interface, set where the sweep starts (under ray job submit, in its --runtime-env-json)")
+    "interface, set where the run or sweep starts (under ray job submit, in its "
+    "--runtime-env-json)")
 LINE_CHARS = 300
 TEXT_CHARS = 1000  # several ranks' distinct lines together
 # Where a run's memory ran out decides what would need less.

@@ -17,8 +17,6 @@ from orchestrator.records import bytes_text, counted, si_text
 # What `check_model` learnt of the models it built (models.ModelFacts), for the
 # plan's lines and the memory check.
 _FACTS: dict[tuple, object] = {}
-# A GPU worker's copy of the data set, among a refusal's parts.
-DATA_PART = "data set"
 # The book's models' floors on Fashion-MNIST, for the memory check alone: counted
 # when it first asks (`_book_floor`).
 _BOOK_FLOORS: dict[tuple, object] = {}
@@ -113,38 +111,49 @@ def require_room_in_memory(configs: Iterable[TrainConfig], cluster,
             devices, kind = len(holding), "node"
             room = max(node["memory"] + node.get("object_store_memory", 0.0) for node in holding)
             where = f"a node of {bytes_text(room)} (the memory Ray counts there)"
-        parts, whose = _most_on_one_device(floor, config, min(devices, config.num_workers),
-                                           kind, together, data_bytes)
+        devices = min(devices, config.num_workers)
+        parts, whose = _most_on_one_device(floor, config, devices, kind, together, data_bytes)
         if sum(parts.values()) > room:
-            too_big.append((sum(parts.values()), config, parts, whose, where, room))
+            # Whether the steps alone fit, beside no copy of the data set.
+            steps_fit = sum(_most_on_one_device(floor, config, devices, kind,
+                                                together)[0].values()) <= room
+            too_big.append((sum(parts.values()), config, parts, whose, where, steps_fit,
+                            data_bytes > 0))
     if not too_big:
         return
-    need, config, parts, whose, where, room = min(too_big, key=lambda item: item[0])
+    need, config, parts, whose, where, steps_fit, data_copied = min(too_big,
+                                                                    key=lambda item: item[0])
     more = (f" (the least of this plan's {len(too_big)} points that cannot fit)"
             if len(too_big) > 1 else "")
     raise UserError(
         f"{run}{counted(config.num_workers, 'worker')} at global batch "
         f"{config.global_batch_size}, {config.precision}{more}: {whose} at least "
         f"{bytes_text(need)} ({_parts_text(parts)}), more than {where} holds; "
-        + (ways or _less_memory_ways(config, parts, room)))
+        + (ways or _less_memory_ways(config, cluster, data_copied=data_copied,
+                                     steps_fit=steps_fit)))
 
 
-def _less_memory_ways(config: TrainConfig, parts: dict[str, int], room: float) -> str:
-    """What needs less memory, the data set's limits first where the step alone
-    would have fit beside no copy of it."""
+def _less_memory_ways(config: TrainConfig, cluster, *, data_copied: bool,
+                      steps_fit: bool) -> str:
+    """What needs less memory; where GPU workers copy the data set (`data_copied`),
+    smaller limits too: alone where the steps would fit beside no copy
+    (`steps_fit`), and then, where the workers crowd fewer GPUs than the cluster
+    has, a larger --gpus-per-worker."""
     from orchestrator.driver.failures import less_memory_ways
     ways = less_memory_ways("GPU" if config.use_gpu else "node", config.precision,
                             shared_gpus=config.shares_gpu,
                             accumulate=config.micro_batch_size_per_worker > 1)
-    if DATA_PART not in parts:
+    if not data_copied:
         return ways
     fewer_data = (f"each GPU worker copies the {config.num_train_examples} train and "
                   f"{config.num_test_examples} test images it uses to its GPU: a smaller "
                   f"--train-limit or --test-limit copies less")
-    if sum(parts.values()) - parts[DATA_PART] <= room:
-        return fewer_data + ("; fewer workers to a GPU (a larger --gpus-per-worker) make "
-                             "fewer copies" if config.shares_gpu else "")
-    return f"{ways}; {fewer_data}"
+    if not steps_fit:
+        return f"{ways}; {fewer_data}"
+    gpus_used = math.ceil(config.num_workers / _workers_on_one_gpu(config))
+    spread = config.shares_gpu and math.floor(cluster.num_gpus) > gpus_used
+    return fewer_data + ("; fewer workers to a GPU (a larger --gpus-per-worker) make fewer "
+                         "copies on each" if spread else "")
 
 
 def _data_bytes(data, config: TrainConfig) -> int:
@@ -177,8 +186,10 @@ def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,
     holds `together` (spread: ceil(k / devices)), which under the even split hold
     the smallest shares at least, and under the proportional one an image each (a
     share may shrink to one); and one device holds the busiest worker (even split),
-    or ceil(B / devices) of the global batch B (proportional), among the workers on it;
-    each of those workers with `data_bytes` of the data set beside its step."""
+    or ceil(B / devices) of the global batch B (proportional), among the workers on it.
+    Beside the steps, `data_bytes` of the data set for each GPU worker on that GPU:
+    `together` where they crowd it, else as few as the other GPUs leave there (each
+    holds at most `together`), one at least."""
     together = together or math.ceil(config.num_workers / devices)
     if config.split == "even":
         shares = sorted(config.batch_sizes_per_worker)
@@ -191,8 +202,10 @@ def _most_on_one_device(floor, config: TrainConfig, devices: int, kind: str,
                          if together == 1 else
                          f"the workers on one {kind}, at {counted(busiest[0], 'image')} "
                          f"among them, hold")
-    busiest_parts, crowded_parts = (_group_parts(floor, config, shares, data_bytes)
-                                    for shares in (busiest, crowded))
+    least_there = max(1, config.num_workers - (devices - 1) * together)
+    busiest_parts, crowded_parts = (_group_parts(floor, config, shares, data_bytes, copies)
+                                    for shares, copies in ((busiest, least_there),
+                                                           (crowded, together)))
     if sum(busiest_parts.values()) >= sum(crowded_parts.values()):
         return busiest_parts, busiest_whose
     return crowded_parts, (f"the {together} workers that must share a {kind}, at "
@@ -245,16 +258,17 @@ def _in_micro_batches(config: TrainConfig) -> str:
             if steps > 1 else "")
 
 
-def _group_parts(floor, config: TrainConfig, shares: list[int],
-                 data_bytes: int = 0) -> dict[str, int]:
-    """The floors of workers at `shares` images each, by part, summed; with
-    `data_bytes` of the data set each."""
+def _group_parts(floor, config: TrainConfig, shares: list[int], data_bytes: int = 0,
+                 copies: int = 1) -> dict[str, int]:
+    """The floors of workers at `shares` images each, by part, summed; and
+    `copies` of the data set's `data_bytes` beside them."""
     total: dict[str, int] = {}
     for share in shares:
         for name, count in _parts(floor, config, share).items():
             total[name] = total.get(name, 0) + count
     if data_bytes:
-        total[DATA_PART] = data_bytes * len(shares)
+        total["data set" if copies == 1 else f"{copies} workers' copies of the data set"] = (
+            data_bytes * copies)
     return total
 
 

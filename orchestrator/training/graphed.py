@@ -40,7 +40,7 @@ from collections.abc import Callable
 import torch
 
 from orchestrator.config.options import TrainConfig
-from orchestrator.errors import first_line
+from orchestrator.errors import named_first_line
 from orchestrator.training.models import is_reference
 
 WARMUP_STEPS = 3
@@ -131,7 +131,7 @@ class GraphedStep:
             _end_routing(device_index, pool)
             while error.__context__ is not None:  # the cause, not capture_end's echo
                 error = error.__context__
-            self.state = f"off: capture failed ({type(error).__name__}: {first_line(error)[:160]})"
+            self.state = f"off: capture failed ({named_first_line(error)[:200]})"
             self.clear()
             return
         self.graph, self.outputs, self.state = graph, outputs, ON

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from orchestrator.config.references import resolve
-from orchestrator.errors import UserError, first_line
+from orchestrator.errors import UserError, named_first_line
 from orchestrator.training.memory import MemoryFloor, measure_floor
 
 # Fashion-MNIST's: the book's models are drawn for it, and any other data set
@@ -138,7 +138,7 @@ def build_model(name: str, *, seed: int, num_classes: int = NUM_CLASSES,
             except Exception as error:
                 given = ", ".join(f"{key}={value}" for key, value in arguments.items())
                 raise UserError(f"--model {name}: calling it with {given} raised "
-                                f"{type(error).__name__}: {first_line(error)}"
+                                f"{named_first_line(error)}"
                                 f"{_way_out(error, BUILD_ON_THE_CPU)}") from None
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name} returned {type(model).__name__}, not a "
@@ -211,7 +211,7 @@ def check_model(name: str, *, num_classes: int, input_shape: tuple[int, ...],
             logits = model.eval()(torch.zeros(2, *input_shape))
     except Exception as error:
         raise UserError(f"--model {name}: a batch of shape {(2, *input_shape)} raised "
-                        f"{type(error).__name__}: {first_line(error)}"
+                        f"{named_first_line(error)}"
                         f"{_way_out(error, FORWARD_ON_ITS_INPUT)}") from None
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (2, num_classes):
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__

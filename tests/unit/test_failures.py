@@ -169,6 +169,12 @@ def test_failed_trials_are_one_line_each_error_after_its_trials():
     "600081 milliseconds before timing out.",
     # torch's TCPStore, where not every rank joined the process group in time
     "Timed out after 1801 seconds waiting for clients. 1/2 clients joined.",
+    "TCP client failed to connect/validate to host 10.0.0.2:29500 - timed out (try=3, "
+    "timeout=1800000ms): The client socket has timed out after 1800000ms while trying to "
+    "connect to (10.0.0.2, 29500).",
+    # the shared-memory allreduce of CPU workers on one node (sync/shm_allreduce.py)
+    "worker 1 did not reach the allreduce in 1800 s (the process group's timeout); worker 0 "
+    "stops waiting for it",
 ])
 def test_a_collective_timeout_says_what_to_look_at(message):
     """gloo's own timeout, through a real Ray Train run:
@@ -178,6 +184,6 @@ def test_a_collective_timeout_says_what_to_look_at(message):
         "(a rank waited --collective-timeout seconds for the others: one of them stopped or "
         "stalled (its own error, if it raised one, is beside this), or the network between "
         "the nodes does not carry the collectives: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME "
-        "names the interface, set where the sweep starts (under ray job submit, in its "
+        "names the interface, set where the run or sweep starts (under ray job submit, in its "
         "--runtime-env-json))"), text
     assert "(a rank waited" not in failure_text(RuntimeError("Timed out waiting for a lock"))

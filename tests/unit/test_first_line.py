@@ -1,6 +1,7 @@
-"""errors.first_line: the line a one-line refusal or a record quotes of an error."""
+"""errors.first_line and named_first_line: what a one-line refusal or a record
+quotes of an error."""
 
-from orchestrator.errors import first_line
+from orchestrator.errors import first_line, named_first_line
 
 
 def test_an_errors_first_line_skips_blank_lines_and_drops_the_advice():
@@ -13,3 +14,5 @@ def test_an_errors_first_line_skips_blank_lines_and_drops_the_advice():
 def test_an_error_without_words_is_named_by_its_type():
     assert first_line(KeyboardInterrupt()) == "KeyboardInterrupt"
     assert first_line(OSError(" \n\t\n")) == "OSError"
+    assert named_first_line(ValueError()) == "ValueError"
+    assert named_first_line(ValueError("\nbad shape\nadvice")) == "ValueError: bad shape"

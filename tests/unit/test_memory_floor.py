@@ -316,21 +316,39 @@ def test_a_gpu_worker_s_copy_of_the_data_set_is_counted_and_named():
         model_check.require_room_in_memory([shared], _cluster(gpu_node), 1e9, data=data)
     copy = (120_000 + 50_000) * (image + 8)  # the run's limit, not the 600000 loaded
     line = str(refused.value)
-    assert f" + data set {bytes_text(2 * copy)}), more than a GPU of 1GB holds; " in line, line
+    assert (f" + 2 workers' copies of the data set {bytes_text(2 * copy)}), more than a GPU of "
+            f"1GB holds; ") in line, line
+    # The steps alone fit: the data's limits are the way out, and on this one GPU no
+    # --gpus-per-worker spreads the copies.
     assert line.endswith("holds; each GPU worker copies the 120000 train and 50000 test images "
                          "it uses to its GPU: a smaller --train-limit or --test-limit copies "
-                         "less; fewer workers to a GPU (a larger --gpus-per-worker) make fewer "
-                         "copies"), line
-    # A GPU each: one copy on each GPU, which fits; a step too large alone names the
-    # step's ways first.
+                         "less"), line
+    # Two GPUs: Ray still puts both halves on the first (best fit), and a GPU each
+    # would hold one copy each, which fits.
     two_gpus = {**gpu_node, "GPU": 2.0}
+    with pytest.raises(UserError, match=r"copies less; fewer workers to a GPU \(a larger "
+                                        r"--gpus-per-worker\) make fewer copies on each$"):
+        model_check.require_room_in_memory([shared], _cluster(two_gpus), 1e9, data=data)
     model_check.require_room_in_memory([dataclasses.replace(shared, gpus_per_worker=1.0)],
                                        _cluster(two_gpus), 1e9, data=data)
+    # Steps too large alone: their ways first, then the data's.
     with pytest.raises(UserError, match=r"a smaller --batch-size.*needs less; so does "
                                         r"--accumulation-steps N.*; each GPU worker copies the "
-                                        r"120000 train"):
+                                        r"120000 train.*copies less$"):
         model_check.require_room_in_memory([dataclasses.replace(shared, global_batch_size=1024)],
                                            _cluster(gpu_node), 1e9, data=data)
+    # The proportional split on one GPU: its workers hold the whole batch (64 images,
+    # 0.2GB) beside both copies (1.07GB). On 0.15GB no smaller copies would do: the
+    # steps' ways come first (were the copies counted beside the crowded workers'
+    # smallest shares alone, the data's limits would seem enough).
+    proportional = dataclasses.replace(shared, split="proportional", global_batch_size=64)
+    with pytest.raises(UserError) as refused:
+        model_check.require_room_in_memory([proportional], _cluster(gpu_node), 0.15e9,
+                                           data=data)
+    assert "the workers on one GPU, at 64 images among them, hold" in str(refused.value)
+    assert "2 workers' copies of the data set" in str(refused.value)
+    assert "micro-batches; each GPU worker copies the 120000 train and 50000 test" in str(
+        refused.value)
     # CPU workers read Ray's one shared copy, in the object store: not counted per
     # worker (two copies would not fit this node's 1.2GB beside the steps).
     small_node = {"CPU": 8.0, "memory": 1e9, "object_store_memory": 0.2e9}
