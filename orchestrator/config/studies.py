@@ -41,8 +41,6 @@ spread of identical work across the whole sweep, not of their own replicas).
 import math
 from typing import NamedTuple
 
-from orchestrator.config.dataset import TEST_SIZE, TRAIN_SIZE  # Fashion-MNIST's
-
 # Timing needs two epochs (the second free of the first's warm-up), not the
 # ten that accuracy needs.
 TIMING_EPOCHS = 2
@@ -69,7 +67,7 @@ class PointSpec(NamedTuple):
 
 def exercise_specs(*, workers: tuple[int, ...], batch_size: int, lrs: tuple[float, ...],
                    syncs: tuple[str, ...], splits: tuple[str, ...], seeds: tuple[int, ...],
-                   num_epochs: int, train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE,
+                   num_epochs: int, train_size: int, test_size: int,
                    straggler_slowdown: float, baseline_threads: int, threads_per_worker: int,
                    use_gpu: bool) -> list[PointSpec]:
     timing = {"num_epochs": min(TIMING_EPOCHS, num_epochs)}
