@@ -129,6 +129,31 @@ def read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: 
 # Train job always sits out (Train's state actor keeps the head busy).
 STOP_AT_ONCE = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def wait_for_head(head: subprocess.Popen, port: int) -> None:
+    """Until the head started by `ray start` answers on `port` (a minute at most)."""
+    deadline = time.monotonic() + hang_limit(60)
+    while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
+                         capture_output=True).returncode != 0:
+        assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
+        time.sleep(1)
+
+
+@contextlib.contextmanager
+def ray_node(*args: str, env: dict):
+    """`ray start --block ARGS`, stopped by its own handle: --block keeps the
+    node in the foreground, so stopping this one process stops that node, at once
+    (STOP_AT_ONCE), and only it (`ray stop` would stop every Ray here)."""
+    node = subprocess.Popen([RAY_CLI, "start", "--block", *args], env={**env, **STOP_AT_ONCE},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield node
+    finally:
+        node.terminate()
+        node.wait(timeout=60)
+
 
 def import_tool(name: str):
     """tools/<name>.py as a module (tools/ is no package: its scripts are run by hand)."""

@@ -182,6 +182,10 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     folder = storage.local_path(storage_location)
     if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
+    if args.wait_for_nodes is not None and workers_from_cluster:
+        raise UserError(f"--wait-for-nodes asks the autoscaler for the largest run's workers, "
+                        f"but the {label} preset takes its worker counts from the nodes that "
+                        f"are up: give --workers (1,2,8, say)")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     _check_address(args)
     check_model(sweep.base, sweep.sync)
@@ -281,6 +285,13 @@ def _check_address(args: argparse.Namespace) -> None:
     this machine's, an attached cluster's address must answer (a socket, in
     milliseconds: before the data set loads and Ray is imported)."""
     address = requested_address(args.address)
+    wait = args.wait_for_nodes
+    if wait is not None and not (math.isfinite(wait) and wait > 0):
+        raise UserError(f"--wait-for-nodes must be a number of seconds > 0, got {wait:g}")
+    if wait is not None and address is None:
+        raise UserError("--wait-for-nodes asks an attached cluster's autoscaler for nodes, and "
+                        "the embedded local Ray has none: give --address (or RAY_ADDRESS) of a "
+                        "cluster with an autoscaler, or leave --wait-for-nodes out")
     if address is None:
         check_dashboard_host(args.dashboard_host)
     else:

@@ -104,6 +104,12 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
                 + (", or start the GPU nodes with more logical CPUs (`ray start "
                    "--num-cpus N`)" if gpu > 0 else "")
                 + ", or attach to a cluster with more CPUs (--address)")
+    # An attached cluster's autoscaler may start GPU nodes on demand (scale_up.py).
+    scale_up = (", or --wait-for-nodes S where its autoscaler starts GPU nodes on demand"
+                if cluster.address else "")
+    if gpu > 0 and cluster.num_gpus == 0:
+        return (f"this cluster has no GPU up: give --use-gpu no (CPU workers){scale_up}, or "
+                f"attach to a cluster with GPUs (--address)")
     if gpu > 0 and cluster.max_workers({"GPU": gpu}) < num_workers:
         # n workers to a GPU, each reserving 1/n of it, on the whole GPUs there are.
         num_gpus = cluster.max_workers({"GPU": 1.0})
@@ -115,8 +121,8 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
             return (f"{ways}; and {counted(num_workers, 'worker')} need "
                     f"{counted(num_workers * cpu, 'CPU')}, this cluster has "
                     f"{cluster.num_cpus:g}: {cpu_ways}")
-        return (f"{ways}, or --use-gpu no (CPU workers), or attach to a cluster with more "
-                f"GPUs (--address)")
+        return (f"{ways}, or --use-gpu no (CPU workers){scale_up}, or attach to a cluster "
+                f"with more GPUs (--address)")
     if gpu > 0 and not short_of_cpus:  # each enough alone, not on the same nodes
         held = cluster.max_workers(resources_per_worker)
         return (f"each worker needs {counted(cpu, 'CPU')} and {counted(gpu, 'GPU')} on one "
@@ -230,10 +236,16 @@ def connect(address: str | None, *, dashboard_host: str = LOCAL_DASHBOARD_HOST,
     return Cluster(
         address=address,
         dashboard_url=f"http://{dashboard}" if dashboard else None,
-        node_resources=tuple(node["Resources"] for node in ray.nodes() if node["Alive"]),
+        node_resources=alive_node_resources(),
         # Ray sets it for a cluster it starts, unless the user chose.
         token_auth=os.environ.get(AUTH_MODE_ENV_VAR, "").lower() == "token",
         shipped=shipped, forwarded=forwarded)
+
+
+def alive_node_resources() -> tuple[dict[str, float], ...]:
+    """The total resources of each node alive now, in the cluster this process is connected to."""
+    import ray
+    return tuple(node["Resources"] for node in ray.nodes() if node["Alive"])
 
 
 def _start_embedded(dashboard_host: str, num_cpus: int | None):

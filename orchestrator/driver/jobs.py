@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.driver import cluster as ray_cluster
 from orchestrator.driver import job_env
 from orchestrator.training import datasets
-from orchestrator.driver import checks, plan
+from orchestrator.driver import checks, plan, scale_up, shipped_code
 from orchestrator.driver import device_check, interrupts, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
 from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
@@ -70,6 +70,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         if args.name and not args.check_equivalence else None)
     cluster = _connect(args, config)
     try:
+        cluster = _waited_for_nodes(args, cluster, [config], gpu_from_cluster)
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
@@ -188,6 +189,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
 
     cluster = _connect(args, base)
     try:
+        cluster = _waited_for_nodes(args, cluster, [point.train for point in request.sweep.grid],
+                                    request.gpu_from_cluster)
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
@@ -284,6 +287,21 @@ def _ended_sweep(request: checks.SweepRequest, calibration: dict | None):
         return None
     from orchestrator.driver.tune_results import ended_experiment
     return ended_experiment(request.sweep, request.storage, request.sweep_id)
+
+
+def _waited_for_nodes(args: argparse.Namespace, cluster: ray_cluster.Cluster, configs,
+                      gpu_from_cluster: bool) -> ray_cluster.Cluster:
+    """`--wait-for-nodes`: the cluster once its autoscaler has started the largest
+    run's nodes, or the time is up (scale_up.py); their copies of the code checked."""
+    if args.wait_for_nodes is None:
+        return cluster
+    if gpu_from_cluster:
+        configs = [plan.with_gpu_from_cluster(config, cluster) for config in configs]
+    waited = scale_up.wait_for_nodes(cluster, configs, args.wait_for_nodes,
+                                     gpu_from_cluster=gpu_from_cluster)
+    if waited is not cluster:
+        shipped_code.require_shipped_code_on_every_node(waited.shipped)
+    return waited
 
 
 def _short(model: str) -> str:

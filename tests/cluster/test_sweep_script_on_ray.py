@@ -2,13 +2,11 @@
 cluster, a grid point no cluster can hold. (tests/unit/test_sweep_script.py:
 bad input.)"""
 
-import contextlib
 import json
 import math
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ import pandas as pd
 import torch
 import pytest
 
-from helpers import SMALL, STOP_AT_ONCE, hang_limit, run_script
+from helpers import RAY_CLI, SMALL, hang_limit, ray_node, run_script, wait_for_head
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.driver.jobs import DRY_RUN_LINE
 from orchestrator.report.plots import PLOT_FILES
@@ -25,7 +23,6 @@ from orchestrator.report.plots import PLOT_FILES
 # Ray's default port for a node's dashboard agent: fixed, so two nodes on one
 # machine need one each.
 DASHBOARD_AGENT_PORT = 52365
-RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFrame:
@@ -118,29 +115,6 @@ def test_a_sweep_to_a_target_stops_trials_there_and_ranks_them(tmp_path):
     assert re.search(r"trial \S+ done: .*reached test acc 0.6 after", run.stdout + run.stderr)
 
 
-def _wait_for_head(head: subprocess.Popen, port: int) -> None:
-    """Until the head started by `ray start` answers on `port` (a minute at most)."""
-    deadline = time.monotonic() + hang_limit(60)
-    while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
-                         capture_output=True).returncode != 0:
-        assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
-        time.sleep(1)
-
-
-@contextlib.contextmanager
-def _ray_node(*args: str, env: dict):
-    """`ray start --block ARGS`, stopped by its own handle: --block keeps the
-    node in the foreground, so stopping this one process stops that node, at once
-    (STOP_AT_ONCE), and only it (`ray stop` would stop every Ray here)."""
-    node = subprocess.Popen([RAY_CLI, "start", "--block", *args], env={**env, **STOP_AT_ONCE},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield node
-    finally:
-        node.terminate()
-        node.wait(timeout=60)
-
-
 def _ray_list(what: str, condition: str, dashboard_port: int, env: dict) -> list[dict]:
     """`ray list WHAT --filter CONDITION` through the State API; [] while it
     does not answer, and when nothing matches (it then prints a sentence, not
@@ -169,10 +143,10 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
                  "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
                  f"--dashboard-agent-listen-port={free_local_port(preferred=DASHBOARD_AGENT_PORT)}"]
     try:
-        with _ray_node(*head_args, env=env) as head:
-            _wait_for_head(head, port)
+        with ray_node(*head_args, env=env) as head:
+            wait_for_head(head, port)
             agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
-            with _ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
+            with ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
                            f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
                 deadline = time.monotonic() + hang_limit(60)
                 while len(_ray_list("nodes", "state=ALIVE", dashboard_port, env)) < 2:
@@ -294,8 +268,8 @@ def test_a_roomy_node_with_one_gpu_plans_what_it_can_hold(tmp_path):
     out_dir = tmp_path / "out"
     attach = ["--address", f"127.0.0.1:{port}", *SMALL, "--dry-run", "--out", str(out_dir)]
     try:
-        with _ray_node(*head_args, env=env) as head:
-            _wait_for_head(head, port)
+        with ray_node(*head_args, env=env) as head:
+            wait_for_head(head, port)
             run = run_script("sweep.py", *attach, "--use-gpu", "no", "--workers", "1,2", env=env)
             assert run.returncode == 0, run.stderr[-3000:]
             assert "1 node, 4 CPUs, 1 GPU" in run.stdout

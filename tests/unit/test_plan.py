@@ -261,6 +261,26 @@ def test_a_refusal_names_the_ways_out_of_the_resource_that_is_short(tmp_path):
     assert "--use-gpu no" not in message
 
 
+def test_gpu_workers_on_a_cluster_with_no_gpu_up_are_not_offered_a_share_of_none(tmp_path):
+    """An autoscaling cluster's GPU nodes down when the job attached: the refusal
+    offered "to put 2 workers on 0 GPUs give --gpus-per-worker 0.5" (found by
+    tests/cluster/test_autoscaling.py). An attached cluster's ways name
+    --wait-for-nodes; an embedded one has no autoscaler to wait for."""
+    attached = dataclasses.replace(_cluster({"CPU": 1.0}), address="10.0.0.1:6379")
+    with pytest.raises(UserError) as refused:  # `--use-gpu yes` (not checked on this machine)
+        attached.require_room(2, {"CPU": 1.0, "GPU": 1.0})
+    assert str(refused.value).endswith(
+        "can hold at most 0 such workers; this cluster has no GPU up: give --use-gpu no (CPU "
+        "workers), or --wait-for-nodes S where its autoscaler starts GPU nodes on demand, or "
+        "attach to a cluster with GPUs (--address)"), refused.value
+    attached = dataclasses.replace(_cluster(ONE_GPU), address="10.0.0.1:6379")
+    with pytest.raises(UserError, match=r"--use-gpu no \(CPU workers\), or --wait-for-nodes S"):
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "2"), attached)
+    with pytest.raises(UserError) as refused:
+        plan.fit_to_cluster(_request(tmp_path, "--workers", "2"), _cluster(ONE_GPU))
+    assert "--wait-for-nodes" not in str(refused.value)
+
+
 def test_a_share_of_a_gpu_is_counted_on_one_gpu_as_ray_gives_it(tmp_path):
     """A review (2026-12-01): 13 workers at 0.6 of a GPU on a node of 8 were planned
     (8 / 0.6 = 13.3), but Ray takes each share from a single GPU, so their placement

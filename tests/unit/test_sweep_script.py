@@ -39,6 +39,12 @@ from helpers import SMALL, refusal, run_main, run_script
     (["--preset", "exercises", "--momentum", "0,0.9"],
      "the exercises study uses one value of its momentums, got [0.0, 0.9]"),
     (["--seed", "0,4294967296"], "seed must be <= 4294967295 (32 bits, as numpy's)"),
+    (["--wait-for-nodes", "60"], "--wait-for-nodes asks an attached cluster's autoscaler for "
+                                 "nodes, and the embedded local Ray has none"),
+    (["--wait-for-nodes", "0", "--address", "127.0.0.1:1"],
+     "--wait-for-nodes must be a number of seconds > 0, got 0"),
+    (["--preset", "scaling", "--wait-for-nodes", "60", "--address", "127.0.0.1:1"],
+     "the scaling preset takes its worker counts from the nodes that are up: give --workers"),
     # TEST-NET-1 (RFC 5737): no interface of this machine has it.
     (["--dashboard-host", "192.0.2.77"],
      "--dashboard-host 192.0.2.77: not an address this machine can listen on"),
