@@ -130,13 +130,16 @@ def read_until(process: subprocess.Popen, pattern: str, timeout_s: float, seen: 
 STOP_AT_ONCE = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+# Ray's default port for a node's dashboard agent: fixed, so two nodes on one
+# machine (another test's among them) need one each.
+DASHBOARD_AGENT_PORT = 52365
 
 
 def wait_for_head(head: subprocess.Popen, port: int) -> None:
     """Until the head started by `ray start` answers on `port` (a minute at most)."""
     deadline = time.monotonic() + hang_limit(60)
-    while subprocess.run([sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"],
-                         capture_output=True).returncode != 0:
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 1)"
+    while subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != 0:
         assert head.poll() is None and time.monotonic() < deadline, "the head did not start"
         time.sleep(1)
 

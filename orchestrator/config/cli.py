@@ -191,12 +191,13 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                             "$FASHION_MNIST_DIR, Debian's package, torchvision's download)")
     group.add_argument("--wait-for-nodes", type=float, default=None, metavar="S",
                        help="on an attached cluster with an autoscaler (KubeRay, `ray up`): ask "
-                            "it for the largest run's workers and wait up to S seconds for "
-                            "their nodes before the plan is fitted (default: fitted to the "
-                            "nodes up when the job starts)")
+                            "it for the largest run's workers (of --use-gpu yes or no) and wait "
+                            "up to S seconds for their nodes before the plan is fitted "
+                            "(default: fitted to the nodes up when the job starts)")
     group.add_argument("--dry-run", action="store_true",
                        help="check the input and the data, attach to (or start) Ray, print the "
-                            "plan fitted to the cluster, and stop: nothing trained or written")
+                            "plan fitted to the cluster, and stop: nothing trained or written "
+                            "(with --wait-for-nodes, the nodes asked for do start)")
 
 
 def _one_value(kind) -> Callable[[str], tuple]:

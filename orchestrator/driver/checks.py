@@ -77,6 +77,7 @@ def run_request(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
         raise UserError("--check-equivalence compares k workers with one device: give "
                         "--workers 2 or more")
     check_model(point.train)
+    _check_wait_for_nodes(args, gpu_from_cluster)
     _require_a_gpu_here(point.train, gpu_from_cluster, args.address)
     _check_address(args)
     if args.storage:
@@ -182,10 +183,8 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
     folder = storage.local_path(storage_location)
     if folder is not None and args.storage and stored is None:
         require_writable(folder, "--storage")
-    if args.wait_for_nodes is not None and workers_from_cluster:
-        raise UserError(f"--wait-for-nodes asks the autoscaler for the largest run's workers, "
-                        f"but the {label} preset takes its worker counts from the nodes that "
-                        f"are up: give --workers (1,2,8, say)")
+    _check_wait_for_nodes(args, gpu_from_cluster,
+                          counts_from_cluster=label if workers_from_cluster else None)
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
     _check_address(args)
     check_model(sweep.base, sweep.sync)
@@ -285,17 +284,34 @@ def _check_address(args: argparse.Namespace) -> None:
     this machine's, an attached cluster's address must answer (a socket, in
     milliseconds: before the data set loads and Ray is imported)."""
     address = requested_address(args.address)
-    wait = args.wait_for_nodes
-    if wait is not None and not (math.isfinite(wait) and wait > 0):
-        raise UserError(f"--wait-for-nodes must be a number of seconds > 0, got {wait:g}")
-    if wait is not None and address is None:
-        raise UserError("--wait-for-nodes asks an attached cluster's autoscaler for nodes, and "
-                        "the embedded local Ray has none: give --address (or RAY_ADDRESS) of a "
-                        "cluster with an autoscaler, or leave --wait-for-nodes out")
     if address is None:
         check_dashboard_host(args.dashboard_host)
     else:
         check_reachable(address)
+
+
+def _check_wait_for_nodes(args: argparse.Namespace, gpu_from_cluster: bool,
+                          counts_from_cluster: str | None = None) -> None:
+    """`--wait-for-nodes` asks an attached cluster's autoscaler for workers of one
+    kind, as many as the largest run has (scale_up.py): it needs to know both.
+    `counts_from_cluster`: the preset whose worker counts come from the nodes up."""
+    wait = args.wait_for_nodes
+    if wait is None:
+        return
+    if not (math.isfinite(wait) and wait > 0):
+        raise UserError(f"--wait-for-nodes must be a number of seconds > 0, got {wait:g}")
+    if requested_address(args.address) is None:
+        raise UserError("--wait-for-nodes asks an attached cluster's autoscaler for nodes, and "
+                        "the embedded local Ray has none: give --address (or RAY_ADDRESS) of a "
+                        "cluster with an autoscaler, or leave --wait-for-nodes out")
+    if counts_from_cluster:
+        raise UserError(f"--wait-for-nodes asks the autoscaler for the largest run's workers, "
+                        f"but the {counts_from_cluster} preset takes its worker counts from the "
+                        f"nodes that are up: give --workers (1,2,8, say)")
+    if gpu_from_cluster:
+        raise UserError("--wait-for-nodes asks the autoscaler for GPU or CPU workers, and "
+                        "--use-gpu auto decides from the nodes that are up: give --use-gpu yes "
+                        "(or no)")
 
 
 def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None) -> None:

@@ -84,11 +84,16 @@ class Cluster:
         """A clear error when `num_workers` such workers can never run at once."""
         capacity = self.max_workers(resources_per_worker)
         if num_workers > capacity:
-            need = ", ".join(f"{amount:g} {name}" for name, amount in resources_per_worker.items())
             raise UserError(
-                f"{what} needs {counted(num_workers, 'worker')} of {{{need}}} each, but the "
+                f"{what} needs {counted(num_workers, 'worker')} of "
+                f"{resources_text(resources_per_worker)} each, but the "
                 f"{self.describe()} can hold at most {counted(capacity, 'such worker')}; "
                 + ways_out(resources_per_worker, num_workers, self))
+
+
+def resources_text(resources: dict[str, float]) -> str:
+    """A worker's resources as a refusal names them: {1 CPU, 1 GPU}."""
+    return "{" + ", ".join(f"{amount:g} {name}" for name, amount in resources.items()) + "}"
 
 
 def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: Cluster) -> str:
@@ -108,8 +113,12 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
     scale_up = (", or --wait-for-nodes S where its autoscaler starts GPU nodes on demand"
                 if cluster.address else "")
     if gpu > 0 and cluster.num_gpus == 0:
-        return (f"this cluster has no GPU up: give --use-gpu no (CPU workers){scale_up}, or "
-                f"attach to a cluster with GPUs (--address)")
+        ways = ((["--use-gpu no (CPU workers)"] if not short_of_cpus else [])
+                + (["--wait-for-nodes S where its autoscaler starts GPU nodes on demand"]
+                   if cluster.address else []))
+        return ("this cluster has no GPU up: " + ("give " + ", or ".join(ways) + ", or "
+                                                  if ways else "")
+                + "attach to a cluster with GPUs (--address)")
     if gpu > 0 and cluster.max_workers({"GPU": gpu}) < num_workers:
         # n workers to a GPU, each reserving 1/n of it, on the whole GPUs there are.
         num_gpus = cluster.max_workers({"GPU": 1.0})

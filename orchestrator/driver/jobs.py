@@ -70,7 +70,7 @@ def train(args: argparse.Namespace) -> RunOutcome:
         if args.name and not args.check_equivalence else None)
     cluster = _connect(args, config)
     try:
-        cluster = _waited_for_nodes(args, cluster, [config], gpu_from_cluster)
+        cluster = _waited_for_nodes(args, cluster, [config])
         config = plan.fit_run_to_cluster(config, gpu_from_cluster, cluster)
         # Ray Train's own default (~/ray_results) is a local folder as well.
         storage.require_seen_by_every_node(storage_path or DEFAULT_STORAGE_PATH)
@@ -189,8 +189,7 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
 
     cluster = _connect(args, base)
     try:
-        cluster = _waited_for_nodes(args, cluster, [point.train for point in request.sweep.grid],
-                                    request.gpu_from_cluster)
+        cluster = _waited_for_nodes(args, cluster, [point.train for point in request.sweep.grid])
         sweep_plan = plan.fit_to_cluster(request, cluster)
         storage.require_seen_by_every_node(request.storage)
         sweep = sweep_plan.sweep
@@ -289,17 +288,15 @@ def _ended_sweep(request: checks.SweepRequest, calibration: dict | None):
     return ended_experiment(request.sweep, request.storage, request.sweep_id)
 
 
-def _waited_for_nodes(args: argparse.Namespace, cluster: ray_cluster.Cluster, configs,
-                      gpu_from_cluster: bool) -> ray_cluster.Cluster:
-    """`--wait-for-nodes`: the cluster once its autoscaler has started the largest
-    run's nodes, or the time is up (scale_up.py); their copies of the code checked."""
+def _waited_for_nodes(args: argparse.Namespace, cluster: ray_cluster.Cluster,
+                      configs) -> ray_cluster.Cluster:
+    """`--wait-for-nodes`: the cluster once its autoscaler has started the runs'
+    nodes, or the time is up (scale_up.py; the checks settled their GPU use); the
+    copies of the code on the nodes that joined checked as the first ones were."""
     if args.wait_for_nodes is None:
         return cluster
-    if gpu_from_cluster:
-        configs = [plan.with_gpu_from_cluster(config, cluster) for config in configs]
-    waited = scale_up.wait_for_nodes(cluster, configs, args.wait_for_nodes,
-                                     gpu_from_cluster=gpu_from_cluster)
-    if waited is not cluster:
+    waited = scale_up.wait_for_nodes(cluster, configs, args.wait_for_nodes)
+    if waited.node_resources != cluster.node_resources:
         shipped_code.require_shipped_code_on_every_node(waited.shipped)
     return waited
 

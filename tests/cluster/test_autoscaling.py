@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RAY_CLI, hang_limit, ray_node, run_script, wait_for_head
+from helpers import DASHBOARD_AGENT_PORT, RAY_CLI, hang_limit, ray_node, run_script, wait_for_head
 from orchestrator.driver.cluster import free_local_port
 
 FAKE_PROVIDER = "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider"
-DASHBOARD_AGENT_PORT = 52365  # Ray's default for a node's agent: the head's is chosen free
 
 
 def _autoscaling_config(gcs_address: str) -> dict:
@@ -97,8 +96,8 @@ def test_a_plan_waits_for_the_gpu_nodes_an_autoscaler_starts(tmp_path):
                                  env=env, timeout_s=120)
             assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
             assert ("1 node, 1 CPU, 0 GPUs can hold at most 0 such workers; this cluster has "
-                    "no GPU up: give --use-gpu no (CPU workers), or --wait-for-nodes S where "
-                    "its autoscaler starts GPU nodes on demand") in refused.stderr, \
+                    "no GPU up: give --wait-for-nodes S where its autoscaler starts GPU nodes "
+                    "on demand, or attach") in refused.stderr, \
                 refused.stderr[-1500:]
 
             waited = run_script("sweep.py", *gpu_run, "--wait-for-nodes", "120",
@@ -106,7 +105,8 @@ def test_a_plan_waits_for_the_gpu_nodes_an_autoscaler_starts(tmp_path):
             output = waited.stdout + waited.stderr
             assert waited.returncode == 0, output[-4000:]
             assert ("asking the cluster's autoscaler for 2 workers of {1 CPU, 1 GPU} (the nodes "
-                    "up hold 0) and waiting up to 120 s for their nodes") in waited.stdout
+                    "up hold 0 of the 2 workers) and waiting up to 120 s for their nodes"
+                    ) in waited.stdout
             assert re.search(r"after \d+ s: Ray cluster at \S+: 3 nodes, 3 CPUs, 2 GPUs, "
                              r"room for 2 of the 2 workers", waited.stdout), waited.stdout
             assert "1 trial, up to 1 at a time, workers on GPUs (NCCL):" in waited.stdout

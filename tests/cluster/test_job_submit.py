@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 
-from helpers import REPO, STOP_AT_ONCE, hang_limit
+from helpers import DASHBOARD_AGENT_PORT, REPO, STOP_AT_ONCE, hang_limit
 from orchestrator.config.presets import DEFAULT_PRESET
 from orchestrator.driver.cluster import free_local_port
 
 
 RAY_CLI = str(Path(sys.executable).with_name("ray"))
-DASHBOARD_AGENT_PORT = 52365  # Ray's default, fixed: another test's node may hold it
 PORT_RANGE_START = 20000  # below the ephemeral range (32768 and up), where Ray binds its own
 # The command of docs/CLUSTERS.md, up to the sweep's options, with the port of this head.
 SUBMIT = "ray job submit --address http://127.0.0.1:{port} --working-dir . -- python " \

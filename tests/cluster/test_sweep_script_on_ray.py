@@ -15,14 +15,12 @@ import pandas as pd
 import torch
 import pytest
 
-from helpers import RAY_CLI, SMALL, hang_limit, ray_node, run_script, wait_for_head
+from helpers import (DASHBOARD_AGENT_PORT, RAY_CLI, SMALL, hang_limit, ray_node, run_script,
+                     wait_for_head)
 from orchestrator.driver.cluster import DEFAULT_DASHBOARD_PORT, free_local_port
 from orchestrator.driver.jobs import DRY_RUN_LINE
 from orchestrator.report.plots import PLOT_FILES
 
-# Ray's default port for a node's dashboard agent: fixed, so two nodes on one
-# machine need one each.
-DASHBOARD_AGENT_PORT = 52365
 
 
 def _assert_complete_results(out_dir, num_trials: int, stdout: str) -> pd.DataFrame:
@@ -147,7 +145,7 @@ def test_sweep_attached_to_a_running_two_node_cluster(tmp_path):
             wait_for_head(head, port)
             agent_port = free_local_port(preferred=DASHBOARD_AGENT_PORT)
             with ray_node(f"--address=127.0.0.1:{port}", "--num-cpus=1",
-                           f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
+                          f"--dashboard-agent-listen-port={agent_port}", env=env) as worker_node:
                 deadline = time.monotonic() + hang_limit(60)
                 while len(_ray_list("nodes", "state=ALIVE", dashboard_port, env)) < 2:
                     assert worker_node.poll() is None and time.monotonic() < deadline, \

@@ -266,13 +266,23 @@ def test_gpu_workers_on_a_cluster_with_no_gpu_up_are_not_offered_a_share_of_none
     offered "to put 2 workers on 0 GPUs give --gpus-per-worker 0.5" (found by
     tests/cluster/test_autoscaling.py). An attached cluster's ways name
     --wait-for-nodes; an embedded one has no autoscaler to wait for."""
-    attached = dataclasses.replace(_cluster({"CPU": 1.0}), address="10.0.0.1:6379")
-    with pytest.raises(UserError) as refused:  # `--use-gpu yes` (not checked on this machine)
-        attached.require_room(2, {"CPU": 1.0, "GPU": 1.0})
-    assert str(refused.value).endswith(
+    def refusal(cluster, num_workers=2, resources=(("CPU", 1.0), ("GPU", 1.0))) -> str:
+        with pytest.raises(UserError) as refused:  # `--use-gpu yes`, not checked here
+            cluster.require_room(num_workers, dict(resources))
+        return str(refused.value)
+
+    attached = dataclasses.replace(_cluster({"CPU": 4.0}), address="10.0.0.1:6379")
+    assert refusal(attached).endswith(
         "can hold at most 0 such workers; this cluster has no GPU up: give --use-gpu no (CPU "
         "workers), or --wait-for-nodes S where its autoscaler starts GPU nodes on demand, or "
-        "attach to a cluster with GPUs (--address)"), refused.value
+        "attach to a cluster with GPUs (--address)"), refusal(attached)
+    # CPU workers would not fit either (the head's one CPU): not offered.
+    small_head = dataclasses.replace(_cluster({"CPU": 1.0}), address="10.0.0.1:6379")
+    assert refusal(small_head).endswith(
+        "no GPU up: give --wait-for-nodes S where its autoscaler starts GPU nodes on demand, "
+        "or attach to a cluster with GPUs (--address)"), refusal(small_head)
+    assert refusal(_cluster({"CPU": 1.0})).endswith(
+        "this cluster has no GPU up: attach to a cluster with GPUs (--address)")
     attached = dataclasses.replace(_cluster(ONE_GPU), address="10.0.0.1:6379")
     with pytest.raises(UserError, match=r"--use-gpu no \(CPU workers\), or --wait-for-nodes S"):
         plan.fit_to_cluster(_request(tmp_path, "--workers", "2"), attached)

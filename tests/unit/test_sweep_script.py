@@ -45,6 +45,8 @@ from helpers import SMALL, refusal, run_main, run_script
      "--wait-for-nodes must be a number of seconds > 0, got 0"),
     (["--preset", "scaling", "--wait-for-nodes", "60", "--address", "127.0.0.1:1"],
      "the scaling preset takes its worker counts from the nodes that are up: give --workers"),
+    (["--wait-for-nodes", "60", "--address", "127.0.0.1:1"],
+     "--use-gpu auto decides from the nodes that are up: give --use-gpu yes (or no)"),
     # TEST-NET-1 (RFC 5737): no interface of this machine has it.
     (["--dashboard-host", "192.0.2.77"],
      "--dashboard-host 192.0.2.77: not an address this machine can listen on"),

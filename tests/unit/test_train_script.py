@@ -27,6 +27,8 @@ from helpers import REPO, hang_limit, run_main
     (["--data-dir", "/nonexistent"], "/nonexistent: missing train-images-idx3-ubyte.gz"),
     (["--address", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
     (["--wait-for-nodes", "30"], "the embedded local Ray has none: give --address"),
+    (["--wait-for-nodes", "30", "--address", "127.0.0.1:1"],
+     "--wait-for-nodes asks the autoscaler for GPU or CPU workers, and --use-gpu auto"),
     (["--wait-for-nodes", "nan", "--address", "127.0.0.1:1"],
      "--wait-for-nodes must be a number of seconds > 0, got nan"),
     (["--seed", "99999999999999999999"], "seed must be <= 4294967295"),
