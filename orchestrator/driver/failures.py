@@ -38,6 +38,26 @@ COLLECTIVE_TIMEOUT_ADVICE = (
     "nodes does not carry the collectives: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names the "
     "interface, set where the run or sweep starts (under ray job submit, in its "
     "--runtime-env-json)")
+# What NCCL says (its WARN, which torch's DistBackendError ends with as "Last
+# error:") where it could not make its shared memory: a container's /dev/shm is
+# 64 MB unless given more (NCCL's shmutils.cc and older net/shm transports);
+# and where it could not reach a peer (bootstrap and sockets, misc/socket.cc) or
+# a peer went away. From NCCL's source: no GPU here has run them through Ray.
+NCCL_SHARED_MEMORY = re.compile(r"failed to extend /dev/shm/\S+ to \d+ bytes|"
+                                r"could not create shared memory in /dev/shm|"
+                                r"Error while creating shared memory segment /dev/shm/")
+NCCL_SHARED_MEMORY_ADVICE = (
+    "NCCL could not make its shared memory in /dev/shm: a container's holds 64 MB unless "
+    "given more (a KubeRay pod: an emptyDir of medium Memory mounted at /dev/shm; docker: "
+    "--shm-size); NCCL_SHM_DISABLE=1, set where the run or sweep starts, sends the GPUs' "
+    "traffic another way, slower")
+NCCL_UNREACHABLE = re.compile(r"no socket interface found|"
+                              r"socket(Start|Poll)Connect: Connect to \S+ failed|ncclRemoteError")
+NCCL_UNREACHABLE_ADVICE = (
+    "NCCL could not connect the ranks: a rank that stopped first says so beside this, or "
+    "NCCL_SOCKET_IFNAME must name the interface the nodes reach each other by (NCCL_DEBUG=INFO "
+    "prints the one NCCL chose), set where the run or sweep starts (under ray job submit, in "
+    "its --runtime-env-json)")
 LINE_CHARS = 300
 TEXT_CHARS = 1000  # several ranks' distinct lines together
 # Where a run's memory ran out decides what would need less.
@@ -51,7 +71,7 @@ def failure_text(error: BaseException | str, where: str = RUN,
     error without worker failures (the controller's, a trial's as Tune keeps it)
     as its own. Out of memory adds what needs less for `where` (RUN, TRIAL,
     EQUIVALENCE or CALIBRATION), given the workers' training batch and precision
-    if known; a collective that timed out, what to look at. Errors that differ
+    if known; a collective that timed out, or NCCL that could not start, what to look at. Errors that differ
     only in numbers are one (the lowest rank's text shown): the same failure on
     each GPU, or a shape that differs by rank."""
     assert where in (RUN, TRIAL, EQUIVALENCE, CALIBRATION), where
@@ -75,6 +95,10 @@ def failure_text(error: BaseException | str, where: str = RUN,
         text += f" ({memory_advice('node', where, batch_size_per_worker, precision)})"
     elif COLLECTIVE_TIMED_OUT.search(full):
         text += f" ({COLLECTIVE_TIMEOUT_ADVICE})"
+    elif NCCL_SHARED_MEMORY.search(full):
+        text += f" ({NCCL_SHARED_MEMORY_ADVICE})"
+    elif NCCL_UNREACHABLE.search(full):
+        text += f" ({NCCL_UNREACHABLE_ADVICE})"
     return text
 
 

@@ -187,3 +187,31 @@ def test_a_collective_timeout_says_what_to_look_at(message):
         "names the interface, set where the run or sweep starts (under ray job submit, in its "
         "--runtime-env-json))"), text
     assert "(a rank waited" not in failure_text(RuntimeError("Timed out waiting for a lock"))
+
+
+# torch's DistBackendError where NCCL failed, ending with NCCL's last WARN.
+NCCL_ERROR = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
+              "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+              "2.21.5\nncclSystemError: System call (e.g. socket, malloc) or external library "
+              "call failed or device error. \nLast error:\n")
+
+
+@pytest.mark.parametrize("last_error, advice", [
+    # NCCL's shmutils.cc in a container of the default 64 MB /dev/shm
+    ("Error: failed to extend /dev/shm/nccl-vzIpS6 to 9637892 bytes, error: No space left on "
+     "device (28)", "NCCL could not make its shared memory in /dev/shm: a container's holds "
+                    "64 MB unless given more (a KubeRay pod: an emptyDir of medium Memory"),
+    # NCCL's misc/socket.cc: a peer's address that this node cannot reach
+    ("socketStartConnect: Connect to 10.0.0.2<43527> failed : Software caused connection abort",
+     "NCCL could not connect the ranks: a rank that stopped first says so beside this, or "
+     "NCCL_SOCKET_IFNAME must name the interface the nodes reach each other by"),
+    ("Bootstrap : no socket interface found", "NCCL_SOCKET_IFNAME must name the interface"),
+])
+def test_nccl_that_could_not_start_says_what_to_look_at(last_error, advice):
+    from torch.distributed import DistBackendError
+    error = DistBackendError(NCCL_ERROR + last_error)
+    text = failure_text(WorkerGroupError("Training failed", {0: error, 1: error}), TRIAL)
+    # The line shown is NCCL's own, the advice after it.
+    assert text.startswith(f"ranks 0, 1: DistBackendError: {last_error[:40]}"), text
+    assert advice in text and text.endswith(")"), text
+    assert "NCCL could not" not in failure_text(RuntimeError("Connect to the store failed"))
