@@ -71,9 +71,9 @@ def failure_text(error: BaseException | str, where: str = RUN,
     error without worker failures (the controller's, a trial's as Tune keeps it)
     as its own. Out of memory adds what needs less for `where` (RUN, TRIAL,
     EQUIVALENCE or CALIBRATION), given the workers' training batch and precision
-    if known; a collective that timed out, or NCCL that could not start, what to look at. Errors that differ
-    only in numbers are one (the lowest rank's text shown): the same failure on
-    each GPU, or a shape that differs by rank."""
+    if known; a collective that timed out, or NCCL that could not start, what to
+    look at. Errors that differ only in numbers are one (the lowest rank's text
+    shown): the same failure on each GPU, or a shape that differs by rank."""
     assert where in (RUN, TRIAL, EQUIVALENCE, CALIBRATION), where
     failures = getattr(error, "worker_failures", None) or {}
     lines, ranks_by_key = {}, {}
