@@ -6,9 +6,15 @@ import json
 from pathlib import Path
 
 from orchestrator.driver import checks, plan
-from orchestrator.driver.failures import CALIBRATION, failure_text
+from orchestrator.driver.failures import CALIBRATION, collectives_failed, failure_text
 from orchestrator.driver.rundir import CALIBRATION_FILE
 from orchestrator.records import write_atomically
+
+
+class CollectivesFailed(Exception):
+    """The calibration's workers could not sum their gradients (a collective timed
+    out, or NCCL could not start): the trials of as many workers, placed as they
+    were, would fail the same way, each after as long."""
 
 
 def sweep_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
@@ -52,6 +58,10 @@ def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -
             storage_path=train_runs_path(request.storage, request.sweep_id),
             placement=(sweep_plan.placements or {}).get(max(sweep.workers)))
     except TrainingFailedError as error:
+        if collectives_failed(error):
+            raise CollectivesFailed(
+                f"its calibration's {max(sweep.workers)} workers could not sum their gradients, "
+                f"and its trials' would not either: {failure_text(error, CALIBRATION)}") from None
         print(f"calibration failed, the report will have no scaling model: "
               f"{failure_text(error, CALIBRATION)}")
         return None

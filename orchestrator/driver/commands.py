@@ -75,7 +75,7 @@ def sweep_main(argv: list[str] | None = None) -> int:
     outcome = jobs.sweep(args)  # a Ctrl-C before its folder is claimed: exit 130
     if outcome.stopped_line:
         print("\n" + outcome.stopped_line, file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if outcome.interrupted else EXIT_TRIALS_FAILED
     if outcome.dry_run:
         print(jobs.DRY_RUN_LINE)
         return 0

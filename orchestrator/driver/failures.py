@@ -88,7 +88,7 @@ def failure_text(error: BaseException | str, where: str = RUN,
             f"{lines[key]}" for key, ranks in ranks_by_key.items()), TEXT_CHARS)
     else:
         text = _cut(error_line(error), LINE_CHARS)
-    full = " ".join([_text(error), *map(_text, failures.values())])
+    full = _full_text(error)
     if any(marker in full for marker in CUDA_OUT_OF_MEMORY):
         text += f" ({memory_advice('GPU', where, batch_size_per_worker, precision)})"
     elif any(marker in full for marker in HOST_OUT_OF_MEMORY):
@@ -100,6 +100,21 @@ def failure_text(error: BaseException | str, where: str = RUN,
     elif NCCL_UNREACHABLE.search(full):
         text += f" ({NCCL_UNREACHABLE_ADVICE})"
     return text
+
+
+def collectives_failed(error: BaseException | str) -> bool:
+    """Whether the workers could not sum: a collective timed out, or NCCL could not
+    start; not a memory that ran out, which fails a collective's rank in passing."""
+    full = _full_text(error)
+    return (not any(marker in full for marker in CUDA_OUT_OF_MEMORY + HOST_OUT_OF_MEMORY)
+            and any(pattern.search(full) for pattern in (
+                COLLECTIVE_TIMED_OUT, NCCL_SHARED_MEMORY, NCCL_UNREACHABLE)))
+
+
+def _full_text(error: BaseException | str) -> str:
+    """The error's text and each failed rank's."""
+    failures = getattr(error, "worker_failures", None) or {}
+    return " ".join([_text(error), *map(_text, failures.values())])
 
 
 def error_line(error: BaseException | str) -> str:

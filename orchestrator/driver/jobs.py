@@ -18,7 +18,8 @@ from orchestrator.training import datasets
 from orchestrator.driver import checks, plan, scale_up, shipped_code
 from orchestrator.driver import device_check, interrupts, storage
 from orchestrator.driver.failures import EQUIVALENCE, RUN, failure_text
-from orchestrator.driver.calibrate import calibrates, stored_calibration, sweep_calibration
+from orchestrator.driver.calibrate import (CollectivesFailed, calibrates, stored_calibration,
+                                           sweep_calibration)
 from orchestrator.driver.model_check import (first_worker_floor_mb, memory_line, parameters_text,
                                              require_room_in_memory)
 from orchestrator.driver.plan_text import (accumulation_text, data_text, print_plan, timing_line,
@@ -224,6 +225,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
             calibration = sweep_calibration(request, sweep_plan)
         except (SystemExit, KeyboardInterrupt):  # Ctrl-C, as in train()'s fit
             return _stopped_before_trials(request, made_out_dir)
+        except CollectivesFailed as failed:
+            return _failed_before_trials(request, made_out_dir, str(failed))
         calibrated = time.monotonic()
         try:
             # Tune's own handler makes a first Ctrl-C end the experiment and the
@@ -271,6 +274,20 @@ def _stopped_before_trials(request: checks.SweepRequest, made_out_dir: bool) -> 
     return SweepOutcome.stopped("The sweep was interrupted before its first trial (in its "
                                 "calibration): nothing was kept, and the same command starts "
                                 "it again.")
+
+
+def _failed_before_trials(request: checks.SweepRequest, made_out_dir: bool,
+                          why: str) -> SweepOutcome:
+    """The calibration's workers could not sum (calibrate.CollectivesFailed): the sweep
+    stops before its trials rather than fail each after --collective-timeout; its
+    folder as Ctrl-C there leaves it (`_stopped_before_trials`)."""
+    if request.resume:
+        return SweepOutcome.stopped(f"The sweep stopped before its trials resumed: {why}. "
+                                    f"Once they can, {RESUME_HINT}.", interrupted=False)
+    release_claim(request.out_dir, request.storage, request.sweep_id, made_out_dir)
+    return SweepOutcome.stopped(f"The sweep stopped before its first trial: {why}. Nothing "
+                                f"was kept; once they can, the same command starts it again.",
+                                interrupted=False)
 
 
 def _ended_sweep(request: checks.SweepRequest, calibration: dict | None):

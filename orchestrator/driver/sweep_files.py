@@ -29,11 +29,13 @@ class SweepOutcome:
     """--dry-run: the plan was printed, and nothing else done."""
     stopped_line: str = ""
     """Ctrl-C where no report could be written (before the trials, or a second one while
-    Tune saved its state, or in the report): the one line saying what was kept."""
+    Tune saved its state, or in the report), or workers that could not sum before the
+    trials (not `interrupted`): the one line saying what was kept."""
 
     @classmethod
-    def stopped(cls, line: str) -> "SweepOutcome":
-        return cls(tables="", paths=[], interrupted=True, failed_trials={}, stopped_line=line)
+    def stopped(cls, line: str, interrupted: bool = True) -> "SweepOutcome":
+        return cls(tables="", paths=[], interrupted=interrupted, failed_trials={},
+                   stopped_line=line)
 
 
 def write_report(request: checks.SweepRequest, sweep, result_grid, calibration: dict | None, *,

@@ -9,7 +9,8 @@ import pytest
 from ray.train import FailureConfig, RunConfig, TrainingFailedError
 
 from orchestrator.config.options import TrainConfig
-from orchestrator.driver.failures import COLLECTIVE_TIMEOUT_ADVICE, TRIAL, failure_text
+from orchestrator.driver.failures import (COLLECTIVE_TIMEOUT_ADVICE, TRIAL, collectives_failed,
+                                          failure_text)
 from orchestrator.driver.trial import _fit, _trainer
 from helpers import hang_limit
 
@@ -51,3 +52,5 @@ def test_a_stalled_rank_fails_the_run_at_the_collective_timeout(ray_session, tmp
     assert "rank 0: RuntimeError: " in text and \
         f"Timed out waiting {TIMEOUT_S * 1000}ms for recv operation to complete" in text, text
     assert text.endswith(f" ({COLLECTIVE_TIMEOUT_ADVICE})"), text
+    # In a sweep's calibration, this stops the sweep before its trials (calibrate.py).
+    assert collectives_failed(failed.value)

@@ -12,7 +12,7 @@ from ray.train import ControllerError, WorkerGroupError
 
 from orchestrator.driver.commands import failed_trials_text
 from orchestrator.driver.failures import (CALIBRATION, EQUIVALENCE, LINE_CHARS, RUN, TEXT_CHARS,
-                                          TRIAL, failure_text)
+                                          TRIAL, collectives_failed, failure_text)
 
 
 def _cuda_oom(gpu: int, free_gib: float) -> torch.OutOfMemoryError:
@@ -215,3 +215,19 @@ def test_nccl_that_could_not_start_says_what_to_look_at(last_error, advice):
     assert text.startswith(f"ranks 0, 1: DistBackendError: {last_error[:40]}"), text
     assert advice in text and text.endswith(")"), text
     assert "NCCL could not" not in failure_text(RuntimeError("Connect to the store failed"))
+
+
+def test_workers_that_could_not_sum_are_told_from_other_failures():
+    """calibrate.py stops a sweep before its trials on these alone."""
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed "
+                        "out waiting 3000ms for recv operation to complete")
+    from torch.distributed import DistBackendError
+    assert collectives_failed(WorkerGroupError("Training failed", {0: gloo}))
+    assert collectives_failed(DistBackendError(NCCL_ERROR + "Bootstrap : no socket interface "
+                                                            "found"))
+    # A rank out of memory fails its peers' collectives in passing: memory, not the network.
+    out_of_memory = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not collectives_failed(WorkerGroupError("Training failed",
+                                                   {0: out_of_memory, 1: gloo}))
+    assert not collectives_failed(WorkerGroupError("Training failed",
+                                                   {0: ValueError("loss is nan")}))
