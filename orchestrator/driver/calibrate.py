@@ -21,7 +21,8 @@ def sweep_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) 
     """The sweep's microbenchmark (calibration.py), run once: a resumed sweep reads
     its calibration.json. None for a sweep of one worker count that runs every
     point (nothing to model), or one told not to calibrate; a sweep of single
-    workers with points left out needs their gradient bytes alone, counted here."""
+    workers with points left out needs their gradient bytes alone, counted here.
+    CollectivesFailed where the workers could not sum (the sweep stops there)."""
     sweep = sweep_plan.sweep
     stored = stored_calibration(request.out_dir)
     if stored is not None or not calibrates(sweep, sweep_plan.left_out):
@@ -45,7 +46,8 @@ def sweep_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) 
 
 
 def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -> dict | None:
-    """The microbenchmark on a worker group of the sweep's largest trial; None if it failed."""
+    """The microbenchmark on a worker group of the sweep's largest trial; None if it
+    failed, CollectivesFailed where its workers could not sum."""
     from ray.train import TrainingFailedError
 
     from orchestrator.driver.tune_experiment import train_runs_path
@@ -61,7 +63,7 @@ def _run_calibration(request: checks.SweepRequest, sweep_plan: plan.SweepPlan) -
         if collectives_failed(error):
             raise CollectivesFailed(
                 f"its calibration's {max(sweep.workers)} workers could not sum their gradients, "
-                f"and its trials' would not either: {failure_text(error, CALIBRATION)}") from None
+                f"nor would its trials of as many: {failure_text(error, CALIBRATION)}") from None
         print(f"calibration failed, the report will have no scaling model: "
               f"{failure_text(error, CALIBRATION)}")
         return None

@@ -51,8 +51,14 @@ NCCL_SHARED_MEMORY_ADVICE = (
     "given more (a KubeRay pod: an emptyDir of medium Memory mounted at /dev/shm; docker: "
     "--shm-size); NCCL_SHM_DISABLE=1, set where the run or sweep starts, sends the GPUs' "
     "traffic another way, slower")
-NCCL_UNREACHABLE = re.compile(r"no socket interface found|"
-                              r"socket(Start|Poll)Connect: Connect to \S+ failed|ncclRemoteError")
+# "socketStartConnect: Connect to A failed" (NCCL 2.2x), "socketPollConnect: Connect to A
+# returned 113" (2.18); NCCL 2.30's (the one torch 2.14 loads, its library's strings):
+# "ncclOsSocketStartConnect: connect to A failed", "...: connect to A returned E, exceeded
+# error retry count", "ncclOsSocketPollConnect to A failed with error E".
+NCCL_CONNECT_FAILED = re.compile(r"no socket interface found|"
+                                 r"socket(start|poll)connect:? (connect )?to \S+ (failed|returned)",
+                                 re.IGNORECASE)
+NCCL_UNREACHABLE = re.compile(f"{NCCL_CONNECT_FAILED.pattern}|ncclRemoteError", re.IGNORECASE)
 NCCL_UNREACHABLE_ADVICE = (
     "NCCL could not connect the ranks: a rank that stopped first says so beside this, or "
     "NCCL_SOCKET_IFNAME must name the interface the nodes reach each other by (NCCL_DEBUG=INFO "
@@ -88,27 +94,44 @@ def failure_text(error: BaseException | str, where: str = RUN,
             f"{lines[key]}" for key, ranks in ranks_by_key.items()), TEXT_CHARS)
     else:
         text = _cut(error_line(error), LINE_CHARS)
-    full = _full_text(error)
-    if any(marker in full for marker in CUDA_OUT_OF_MEMORY):
-        text += f" ({memory_advice('GPU', where, batch_size_per_worker, precision)})"
-    elif any(marker in full for marker in HOST_OUT_OF_MEMORY):
-        text += f" ({memory_advice('node', where, batch_size_per_worker, precision)})"
-    elif COLLECTIVE_TIMED_OUT.search(full):
-        text += f" ({COLLECTIVE_TIMEOUT_ADVICE})"
-    elif NCCL_SHARED_MEMORY.search(full):
-        text += f" ({NCCL_SHARED_MEMORY_ADVICE})"
-    elif NCCL_UNREACHABLE.search(full):
-        text += f" ({NCCL_UNREACHABLE_ADVICE})"
+    kind = _kind(_full_text(error))
+    if kind in ("GPU", "node"):
+        text += f" ({memory_advice(kind, where, batch_size_per_worker, precision)})"
+    elif kind is not None:
+        text += f" ({kind})"
     return text
+
+
+def _kind(full: str) -> str | None:
+    """What ran out or could not connect, by the texts above: "GPU" or "node" for
+    memory (first: a rank out of memory fails its peers' collectives in passing),
+    else the advice on the collectives; None for anything else."""
+    if any(marker in full for marker in CUDA_OUT_OF_MEMORY):
+        return "GPU"
+    if any(marker in full for marker in HOST_OUT_OF_MEMORY):
+        return "node"
+    for pattern, advice in ((COLLECTIVE_TIMED_OUT, COLLECTIVE_TIMEOUT_ADVICE),
+                            (NCCL_SHARED_MEMORY, NCCL_SHARED_MEMORY_ADVICE),
+                            (NCCL_UNREACHABLE, NCCL_UNREACHABLE_ADVICE)):
+        if pattern.search(full):
+            return advice
+    return None
 
 
 def collectives_failed(error: BaseException | str) -> bool:
     """Whether the workers could not sum: a collective timed out, or NCCL could not
-    start; not a memory that ran out, which fails a collective's rank in passing."""
+    start. Not where memory ran out, nor where a worker died (Ray Train's failed or
+    timed-out health check: the kernel's OOM killer, a lost node), whose peers'
+    collectives fail in passing; nor NCCL's ncclRemoteError, its words for a peer
+    that went away."""
+    failures = getattr(error, "worker_failures", None) or {}
+    if any(type(failure).__name__.startswith("WorkerHealthCheck")
+           for failure in failures.values()):
+        return False
     full = _full_text(error)
-    return (not any(marker in full for marker in CUDA_OUT_OF_MEMORY + HOST_OUT_OF_MEMORY)
-            and any(pattern.search(full) for pattern in (
-                COLLECTIVE_TIMED_OUT, NCCL_SHARED_MEMORY, NCCL_UNREACHABLE)))
+    return _kind(full) not in ("GPU", "node") and any(
+        pattern.search(full) for pattern in (COLLECTIVE_TIMED_OUT, NCCL_SHARED_MEMORY,
+                                             NCCL_CONNECT_FAILED))
 
 
 def _full_text(error: BaseException | str) -> str:

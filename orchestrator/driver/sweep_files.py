@@ -23,7 +23,8 @@ class SweepOutcome:
     """The scaling and learning-rate tables, as printed at the end."""
     paths: list[Path]
     interrupted: bool
-    """Some trial did not end: the same command with --resume finishes the sweep."""
+    """A Ctrl-C (exit 130): some trial did not end, and the same command with --resume
+    finishes the sweep; or it stopped before its trials (`stopped_line`)."""
     failed_trials: dict[str, str]  # trial id: its error, one line
     dry_run: bool = False
     """--dry-run: the plan was printed, and nothing else done."""

@@ -32,8 +32,8 @@ def test_workers_that_could_not_sum_stop_the_sweep_before_its_trials(monkeypatch
     with pytest.raises(calibrate.CollectivesFailed) as failed:
         calibrate._run_calibration(request, sweep_plan)
     assert str(failed.value).startswith(
-        "its calibration's 4 workers could not sum their gradients, and its trials' would not "
-        "either: rank 0: RuntimeError: ") and "(a rank waited --collective-timeout" in str(
+        "its calibration's 4 workers could not sum their gradients, nor would its trials of "
+        "as many: rank 0: RuntimeError: ") and "(a rank waited --collective-timeout" in str(
         failed.value), failed.value
 
 

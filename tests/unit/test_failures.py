@@ -206,6 +206,13 @@ NCCL_ERROR = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupN
      "NCCL could not connect the ranks: a rank that stopped first says so beside this, or "
      "NCCL_SOCKET_IFNAME must name the interface the nodes reach each other by"),
     ("Bootstrap : no socket interface found", "NCCL_SOCKET_IFNAME must name the interface"),
+    # NCCL 2.30's texts (the one torch 2.14 loads: its library's format strings)
+    ("ncclOsSocketStartConnect: connect to 10.0.0.2<43527> failed : Connection timed out",
+     "NCCL_SOCKET_IFNAME must name the interface"),
+    ("ncclOsSocketPollConnect: connect to 10.0.0.2<43527> returned No route to host, exceeded "
+     "error retry count after 35 attempts", "NCCL_SOCKET_IFNAME must name the interface"),
+    ("ncclOsSocketPollConnect to 10.0.0.2<43527> failed with error No route to host",
+     "NCCL_SOCKET_IFNAME must name the interface"),
 ])
 def test_nccl_that_could_not_start_says_what_to_look_at(last_error, advice):
     from torch.distributed import DistBackendError
@@ -231,3 +238,13 @@ def test_workers_that_could_not_sum_are_told_from_other_failures():
                                                    {0: out_of_memory, 1: gloo}))
     assert not collectives_failed(WorkerGroupError("Training failed",
                                                    {0: ValueError("loss is nan")}))
+    # A peer that went away: NCCL's ncclRemoteError; a worker that died (the kernel's OOM
+    # killer, a lost node), as Ray Train's failed health check says, beside the others'.
+    remote = DistBackendError(NCCL_ERROR.replace("ncclSystemError", "ncclRemoteError")
+                              + "Connection closed by remote peer")
+    assert not collectives_failed(WorkerGroupError("Training failed", {0: remote}))
+    assert "NCCL could not connect the ranks" in failure_text(remote)  # advice still given
+    from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
+    died = WorkerHealthCheckFailedError("A worker health check failed.",
+                                        RuntimeError("The actor died unexpectedly"))
+    assert not collectives_failed(WorkerGroupError("Training failed", {0: gloo, 1: died}))
