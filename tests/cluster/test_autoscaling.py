@@ -10,6 +10,7 @@ GPU that this machine does not have, so the plans are read from dry runs.
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -79,10 +80,11 @@ def test_a_plan_waits_for_the_gpu_nodes_an_autoscaler_starts(tmp_path):
     address = f"{_node_ip()}:{port}"
     config = tmp_path / "autoscaling.json"
     config.write_text(json.dumps(_autoscaling_config(address)))
-    # A `ray start` cluster without token authentication (the default for it), as a
-    # KubeRay cluster is unless asked: no token file need exist on this machine.
+    # Token authentication, Ray's default, with a token of the test's own: `ray start`
+    # would otherwise take it on or not by whether ~/.ray/auth_token exists.
     env = {name: value for name, value in os.environ.items()
-           if name not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+           if name not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     head_env = {**env, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
     gpu_run = ["--address", address, "--use-gpu", "yes", "--workers", "2", "--epochs", "1",
                "--dry-run"]
