@@ -110,12 +110,10 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
                    "--num-cpus N`)" if gpu > 0 else "")
                 + ", or attach to a cluster with more CPUs (--address)")
     # An attached cluster's autoscaler may start GPU nodes on demand (scale_up.py).
-    scale_up = (", or --wait-for-nodes S where its autoscaler starts GPU nodes on demand"
-                if cluster.address else "")
+    scale_up = (["--wait-for-nodes S where its autoscaler starts GPU nodes on demand"]
+                if cluster.address else [])
     if gpu > 0 and cluster.num_gpus == 0:
-        ways = ((["--use-gpu no (CPU workers)"] if not short_of_cpus else [])
-                + (["--wait-for-nodes S where its autoscaler starts GPU nodes on demand"]
-                   if cluster.address else []))
+        ways = (["--use-gpu no (CPU workers)"] if not short_of_cpus else []) + scale_up
         return ("this cluster has no GPU up: " + ("give " + ", or ".join(ways) + ", or "
                                                   if ways else "")
                 + "attach to a cluster with GPUs (--address)")
@@ -130,8 +128,8 @@ def ways_out(resources_per_worker: dict[str, float], num_workers: int, cluster: 
             return (f"{ways}; and {counted(num_workers, 'worker')} need "
                     f"{counted(num_workers * cpu, 'CPU')}, this cluster has "
                     f"{cluster.num_cpus:g}: {cpu_ways}")
-        return (f"{ways}, or --use-gpu no (CPU workers){scale_up}, or attach to a cluster "
-                f"with more GPUs (--address)")
+        return ", or ".join([ways, "--use-gpu no (CPU workers)", *scale_up,
+                             "attach to a cluster with more GPUs (--address)"])
     if gpu > 0 and not short_of_cpus:  # each enough alone, not on the same nodes
         held = cluster.max_workers(resources_per_worker)
         return (f"each worker needs {counted(cpu, 'CPU')} and {counted(gpu, 'GPU')} on one "
