@@ -185,7 +185,7 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         require_writable(folder, "--storage")
     _check_wait_for_nodes(args, gpu_from_cluster,
                           counts_from_cluster=label if workers_from_cluster else None)
-    _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address)
+    _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address, args.config)
     _check_address(args)
     check_model(sweep.base, sweep.sync)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
@@ -309,18 +309,25 @@ def _check_wait_for_nodes(args: argparse.Namespace, gpu_from_cluster: bool,
                         f"but the {counts_from_cluster} preset takes its worker counts from the "
                         f"nodes that are up: give --workers (1,2,8, say)")
     if gpu_from_cluster:
-        raise UserError("--wait-for-nodes asks the autoscaler for GPU or CPU workers, and "
-                        "--use-gpu auto decides from the nodes that are up: give --use-gpu yes "
-                        "(or no)")
+        auto = (f"{args.config} leaves use_gpu to the nodes that are up (\"auto\", or not "
+                f"given): set \"use_gpu\": true (or false) in it"
+                if getattr(args, "config", None) else
+                "--use-gpu auto decides from the nodes that are up: give --use-gpu yes (or no)")
+        raise UserError(f"--wait-for-nodes asks the autoscaler for GPU or CPU workers, and "
+                        f"{auto}")
 
 
-def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None) -> None:
-    """`--use-gpu yes` for an embedded Ray on a machine without a GPU: refused
-    before Ray starts, since that Ray could only hold what this machine has."""
+def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None,
+                        config_file: str | None = None) -> None:
+    """`--use-gpu yes` (or a --config file's "use_gpu": true) for an embedded Ray on
+    a machine without a GPU: refused before Ray starts, since that Ray could only
+    hold what this machine has."""
     if not config.use_gpu or gpu_from_cluster or requested_address(address) is not None:
         return
     import torch  # only here: no other check needs its seconds of import
     if not torch.cuda.is_available():
-        raise UserError("--use-gpu yes, but this machine has no GPU that torch can use and the "
-                        "run would start a Ray of its own here; give --address of a cluster "
-                        "with GPUs, or --use-gpu auto")
+        asked, auto = ((f"{config_file} sets use_gpu true", f"set \"use_gpu\": \"auto\" in it")
+                       if config_file else ("--use-gpu yes", "--use-gpu auto"))
+        raise UserError(f"{asked}, but this machine has no GPU that torch can use and the "
+                        f"run would start a Ray of its own here; give --address of a cluster "
+                        f"with GPUs, or {auto}")

@@ -98,6 +98,28 @@ def test_bad_config_file_is_one_line_and_exit_2(tmp_path, contents, fragment):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.reliability(fault="sweep.py: a config file whose use_gpu the command cannot run",
+                         lost="nothing")
+@pytest.mark.parametrize("contents, cluster, fragment", [
+    ('{"workers": [1]}', ["--wait-for-nodes", "60", "--address", "127.0.0.1:1"],
+     'leaves use_gpu to the nodes that are up ("auto", or not given): set "use_gpu": true (or '
+     'false) in it'),
+    pytest.param('{"workers": [1], "use_gpu": true}', [],
+                 'sets use_gpu true, but this machine has no GPU that torch can use and the run '
+                 'would start a Ray of its own here; give --address of a cluster with GPUs, or '
+                 'set "use_gpu": "auto" in it',
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here")),
+])
+def test_a_config_files_use_gpu_is_named_as_the_files_key(tmp_path, contents, cluster, fragment):
+    # Its refusals name the file's key: the command refuses --use-gpu beside --config.
+    config = tmp_path / "sweep-options.json"
+    config.write_text(contents)
+    out_dir = tmp_path / "out"
+    run = run_main("sweep.py", "--config", str(config), *cluster, "--out", str(out_dir))
+    line = refusal(run, out_dir)
+    assert f"{config} " in line and fragment in line
+
+
 def test_a_config_file_is_the_whole_sweep(tmp_path):
     config = tmp_path / "sweep-options.json"
     config.write_text('{"workers": [1]}')
