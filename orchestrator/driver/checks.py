@@ -326,7 +326,7 @@ def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: st
         return
     import torch  # only here: no other check needs its seconds of import
     if not torch.cuda.is_available():
-        asked, auto = ((f"{config_file} sets use_gpu true", f"set \"use_gpu\": \"auto\" in it")
+        asked, auto = ((f"{config_file} sets use_gpu true", "set \"use_gpu\": \"auto\" in it")
                        if config_file else ("--use-gpu yes", "--use-gpu auto"))
         raise UserError(f"{asked}, but this machine has no GPU that torch can use and the "
                         f"run would start a Ray of its own here; give --address of a cluster "
