@@ -81,7 +81,7 @@ def failure_text(error: BaseException | str, where: str = RUN,
     look at. Errors that differ only in numbers are one (the lowest rank's text
     shown): the same failure on each GPU, or a shape that differs by rank."""
     assert where in (RUN, TRIAL, EQUIVALENCE, CALIBRATION), where
-    failures = getattr(error, "worker_failures", None) or {}
+    failures = _failures(error)
     lines, ranks_by_key = {}, {}
     for rank, failure in sorted(failures.items()):
         line = error_line(failure)  # whole: a cut would fall apart where numbers differ
@@ -124,20 +124,24 @@ def collectives_failed(error: BaseException | str) -> bool:
     timed-out health check: the kernel's OOM killer, a lost node), whose peers'
     collectives fail in passing; nor NCCL's ncclRemoteError, its words for a peer
     that went away."""
-    failures = getattr(error, "worker_failures", None) or {}
     if any(type(failure).__name__.startswith("WorkerHealthCheck")
-           for failure in failures.values()):
+           for failure in _failures(error).values()):
         return False
     full = _full_text(error)
-    return _kind(full) not in ("GPU", "node") and any(
-        pattern.search(full) for pattern in (COLLECTIVE_TIMED_OUT, NCCL_SHARED_MEMORY,
-                                             NCCL_CONNECT_FAILED))
+    kind = _kind(full)
+    return kind in (COLLECTIVE_TIMEOUT_ADVICE, NCCL_SHARED_MEMORY_ADVICE) or (
+        kind == NCCL_UNREACHABLE_ADVICE and NCCL_CONNECT_FAILED.search(full) is not None)
+
+
+def _failures(error: BaseException | str) -> dict:
+    """Each failed rank's exception, by rank (Ray Train's `worker_failures`); none
+    for an error without them."""
+    return getattr(error, "worker_failures", None) or {}
 
 
 def _full_text(error: BaseException | str) -> str:
     """The error's text and each failed rank's."""
-    failures = getattr(error, "worker_failures", None) or {}
-    return " ".join([_text(error), *map(_text, failures.values())])
+    return " ".join([_text(error), *map(_text, _failures(error).values())])
 
 
 def error_line(error: BaseException | str) -> str:
