@@ -106,7 +106,8 @@ class TrainConfig:
                                            "(quick runs)")
     test_limit: int | None = option(None, "score the first N test images only")
     threads_per_worker: int = option(1, "torch threads per worker, and the CPUs Ray reserves "
-                                        "for it")
+                                        "for it (a sweep whose trials hold whole nodes of "
+                                        "their own reserves the nodes' CPUs)")
     use_gpu: bool = option(False, "each worker owns a GPU (NCCL) instead of a CPU slot (gloo); "
                                   "auto: when the cluster has GPUs", auto=True)
     gpus_per_worker: float = option(

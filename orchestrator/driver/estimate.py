@@ -27,6 +27,7 @@ How it counts:
 """
 
 import math
+import operator
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -55,12 +56,15 @@ class PointShape:
     """Per point: the exercises study times some trials over fewer epochs."""
     steps_per_epoch: int
     batch_per_worker: int
+    num_nodes: int = 1
+    """The whole nodes its trial holds where trials are placed on nodes of their own
+    (placement.py); 1 where Ray places the workers."""
 
     @classmethod
-    def of(cls, point: GridPoint) -> "PointShape":
+    def of(cls, point: GridPoint, num_nodes: int = 1) -> "PointShape":
         train = point.train
         return cls(train.num_workers, train.model, train.num_epochs, train.steps_per_epoch,
-                   train.batch_size_per_worker)
+                   train.batch_size_per_worker, num_nodes)
 
     @property
     def group(self) -> Group:
@@ -76,9 +80,12 @@ class SweepEstimate:
     whether the sweep should stop (elapsed + time left exceeds it)."""
 
     def __init__(self, points: Sequence[PointShape], max_concurrent: int, *,
-                 max_hours: float | None = None, clock: Callable[[], float] = time.monotonic):
+                 nodes: int | None = None, max_hours: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.points = list(points)
         self.max_concurrent = max_concurrent
+        # What the trials share out: the nodes, where each trial holds whole ones.
+        self.capacity = nodes or max_concurrent
         self.max_hours = max_hours
         self.clock = clock
         self.started_at_s = clock()  # elapsed counts from here: this command's start
@@ -172,16 +179,18 @@ class SweepEstimate:
         if not self.epoch_s:
             return None
         start_s = statistics.median(self.start_s) if self.start_s else 0.0
-        trials_s = []
+        trials_s, held = [], []  # each trial's seconds left, and the slots it holds
         for index, epoch_s in enumerate(self.epoch_seconds()):
             epochs_left = self.epochs_left(index)
             if epochs_left and epoch_s is not None:
                 trials_s.append(epochs_left * epoch_s
                                 + (start_s if self.epochs_done[index] == 0 else 0.0))
+                held.append(self.points[index].num_nodes)
         if not trials_s:
             return 0.0
-        slots = min(self.max_concurrent, len(trials_s))
-        return max(sum(trials_s) / slots, max(trials_s))
+        # A trial on 2 of the nodes keeps another from them as long as it runs.
+        slots = min(self.capacity, sum(held))
+        return max(sum(map(operator.mul, trials_s, held)) / slots, max(trials_s))
 
     def epochs_left(self, point_index: int) -> int:
         if self.ended[point_index]:

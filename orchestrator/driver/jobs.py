@@ -236,7 +236,8 @@ def sweep(args: argparse.Namespace) -> SweepOutcome:
                                          sweep_id=request.sweep_id,
                                          max_concurrent=sweep_plan.max_concurrent_trials,
                                          resume=request.resume, max_hours=request.max_hours,
-                                         trackers=trackers, placements=sweep_plan.placements)
+                                         trackers=trackers, placements=sweep_plan.placements,
+                                         placement_nodes=sweep_plan.placement_nodes)
         except KeyboardInterrupt:
             if not tune_began(request.storage, request.sweep_id):
                 return _stopped_before_trials(request, made_out_dir)

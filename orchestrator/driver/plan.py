@@ -29,6 +29,8 @@ class SweepPlan:
     placements: dict[int, placement.Placement] | None = None
     """Per worker count, whole nodes of its own for each trial (placement.py);
     None: Ray places the workers where they fit."""
+    placement_nodes: int | None = None
+    """With `placements`: the like nodes the trials share out."""
     left_out: tuple[LeftOut, ...] = ()
     """The preset's points this cluster cannot hold: not run."""
     pinned: bool = False
@@ -111,7 +113,8 @@ def _concurrency(request: SweepRequest, cluster: Cluster, sweep: SweepConfig,
     if request.max_concurrent_trials is None and placements is not None and not packs:
         # Every trial on whole nodes of its own: as many at once as there are nodes.
         return SweepPlan(sweep=sweep, max_concurrent_trials=min(placements[0], len(sweep.grid)),
-                         side_by_side=False, placements=placements[1], left_out=left_out)
+                         side_by_side=False, placements=placements[1],
+                         placement_nodes=placements[0], left_out=left_out)
     # Trials on one node share its cores, memory bandwidth and PCIe: a speedup
     # (more than one worker count) is measured one trial at a time, unless
     # every node holds one worker at most, so that no two trials share one.

@@ -20,6 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from orchestrator.config.grid import SweepConfig
 from orchestrator.config.options import TrainConfig
 from orchestrator.driver.estimate import PointShape, SweepEstimate
+from orchestrator.driver.placement import Placement
 from orchestrator.records import Status, book_line, memory_text, target_line
 
 
@@ -38,16 +39,21 @@ class LiveEstimate(tune.Callback, tune.stopper.Stopper):
     # TuneController.__setstate__ keeps `_stopper`, not `_callbacks`), as it was
     # when the sweep stopped: it would never stop this command's run.
     current: "LiveEstimate | None" = None
+    # With placements, the nodes the trials share out; a class default, which a
+    # callback pickled by a sweep that kept no count (one before it) reads.
+    nodes: int | None = None
 
-    def __init__(self, sweep: SweepConfig, max_concurrent: int):
-        self.points = [PointShape.of(point) for point in sweep.grid]
-        self.max_concurrent = max_concurrent
-        self.estimate = SweepEstimate(self.points, max_concurrent)
+    def __init__(self, sweep: SweepConfig, max_concurrent: int,
+                 placements: dict[int, Placement] | None = None, nodes: int | None = None):
+        self.points = [PointShape.of(point, placements[point.train.num_workers].num_nodes
+                                     if placements else 1) for point in sweep.grid]
+        self.max_concurrent, self.nodes = max_concurrent, nodes
+        self.estimate = SweepEstimate(self.points, max_concurrent, nodes=nodes)
 
     def setup(self, **info):
         # Called as each command starts its run, a resumed one included: the
         # clock and the measurements are this command's.
-        self.estimate = SweepEstimate(self.points, self.max_concurrent,
+        self.estimate = SweepEstimate(self.points, self.max_concurrent, nodes=self.nodes,
                                       max_hours=LiveEstimate.max_hours)
         self.stopped_by: str | None = None  # how --max-hours stopped this command's run
         LiveEstimate.current = self

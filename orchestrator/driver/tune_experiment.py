@@ -71,11 +71,13 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
               sweep_id: str, max_concurrent: int, resume: bool,
               max_hours: float | None = None,
               trackers: tracking.Trackers | None = None,
-              placements: dict[int, Placement] | None = None) -> tune.ResultGrid:
+              placements: dict[int, Placement] | None = None,
+              placement_nodes: int | None = None) -> tune.ResultGrid:
     """Run (or resume) the sweep's Tune experiment and return its results.
 
     `placements`: each worker count's whole nodes (placement.py), kept in
-    each trial's config, so that a resumed trial is placed as it was.
+    each trial's config, so that a resumed trial is placed as it was;
+    `placement_nodes`: the nodes they share out, for the estimate of the time left.
 
     `trackers` (tracking.resolve): Tune's logger callbacks for them join the
     run config; a resumed sweep's come back with the rest of its Tune state.
@@ -114,7 +116,7 @@ def run_experiment(sweep: SweepConfig, data_ref: ray.ObjectRef, *, storage_path:
         if sweep.scheduler == "asha":
             scheduler = (TimeToAccuracyASHA(sweep.base.target_acc, **asha_options)
                          if sweep.base.target_acc is not None else ASHAScheduler(**asha_options))
-        estimate = LiveEstimate(sweep, max_concurrent)
+        estimate = LiveEstimate(sweep, max_concurrent, placements, placement_nodes)
         tuner = tune.Tuner(
             trainable,
             param_space={

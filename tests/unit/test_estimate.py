@@ -120,6 +120,27 @@ def test_the_time_left_is_shared_over_the_concurrent_trials():
     assert seconds_left(8) == max(trials_s)
 
 
+def test_a_trial_on_several_whole_nodes_holds_them_all_while_it_runs():
+    # Two like nodes, each trial on whole nodes of its own (placement.py): Tune runs
+    # 2 trials at once, but a 2-node trial leaves no node to another.
+    points = [lenet(1, 2)] * 2 + [PointShape(2, "lenet", 2, 1, 128, num_nodes=2)] * 2
+    estimate = SweepEstimate(points, max_concurrent=2, nodes=2, clock=Clock())
+    estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    estimate.add_result(2, epoch(1, epoch_time_s=6, wall_s=6))
+    one_node_s, two_nodes_s = [10, 20], [6, 12]
+    assert estimate.seconds_left() == (sum(one_node_s) + 2 * sum(two_nodes_s)) / 2
+    # Without the nodes' count the two-node trials would seem to run beside others.
+    blind = SweepEstimate([lenet(1, 2)] * 2 + [lenet(2, 2)] * 2, max_concurrent=2, clock=Clock())
+    blind.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    blind.add_result(2, epoch(1, epoch_time_s=6, wall_s=6))
+    assert blind.seconds_left() == (sum(one_node_s) + sum(two_nodes_s)) / 2
+    # A grid smaller than the nodes: a 1-node and a 2-node trial on 4 nodes run at once.
+    small = SweepEstimate([points[0], points[2]], max_concurrent=2, nodes=4, clock=Clock())
+    small.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
+    small.add_result(1, epoch(1, epoch_time_s=6, wall_s=6))
+    assert small.seconds_left() == max(10, 6)
+
+
 def test_trials_that_ended_early_have_no_epochs_left():
     estimate = SweepEstimate([lenet(1, 4), lenet(1, 4)], max_concurrent=1, clock=Clock())
     estimate.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))

@@ -29,6 +29,7 @@ def test_the_scaling_preset_on_8_nodes_of_8_gpus_gives_each_trial_whole_nodes(tm
     fitted = _fit(tmp_path, _cluster(*[node] * 8), "--preset", "scaling")
     assert fitted.sweep.workers == (1, 2, 4, 8, 16, 32, 64)
     assert (fitted.max_concurrent_trials, fitted.side_by_side) == (8, False)
+    assert fitted.placement_nodes == 8  # what the estimate of the time left shares out
     where = _where(fitted)
     # Up to a node: one node, its 32 CPUs shared out, a GPU each, all on that node.
     assert where[1] == (1, 1, "STRICT_PACK", {"CPU": 32.0, "GPU": 1.0})
