@@ -83,9 +83,13 @@ class DelayedSync(GradientSync):
         else:
             future = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, async_op=True).get_future()
 
-        def finished(done: torch.futures.Future) -> None:
+        def finished(done: torch.futures.Future) -> list[torch.Tensor] | None:
             self.in_flight_timer.stop(started)
-            done.value()  # raises the collective's error, if it failed
+            # Raises the collective's error, if it failed. Returned, the summed
+            # tensors make the child future CUDA-aware: torch records its events only
+            # for the tensors of its value, and without them `wait()` would not order
+            # the current stream after the sum (NCCL's future completes at launch).
+            return done.value()
 
         return future.then(finished)
 
