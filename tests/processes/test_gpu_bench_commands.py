@@ -7,9 +7,14 @@ finds no GPU: tests/unit/test_bench_gpu.py."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
+import torch
 
 from helpers import REPO, import_bench
 
@@ -113,3 +118,34 @@ def test_a_step_over_its_limit_is_stopped_with_what_left_its_session(tmp_path, m
         raise AssertionError("the step's child in a session of its own outlived the step")
     with open(tmp_path / "step.log", "w") as log:
         assert check.run_whole([sys.executable, "-c", "raise SystemExit(3)"], log, 30) == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="its calls would run the check here")
+def test_the_device_calls_name_the_checks_steps_and_run_nothing_without_a_gpu(tmp_path,
+                                                                             monkeypatch):
+    """bench/gpu_calls.sh, what a lent GPU machine runs: every step it asks of the
+    check is one the check has; on a CPU its calls 2 and 3 end in the check's one
+    line and send nothing back; a call it does not have is refused."""
+    script = REPO / "bench" / "gpu_calls.sh"
+    check = import_bench("gpu_check", monkeypatch)
+    asked = {step for steps in re.findall(r"gpu_check\.py[^;]*?--steps ([\w,]+)",
+                                                script.read_text())
+             for step in steps.split(",")}
+    assert asked == set(check.STEP_LIMITS_S)  # each step in one call or another
+    out = tmp_path / "out"
+    out.mkdir()
+    # python3 as the machine's: this environment's, torch and Ray importable.
+    env = {**os.environ, "OUT": str(out),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                              timeout=120, cwd=REPO, env=env)
+    for args in (["2"], ["3", "600"]):
+        done = call(*args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "gpu_check: no CUDA device on this machine" in done.stdout
+    assert not any(out.iterdir())
+    refused = call("4")
+    assert refused.returncode == 2 and "call 1, 2 or 3, not 4" in refused.stderr
+    assert call("3").returncode != 0  # without the budget left
