@@ -23,7 +23,11 @@ How it counts:
   trials measured, added to each trial not yet started.
 - The time left: each unfinished trial's remaining epochs (and start), summed
   and divided over min(concurrency, trials left), but never shorter than the
-  longest of them (it runs on one slot whatever the others do).
+  longest of them (it runs on one slot whatever the others do). Where each
+  trial holds whole nodes of its own, the nodes are what the trials share: a
+  trial of n of the C nodes counts C / floor(C / n) times, the share of the
+  nodes it keeps from the others (2 of 3 nodes: all 3, since no second such
+  trial fits beside it).
 """
 
 import math
@@ -185,7 +189,8 @@ class SweepEstimate:
             if epochs_left and epoch_s is not None:
                 trials_s.append(epochs_left * epoch_s
                                 + (start_s if self.epochs_done[index] == 0 else 0.0))
-                held.append(self.points[index].num_nodes)
+                num_nodes = self.points[index].num_nodes
+                held.append(self.capacity / (self.capacity // num_nodes))
         if not trials_s:
             return 0.0
         # A trial on 2 of the nodes keeps another from them as long as it runs.

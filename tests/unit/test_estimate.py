@@ -139,6 +139,10 @@ def test_a_trial_on_several_whole_nodes_holds_them_all_while_it_runs():
     small.add_result(0, epoch(1, epoch_time_s=10, wall_s=10))
     small.add_result(1, epoch(1, epoch_time_s=6, wall_s=6))
     assert small.seconds_left() == max(10, 6)
+    # On 3 nodes, two 2-node trials cannot run beside each other: one after the other.
+    odd = SweepEstimate(points[2:], max_concurrent=2, nodes=3, clock=Clock())
+    odd.add_result(0, epoch(1, epoch_time_s=6, wall_s=6))
+    assert odd.seconds_left() == pytest.approx(6 + 12)
 
 
 def test_trials_that_ended_early_have_no_epochs_left():
