@@ -185,7 +185,13 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         require_writable(folder, "--storage")
     _check_wait_for_nodes(args, gpu_from_cluster,
                           counts_from_cluster=label if workers_from_cluster else None)
-    _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address, args.config)
+    if stored is not None:  # its GPU use settled when it started, --config's "auto" too
+        gpu_asked = (f"the sweep in {out_dir} runs GPU workers", None)
+    elif args.config:
+        gpu_asked = (f"{args.config} sets use_gpu true", "set \"use_gpu\": \"auto\" in it")
+    else:
+        gpu_asked = ("--use-gpu yes", "--use-gpu auto")
+    _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address, *gpu_asked)
     _check_address(args)
     check_model(sweep.base, sweep.sync)
     trackers = tracking.resolve(sweep, out_dir=out_dir, storage_location=storage_location,
@@ -318,16 +324,15 @@ def _check_wait_for_nodes(args: argparse.Namespace, gpu_from_cluster: bool,
 
 
 def _require_a_gpu_here(config: TrainConfig, gpu_from_cluster: bool, address: str | None,
-                        config_file: str | None = None) -> None:
-    """`--use-gpu yes` (or a --config file's "use_gpu": true) for an embedded Ray on
-    a machine without a GPU: refused before Ray starts, since that Ray could only
-    hold what this machine has."""
+                        asked: str = "--use-gpu yes", auto: str | None = "--use-gpu auto"
+                        ) -> None:
+    """GPU workers (`asked`: what asks for them) for an embedded Ray on a machine
+    without a GPU: refused before Ray starts, since that Ray could only hold what
+    this machine has; `auto`: the other way out than --address, if there is one."""
     if not config.use_gpu or gpu_from_cluster or requested_address(address) is not None:
         return
     import torch  # only here: no other check needs its seconds of import
     if not torch.cuda.is_available():
-        asked, auto = ((f"{config_file} sets use_gpu true", "set \"use_gpu\": \"auto\" in it")
-                       if config_file else ("--use-gpu yes", "--use-gpu auto"))
         raise UserError(f"{asked}, but this machine has no GPU that torch can use and the "
                         f"run would start a Ray of its own here; give --address of a cluster "
-                        f"with GPUs, or {auto}")
+                        f"with GPUs{f', or {auto}' if auto else ''}")

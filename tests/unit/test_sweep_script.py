@@ -120,6 +120,25 @@ def test_a_config_files_use_gpu_is_named_as_the_files_key(tmp_path, contents, cl
     assert f"{config} " in line and fragment in line
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here")
+def test_a_resumed_gpu_sweep_without_a_gpu_here_names_the_sweep(tmp_path):
+    # Its GPU use was settled when it started (a file's "auto" too): no flag or key to change.
+    from orchestrator.config.grid import SweepConfig
+    from orchestrator.driver.rundir import claim_out_dir
+    out_dir = tmp_path / "gpu-sweep"
+    claim_out_dir(out_dir, SweepConfig.from_dict({"workers": [1], "use_gpu": True}),
+                  str(out_dir / "ray"), "gpu-1234")
+    (out_dir / "ray" / "gpu-1234").mkdir(parents=True)
+    (out_dir / "ray" / "gpu-1234" / "tuner.pkl").write_bytes(b"")  # Tune began it
+    before = sorted(out_dir.rglob("*"))
+    run = run_main("sweep.py", "--resume", "--out", str(out_dir))
+    assert run.returncode == 2 and run.stderr.strip() == (
+        f"error: the sweep in {out_dir} runs GPU workers, but this machine has no GPU that "
+        f"torch can use and the run would start a Ray of its own here; give --address of a "
+        f"cluster with GPUs")
+    assert sorted(out_dir.rglob("*")) == before
+
+
 def test_a_config_file_is_the_whole_sweep(tmp_path):
     config = tmp_path / "sweep-options.json"
     config.write_text('{"workers": [1]}')
