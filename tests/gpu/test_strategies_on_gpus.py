@@ -56,6 +56,9 @@ SMALL_RESNET_WIDTH = 4  # the book's ResNet-18 at 1/16 of its width, BatchNorms 
 
 
 SHARED, OWN = "sharing one GPU", "on GPUs of their own"
+# A hang limit above bench/gpu_check.py's per-test one: the first test of each k
+# pays, in its setup, for the module fixture's runs of every case.
+pytestmark = pytest.mark.timeout(400)
 
 
 def _on_gpu(case, num_workers: int, placed: str = SHARED, **overrides) -> TrainConfig:

@@ -141,10 +141,12 @@ def test_the_device_calls_name_the_checks_steps_and_run_nothing_without_a_gpu(tm
     def call(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
                               timeout=120, cwd=REPO, env=env)
-    for args in (["2"], ["3", "600"]):
+    for args in (["2"], ["3", "600.5"]):  # status' budget, whole or not
         done = call(*args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "gpu_check: no CUDA device on this machine" in done.stdout
+    skipped = call("3", "239")
+    assert skipped.returncode == 0 and "under 240: call 3 skipped" in skipped.stdout
     assert not any(out.iterdir())
     refused = call("4")
     assert refused.returncode == 2 and "call 1, 2 or 3, not 4" in refused.stderr
