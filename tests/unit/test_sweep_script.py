@@ -109,7 +109,7 @@ def test_bad_config_file_is_one_line_and_exit_2(tmp_path, contents, fragment):
                  'would start a Ray of its own here; give --address of a cluster with GPUs, or '
                  'set "use_gpu": "auto" in it',
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here")),
-])
+], ids=["auto-waiting-for-nodes", "true-without-a-gpu"])
 def test_a_config_files_use_gpu_is_named_as_the_files_key(tmp_path, contents, cluster, fragment):
     # Its refusals name the file's key: the command refuses --use-gpu beside --config.
     config = tmp_path / "sweep-options.json"
@@ -120,6 +120,8 @@ def test_a_config_files_use_gpu_is_named_as_the_files_key(tmp_path, contents, cl
     assert f"{config} " in line and fragment in line
 
 
+@pytest.mark.reliability(fault="sweep.py --resume of a GPU sweep on a machine without a GPU",
+                         lost="nothing")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here")
 def test_a_resumed_gpu_sweep_without_a_gpu_here_names_the_sweep(tmp_path):
     # Its GPU use was settled when it started (a file's "auto" too): no flag or key to change.
