@@ -87,8 +87,8 @@ class SweepEstimate:
                  nodes: int | None = None, max_hours: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.points = list(points)
-        self.max_concurrent = max_concurrent
-        # What the trials share out: the nodes, where each trial holds whole ones.
+        # What the trials share out: the trials at once, or the nodes where each
+        # trial holds whole ones.
         self.capacity = nodes or max_concurrent
         self.max_hours = max_hours
         self.clock = clock
