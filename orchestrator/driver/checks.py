@@ -185,12 +185,11 @@ def sweep_request(args: argparse.Namespace) -> SweepRequest:
         require_writable(folder, "--storage")
     _check_wait_for_nodes(args, gpu_from_cluster,
                           counts_from_cluster=label if workers_from_cluster else None)
+    gpu_asked = ()  # --use-gpu yes, the default's words
     if stored is not None:  # its GPU use settled when it started, --config's "auto" too
         gpu_asked = (f"the sweep in {out_dir} runs GPU workers", None)
     elif args.config:
         gpu_asked = (f"{args.config} sets use_gpu true", "set \"use_gpu\": \"auto\" in it")
-    else:
-        gpu_asked = ("--use-gpu yes", "--use-gpu auto")
     _require_a_gpu_here(sweep.base, gpu_from_cluster, args.address, *gpu_asked)
     _check_address(args)
     check_model(sweep.base, sweep.sync)
