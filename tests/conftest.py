@@ -27,7 +27,7 @@ from orchestrator.training import data
 
 
 SESSION_RAY = "ray_session"
-_session_ray: list = []  # the session's Ray while it runs: its handle
+_session_ray: list = []  # the session's Ray while it runs: its handle, or why it did not start
 _last_session_ray_users: set[str] = set()  # each layer's last test that uses it
 
 
@@ -40,22 +40,29 @@ def ray_session():
     processes took 0.13 of a 2-core machine's CPU, and every other test of
     the session ran beside them."""
     if not _session_ray:
-        _session_ray.append(cluster.connect(None, num_cpus=2))
+        try:
+            _session_ray.append(cluster.connect(None, num_cpus=2))
+        except Exception as error:  # the next tests fail on it too, without a start each
+            _session_ray.append(error)
+    if isinstance(_session_ray[0], Exception):
+        raise _session_ray[0]
     return _session_ray[0]
 
 
 def _stop_session_ray() -> None:
     if _session_ray:
-        _session_ray.clear()
-        ray.shutdown()
+        started = not isinstance(_session_ray.pop(), Exception)
+        if started:
+            ray.shutdown()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    yield  # the test's own fixtures first: they may still use the Ray
-    if item.nodeid in _last_session_ray_users:
-        _stop_session_ray()
-    return None
+    try:
+        yield  # the test's own fixtures first: they may still use the Ray
+    finally:
+        if item.nodeid in _last_session_ray_users:
+            _stop_session_ray()
 
 
 def pytest_collection_finish(session):
@@ -187,9 +194,10 @@ def _in_running_order(items) -> None:
     session's Ray first, then the rest, each in its order. A file stays whole
     (its module fixtures set up once).
 
-    Run after tests/processes, tests/unit took 1.5x its time alone (239 s
-    against 159-168 s, no Ray in the process): state that layer's runs leave
-    in pytest's process, not found."""
+    Run after tests/processes in one pytest process (no Ray), tests/unit
+    once took 261 s against 159-168 s alone: state left in pytest's process,
+    not found, that this order keeps from the fast layer (the first full run
+    so ordered did not show it beyond the machine's hour-to-hour spread)."""
     users = {item.path for item in items if SESSION_RAY in getattr(item, "fixturenames", ())}
     layers = {"unit": 0}
     for item in items:

@@ -35,7 +35,7 @@ STOCK_FIT = textwrap.dedent("""
                            max_failures=0)
         return [row["epoch"] for row in result.return_value]
 
-    # Asked by its own address: the test session's Ray runs on this machine too.
+    # Asked by its own address: another Ray (a test session's) may run on this machine too.
     dashboard = cluster.connect(None, num_cpus=2).dashboard_url
     epochs = ray.get(fit.remote([ray.put(data.load(train_limit=256, test_limit=100))], sys.argv[1]))
     print(json.dumps({"epochs": epochs, "controllers": num_actors("TrainController", dashboard)}))

@@ -98,7 +98,7 @@ def test_the_switch_leaves_rays_usage_tag_as_it_is(monkeypatch):
         return True
 
     # Restored after. Not the attribute as found: a sweep run earlier in this process
-    # (tests/cluster, in the same session) has already put the light count there.
+    # (tests/cluster, when a session runs it before this file) puts the light count there.
     monkeypatch.setattr(usage, "tag_callbacks", original)
     monkeypatch.setenv(ray_fastpath.SWITCH_ENV_VAR, "0")
     ray_fastpath.light_usage_tags()
