@@ -65,10 +65,14 @@ def pytest_runtest_teardown(item, nextitem):
             _stop_session_ray()
 
 
+def _uses_session_ray(item: pytest.Item) -> bool:
+    return SESSION_RAY in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_finish(session):
     last = {}
     for item in session.items:  # the tests that will run: after -m and -k
-        if SESSION_RAY in getattr(item, "fixturenames", ()):
+        if _uses_session_ray(item):
             last[_layer(item)] = item.nodeid
     _last_session_ray_users.clear()
     _last_session_ray_users.update(last.values())
@@ -198,7 +202,7 @@ def _in_running_order(items) -> None:
     once took 261 s against 159-168 s alone: state left in pytest's process,
     not found, that this order keeps from the fast layer (the first full run
     so ordered did not show it beyond the machine's hour-to-hour spread)."""
-    users = {item.path for item in items if SESSION_RAY in getattr(item, "fixturenames", ())}
+    users = {item.path for item in items if _uses_session_ray(item)}
     layers = {"unit": 0}
     for item in items:
         layers.setdefault(_layer(item), len(layers))
