@@ -56,6 +56,21 @@ def _stop_session_ray() -> None:
             ray.shutdown()
 
 
+def _drop_a_left_ray_store(session) -> None:
+    """Ray's key-value store of this process, left by a test on a GCS of its own
+    once no Ray of this process runs: said, and dropped. Left on a GCS gone, it
+    made Tune's exit hook wait 60 s and end the run with status 1, every test
+    passed (stop 84: tools/netns_cluster.py's cluster_utils nodes)."""
+    from ray.experimental import internal_kv
+    store = internal_kv.internal_kv_get_gcs_client()
+    if store is None or ray.is_initialized():
+        return
+    session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+        f"conftest: a test left Ray's key-value store of this process on the GCS at "
+        f"{store.address}, without a Ray connection; dropped before the exit")
+    internal_kv._internal_kv_reset()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     try:
@@ -284,6 +299,7 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_sessionfinish(session, exitstatus):
     _stop_session_ray()  # a run stopped before the last test that used it
+    _drop_a_left_ray_store(session)
     expected = getattr(session, "reliability_items", set())
     # Only a run that tried every such test, the whole suite, rewrites the table.
     whole_suite = session.config.args_source == pytest.Config.ArgsSource.TESTPATHS

@@ -428,6 +428,7 @@ def _fallback_cluster(cluster: NetnsCluster):
     """The nodes as `ray.cluster_utils.Cluster` makes them, in this process's children."""
     from ray._common.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
+    from ray.experimental import internal_kv
 
     # cluster_utils names its head in /tmp/ray/ray_current_cluster, which
     # other clusters of this machine read: put back what was there.
@@ -442,10 +443,18 @@ def _fallback_cluster(cluster: NetnsCluster):
         cluster._fallback = ray_cluster
         yield cluster
     finally:
-        # Not Cluster.shutdown: it also resets this process's Ray connection.
+        # The head made its GCS this process's Ray key-value store. Left there once
+        # the GCS is gone, the first use after (Tune's exit hook, if this process
+        # ran Tune) waited 60 s and ended the process with status 1: CI's pytest,
+        # all tests passed (stop 84). Cluster.shutdown resets it, but also this
+        # process's Ray connection; here, only a store that is the head's.
+        store = internal_kv.internal_kv_get_gcs_client()
+        ours = store is not None and store.address == ray_cluster.gcs_address
         for ray_node in [*ray_cluster.worker_nodes, ray_cluster.head_node]:
             if ray_node is not None:
                 ray_cluster.remove_node(ray_node, allow_graceful=True)
+        if ours:
+            internal_kv._internal_kv_reset()
         if before is not None:
             address_file.write_text(before)
         else:

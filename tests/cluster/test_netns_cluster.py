@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ray.experimental import internal_kv
 
 from helpers import hang_limit, import_tool
 
@@ -101,4 +102,9 @@ def test_without_namespaces_ray_cluster_utils_makes_the_nodes():
         assert len(set(cluster.node_ids().values())) == 2
         pids = {process.process.pid for ray_node in cluster._fallback_nodes
                 for processes in ray_node.all_processes.values() for process in processes}
+        gcs_address = cluster._fallback.gcs_address
     assert not [pid for pid in pids if netns_cluster._alive(pid)]
+    # Nor this process's Ray key-value store on the gone GCS: Tune's exit hook
+    # waited on it 60 s, then ended CI's pytest with status 1 (stop 84).
+    store = internal_kv.internal_kv_get_gcs_client()
+    assert store is None or store.address != gcs_address
