@@ -47,13 +47,17 @@ def test_workers_ask_this_clusters_state_api_not_the_last_ray_start(ray_session)
 
 # Run in a Ray of its own that declares two GPUs (the session's has none); prints
 # {share: [workers the plan counts on the node, those placed, one more placed]}.
+# address="local": a plain ray.init() attaches to the cluster that
+# /tmp/ray/ray_current_cluster names, and a `ray start` killed on this machine
+# left it naming one gone (the test failed in a full run, 2026-12-02).
 _SHARES_ON_TWO_GPUS = """
 import json
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from orchestrator.driver.placement import node_capacity
 
-ray.init(num_cpus=0, num_gpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=0, num_gpus=2, include_dashboard=False,
+         log_to_driver=False)
 placed = {}
 for share in (0.6, 0.3):
     capacity = node_capacity({"GPU": 2.0}, {"GPU": share})
