@@ -449,7 +449,8 @@ def _fallback_cluster(cluster: NetnsCluster):
         # all tests passed (stop 84). Cluster.shutdown resets it, but also this
         # process's Ray connection; here, only a store that is the head's.
         store = internal_kv.internal_kv_get_gcs_client()
-        ours = store is not None and store.address == ray_cluster.gcs_address
+        ours = (store is not None and ray_cluster.head_node is not None
+                and store.address == ray_cluster.gcs_address)
         for ray_node in [*ray_cluster.worker_nodes, ray_cluster.head_node]:
             if ray_node is not None:
                 ray_cluster.remove_node(ray_node, allow_graceful=True)
